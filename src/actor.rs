@@ -1,0 +1,550 @@
+//! Actors and their grants.
+//!
+//! An [`Actor`] is one agent of the session: a root actor made by
+//! [`Scheduler::actor`], or a child made by [`Actor::child`]. Its [`Grant`]
+//! fixes where it may act; its lineage (chain of ancestors) is fixed at
+//! creation and decides which fences cover its holds.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc as StdArc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result, SlotLimit};
+use crate::key::{self, Area, Key, Mode, Resolver, Target};
+use crate::queue::Need;
+use crate::request::{Acquire, Request};
+use crate::scheduler::Scheduler;
+use crate::state::{Blocker, ChildRecord, ScopeKind, State};
+use crate::table::{ActorId, Claim, HoldKind, Lineage};
+use crate::{Fence, Reservation};
+
+#[derive(Debug, Clone)]
+enum GrantScope {
+    Workspace,
+    Fenced(Vec<Target>),
+    ReadOnly,
+}
+
+/// Where an actor may act.
+///
+/// ```
+/// use writ::Grant;
+/// # let root = std::env::temp_dir();
+/// let optimistic = Grant::workspace(&root);           // anywhere under root, per call
+/// let fenced = Grant::fenced(&root, ["src/parser/"]); // only inside this fence
+/// let reader = Grant::read_only(&root).read_root("/usr/share/doc");
+/// # let _ = (optimistic, fenced, reader);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Grant {
+    root: PathBuf,
+    scope: GrantScope,
+    read_roots: Vec<PathBuf>,
+}
+
+impl Grant {
+    /// Optimistic: the actor may write anywhere under `root`; each call
+    /// reserves its named targets when it runs.
+    pub fn workspace(root: impl Into<PathBuf>) -> Self {
+        Grant {
+            root: root.into(),
+            scope: GrantScope::Workspace,
+            read_roots: Vec::new(),
+        }
+    }
+
+    /// An explicit fence, acquired all-or-nothing when the actor is created
+    /// and held for its life. Its exclusive targets must lie inside it.
+    pub fn fenced<I>(root: impl Into<PathBuf>, targets: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        Grant {
+            root: root.into(),
+            scope: GrantScope::Fenced(targets.into_iter().map(Into::into).collect()),
+            read_roots: Vec::new(),
+        }
+    }
+
+    /// A reader: shared holds only; an exclusive target is `Error::ReadOnly`.
+    pub fn read_only(root: impl Into<PathBuf>) -> Self {
+        Grant {
+            root: root.into(),
+            scope: GrantScope::ReadOnly,
+            read_roots: Vec::new(),
+        }
+    }
+
+    /// Adds a read-only root, which may lie outside the grant root: targets
+    /// under it may only be held shared.
+    pub fn read_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.read_roots.push(root.into());
+        self
+    }
+
+    /// The root as given.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// True for a read-only grant.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.scope, GrantScope::ReadOnly)
+    }
+}
+
+/// An actor's resolved scope.
+#[derive(Debug, Clone)]
+pub(crate) enum Scope {
+    Workspace,
+    Fenced(Vec<(Key, Mode)>),
+    ReadOnly,
+}
+
+impl Scope {
+    pub(crate) fn kind(&self) -> ScopeKind {
+        match self {
+            Scope::Workspace => ScopeKind::Workspace,
+            Scope::Fenced(_) => ScopeKind::Fenced,
+            Scope::ReadOnly => ScopeKind::ReadOnly,
+        }
+    }
+}
+
+/// What never changes about an actor; shared by its guards.
+#[derive(Debug)]
+pub(crate) struct ActorMeta {
+    pub(crate) id: ActorId,
+    pub(crate) name: StdArc<str>,
+    pub(crate) parent: Option<ActorId>,
+    pub(crate) lineage: Lineage,
+    pub(crate) resolver: Resolver,
+    pub(crate) scope: Scope,
+    /// Read marks of the version gate; not part of the scheduler's state.
+    pub(crate) marks: crate::gate::MarkStore,
+    /// The user turn this actor's writes are recorded under.
+    pub(crate) turn: parking_lot::Mutex<Option<StdArc<str>>>,
+}
+
+impl ActorMeta {
+    /// The fence keys a fenced actor must stay inside.
+    pub(crate) fn grant_fence(&self) -> Option<&[(Key, Mode)]> {
+        match &self.scope {
+            Scope::Fenced(keys) => Some(keys),
+            _ => None,
+        }
+    }
+
+    fn outside_fence(&self, key: &Key) -> Error {
+        Error::OutsideFence {
+            path: key.path.clone(),
+            actor: self.name.to_string(),
+            fence: self
+                .grant_fence()
+                .unwrap_or_default()
+                .iter()
+                .map(|(k, _)| k.path.clone())
+                .collect(),
+        }
+    }
+
+    /// Resolves and validates a request's targets into a claim of `kind`.
+    ///
+    /// Rules: a read-only actor takes shared holds only; a key under a
+    /// read-only root is shared only; a fenced actor's exclusive keys (and
+    /// every key of its fences) lie inside its grant fence; `workspace()`
+    /// expands to the writable scope. Keys are merged.
+    pub(crate) fn claim(&self, targets: Vec<Target>, kind: HoldKind) -> Result<Claim> {
+        if targets.is_empty() {
+            return Err(Error::invalid("", "no targets were given"));
+        }
+        let mut keys = Vec::with_capacity(targets.len());
+        for target in &targets {
+            let mode = target.mode();
+            if mode == Mode::Exclusive && matches!(self.scope, Scope::ReadOnly) {
+                return Err(Error::ReadOnly {
+                    actor: self.name.to_string(),
+                    path: target.path().to_path_buf(),
+                });
+            }
+            if target.is_workspace() {
+                match &self.scope {
+                    Scope::Fenced(fence) => {
+                        keys.extend(fence.iter().map(|(k, m)| (k.clone(), (*m).min(mode))))
+                    }
+                    _ => keys.push((
+                        self.resolver.key_for(self.resolver.root.clone(), true),
+                        mode,
+                    )),
+                }
+                continue;
+            }
+            let (key, area) = self.resolver.resolve(target)?;
+            if area == Area::ReadOnly && mode == Mode::Exclusive {
+                return Err(Error::Policy {
+                    path: key.path,
+                    reason: "it lies under a read-only root".into(),
+                });
+            }
+            if let Some(fence) = self.grant_fence() {
+                let must_be_inside = mode == Mode::Exclusive || kind == HoldKind::Fence;
+                let inside = fence
+                    .iter()
+                    .any(|(f, m)| key::inside(&key, f) && *m >= mode);
+                if must_be_inside && !inside {
+                    return Err(self.outside_fence(&key));
+                }
+            }
+            keys.push((key, mode));
+        }
+        Ok(Claim {
+            owner: self.id,
+            lineage: self.lineage.clone(),
+            kind,
+            keys: key::merge(keys),
+        })
+    }
+}
+
+/// One agent of the session. Not `Clone`: dropping it releases its fences
+/// (its live call reservations stay until their guards drop; its children
+/// stay).
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+/// let fence = lead.fence([writ::Target::tree("vendor")])?;
+/// let reader = lead.child("reviewer", writ::Grant::read_only(dir.path()))?;
+/// let read = reader.try_admit([writ::Target::file("vendor/lib.rs").shared()])?; // reads pass fences
+/// assert!(reader.try_admit(["vendor/lib.rs"]).is_err()); // read-only
+/// # drop((fence, read)); Ok(()) }
+/// ```
+pub struct Actor {
+    pub(crate) sched: Scheduler,
+    pub(crate) meta: StdArc<ActorMeta>,
+}
+
+impl std::fmt::Debug for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Actor")
+            .field("id", &self.meta.id)
+            .field("name", &self.meta.name)
+            .field("root", &self.meta.resolver.root)
+            .field("scope", &self.meta.scope.kind())
+            .finish()
+    }
+}
+
+/// A prepared actor: its meta, grant fence claim and slot record.
+pub(crate) struct Prepared {
+    pub(crate) meta: StdArc<ActorMeta>,
+    pub(crate) claim: Claim,
+    pub(crate) record: ChildRecord,
+}
+
+fn collect<I>(targets: I) -> Vec<Target>
+where
+    I: IntoIterator,
+    I::Item: Into<Target>,
+{
+    targets.into_iter().map(Into::into).collect()
+}
+
+impl Actor {
+    /// Validates a grant against the parent (if any) and builds the actor's
+    /// meta and grant-fence claim. No lock is taken.
+    pub(crate) fn prepare(
+        sched: &Scheduler,
+        parent: Option<&ActorMeta>,
+        name: String,
+        grant: Grant,
+    ) -> Result<Prepared> {
+        let config = &sched.shared.config;
+        let root = key::canonical_root(&grant.root)?;
+        let read_roots = grant
+            .read_roots
+            .iter()
+            .map(|r| key::canonical_root(r))
+            .collect::<Result<Vec<_>>>()?;
+        let resolver = Resolver::new(root.clone(), read_roots, config.case, config.portable_names);
+        let read_only = matches!(grant.scope, GrantScope::ReadOnly);
+        if let Some(parent) = parent {
+            let root_key = parent.resolver.key_for(root.clone(), true);
+            if parent.resolver.area(&root_key) != Some(Area::Writable) {
+                return Err(Error::OutsideGrant {
+                    path: root,
+                    root: parent.resolver.root.clone(),
+                });
+            }
+            if matches!(parent.scope, Scope::ReadOnly) && !read_only {
+                return Err(Error::ReadOnly {
+                    actor: parent.name.to_string(),
+                    path: root,
+                });
+            }
+        }
+        let id = sched.shared.next_actor_id();
+        let lineage: Lineage = match parent {
+            Some(p) => p.lineage.iter().copied().chain([id]).collect(),
+            None => [id].into_iter().collect(),
+        };
+        let mut meta = ActorMeta {
+            id,
+            name: name.into(),
+            parent: parent.map(|p| p.id),
+            lineage: lineage.clone(),
+            resolver,
+            scope: match grant.scope {
+                GrantScope::ReadOnly => Scope::ReadOnly,
+                _ => Scope::Workspace,
+            },
+            marks: Default::default(),
+            turn: parking_lot::Mutex::new(parent.and_then(|p| p.turn.lock().clone())),
+        };
+        let claim = match grant.scope {
+            GrantScope::Fenced(targets) => {
+                let claim = meta.claim(targets, HoldKind::Fence)?;
+                meta.scope = Scope::Fenced(claim.keys.clone());
+                claim
+            }
+            _ => Claim {
+                owner: id,
+                lineage,
+                kind: HoldKind::Fence,
+                keys: Vec::new(),
+            },
+        };
+        // A writable child of a fenced actor is fenced inside its parent's fence.
+        if let (Some(parent), false) = (parent, read_only) {
+            if let Some(parent_fence) = parent.grant_fence() {
+                if claim.keys.is_empty() {
+                    return Err(parent.outside_fence(&meta.resolver.key_for(root.clone(), true)));
+                }
+                for (k, m) in &claim.keys {
+                    if !parent_fence
+                        .iter()
+                        .any(|(f, fm)| key::inside(k, f) && fm >= m)
+                    {
+                        return Err(parent.outside_fence(k));
+                    }
+                }
+            }
+        }
+        let record = ChildRecord {
+            id,
+            name: meta.name.clone(),
+            parent: meta.parent,
+            root,
+            scope: meta.scope.kind(),
+            counts_actor: parent.is_some(),
+            counts_writer: parent.is_some() && !read_only,
+        };
+        Ok(Prepared {
+            meta: StdArc::new(meta),
+            claim,
+            record,
+        })
+    }
+
+    pub(crate) fn create(
+        sched: &Scheduler,
+        parent: Option<&ActorMeta>,
+        name: String,
+        grant: Grant,
+    ) -> Result<Actor> {
+        let prepared = Actor::prepare(sched, parent, name, grant)?;
+        let Prepared {
+            meta,
+            claim,
+            record,
+        } = prepared;
+        sched.shared.with_state(|state, now| {
+            let need = Need::Child(record);
+            match state.blocker(&claim, &need, 0, None) {
+                None => {
+                    state.grant(
+                        claim,
+                        need,
+                        meta.name.clone(),
+                        Some("grant fence".into()),
+                        now,
+                    );
+                    tracing::debug!(actor = %meta.name, "actor created");
+                    (Ok(()), Vec::new())
+                }
+                Some(blocker) => {
+                    state.counters.refused += 1;
+                    (
+                        Err(refusal(state, &meta.resolver, &claim, blocker)),
+                        Vec::new(),
+                    )
+                }
+            }
+        })?;
+        Ok(Actor {
+            sched: sched.clone(),
+            meta,
+        })
+    }
+
+    /// This actor's name.
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    /// This actor's id (unique within the scheduler).
+    pub fn id(&self) -> ActorId {
+        self.meta.id
+    }
+
+    /// The canonical grant root.
+    pub fn root(&self) -> &Path {
+        &self.meta.resolver.root
+    }
+
+    /// The scheduler it belongs to.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    /// A child actor, try-only: `Err(NoSlot)` past a slot limit (or while a
+    /// `child_wait` is queued on it), `Err(Busy)` when its fence is contested.
+    pub fn child(&self, name: impl Into<String>, grant: Grant) -> Result<Actor> {
+        Actor::create(&self.sched, Some(&self.meta), name.into(), grant)
+    }
+
+    /// A child actor, waiting (fairly, cancel-safely) for a slot and its fence.
+    pub fn child_wait(&self, name: impl Into<String>, grant: Grant) -> Acquire<Actor> {
+        let prepared = Actor::prepare(&self.sched, Some(&self.meta), name.into(), grant);
+        Acquire::child(self, prepared)
+    }
+
+    /// A request builder: priority, label, `on_queued`, then try or wait.
+    pub fn request<I>(&self, targets: I) -> Request
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        Request::new(self, collect(targets))
+    }
+
+    /// Reserves every target at once, or returns `Err(Busy)` immediately.
+    pub fn try_admit<I>(&self, targets: I) -> Result<Reservation>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        self.request(targets).try_admit()
+    }
+
+    /// Waits until every target can be reserved at once.
+    ///
+    /// # Cancel safety
+    /// Dropping the future at any point leaves no hold and no waiter, and
+    /// wakes whoever it was blocking.
+    pub fn admit<I>(&self, targets: I) -> Acquire<Reservation>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        self.request(targets).admit()
+    }
+
+    /// [`Actor::admit`], giving up with `Error::Timeout` after `timeout`.
+    /// Needs a tokio runtime with the time driver.
+    pub fn admit_timeout<I>(&self, targets: I, timeout: Duration) -> Acquire<Reservation>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        self.request(targets).admit_timeout(timeout)
+    }
+
+    /// [`Actor::admit`] for threads outside an async runtime. Never call it
+    /// on a runtime's worker thread.
+    pub fn admit_blocking<I>(&self, targets: I) -> Result<Reservation>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        self.request(targets).admit_blocking()
+    }
+
+    /// [`Actor::admit_blocking`] with a timeout.
+    pub fn admit_blocking_timeout<I>(&self, targets: I, timeout: Duration) -> Result<Reservation>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        self.request(targets).admit_blocking_timeout(timeout)
+    }
+
+    /// An additional fence, try-only (`Err(Busy)` when contested).
+    pub fn fence<I>(&self, targets: I) -> Result<Fence>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        self.request(targets).fence()
+    }
+
+    /// An additional fence, waiting until it can be taken. Waiting while
+    /// holding fences can deadlock; the request that would close a cycle
+    /// fails with `Error::Deadlock`.
+    pub fn fence_wait<I>(&self, targets: I) -> Acquire<Fence>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        self.request(targets).fence_wait()
+    }
+}
+
+impl Drop for Actor {
+    fn drop(&mut self) {
+        let id = self.meta.id;
+        self.sched
+            .shared
+            .with_state(|state, now| ((), state.drop_actor(id, now)));
+        tracing::debug!(actor = %self.meta.name, "actor dropped");
+    }
+}
+
+/// Turns a blocker into the error a try-only request returns.
+pub(crate) fn refusal(
+    state: &State,
+    resolver: &Resolver,
+    claim: &Claim,
+    blocker: Blocker,
+) -> Error {
+    match blocker {
+        Blocker::Slots => Error::NoSlot {
+            limit: SlotLimit::MaxActors,
+            max: state.max_actors.unwrap_or(0),
+        },
+        Blocker::Writers => Error::NoSlot {
+            limit: SlotLimit::MaxWriters,
+            max: state.max_writers.unwrap_or(0),
+        },
+        other => match state.blocker_info(claim, other) {
+            Some(info) => {
+                tracing::debug!(path = %info.requested.display(), holder = %info.holder, "refused");
+                Error::Busy(crate::error::Busy {
+                    relative: resolver.relative(&info.requested),
+                    path: info.requested,
+                    blocker_path: info.blocker_path,
+                    holder: info.holder,
+                    kind: info.kind,
+                    mode: info.mode,
+                    label: info.label,
+                    age: Instant::now().saturating_duration_since(info.since),
+                    queued: info.queued,
+                })
+            }
+            None => Error::invalid("", "the blocking hold vanished"),
+        },
+    }
+}

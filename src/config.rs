@@ -1,0 +1,232 @@
+//! Scheduler configuration: a value built with chained setters.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::key::CaseMode;
+
+/// Decides whether a fence may grow to a path outside what its actor declared.
+///
+/// Asked outside the scheduler's lock, at most once per path for a fence's
+/// life. Closures `Fn(&str, &Path) -> bool` implement it.
+///
+/// ```
+/// let config = writ::Config::default()
+///     .approval(|actor: &str, path: &std::path::Path| actor == "lead" || path.ends_with("docs"));
+/// # let _ = config;
+/// ```
+pub trait Approval: Send + Sync {
+    /// May `actor` widen its fence to `path`?
+    fn approve(&self, actor: &str, path: &Path) -> bool;
+}
+
+impl<F> Approval for F
+where
+    F: Fn(&str, &Path) -> bool + Send + Sync,
+{
+    fn approve(&self, actor: &str, path: &Path) -> bool {
+        self(actor, path)
+    }
+}
+
+/// How hard a write tries to survive a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// fsync the temp file, the directory and the history (survives a power cut).
+    #[default]
+    Machine,
+    /// No fsync: survives a killed process, not a power cut. For tests and demos.
+    Process,
+}
+
+/// Everything a [`Scheduler`](crate::Scheduler) can be told.
+///
+/// ```
+/// use std::time::Duration;
+/// let config = writ::Config::default()
+///     .max_actors(6)
+///     .max_writers(3)
+///     .session("run-42")
+///     .file_op_wait(Duration::from_secs(2));
+/// assert_eq!(config.session_id(), "run-42");
+/// ```
+#[derive(Clone)]
+pub struct Config {
+    pub(crate) case: CaseMode,
+    pub(crate) portable_names: bool,
+    pub(crate) max_actors: Option<usize>,
+    pub(crate) max_writers: Option<usize>,
+    pub(crate) approval: Option<Arc<dyn Approval>>,
+    pub(crate) session: String,
+    pub(crate) file_op_wait: Option<Duration>,
+    pub(crate) history_dir: Option<PathBuf>,
+    pub(crate) snapshot_limit: u64,
+    pub(crate) durability: Durability,
+    pub(crate) refresh_mark_on_write: bool,
+    pub(crate) sensitive: Vec<String>,
+}
+
+/// The sensitive-name patterns refused by default (`*` matches any run of
+/// characters within one name).
+pub const DEFAULT_SENSITIVE: &[&str] = &[
+    ".env",
+    ".env.*",
+    "*.pem",
+    "*.key",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    "credentials",
+    "credentials.json",
+    ".git-credentials",
+    "*.p12",
+    "*.pfx",
+];
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            case: CaseMode::default(),
+            portable_names: true,
+            max_actors: None,
+            max_writers: None,
+            approval: None,
+            session: random_session_id(),
+            file_op_wait: None,
+            history_dir: None,
+            snapshot_limit: 16 * 1024 * 1024,
+            durability: Durability::Machine,
+            refresh_mark_on_write: false,
+            sensitive: DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+impl Config {
+    /// How paths compare (default: `Sensitive` on Linux, `Insensitive` on macOS and Windows).
+    pub fn case(mut self, case: CaseMode) -> Self {
+        self.case = case;
+        self
+    }
+
+    /// Refuse Windows reserved device names and trailing dots or spaces (default on).
+    pub fn portable_names(mut self, on: bool) -> Self {
+        self.portable_names = on;
+        self
+    }
+
+    /// At most `n` live child actors.
+    pub fn max_actors(mut self, n: usize) -> Self {
+        self.max_actors = Some(n);
+        self
+    }
+
+    /// At most `n` live child actors that may write.
+    pub fn max_writers(mut self, n: usize) -> Self {
+        self.max_writers = Some(n);
+        self
+    }
+
+    /// The hook asked before a fence grows outside what its actor declared.
+    pub fn approval(mut self, hook: impl Approval + 'static) -> Self {
+        self.approval = Some(Arc::new(hook));
+        self
+    }
+
+    /// The session id (default: random). It names run folders and history.
+    pub fn session(mut self, id: impl Into<String>) -> Self {
+        self.session = id.into();
+        self
+    }
+
+    /// The session id.
+    pub fn session_id(&self) -> &str {
+        &self.session
+    }
+
+    /// Make file operations wait up to `d` for a contested path instead of
+    /// returning `Busy` at once.
+    pub fn file_op_wait(mut self, d: Duration) -> Self {
+        self.file_op_wait = Some(d);
+        self
+    }
+
+    /// Where file history (blobs and journal) is kept; no history without it.
+    pub fn history_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.history_dir = Some(dir.into());
+        self
+    }
+
+    /// Files larger than this many bytes are not snapshotted; writing them
+    /// needs `Files::unprotected` (default 16 MiB).
+    pub fn snapshot_limit(mut self, bytes: u64) -> Self {
+        self.snapshot_limit = bytes;
+        self
+    }
+
+    /// fsync policy (default [`Durability::Machine`]).
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Let a successful write refresh the writer's read mark (default false:
+    /// consecutive edits need a re-read).
+    pub fn refresh_mark_on_write(mut self, on: bool) -> Self {
+        self.refresh_mark_on_write = on;
+        self
+    }
+
+    /// Replace the sensitive-name patterns (see [`DEFAULT_SENSITIVE`]).
+    pub fn sensitive_names<I, S>(mut self, patterns: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.sensitive = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("case", &self.case)
+            .field("portable_names", &self.portable_names)
+            .field("max_actors", &self.max_actors)
+            .field("max_writers", &self.max_writers)
+            .field("approval", &self.approval.as_ref().map(|_| "<hook>"))
+            .field("session", &self.session)
+            .field("file_op_wait", &self.file_op_wait)
+            .field("history_dir", &self.history_dir)
+            .field("snapshot_limit", &self.snapshot_limit)
+            .field("durability", &self.durability)
+            .field("refresh_mark_on_write", &self.refresh_mark_on_write)
+            .field("sensitive", &self.sensitive)
+            .finish()
+    }
+}
+
+/// A short id unlikely to repeat: time, process id and a counter, hashed.
+fn random_session_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    hasher.write_u32(std::process::id());
+    // Relaxed: uniqueness only needs each call to see a different value.
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    format!("{:012x}", hasher.finish() & 0xffff_ffff_ffff)
+}

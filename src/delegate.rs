@@ -1,0 +1,1 @@
+//! Delegated writers: opaque child processes run under a fence.

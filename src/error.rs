@@ -1,0 +1,397 @@
+//! The crate's one error type.
+//!
+//! Every `Display` is a full sentence addressed to whoever made the call,
+//! often a model: it says what happened and what to do next.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::table::HoldKind;
+
+/// A result whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in writ.
+///
+/// Every variant except [`Error::Busy`] is a struct variant; match them with
+/// `{ .. }` so that added fields do not break callers.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+/// match lead.try_admit(["../outside.txt"]) {
+///     Err(writ::Error::OutsideGrant { path, .. }) => assert!(path.ends_with("outside.txt")),
+///     other => panic!("expected OutsideGrant, got {other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A path is held (or queued for) by someone else; nothing was reserved.
+    #[error("{0}")]
+    Busy(Busy),
+
+    /// A waiting request gave up after its timeout; nothing was reserved.
+    #[error(
+        "gave up waiting for {} after {:.1?}; nothing was reserved. Retry later or choose other files.",
+        display_paths(paths),
+        waited
+    )]
+    Timeout {
+        /// The requested keys.
+        paths: Vec<PathBuf>,
+        /// How long the request waited.
+        waited: Duration,
+    },
+
+    /// Waiting would close a cycle in the wait-for graph; this request was refused.
+    #[error(
+        "refused to wait: it would deadlock with {} (the cycle is {}). Release a fence you hold, or ask for everything you need at once.",
+        cycle.iter().skip(1).map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", "),
+        cycle.iter().chain(cycle.first()).map(|n| format!("'{n}'")).collect::<Vec<_>>().join(" -> ")
+    )]
+    Deadlock {
+        /// The names of the actors in the cycle, starting with the requester.
+        cycle: Vec<String>,
+    },
+
+    /// The path resolves outside the actor's grant root.
+    #[error(
+        "{} is outside the workspace {} (after resolving `..` and symlinks); choose a path inside it.",
+        path.display(),
+        root.display()
+    )]
+    OutsideGrant {
+        /// The offending path (resolved as far as possible).
+        path: PathBuf,
+        /// The grant root it must lie in.
+        root: PathBuf,
+    },
+
+    /// The path lies outside the fence the actor or its parent holds.
+    #[error(
+        "{} is outside the fence of '{actor}' ({}); write only inside it, or ask the lead to widen the fence.",
+        path.display(),
+        display_paths(fence)
+    )]
+    OutsideFence {
+        /// The offending path.
+        path: PathBuf,
+        /// The actor whose fence was exceeded.
+        actor: String,
+        /// The fence it must lie in.
+        fence: Vec<PathBuf>,
+    },
+
+    /// The path is malformed, or not of the kind the operation needs.
+    #[error("invalid path {}: {reason}.", path.display())]
+    InvalidPath {
+        /// The path as given.
+        path: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// A slot limit is reached.
+    #[error(
+        "no free slot: {limit} is {max} and all are in use; wait for an agent to finish (child_wait) or try later."
+    )]
+    NoSlot {
+        /// Which limit.
+        limit: SlotLimit,
+        /// Its configured value.
+        max: usize,
+    },
+
+    /// A read-only actor asked for a write.
+    #[error(
+        "'{actor}' is read-only and cannot write {}; ask an actor with write access.",
+        path.display()
+    )]
+    ReadOnly {
+        /// The read-only actor.
+        actor: String,
+        /// The path it tried to write.
+        path: PathBuf,
+    },
+
+    /// A guard's owner is gone, so the guard no longer holds anything.
+    #[error("{what} was already released because its actor '{actor}' was dropped.")]
+    Released {
+        /// What was released ("fence", "reservation").
+        what: &'static str,
+        /// The actor that owned it.
+        actor: String,
+    },
+
+    /// The path policy refuses this access.
+    #[error("{} is not allowed: {reason}.", path.display())]
+    Policy {
+        /// The refused path.
+        path: PathBuf,
+        /// Which rule refused it.
+        reason: String,
+    },
+
+    /// A write to an existing file the actor has not read.
+    #[error(
+        "{} exists and you have not read it; read it first (for an append, reading its tail is enough), then retry.",
+        path.display()
+    )]
+    NotRead {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// A write to a file that changed since the actor's read.
+    #[error(
+        "{} changed since you read it{}; read it again and redo your edit on the current content (for an append, reading its tail is enough).",
+        path.display(),
+        match (writer, ago) {
+            (Some(w), Some(ago)) => format!(" ('{w}' wrote it {:.1?} ago)", ago),
+            (Some(w), None) => format!(" ('{w}' wrote it)"),
+            _ => " (changed outside writ)".to_string(),
+        }
+    )]
+    Stale {
+        /// The file.
+        path: PathBuf,
+        /// The actor whose write through writ produced the current content, if known.
+        writer: Option<String>,
+        /// How long ago that write happened, if known.
+        ago: Option<Duration>,
+    },
+
+    /// The file does not exist.
+    #[error("{} does not exist.", path.display())]
+    NotFound {
+        /// The missing file.
+        path: PathBuf,
+    },
+
+    /// `replace` found no occurrence of the text.
+    #[error(
+        "the text to replace was not found in {}; read the file again and copy the exact text.",
+        path.display()
+    )]
+    NoMatch {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// `replace` found the text more than once.
+    #[error(
+        "the text to replace occurs {count} times in {}; include more surrounding lines so it matches exactly once.",
+        path.display()
+    )]
+    AmbiguousMatch {
+        /// The file.
+        path: PathBuf,
+        /// How many times it occurs.
+        count: usize,
+    },
+
+    /// A rewind or redo would overwrite changes writ did not make.
+    #[error(
+        "rewind refused, nothing was touched: {} file(s) changed after the turn ({}). Resolve them or rewind in merge mode.",
+        conflicts.len(),
+        conflicts.iter().map(|c| c.path.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    RewindConflict {
+        /// One entry per conflicting path.
+        conflicts: Vec<crate::history::Conflict>,
+    },
+
+    /// No history is recorded for this turn.
+    #[error("no history is recorded for turn '{turn}'.")]
+    UnknownTurn {
+        /// The turn asked for.
+        turn: String,
+    },
+
+    /// History is not configured or cannot be used.
+    #[error("history is unavailable: {reason}.")]
+    History {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The approval hook refused to widen a fence.
+    #[error(
+        "widening the fence of '{actor}' to {} was not approved; stay inside the current fence.",
+        path.display()
+    )]
+    NotApproved {
+        /// The actor whose fence was to grow.
+        actor: String,
+        /// The path that was refused.
+        path: PathBuf,
+    },
+
+    /// Two unordered tasks of a plan write overlapping paths.
+    #[error(
+        "tasks '{first}' and '{second}' both write {} and neither depends on the other; add a dependency or split the files.",
+        path.display()
+    )]
+    PlanConflict {
+        /// One task.
+        first: String,
+        /// The other task.
+        second: String,
+        /// A path both write.
+        path: PathBuf,
+    },
+
+    /// A plan's dependencies form a cycle.
+    #[error("the plan's dependencies form a cycle through {}.", tasks.join(" -> "))]
+    PlanCycle {
+        /// Tasks on the cycle.
+        tasks: Vec<String>,
+    },
+
+    /// A plan is malformed.
+    #[error("invalid plan: {reason}.")]
+    InvalidPlan {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// A delegated command could not start.
+    #[error("could not start '{program}': {reason}; nothing was run and no fence is held.")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// An operating-system error on a path.
+    #[error("could not {op} {}: {source}.", path.display())]
+    Io {
+        /// What writ was doing.
+        op: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        Error::InvalidPath {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+fn display_paths(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Which slot limit refused a child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotLimit {
+    /// `Config::max_actors`: live child actors.
+    MaxActors,
+    /// `Config::max_writers`: live child actors that may write.
+    MaxWriters,
+}
+
+impl fmt::Display for SlotLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SlotLimit::MaxActors => "max_actors",
+            SlotLimit::MaxWriters => "max_writers",
+        })
+    }
+}
+
+/// Why a request was refused: who holds (or waits for) the contested path.
+///
+/// Its `Display` is meant to be handed to a model as the tool call's result.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+/// let parser = lead.child("parser", writ::Grant::workspace(dir.path()))?;
+/// let _held = parser.request(["lex.rs"]).label("write_file").try_admit()?;
+/// let Err(writ::Error::Busy(busy)) = lead.try_admit(["lex.rs"]) else { panic!() };
+/// assert_eq!(busy.holder, "parser");
+/// assert_eq!(busy.kind, writ::HoldKind::Call);
+/// assert!(busy.to_string().starts_with("lex.rs is being written by 'parser'"));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Busy {
+    /// The requester's key (absolute, canonical) that overlaps the blocker.
+    pub path: PathBuf,
+    /// The blocker's key, absolute.
+    pub blocker_path: PathBuf,
+    /// The name of the actor holding (or queued for) the path.
+    pub holder: String,
+    /// The blocker's kind (for a queued request: the kind it asked for).
+    pub kind: HoldKind,
+    /// The blocker's mode on the contested path.
+    pub mode: crate::key::Mode,
+    /// The blocker's label, if it has one.
+    pub label: Option<String>,
+    /// How long the blocker has held (or waited).
+    pub age: Duration,
+    /// True when the blocker is an earlier waiting request, not a hold.
+    pub queued: bool,
+    /// `path` relative to the requester's root, for messages.
+    pub relative: PathBuf,
+}
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::key::Mode;
+        let what = match (self.queued, self.kind, self.mode) {
+            (true, HoldKind::Call, Mode::Exclusive) => "is queued to be written by",
+            (true, HoldKind::Call, Mode::Shared) => "is queued to be read by",
+            (true, HoldKind::Fence, _) => "is queued to be fenced by",
+            (false, HoldKind::Call, Mode::Exclusive) => "is being written by",
+            (false, HoldKind::Call, Mode::Shared) => "is being read by",
+            (false, HoldKind::Fence, Mode::Exclusive) => "is fenced for writing by",
+            (false, HoldKind::Fence, Mode::Shared) => "is fenced against writes by",
+        };
+        write!(f, "{} {what} '{}'", self.relative.display(), self.holder)?;
+        let verb = if self.queued { "waiting" } else { "for" };
+        match &self.label {
+            Some(label) => write!(f, " ({label}, {verb} {:.1?})", self.age)?,
+            None => write!(f, " ({verb} {:.1?})", self.age)?,
+        }
+        f.write_str("; retry later or choose another file.")
+    }
+}
+
+impl From<Busy> for Error {
+    fn from(busy: Busy) -> Self {
+        Error::Busy(busy)
+    }
+}

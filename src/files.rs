@@ -1,0 +1,1 @@
+//! Transactional file operations through the scheduler.

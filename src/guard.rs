@@ -1,0 +1,322 @@
+//! Guards: a granted call ([`Reservation`]) or fence ([`Fence`]).
+//!
+//! Dropping a guard removes its hold under the lock and wakes, after
+//! unlocking, every waiter that can now proceed. Drop runs during a panic's
+//! unwinding too, and the lock never poisons, so a panicking tool call
+//! releases like any other.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc as StdArc;
+
+use crate::actor::{ActorMeta, refusal};
+use crate::error::{Error, Result};
+use crate::key::{self, Key, Mode, Target};
+use crate::queue::Need;
+use crate::scheduler::Scheduler;
+use crate::table::{Claim, HoldId, HoldKind};
+
+fn paths_of(sched: &Scheduler, hold: HoldId) -> Vec<PathBuf> {
+    let state = sched.shared.lock();
+    state
+        .table
+        .get(hold)
+        .map(|h| h.claim.keys.iter().map(|(k, _)| k.path.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// Adds `extra` to `hold`'s keys if the grown claim conflicts with nothing
+/// (no live hold but itself, no earlier waiter): all-or-nothing, try-only.
+fn grow(
+    sched: &Scheduler,
+    meta: &ActorMeta,
+    hold: HoldId,
+    extra: Claim,
+    what: &'static str,
+) -> Result<()> {
+    sched.shared.with_state(|state, _| {
+        let Some(current) = state.table.get(hold) else {
+            return (
+                Err(Error::Released {
+                    what,
+                    actor: meta.name.to_string(),
+                }),
+                Vec::new(),
+            );
+        };
+        let mut keys = current.claim.keys.clone();
+        keys.extend(extra.keys);
+        let grown = Claim {
+            keys: key::merge(keys),
+            ..current.claim.clone()
+        };
+        match state.blocker(&grown, &Need::Hold, 0, Some(hold)) {
+            Some(blocker) => {
+                state.counters.refused += 1;
+                (
+                    Err(refusal(state, &meta.resolver, &grown, blocker)),
+                    Vec::new(),
+                )
+            }
+            None => {
+                state.table.set_keys(hold, grown.keys);
+                (Ok(()), Vec::new())
+            }
+        }
+    })
+}
+
+/// One admitted tool call: an all-or-nothing hold on its paths, released
+/// when dropped.
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let a = sched.actor("a", writ::Grant::workspace(dir.path()))?;
+/// let mut call = a.try_admit(["x.rs"])?;
+/// call.extend(["y.rs"])?;        // try-only, all-or-nothing
+/// assert_eq!(call.paths().len(), 2);
+/// drop(call);                    // released; waiters woken
+/// assert!(sched.dump().holds.is_empty());
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a Reservation releases it at once"]
+pub struct Reservation {
+    sched: Scheduler,
+    meta: StdArc<ActorMeta>,
+    hold: HoldId,
+}
+
+impl Reservation {
+    pub(crate) fn new(sched: Scheduler, meta: StdArc<ActorMeta>, hold: HoldId) -> Self {
+        Reservation { sched, meta, hold }
+    }
+
+    /// The hold's id, as the dump shows it.
+    pub fn id(&self) -> HoldId {
+        self.hold
+    }
+
+    /// The reserved keys (absolute, resolved).
+    pub fn paths(&self) -> Vec<PathBuf> {
+        paths_of(&self.sched, self.hold)
+    }
+
+    /// Adds targets without waiting: all-or-nothing, `Err(Busy)` with nothing
+    /// added when any is contested. A call must never wait while it holds a
+    /// reservation (that is the shape of a deadlock); release and ask again
+    /// for the whole set instead.
+    pub fn extend<I>(&mut self, targets: I) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        let targets: Vec<Target> = targets.into_iter().map(Into::into).collect();
+        let extra = self.meta.claim(targets, HoldKind::Call)?;
+        grow(&self.sched, &self.meta, self.hold, extra, "reservation")
+    }
+
+    /// The name of the actor it belongs to.
+    pub fn actor(&self) -> &str {
+        &self.meta.name
+    }
+
+    pub(crate) fn meta(&self) -> &StdArc<ActorMeta> {
+        &self.meta
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let hold = self.hold;
+        self.sched
+            .shared
+            .with_state(|state, now| ((), state.release(hold, now)));
+    }
+}
+
+impl std::fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation")
+            .field("id", &self.hold)
+            .field("actor", &self.meta.name)
+            .finish()
+    }
+}
+
+/// An explicit fence: the right to write an area, for as long as it lives.
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+/// let other = sched.actor("other", writ::Grant::workspace(dir.path()))?;
+/// let mut fence = lead.fence(["src/"])?;
+/// fence.extend(["docs/"])?;               // all-or-nothing
+/// fence.narrow(["src/lex.rs"])?;          // keep only this; the rest is released
+/// assert!(other.try_admit(["docs/a.md"]).is_ok());
+/// assert!(other.try_admit(["src/lex.rs"]).is_err());
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a Fence releases it at once"]
+pub struct Fence {
+    sched: Scheduler,
+    meta: StdArc<ActorMeta>,
+    hold: HoldId,
+    /// What the actor declared: paths inside need no approval to widen to.
+    declared: Vec<Key>,
+    /// The approval hook's answers, asked once per path for the fence's life.
+    answers: HashMap<PathBuf, bool>,
+}
+
+impl Fence {
+    pub(crate) fn new(
+        sched: Scheduler,
+        meta: StdArc<ActorMeta>,
+        hold: HoldId,
+        _targets: Vec<Target>,
+    ) -> Self {
+        let declared = match meta.grant_fence() {
+            Some(fence) => fence.iter().map(|(k, _)| k.clone()).collect(),
+            None => {
+                let state = sched.shared.lock();
+                state
+                    .table
+                    .get(hold)
+                    .map(|h| h.claim.keys.iter().map(|(k, _)| k.clone()).collect())
+                    .unwrap_or_default()
+            }
+        };
+        Fence {
+            sched,
+            meta,
+            hold,
+            declared,
+            answers: HashMap::new(),
+        }
+    }
+
+    /// The hold's id, as the dump shows it.
+    pub fn id(&self) -> HoldId {
+        self.hold
+    }
+
+    /// The fenced keys (absolute, resolved).
+    pub fn paths(&self) -> Vec<PathBuf> {
+        paths_of(&self.sched, self.hold)
+    }
+
+    /// Widens the fence: all-or-nothing, `Err(Busy)` with nothing added when
+    /// contested. For a fenced actor, a target outside its grant fence is
+    /// `OutsideFence`. Paths outside what the actor declared are put to
+    /// `Config::approval` first (once per path); a refusal is `NotApproved`.
+    pub fn extend<I>(&mut self, targets: I) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        let targets: Vec<Target> = targets.into_iter().map(Into::into).collect();
+        let extra = self.meta.claim(targets, HoldKind::Fence)?;
+        if let Some(hook) = self.sched.shared.config.approval.clone() {
+            for (key, _) in &extra.keys {
+                if self.declared.iter().any(|d| key::inside(key, d)) {
+                    continue;
+                }
+                let approved = *self
+                    .answers
+                    .entry(key.path.clone())
+                    .or_insert_with(|| hook.approve(&self.meta.name, &key.path));
+                if !approved {
+                    return Err(Error::NotApproved {
+                        actor: self.meta.name.to_string(),
+                        path: key.path.clone(),
+                    });
+                }
+            }
+        }
+        grow(&self.sched, &self.meta, self.hold, extra, "fence")
+    }
+
+    /// Narrows the fence to `targets`, each of which must lie inside it (a
+    /// mode may only weaken), else `OutsideFence` and nothing changes. The
+    /// rest is released at once and waiters woken.
+    pub fn narrow<I>(&mut self, targets: I) -> Result<()>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        let targets: Vec<Target> = targets.into_iter().map(Into::into).collect();
+        let kept = self.meta.claim(targets, HoldKind::Fence)?;
+        let meta = self.meta.clone();
+        let hold = self.hold;
+        self.sched.shared.with_state(|state, now| {
+            let Some(current) = state.table.get(hold) else {
+                return (
+                    Err(Error::Released {
+                        what: "fence",
+                        actor: meta.name.to_string(),
+                    }),
+                    Vec::new(),
+                );
+            };
+            let outside = kept.keys.iter().find(|(k, m)| {
+                !current
+                    .claim
+                    .keys
+                    .iter()
+                    .any(|(f, fm)| key::inside(k, f) && fm >= m)
+            });
+            if let Some((key, _)) = outside {
+                let err = Error::OutsideFence {
+                    path: key.path.clone(),
+                    actor: meta.name.to_string(),
+                    fence: current
+                        .claim
+                        .keys
+                        .iter()
+                        .map(|(k, _)| k.path.clone())
+                        .collect(),
+                };
+                return (Err(err), Vec::new());
+            }
+            state.table.set_keys(hold, kept.keys);
+            (Ok(()), state.wake_locked(now))
+        })
+    }
+
+    /// The modes of the fenced keys.
+    pub fn modes(&self) -> Vec<(PathBuf, Mode)> {
+        let state = self.sched.shared.lock();
+        state
+            .table
+            .get(self.hold)
+            .map(|h| {
+                h.claim
+                    .keys
+                    .iter()
+                    .map(|(k, m)| (k.path.clone(), *m))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        let hold = self.hold;
+        self.sched
+            .shared
+            .with_state(|state, now| ((), state.release(hold, now)));
+    }
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fence")
+            .field("id", &self.hold)
+            .field("actor", &self.meta.name)
+            .finish()
+    }
+}

@@ -1,0 +1,86 @@
+//! writ keeps concurrent AI agents from destroying each other's work.
+//!
+//! Every file-mutating tool call of a multi-agent session goes through one
+//! [`Scheduler`]. A call is *admitted* with an all-or-nothing reservation on
+//! every path it will touch, or refused with a [`Busy`] a model can act on, or
+//! waits fairly. Long-lived fences and per-call reservations share one
+//! resource table; deadlocks between fence holders are refused, not waited on.
+//!
+//! # Brief overview
+//!
+//! - [`Scheduler`]: one per session, cloned to every child agent. [`Scheduler::dump`]
+//!   copies everything live into a [`Dump`] (JSON and a table).
+//! - [`Actor`]: one agent, made with a [`Grant`] (`workspace`, `fenced`,
+//!   `read_only`). It admits calls ([`Actor::try_admit`], [`Actor::admit`]),
+//!   takes fences ([`Actor::fence`]) and makes children ([`Actor::child`]).
+//! - [`Target`]: a path as a caller names it (`"src/"` is a tree); it becomes
+//!   a canonical key inside the grant root or an [`Error::OutsideGrant`].
+//! - [`Reservation`] and [`Fence`]: guards; dropping one releases its hold and
+//!   wakes whoever can now proceed.
+//! - [`Error`]: one enum; every message is a sentence a model can act on.
+//!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), writ::Error> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let root = dir.path();
+//! use writ::{Config, Grant, Scheduler, Target};
+//!
+//! let sched = Scheduler::new(Config::default());
+//! let lead = sched.actor("lead", Grant::workspace(root))?;
+//! let parser = lead.child("parser", Grant::fenced(root, ["src/parser/"]))?;
+//!
+//! // The child writes inside its fence; a sibling is refused there.
+//! let call = parser.try_admit(["src/parser/lex.rs"])?;
+//! let sibling = lead.child("docs", Grant::workspace(root))?;
+//! match sibling.try_admit(["src/parser/lex.rs"]) {
+//!     Err(writ::Error::Busy(busy)) => assert_eq!(busy.holder, "parser"),
+//!     other => panic!("expected Busy, got {other:?}"),
+//! }
+//! // Reads pass through fences and wait only for writes in progress.
+//! drop(call);
+//! let read = sibling.admit([Target::file("src/parser/lex.rs").shared()]).await?;
+//! println!("{}", sched.dump());
+//! # drop(read); Ok(()) }
+//! ```
+//!
+//! The full contract (conflict table, fairness, deadlock rules) is in
+//! `docs/DESIGN.md`; the module map is in `docs/ARCHITECTURE.md`.
+
+#![deny(missing_docs)]
+
+mod actor;
+mod config;
+mod deadlock;
+mod dump;
+mod error;
+mod guard;
+mod key;
+mod queue;
+mod request;
+mod scheduler;
+mod state;
+mod sync;
+mod table;
+
+pub mod delegate;
+mod files;
+mod gate;
+pub mod history;
+pub mod plan;
+mod policy;
+
+pub use actor::{Actor, Grant};
+pub use config::{Approval, Config, DEFAULT_SENSITIVE, Durability};
+pub use deadlock::WaitEdge;
+pub use dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slots, WaiterEntry};
+pub use error::{Busy, Error, Result, SlotLimit};
+pub use guard::{Fence, Reservation};
+pub use key::{CaseMode, Mode, Target, normalize_lexically};
+pub use queue::{WaitCause, WaiterId};
+pub use request::{Acquire, Request};
+pub use scheduler::Scheduler;
+pub use state::{Counters, ScopeKind};
+pub use table::{ActorId, HoldId, HoldKind};

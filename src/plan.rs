@@ -1,0 +1,1 @@
+//! Plan validation: unordered tasks must not write overlapping paths.

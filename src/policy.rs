@@ -1,0 +1,1 @@
+//! Path policy: read-write roots, read-only roots, sensitive names.

@@ -1,0 +1,522 @@
+//! Requests: the builder, and the future that waits for a grant.
+//!
+//! # Implementation details
+//!
+//! An [`Acquire`] goes through three phases. `Start` holds the prepared
+//! claim; its first poll takes the lock once and either grants (rules 1–3 of
+//! `docs/DESIGN.md`), refuses (try-only, or `Deadlock`), or queues itself with
+//! the task's waker. `Waiting` polls look for the grant that a wake-up scan
+//! left in the queue entry. `Drop` in the `Waiting` phase withdraws the entry
+//! under the lock (handing back a grant that was never picked up) and re-runs
+//! the wake-up scan, because the withdrawn request may have been blocking
+//! others.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc as StdArc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use crate::actor::{Actor, ActorMeta, Prepared, refusal};
+use crate::deadlock;
+use crate::error::{Error, Result};
+use crate::guard::{Fence, Reservation};
+use crate::key::Target;
+use crate::queue::{Need, WaitCause, WaiterId};
+use crate::scheduler::{Scheduler, wake_all};
+use crate::table::{Claim, HoldId, HoldKind};
+
+type OnQueued = Box<dyn FnOnce(&WaitCause) + Send + 'static>;
+
+/// A request being built: targets plus priority, label and `on_queued`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+/// let r = lead
+///     .request(["src/a.rs"])
+///     .priority(5)
+///     .label("write_file src/a.rs")
+///     .on_queued(|cause: &writ::WaitCause| eprintln!("{cause}"))
+///     .admit()
+///     .await?;
+/// assert_eq!(sched.dump().holds[0].label.as_deref(), Some("write_file src/a.rs"));
+/// # drop(r); Ok(()) }
+/// ```
+#[must_use = "a request does nothing until it is admitted"]
+pub struct Request {
+    sched: Scheduler,
+    meta: StdArc<ActorMeta>,
+    targets: Vec<Target>,
+    priority: i32,
+    label: Option<StdArc<str>>,
+    on_queued: Option<OnQueued>,
+}
+
+impl Request {
+    pub(crate) fn new(actor: &Actor, targets: Vec<Target>) -> Self {
+        Request {
+            sched: actor.sched.clone(),
+            meta: actor.meta.clone(),
+            targets,
+            priority: 0,
+            label: None,
+            on_queued: None,
+        }
+    }
+
+    /// Higher goes first among conflicting waiters (default 0).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// A label shown in the dump and in `Busy` messages (e.g. the tool call).
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(StdArc::from(label.into()));
+        self
+    }
+
+    /// Called once, outside the scheduler's lock, when the request starts
+    /// waiting, with the reason it waits.
+    pub fn on_queued(mut self, callback: impl FnOnce(&WaitCause) + Send + 'static) -> Self {
+        self.on_queued = Some(Box::new(callback));
+        self
+    }
+
+    fn acquire<T>(
+        self,
+        kind: HoldKind,
+        try_only: bool,
+        timeout: Option<Duration>,
+        make: Make,
+    ) -> Acquire<T> {
+        let ask = self.meta.claim(self.targets, kind).map(|claim| Ask {
+            claim,
+            need: Need::Hold,
+            priority: self.priority,
+            label: self.label,
+            try_only,
+        });
+        Acquire::new(self.sched, self.meta, ask, make, timeout, self.on_queued)
+    }
+
+    /// Reserves every target at once, or `Err(Busy)` immediately.
+    pub fn try_admit(self) -> Result<Reservation> {
+        let make = Make::Reservation(self.meta.clone());
+        poll_once(self.acquire(HoldKind::Call, true, None, make))
+    }
+
+    /// Waits until every target can be reserved at once (cancel-safe).
+    pub fn admit(self) -> Acquire<Reservation> {
+        let make = Make::Reservation(self.meta.clone());
+        self.acquire(HoldKind::Call, false, None, make)
+    }
+
+    /// [`Request::admit`] with a timeout (`Error::Timeout`); needs tokio's time driver.
+    pub fn admit_timeout(self, timeout: Duration) -> Acquire<Reservation> {
+        let make = Make::Reservation(self.meta.clone());
+        self.acquire(HoldKind::Call, false, Some(timeout), make)
+    }
+
+    /// Blocks the thread until admitted. Never call it on an async runtime thread.
+    pub fn admit_blocking(self) -> Result<Reservation> {
+        block_on(self.admit(), None)
+    }
+
+    /// Blocks the thread until admitted or `timeout` passes.
+    pub fn admit_blocking_timeout(self, timeout: Duration) -> Result<Reservation> {
+        block_on(self.admit(), Some(Instant::now() + timeout))
+    }
+
+    /// A fence on the targets, try-only.
+    pub fn fence(self) -> Result<Fence> {
+        let make = Make::Fence(self.meta.clone(), self.targets.clone());
+        poll_once(self.acquire(HoldKind::Fence, true, None, make))
+    }
+
+    /// A fence on the targets, waiting (cancel-safe; `Deadlock` if waiting would close a cycle).
+    pub fn fence_wait(self) -> Acquire<Fence> {
+        let make = Make::Fence(self.meta.clone(), self.targets.clone());
+        self.acquire(HoldKind::Fence, false, None, make)
+    }
+
+    /// A fence on the targets, waiting at most `timeout`.
+    pub fn fence_wait_timeout(self, timeout: Duration) -> Acquire<Fence> {
+        let make = Make::Fence(self.meta.clone(), self.targets.clone());
+        self.acquire(HoldKind::Fence, false, Some(timeout), make)
+    }
+}
+
+/// What a request asks the state for.
+pub(crate) struct Ask {
+    pub(crate) claim: Claim,
+    pub(crate) need: Need,
+    pub(crate) priority: i32,
+    pub(crate) label: Option<StdArc<str>>,
+    pub(crate) try_only: bool,
+}
+
+/// How to build the guard once granted.
+pub(crate) enum Make {
+    Reservation(StdArc<ActorMeta>),
+    Fence(StdArc<ActorMeta>, Vec<Target>),
+    Child(StdArc<ActorMeta>),
+}
+
+enum Phase {
+    Start(Result<Ask>),
+    Waiting { id: WaiterId, since: Instant },
+    Done,
+}
+
+/// A pending admission: resolves to a [`Reservation`], a [`Fence`] or a child
+/// [`Actor`].
+///
+/// It is `Send + 'static` and does not borrow the actor.
+///
+/// # Cancel safety
+/// Dropping it at any point leaves no hold and no waiter behind, and wakes
+/// the requests it was blocking.
+#[must_use = "futures do nothing unless awaited"]
+pub struct Acquire<T> {
+    sched: Scheduler,
+    requester: StdArc<ActorMeta>,
+    phase: Phase,
+    make: Option<Make>,
+    timeout: Option<Duration>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    on_queued: Option<OnQueued>,
+    paths: Vec<PathBuf>,
+    _output: PhantomData<fn() -> T>,
+}
+
+impl<T> Acquire<T> {
+    fn new(
+        sched: Scheduler,
+        requester: StdArc<ActorMeta>,
+        ask: Result<Ask>,
+        make: Make,
+        timeout: Option<Duration>,
+        on_queued: Option<OnQueued>,
+    ) -> Self {
+        let paths = match &ask {
+            Ok(ask) => ask.claim.keys.iter().map(|(k, _)| k.path.clone()).collect(),
+            Err(_) => Vec::new(),
+        };
+        Acquire {
+            sched,
+            requester,
+            phase: Phase::Start(ask),
+            make: Some(make),
+            timeout,
+            sleep: None,
+            on_queued,
+            paths,
+            _output: PhantomData,
+        }
+    }
+
+    /// The first poll: grant, refuse, or queue.
+    fn start(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<HoldId>>> {
+        let Phase::Start(ask) = std::mem::replace(&mut self.phase, Phase::Done) else {
+            unreachable!("start is only called in the Start phase");
+        };
+        let ask = match ask {
+            Ok(ask) => ask,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        let name = match &ask.need {
+            Need::Child(child) => child.name.clone(),
+            Need::Hold => self.requester.name.clone(),
+        };
+        let now = Instant::now();
+        let mut state = self.sched.shared.lock();
+        let Some(blocker) = state.blocker(&ask.claim, &ask.need, ask.priority, None) else {
+            let hold = state.grant(ask.claim, ask.need, name, ask.label, now);
+            drop(state);
+            tracing::debug!(actor = %self.requester.name, "admit");
+            return Poll::Ready(Ok(hold));
+        };
+        if ask.try_only {
+            state.counters.refused += 1;
+            let err = refusal(&state, &self.requester.resolver, &ask.claim, blocker);
+            return Poll::Ready(Err(err));
+        }
+        if let Some(cycle) =
+            deadlock::cycle_if_waiting(&state, self.requester.id, &ask.claim, ask.priority)
+        {
+            state.counters.deadlocks += 1;
+            let cycle: Vec<String> = cycle.into_iter().map(|a| state.actor_name(a)).collect();
+            drop(state);
+            tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused");
+            return Poll::Ready(Err(Error::Deadlock { cycle }));
+        }
+        let cause = state.cause(&ask.claim, blocker);
+        let id = state.enqueue(
+            self.requester.id,
+            self.requester.name.clone(),
+            ask.claim,
+            ask.need,
+            ask.priority,
+            ask.label,
+            now,
+            cx.waker().clone(),
+        );
+        drop(state);
+        self.phase = Phase::Waiting { id, since: now };
+        tracing::debug!(actor = %self.requester.name, %cause, "wait");
+        if let Some(callback) = self.on_queued.take() {
+            callback(&cause);
+        }
+        self.poll_deadline(cx)
+    }
+
+    fn poll_grant(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<HoldId>>> {
+        match self.phase {
+            Phase::Start(_) => self.start(cx),
+            Phase::Waiting { id, .. } => {
+                let mut state = self.sched.shared.lock();
+                if let Some(hold) = state.take_granted(id) {
+                    drop(state);
+                    self.phase = Phase::Done;
+                    return Poll::Ready(Ok(hold));
+                }
+                state.set_waker(id, cx.waker());
+                drop(state);
+                self.poll_deadline(cx)
+            }
+            Phase::Done => panic!("writ::Acquire polled after completion"),
+        }
+    }
+
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<HoldId>>> {
+        let Some(timeout) = self.timeout else {
+            return Poll::Pending;
+        };
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(self.give_up()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Stops waiting: a grant that already arrived wins; otherwise the entry
+    /// is withdrawn and the request fails with `Timeout`.
+    fn give_up(&mut self) -> Result<Option<HoldId>> {
+        let Phase::Waiting { id, since } = self.phase else {
+            return Err(Error::Timeout {
+                paths: self.paths.clone(),
+                waited: Duration::ZERO,
+            });
+        };
+        self.phase = Phase::Done;
+        let granted = self.sched.shared.with_state(|state, now| {
+            if let Some(hold) = state.take_granted(id) {
+                return (Some(hold), Vec::new());
+            }
+            state.counters.timed_out += 1;
+            (None, state.cancel(id, now))
+        });
+        match granted {
+            Some(hold) => Ok(hold),
+            None => {
+                tracing::debug!(actor = %self.requester.name, "timeout");
+                Err(Error::Timeout {
+                    paths: self.paths.clone(),
+                    waited: since.elapsed(),
+                })
+            }
+        }
+    }
+
+    fn finish(&mut self, hold: Option<HoldId>) -> Result<Made> {
+        let make = self.make.take().expect("an Acquire finishes once");
+        let sched = self.sched.clone();
+        Ok(match make {
+            Make::Reservation(meta) => Made::Reservation(Reservation::new(
+                sched,
+                meta,
+                hold.expect("a call always has keys"),
+            )),
+            Make::Fence(meta, targets) => {
+                let hold = hold.expect("a fence always has keys");
+                let fence = Fence::new(sched, meta, hold, targets);
+                // A fence granted after its actor was dropped would outlive
+                // the rule that an actor's drop releases its fences.
+                if !self.sched.shared.lock().is_live(self.requester.id) {
+                    let actor = self.requester.name.to_string();
+                    drop(fence);
+                    return Err(Error::Released {
+                        what: "fence",
+                        actor,
+                    });
+                }
+                Made::Fence(fence)
+            }
+            Make::Child(meta) => Made::Child(Actor { sched, meta }),
+        })
+    }
+}
+
+impl Acquire<Actor> {
+    pub(crate) fn child(parent: &Actor, prepared: Result<Prepared>) -> Self {
+        let (ask, make) = match prepared {
+            Ok(Prepared {
+                meta,
+                claim,
+                record,
+            }) => (
+                Ok(Ask {
+                    claim,
+                    need: Need::Child(record),
+                    priority: 0,
+                    label: Some(StdArc::from("grant fence")),
+                    try_only: false,
+                }),
+                Make::Child(meta),
+            ),
+            Err(e) => (Err(e), Make::Child(parent.meta.clone())),
+        };
+        Acquire::new(
+            parent.sched.clone(),
+            parent.meta.clone(),
+            ask,
+            make,
+            None,
+            None,
+        )
+    }
+}
+
+use seal::Made;
+
+mod seal {
+    /// What a finished acquisition built.
+    pub enum Made {
+        Reservation(super::Reservation),
+        Fence(super::Fence),
+        Child(super::Actor),
+    }
+
+    /// The guards an [`Acquire`](super::Acquire) can produce.
+    pub trait Granted: Sized {
+        #[doc(hidden)]
+        fn from_made(made: Made) -> Self;
+    }
+}
+
+impl seal::Granted for Reservation {
+    fn from_made(made: Made) -> Self {
+        match made {
+            Made::Reservation(r) => r,
+            _ => unreachable!("an Acquire<Reservation> makes reservations"),
+        }
+    }
+}
+impl seal::Granted for Fence {
+    fn from_made(made: Made) -> Self {
+        match made {
+            Made::Fence(f) => f,
+            _ => unreachable!("an Acquire<Fence> makes fences"),
+        }
+    }
+}
+impl seal::Granted for Actor {
+    fn from_made(made: Made) -> Self {
+        match made {
+            Made::Child(a) => a,
+            _ => unreachable!("an Acquire<Actor> makes actors"),
+        }
+    }
+}
+
+impl<T: seal::Granted> Future for Acquire<T> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match this.poll_grant(cx) {
+            Poll::Ready(Ok(hold)) => Poll::Ready(this.finish(hold).map(T::from_made)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T> Drop for Acquire<T> {
+    fn drop(&mut self) {
+        if let Phase::Waiting { id, .. } = self.phase {
+            self.phase = Phase::Done;
+            let wakers = {
+                let mut state = self.sched.shared.lock();
+                state.cancel(id, Instant::now())
+            };
+            wake_all(wakers);
+            tracing::debug!(actor = %self.requester.name, "cancelled");
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Acquire<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let phase = match self.phase {
+            Phase::Start(_) => "start",
+            Phase::Waiting { .. } => "waiting",
+            Phase::Done => "done",
+        };
+        f.debug_struct("Acquire")
+            .field("actor", &self.requester.name)
+            .field("phase", &phase)
+            .finish()
+    }
+}
+
+/// Polls a try-only acquisition once; it never returns `Pending`.
+fn poll_once<T: seal::Granted>(mut acquire: Acquire<T>) -> Result<T> {
+    let mut cx = Context::from_waker(Waker::noop());
+    match Pin::new(&mut acquire).poll(&mut cx) {
+        Poll::Ready(result) => result,
+        Poll::Pending => unreachable!("a try-only request never waits"),
+    }
+}
+
+struct ThreadWaker(std::thread::Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: StdArc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &StdArc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Drives an acquisition on the current thread, parking between polls.
+fn block_on<T: seal::Granted>(mut acquire: Acquire<T>, deadline: Option<Instant>) -> Result<T> {
+    let waker = Waker::from(StdArc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(result) = Pin::new(&mut acquire).poll(&mut cx) {
+            return result;
+        }
+        match deadline {
+            None => std::thread::park(),
+            Some(deadline) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    let hold = acquire.give_up()?;
+                    return acquire.finish(hold).map(T::from_made);
+                }
+                std::thread::park_timeout(deadline - now);
+            }
+        }
+    }
+}

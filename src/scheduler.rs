@@ -1,0 +1,143 @@
+//! The scheduler: one per session, shared by every actor.
+//!
+//! # Implementation details
+//!
+//! `Shared` holds the whole session state behind one mutex (from the `sync`
+//! shim, so loom can model it). Every operation takes the lock once, applies a
+//! rule of [`State`], collects the wakers of requests it granted, releases the
+//! lock and only then wakes them: no waker, callback or log call runs under
+//! the lock. Lock order: the state mutex is the only lock the scheduler takes;
+//! an actor's mark and turn mutexes are never held while taking it.
+
+use std::fmt;
+use std::task::Waker;
+use std::time::Instant;
+
+use crate::actor::{Actor, Grant};
+use crate::config::Config;
+use crate::dump::Dump;
+use crate::error::Result;
+use crate::state::State;
+use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::table::ActorId;
+
+/// What every handle of one scheduler shares.
+pub(crate) struct Shared {
+    /// The session's holds, queue, actors and counters; only touched while locked.
+    pub(crate) state: Mutex<State>,
+    pub(crate) config: Config,
+    /// Actor ids are allocated outside the lock (ids only need uniqueness).
+    next_actor: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    pub(crate) fn next_actor_id(&self) -> ActorId {
+        // Relaxed: ids need to be unique, not ordered with anything else.
+        ActorId(self.next_actor.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// Runs `f` under the lock, then wakes the wakers it returned.
+    pub(crate) fn with_state<R>(
+        &self,
+        f: impl FnOnce(&mut State, Instant) -> (R, Vec<Waker>),
+    ) -> R {
+        let now = Instant::now();
+        let (result, wakers) = {
+            let mut state = self.lock();
+            f(&mut state, now)
+        };
+        wake_all(wakers);
+        result
+    }
+}
+
+/// Wakes after the lock is released, so a woken task never contends with
+/// the thread that woke it.
+pub(crate) fn wake_all(wakers: Vec<Waker>) {
+    if !wakers.is_empty() {
+        tracing::debug!(count = wakers.len(), "wake");
+    }
+    for waker in wakers {
+        waker.wake();
+    }
+}
+
+/// A session's write scheduler. Cheap to clone; every clone is the same
+/// scheduler.
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let root = dir.path();
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let lead = sched.actor("lead", writ::Grant::workspace(root))?;
+/// let kid = lead.child("parser", writ::Grant::fenced(root, ["src/parser/"]))?;
+/// let call = kid.try_admit(["src/parser/lex.rs"])?;
+/// assert!(lead.try_admit(["src/parser/lex.rs"]).is_err()); // the child's fence
+/// drop(call);
+/// assert_eq!(sched.dump().holds.len(), 1); // the fence remains
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Scheduler {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Scheduler {
+    /// A new scheduler for one session.
+    pub fn new(config: Config) -> Self {
+        let state = State::new(config.max_actors, config.max_writers);
+        Scheduler {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                config,
+                next_actor: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// A root actor (the lead agent). It counts against no slot limit. A
+    /// fenced grant takes its fence try-only: `Err(Busy)` when contested.
+    pub fn actor(&self, name: impl Into<String>, grant: Grant) -> Result<Actor> {
+        Actor::create(self, None, name.into(), grant)
+    }
+
+    /// One consistent snapshot of everything live (one lock acquisition).
+    pub fn dump(&self) -> Dump {
+        let state = self.shared.lock();
+        Dump::capture(&state, &self.shared.config, Instant::now())
+    }
+
+    /// The configuration it was built with.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Panics when an internal invariant is broken: no two live holds
+    /// conflict, the queue is ordered, slot counts match, and no waiting
+    /// request is grantable (no lost wakeup). For tests and models.
+    #[doc(hidden)]
+    pub fn assert_invariants(&self) {
+        self.shared.lock().assert_invariants();
+    }
+}
+
+impl fmt::Debug for Scheduler {
+    /// Never blocks: a busy lock prints a placeholder.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("Scheduler");
+        s.field("session", &self.shared.config.session);
+        match self.shared.state.try_lock() {
+            Some(state) => s
+                .field("holds", &state.table.len())
+                .field("waiters", &state.queue.len())
+                .field("actors", &state.actors.len()),
+            None => s.field("state", &"<locked>"),
+        };
+        s.finish()
+    }
+}
