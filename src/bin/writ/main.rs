@@ -1,0 +1,3 @@
+//! The `writ` command: the demo and the history tools.
+
+fn main() {}
