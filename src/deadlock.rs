@@ -58,13 +58,13 @@ fn edges_of<'a>(
 pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
     let entries = state.queue.entries();
     let mut edges = Vec::new();
-    for (i, waiter) in entries.iter().enumerate() {
+    for (i, waiter) in entries.clone().enumerate() {
         if waiter.is_waiting() {
             edges.extend(edges_of(
                 state,
                 waiter.requester,
                 &waiter.claim,
-                entries[..i].iter(),
+                entries.clone().take(i),
             ));
         }
     }
@@ -80,13 +80,8 @@ pub(crate) fn cycle_if_waiting(
     claim: &Claim,
     priority: i32,
 ) -> Option<Vec<ActorId>> {
-    let new_edges: Vec<WaitEdge> = edges_of(
-        state,
-        requester,
-        claim,
-        state.queue.ahead_of(priority).iter(),
-    )
-    .collect();
+    let new_edges: Vec<WaitEdge> =
+        edges_of(state, requester, claim, state.queue.ahead_of(priority)).collect();
     if new_edges.is_empty() {
         return None;
     }

@@ -57,6 +57,7 @@ mod deadlock;
 mod dump;
 mod error;
 mod guard;
+mod index;
 mod key;
 mod queue;
 mod request;
@@ -65,6 +66,9 @@ mod state;
 mod sync;
 mod table;
 
+#[doc(hidden)]
+#[path = "bench_support.rs"]
+pub mod __bench;
 pub mod delegate;
 mod files;
 mod gate;
