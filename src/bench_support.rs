@@ -124,3 +124,47 @@ table_api!(NaiveTable);
 pub fn resolve(path: &Path) -> io::Result<PathBuf> {
     crate::key::resolve(path)
 }
+
+/// The synthetic workload of the benchmarks and the `scaling` example.
+///
+/// Live holds sit at a realistic depth (8 components), 100 files per
+/// directory: mostly exclusive calls on files, one in ten a shared call,
+/// one in ten a tree fence in another part of the repository; each belongs
+/// to its own actor. Probe requests name files no live hold touches, in
+/// directories that exist.
+pub mod workload {
+    use super::Request;
+
+    /// The repository the synthetic paths live in.
+    pub const REPO: &str = "/home/agent/work/repo";
+
+    /// The path of the `i`-th live hold's key.
+    pub fn live_path(i: usize) -> String {
+        format!("{REPO}/src/d{:04}/f{:03}.rs", i / 100, i % 100)
+    }
+
+    /// The `i`-th live hold.
+    pub fn live_request(i: usize) -> Request {
+        let owner = 1_000 + i as u64;
+        match i % 10 {
+            0 => Request::new(owner, &[&live_path(i)], false, false),
+            1 => Request::new(owner, &[&format!("{REPO}/vendor/v{i}/")], true, true),
+            _ => Request::new(owner, &[&live_path(i)], false, true),
+        }
+    }
+
+    /// `k` paths no live hold of a table of `live` touches.
+    pub fn probe_paths(k: usize, live: usize) -> Vec<String> {
+        let dirs = (live / 100).max(1);
+        (0..k)
+            .map(|m| format!("{REPO}/src/d{:04}/new{m}.rs", (m * 37) % dirs))
+            .collect()
+    }
+
+    /// An exclusive call on [`probe_paths`], by an actor of its own.
+    pub fn probe(k: usize, live: usize) -> Request {
+        let paths = probe_paths(k, live);
+        let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+        Request::new(1, &refs, false, true)
+    }
+}

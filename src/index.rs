@@ -1,4 +1,4 @@
-//! The path index: a trie over key components, with intention counts.
+//! The path index: a tree of paths with intention counts.
 //!
 //! # Implementation details
 //!
@@ -11,54 +11,67 @@
 //! of its key ([`Class`]), so "whose class clashes with mine" is one bit mask
 //! ([`Class::clashes`]).
 //!
-//! Every node stands for one path (the root node for the empty path; the
-//! component `/` is an ordinary child of it) and keeps the entries whose key
-//! is exactly that path. It also keeps, per class, how many entries lie
+//! Every node stands for one path: the root node for the empty path, every
+//! other node for a path of one or more components, spelled canonically
+//! ([`canonical`]: the components joined by `/`). A map from canonical path
+//! to node finds a node with one hash of the path, without walking from the
+//! root; each node links to its parent and its children. A node keeps the
+//! entries whose key is exactly its path, and per class how many entries lie
 //! strictly beneath it: the *intention counts*, named after the intention
-//! locks of hierarchical lock managers. A query walks the request key's
-//! components from the root:
+//! locks of hierarchical lock managers. A query for key `k`:
 //!
-//! 1. at every strict ancestor, only *tree* entries can overlap, and only
-//!    those of a class in the mask are visited (a bit test skips the rest);
-//! 2. at the key's own node, every entry of a class in the mask overlaps;
-//! 3. beneath it, entries overlap only when the request key is a tree; the
-//!    intention counts say which subtrees hold an entry of a class in the
-//!    mask, and only those are descended.
+//! 1. finds the node of `k`, or of its longest prefix that has one (one map
+//!    look-up, or two for a new file in a known directory);
+//! 2. climbs the parent links to the root, and at every strict ancestor of
+//!    `k` visits the *tree* entries of a class in the mask (a bit test skips
+//!    the others, so an ancestor without such entries costs one load);
+//! 3. at `k`'s own node visits every entry of a class in the mask;
+//! 4. beneath it, entries overlap only when `k` is a tree: the intention
+//!    counts say which subtrees hold a class of the mask, and only those are
+//!    descended.
 //!
-//! The walk stops as soon as the counts beneath the current node hold no
-//! class of the mask, or the key's next component has no node. So a query
-//! costs O(depth) hash look-ups plus the entries it reports (and, for a tree
-//! key, the nodes on the way to them); it never visits an entry on an
-//! unrelated path, however many there are. Insertion walks the same path,
-//! creating nodes; removal starts at the node the insertion returned and
-//! climbs parent links, so it hashes at most once (to unlink a node that
-//! became empty).
+//! So a query costs a map look-up or two, O(depth) parent hops, and the
+//! entries it reports (for a tree key, also the nodes on the way to them);
+//! it never visits an entry on an unrelated path, however many there are.
+//! Insertion does the same look-ups, creates missing nodes and climbs to
+//! add its counts; removal starts at the node insertion returned and climbs
+//! to take them back, without hashing.
 //!
-//! Components are compared as `Path::components` yields them, the way
-//! `Path::eq` and `Path::starts_with` compare, so the index agrees with
+//! A node that becomes empty is not unlinked at once but queued, and the
+//! oldest queued nodes are unlinked once more than [`SPARE_EMPTY`] wait: a
+//! path that is admitted, released and admitted again (the common case)
+//! then finds its node still there, and no admission pays for more than a
+//! few unlinks.
+//!
+//! Canonical paths compare as `Path::components` does, the way `Path::eq`
+//! and `Path::starts_with` compare, so the index agrees with
 //! [`crate::key::overlaps`] on every key, normalized or not.
 //!
 //! # Invariants (checked by [`Index::assert_consistent`])
 //!
-//! For every live node `n` and class `c`, tree flag `t`:
-//! - `n.at[c][t]` = number of entries in `n.entries` of class `c` and tree flag `t`;
+//! For every live node `n`, class `c` and tree flag `t`:
+//! - `n.at[2c + t]` = number of entries in `n.entries` of class `c`, tree flag `t`;
 //! - `n.below[c]` = number of entries of class `c` in nodes strictly beneath `n`;
-//! - bit `2c + t` of `n.at_bits` is set iff `n.at[c][t] > 0`;
+//! - bit `2c + t` of `n.at_bits` is set iff `n.at[2c + t] > 0`;
 //!   bit `c` of `n.below_bits` is set iff `n.below[c] > 0`;
-//! - `n.children[name] = m` iff `m.parent = n` and `m.name = name`;
-//! - every live node but the root has an entry or a child (empty nodes are
-//!   unlinked and put on the free list at once), so the number of live
-//!   nodes is at most the number of entries × depth, plus one.
+//! - `paths[n.path] = n` for every live node but the root, and no other key;
+//!   `n.path` = `canonical` of the parent's path joined with one component;
+//! - `nodes[n.parent].children[n.pos_in_parent] = n`;
+//! - `n.queued` iff `n` is in `empty` (once); every live node but the root
+//!   that has no entry and no child is queued; free nodes are not live.
 
-use std::collections::HashMap;
-use std::ffi::OsStr;
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
 use std::ops::ControlFlow;
+use std::path::Path;
+use std::sync::Arc;
 
 use crate::key::{Key, Mode};
 use crate::table::HoldKind;
 
-/// The hasher of the index's maps: fast on short strings and integers, and
-/// seeded per process, so path names cannot be chosen to collide on purpose.
+/// The hasher of the index's maps: fast on short byte strings and integers,
+/// and seeded per process, so path names cannot be chosen to collide on
+/// purpose.
 pub(crate) type Hasher = foldhash::fast::RandomState;
 
 /// A map with the index's hasher.
@@ -68,6 +81,16 @@ pub(crate) type FastMap<K, V> = HashMap<K, V, Hasher>;
 pub(crate) type NodeId = u32;
 
 const ROOT: NodeId = 0;
+
+/// How many empty nodes may wait to be unlinked (see the module docs).
+#[cfg(not(test))]
+pub(crate) const SPARE_EMPTY: usize = 1024;
+/// Small in tests, so that the property tests unlink nodes all the time.
+#[cfg(test)]
+pub(crate) const SPARE_EMPTY: usize = 3;
+
+/// How many queued nodes one removal may unlink at most.
+const UNLINK_BUDGET: usize = 4;
 
 /// A `(kind, mode)` pair as a number in `0..4`: one column of the conflict
 /// matrix.
@@ -140,6 +163,48 @@ impl Mask {
     }
 }
 
+/// The nodes of one claim's keys, in key order: up to four without
+/// allocating (most requests name one to four paths).
+#[derive(Debug, Default)]
+pub(crate) struct NodeList {
+    len: usize,
+    inline: [NodeId; 4],
+    heap: Vec<NodeId>,
+}
+
+impl NodeList {
+    pub(crate) fn as_slice(&self) -> &[NodeId] {
+        if self.len <= self.inline.len() {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+        self.heap.clear();
+    }
+}
+
+impl FromIterator<NodeId> for NodeList {
+    fn from_iter<T: IntoIterator<Item = NodeId>>(iter: T) -> Self {
+        let mut list = NodeList::default();
+        for node in iter {
+            if list.len < list.inline.len() {
+                list.inline[list.len] = node;
+            } else {
+                if list.heap.is_empty() {
+                    list.heap.extend_from_slice(&list.inline);
+                }
+                list.heap.push(node);
+            }
+            list.len += 1;
+        }
+        list
+    }
+}
+
 /// One key of one hold or waiter, stored at the key's node.
 #[derive(Debug, Clone, Copy)]
 struct Entry<I> {
@@ -148,36 +213,48 @@ struct Entry<I> {
     tree: bool,
 }
 
+/// `repr(C)`: the fields a climb reads and writes come first, in one cache
+/// line.
 #[derive(Debug)]
+#[repr(C)]
 struct Node<I> {
     /// The parent node (the root's parent is itself).
     parent: NodeId,
-    /// This node's component, as its parent's `children` map spells it.
-    name: Box<OsStr>,
-    children: FastMap<Box<OsStr>, NodeId>,
-    /// Entries whose key is exactly this node's path.
-    entries: Vec<Entry<I>>,
-    /// `at[2c + t]`: entries here of class `c` and tree flag `t`.
-    at: [u32; 8],
-    /// `below[c]`: entries of class `c` strictly beneath this node.
-    below: [u32; 4],
     /// Bit `2c + t` set iff `at[2c + t] > 0`.
     at_bits: u8,
     /// Bit `c` set iff `below[c] > 0`.
     below_bits: u8,
+    /// In `Index::empty`.
+    queued: bool,
+    /// Linked into the tree (not on the free list).
+    live: bool,
+    /// `below[c]`: entries of class `c` strictly beneath this node.
+    below: [u32; 4],
+    /// This node's position in its parent's `children`.
+    pos_in_parent: u32,
+    /// `at[2c + t]`: entries here of class `c` and tree flag `t`.
+    at: [u32; 8],
+    /// Entries whose key is exactly this node's path.
+    entries: Vec<Entry<I>>,
+    children: Vec<NodeId>,
+    /// The canonical path; also this node's key in `Index::paths`.
+    path: Arc<[u8]>,
 }
 
 impl<I> Node<I> {
-    fn new(parent: NodeId, name: Box<OsStr>, hasher: &Hasher) -> Self {
+    fn new(parent: NodeId, path: Arc<[u8]>) -> Self {
         Node {
             parent,
-            name,
-            children: HashMap::with_hasher(hasher.clone()),
-            entries: Vec::new(),
-            at: [0; 8],
-            below: [0; 4],
             at_bits: 0,
             below_bits: 0,
+            queued: false,
+            live: true,
+            pos_in_parent: 0,
+            at: [0; 8],
+            below: [0; 4],
+            entries: Vec::new(),
+            children: Vec::new(),
+            path,
         }
     }
 
@@ -191,7 +268,74 @@ impl<I> Node<I> {
     }
 }
 
-/// A trie of keys; see the module docs. `I` identifies an entry's owner
+/// A path spelled as its components joined by `/` (the root component is
+/// `/` itself): equal for two paths iff `Path::eq` says they are equal, and
+/// a prefix at a component boundary iff `Path::starts_with` says so. A path
+/// that is already spelled so (every key the resolver makes) is borrowed.
+pub(crate) fn canonical(path: &Path) -> Cow<'_, [u8]> {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if is_canonical(bytes) {
+        return Cow::Borrowed(bytes);
+    }
+    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
+    for component in path.components() {
+        if !out.is_empty() && out != b"/" {
+            out.push(b'/');
+        }
+        out.extend_from_slice(component.as_os_str().as_encoded_bytes());
+    }
+    Cow::Owned(out)
+}
+
+/// Whether `bytes` is already its components joined by `/`: no empty
+/// component (`//`, or a trailing `/` after something), and no `.` but a
+/// leading one (`/./`, or a trailing `/.`), which `Path::components` drops.
+fn is_canonical(bytes: &[u8]) -> bool {
+    let n = bytes.len();
+    let mut i = 0;
+    while i < n {
+        if bytes[i] == b'/' {
+            match bytes.get(i + 1) {
+                None => return n == 1,
+                Some(b'/') => return false,
+                Some(b'.') if matches!(bytes.get(i + 2), None | Some(b'/')) => return false,
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The length of the canonical path's parent (0 for the root node).
+fn parent_len(path: &[u8]) -> usize {
+    match path.iter().rposition(|&b| b == b'/') {
+        _ if path == b"/" => 0,
+        None => 0,
+        Some(0) => 1,
+        Some(i) => i,
+    }
+}
+
+/// The length of the prefix one component longer than `path[..len]`.
+fn next_len(path: &[u8], len: usize) -> usize {
+    let start = if len == 0 {
+        if path.first() == Some(&b'/') {
+            return 1;
+        }
+        0
+    } else if path[len - 1] == b'/' {
+        len // after the root component `/`
+    } else {
+        len + 1 // after a separator
+    };
+    match path[start..].iter().position(|&b| b == b'/') {
+        Some(i) => start + i,
+        None => path.len(),
+    }
+}
+
+/// A tree of paths; see the module docs. `I` identifies an entry's owner
 /// (a slot of the table or of the queue).
 #[derive(Debug)]
 pub(crate) struct Index<I> {
@@ -199,35 +343,48 @@ pub(crate) struct Index<I> {
     nodes: Vec<Node<I>>,
     /// Free positions in `nodes`, reused last-in first-out.
     free: Vec<NodeId>,
-    hasher: Hasher,
+    /// Every live node but the root, by canonical path.
+    paths: FastMap<Arc<[u8]>, NodeId>,
+    /// Nodes that were empty when queued, oldest first.
+    empty: VecDeque<NodeId>,
 }
 
 impl<I> Default for Index<I> {
     fn default() -> Self {
-        let hasher = Hasher::default();
         Index {
-            nodes: vec![Node::new(ROOT, Box::from(OsStr::new("")), &hasher)],
+            nodes: vec![Node::new(ROOT, Arc::from(&b""[..]))],
             free: Vec::new(),
-            hasher,
+            paths: HashMap::default(),
+            empty: VecDeque::new(),
         }
     }
 }
 
 impl<I: Copy + PartialEq> Index<I> {
+    fn node(&self, id: NodeId) -> &Node<I> {
+        &self.nodes[id as usize]
+    }
+
+    /// The node of `path[..len]` for the longest `len` that has one.
+    fn deepest(&self, path: &[u8]) -> (NodeId, usize) {
+        let mut len = path.len();
+        while len > 0 {
+            if let Some(&node) = self.paths.get(&path[..len]) {
+                return (node, len);
+            }
+            len = parent_len(&path[..len]);
+        }
+        (ROOT, 0)
+    }
+
     /// Adds `id`'s `key` of class `class`; returns the node to pass to
     /// [`Index::remove`].
     pub(crate) fn insert(&mut self, key: &Key, class: Class, id: I) -> NodeId {
-        let c = usize::from(class.0);
-        let mut node = ROOT;
-        for component in key.norm.components() {
-            let name = component.as_os_str();
-            let n = &mut self.nodes[node as usize];
-            n.below[c] += 1;
-            n.below_bits |= 1 << c;
-            node = match n.children.get(name) {
-                Some(&child) => child,
-                None => self.add_child(node, name),
-            };
+        let path = canonical(&key.norm);
+        let (mut node, mut len) = self.deepest(&path);
+        while len < path.len() {
+            len = next_len(&path, len);
+            node = self.add_child(node, &path[..len]);
         }
         let n = &mut self.nodes[node as usize];
         let slot = class.at_slot(key.tree);
@@ -238,27 +395,39 @@ impl<I: Copy + PartialEq> Index<I> {
         });
         n.at[slot] += 1;
         n.at_bits |= 1 << slot;
+        let c = usize::from(class.0);
+        let mut up = node;
+        while up != ROOT {
+            up = self.nodes[up as usize].parent;
+            let n = &mut self.nodes[up as usize];
+            n.below[c] += 1;
+            n.below_bits |= 1 << c;
+        }
         node
     }
 
-    fn add_child(&mut self, parent: NodeId, name: &OsStr) -> NodeId {
-        let name: Box<OsStr> = Box::from(name);
+    fn add_child(&mut self, parent: NodeId, path: &[u8]) -> NodeId {
+        let path: Arc<[u8]> = Arc::from(path);
         let child = match self.free.pop() {
             Some(free) => {
                 let n = &mut self.nodes[free as usize];
                 n.parent = parent;
-                n.name = name.clone();
+                n.live = true;
+                n.path = path.clone();
                 free
             }
             None => {
                 let id = NodeId::try_from(self.nodes.len())
                     .unwrap_or_else(|_| panic!("more than {} index nodes", NodeId::MAX));
-                self.nodes
-                    .push(Node::new(parent, name.clone(), &self.hasher));
+                self.nodes.push(Node::new(parent, path.clone()));
                 id
             }
         };
-        self.nodes[parent as usize].children.insert(name, child);
+        let siblings = &mut self.nodes[parent as usize].children;
+        let pos = u32::try_from(siblings.len()).unwrap_or(u32::MAX);
+        siblings.push(child);
+        self.nodes[child as usize].pos_in_parent = pos;
+        self.paths.insert(path, child);
         child
     }
 
@@ -266,7 +435,7 @@ impl<I: Copy + PartialEq> Index<I> {
     /// [`Index::insert`]). Returns false, changing nothing, when there is
     /// no such entry.
     pub(crate) fn remove(&mut self, node: NodeId, class: Class, tree: bool, id: I) -> bool {
-        let Some(n) = self.nodes.get_mut(node as usize) else {
+        let Some(n) = self.nodes.get_mut(node as usize).filter(|n| n.live) else {
             return false;
         };
         let Some(at) = n
@@ -292,19 +461,46 @@ impl<I: Copy + PartialEq> Index<I> {
                 n.below_bits &= !(1 << c);
             }
         }
-        self.prune(node);
+        self.queue_if_empty(node);
+        self.unlink_spare();
         true
     }
 
-    /// Unlinks `node` and its ancestors while they are empty.
-    fn prune(&mut self, mut node: NodeId) {
-        while node != ROOT && self.nodes[node as usize].is_empty() {
+    fn queue_if_empty(&mut self, node: NodeId) {
+        let n = &mut self.nodes[node as usize];
+        if node != ROOT && !n.queued && n.is_empty() {
+            n.queued = true;
+            self.empty.push_back(node);
+        }
+    }
+
+    /// Unlinks the oldest queued nodes that are still empty, while more
+    /// than [`SPARE_EMPTY`] are queued, at most [`UNLINK_BUDGET`] of them.
+    fn unlink_spare(&mut self) {
+        for _ in 0..UNLINK_BUDGET {
+            if self.empty.len() <= SPARE_EMPTY {
+                return;
+            }
+            let Some(node) = self.empty.pop_front() else {
+                return;
+            };
             let n = &mut self.nodes[node as usize];
-            let parent = n.parent;
-            let name = std::mem::replace(&mut n.name, Box::from(OsStr::new("")));
-            self.nodes[parent as usize].children.remove(&name);
+            n.queued = false;
+            if !n.live || !n.is_empty() {
+                continue;
+            }
+            n.live = false;
+            n.entries.clear();
+            let (parent, pos) = (n.parent, n.pos_in_parent as usize);
+            let path = std::mem::replace(&mut n.path, Arc::from(&b""[..]));
+            self.paths.remove(&path[..]);
+            let siblings = &mut self.nodes[parent as usize].children;
+            siblings.swap_remove(pos);
+            if let Some(&moved) = siblings.get(pos) {
+                self.nodes[moved as usize].pos_in_parent = pos as u32;
+            }
             self.free.push(node);
-            node = parent;
+            self.queue_if_empty(parent);
         }
     }
 
@@ -317,41 +513,49 @@ impl<I: Copy + PartialEq> Index<I> {
         mask: Mask,
         mut f: impl FnMut(I) -> ControlFlow<B>,
     ) -> ControlFlow<B> {
+        if !self.node(ROOT).holds_any(mask) {
+            return ControlFlow::Continue(());
+        }
+        let path = canonical(&key.norm);
+        let (node, len) = self.deepest(&path);
+        let exact = len == path.len();
+        // Rule 2: strict ancestors overlap through their tree entries.
         let tree_bits = mask.tree_bits();
-        let mut node = &self.nodes[ROOT as usize];
-        for component in key.norm.components() {
-            // Rule 1: a strict ancestor overlaps through its tree entries.
-            if node.at_bits & tree_bits != 0 {
-                for e in &node.entries {
+        let mut up = match (exact, node) {
+            (true, ROOT) => None,
+            (true, n) => Some(self.node(n).parent),
+            (false, n) => Some(n),
+        };
+        while let Some(a) = up {
+            let n = self.node(a);
+            if n.at_bits & tree_bits != 0 {
+                for e in &n.entries {
                     if e.tree && mask.has(e.class) {
                         f(e.id)?;
                     }
                 }
             }
-            // Nothing of the mask beneath: nothing further can overlap.
-            if node.below_bits & mask.0 == 0 {
-                return ControlFlow::Continue(());
-            }
-            match node.children.get(component.as_os_str()) {
-                Some(&child) => node = &self.nodes[child as usize],
-                None => return ControlFlow::Continue(()),
-            }
+            up = (a != ROOT).then_some(n.parent);
         }
-        // Rule 2: the key's own node; every entry there overlaps.
-        if node.at_bits & mask.any_bits() != 0 {
-            for e in &node.entries {
+        if !exact {
+            return ControlFlow::Continue(());
+        }
+        // Rule 3: the key's own node; every entry there overlaps.
+        let n = self.node(node);
+        if n.at_bits & mask.any_bits() != 0 {
+            for e in &n.entries {
                 if mask.has(e.class) {
                     f(e.id)?;
                 }
             }
         }
-        // Rule 3: beneath, only a tree key overlaps, and only the subtrees
+        // Rule 4: beneath, only a tree key overlaps, and only the subtrees
         // whose counts hold a class of the mask are descended.
-        if key.tree && node.below_bits & mask.0 != 0 {
-            let wanted = |c: &NodeId| self.nodes[*c as usize].holds_any(mask);
-            let mut stack: Vec<NodeId> = node.children.values().copied().filter(wanted).collect();
+        if key.tree && n.below_bits & mask.0 != 0 {
+            let wanted = |c: &NodeId| self.node(*c).holds_any(mask);
+            let mut stack: Vec<NodeId> = n.children.iter().copied().filter(wanted).collect();
             while let Some(id) = stack.pop() {
-                let n = &self.nodes[id as usize];
+                let n = self.node(id);
                 if n.at_bits & mask.any_bits() != 0 {
                     for e in &n.entries {
                         if mask.has(e.class) {
@@ -360,7 +564,7 @@ impl<I: Copy + PartialEq> Index<I> {
                     }
                 }
                 if n.below_bits & mask.0 != 0 {
-                    stack.extend(n.children.values().copied().filter(wanted));
+                    stack.extend(n.children.iter().copied().filter(wanted));
                 }
             }
         }
@@ -369,39 +573,25 @@ impl<I: Copy + PartialEq> Index<I> {
 
     /// Whether nothing is indexed.
     pub(crate) fn is_empty(&self) -> bool {
-        self.nodes[ROOT as usize].is_empty()
+        let root = self.node(ROOT);
+        root.entries.is_empty() && root.below_bits == 0
     }
 
-    /// Whether `node` is live and holds the entry `(id, class, key.tree)`
-    /// and stands for `key`'s path. For invariant checks.
+    /// Whether `node` is live, stands for `key`'s path and holds the entry
+    /// `(id, class, key.tree)`. For invariant checks.
     pub(crate) fn holds_entry(&self, node: NodeId, key: &Key, class: Class, id: I) -> bool {
-        let Some(n) = self.nodes.get(node as usize) else {
+        let Some(n) = self.nodes.get(node as usize).filter(|n| n.live) else {
             return false;
         };
-        if !n
-            .entries
-            .iter()
-            .any(|e| e.id == id && e.class == class && e.tree == key.tree)
-        {
-            return false;
-        }
-        // The node's path, read upwards, equals the key's components.
-        let mut names: Vec<&OsStr> = Vec::new();
-        let mut up = node;
-        while up != ROOT {
-            let n = &self.nodes[up as usize];
-            names.push(&n.name);
-            up = n.parent;
-        }
-        names.reverse();
-        names
-            .into_iter()
-            .eq(key.norm.components().map(|c| c.as_os_str()))
+        *n.path == *canonical(&key.norm)
+            && n.entries
+                .iter()
+                .any(|e| e.id == id && e.class == class && e.tree == key.tree)
     }
 
     /// The number of entries.
     pub(crate) fn len(&self) -> usize {
-        let root = &self.nodes[ROOT as usize];
+        let root = self.node(ROOT);
         (root.at.iter().sum::<u32>() + root.below.iter().sum::<u32>()) as usize
     }
 
@@ -411,13 +601,26 @@ impl<I: Copy + PartialEq> Index<I> {
         let free: std::collections::HashSet<NodeId> = self.free.iter().copied().collect();
         assert_eq!(free.len(), self.free.len(), "a node is freed twice");
         assert!(!free.contains(&ROOT), "the root is on the free list");
+        for &f in &free {
+            assert!(!self.node(f).live, "free node {f} is live");
+        }
+        let queued: std::collections::HashSet<NodeId> = self.empty.iter().copied().collect();
+        assert_eq!(queued.len(), self.empty.len(), "a node is queued twice");
+        for (id, n) in self.nodes.iter().enumerate() {
+            assert_eq!(
+                n.queued,
+                queued.contains(&(id as NodeId)),
+                "queued flag of {id}"
+            );
+        }
         let mut reachable = 0usize;
-        let total = self.check_node(ROOT, &free, &mut reachable);
+        let total = self.check_node(ROOT, &mut reachable);
         assert_eq!(
             reachable + free.len(),
             self.nodes.len(),
             "a node is neither reachable nor free"
         );
+        assert_eq!(self.paths.len() + 1, reachable, "paths map size");
         let sum: u32 = total.iter().sum();
         assert_eq!(sum as usize, self.len(), "len disagrees with the counts");
         sum as usize
@@ -425,17 +628,37 @@ impl<I: Copy + PartialEq> Index<I> {
 
     /// Checks `id`'s subtree; returns its entry counts per class (here and
     /// beneath).
-    fn check_node(
-        &self,
-        id: NodeId,
-        free: &std::collections::HashSet<NodeId>,
-        reachable: &mut usize,
-    ) -> [u32; 4] {
-        assert!(!free.contains(&id), "node {id} is reachable and free");
+    fn check_node(&self, id: NodeId, reachable: &mut usize) -> [u32; 4] {
         *reachable += 1;
-        let n = &self.nodes[id as usize];
+        let n = self.node(id);
+        assert!(n.live, "node {id} is reachable but not live");
         if id != ROOT {
-            assert!(!n.is_empty(), "node {id} is empty but still linked");
+            assert_eq!(self.paths.get(&n.path[..]), Some(&id), "paths[{id}]");
+            assert!(
+                !n.is_empty() || n.queued,
+                "node {id} is empty and not queued"
+            );
+            let parent = self.node(n.parent);
+            assert_eq!(
+                parent.children.get(n.pos_in_parent as usize),
+                Some(&id),
+                "pos of {id}"
+            );
+            assert_eq!(
+                parent_len(&n.path),
+                parent.path.len(),
+                "parent path of {id}"
+            );
+            assert_eq!(
+                &n.path[..parent.path.len()],
+                &parent.path[..],
+                "path of {id}"
+            );
+            assert_eq!(
+                next_len(&n.path, parent.path.len()),
+                n.path.len(),
+                "one component"
+            );
         }
         let mut at = [0u32; 8];
         for e in &n.entries {
@@ -446,11 +669,9 @@ impl<I: Copy + PartialEq> Index<I> {
             assert_eq!(n.at_bits & (1 << slot) != 0, *count > 0, "at_bits of {id}");
         }
         let mut below = [0u32; 4];
-        for (name, &child) in &n.children {
-            let c = &self.nodes[child as usize];
-            assert_eq!(c.parent, id, "parent link of node {child}");
-            assert_eq!(&*c.name, &**name, "name of node {child}");
-            let sub = self.check_node(child, free, reachable);
+        for &child in &n.children {
+            assert_eq!(self.node(child).parent, id, "parent link of node {child}");
+            let sub = self.check_node(child, reachable);
             for k in 0..4 {
                 below[k] += sub[k];
             }
@@ -538,6 +759,71 @@ mod tests {
             index.assert_consistent();
         }
         assert!(index.is_empty());
-        assert_eq!(index.nodes.len(), index.free.len() + 1);
+    }
+
+    #[test]
+    fn empty_nodes_are_unlinked_past_the_spare_count() {
+        let mut index: Index<usize> = Index::default();
+        let n = SPARE_EMPTY + 50;
+        for i in 0..n {
+            let key = k(&format!("/ws/d{}/f{i}", i % 7));
+            let node = index.insert(&key, Class(3), i);
+            assert!(index.remove(node, Class(3), false, i));
+        }
+        index.assert_consistent();
+        assert!(index.empty.len() <= SPARE_EMPTY + UNLINK_BUDGET);
+        assert!(
+            index.paths.len() <= SPARE_EMPTY + 16,
+            "{}",
+            index.paths.len()
+        );
+        // A node that was unlinked comes back on the next insert.
+        let node = index.insert(&k("/ws/d0/f0"), Class(0), 0);
+        assert!(index.holds_entry(node, &k("/ws/d0/f0"), Class(0), 0));
+        index.assert_consistent();
+    }
+
+    const SPELLINGS: [&str; 24] = [
+        "", "/", "//", "/a", "/a/", "//a//b", "/a/./b", "/a/.", "/.", "/./", "a", "a/b", "./a",
+        ".", "./", "./.", "a/./b/.", "/a/..", "/a/../b", "../a", "a//b/", "/a/b/c", "/ab", "/a/bc",
+    ];
+
+    #[test]
+    fn canonical_spelling_compares_as_path_does() {
+        for a in SPELLINGS {
+            let ca = canonical(Path::new(a));
+            let rebuilt: Vec<u8> = {
+                let mut out: Vec<u8> = Vec::new();
+                for c in Path::new(a).components() {
+                    if !out.is_empty() && out != b"/" {
+                        out.push(b'/');
+                    }
+                    out.extend_from_slice(c.as_os_str().as_encoded_bytes());
+                }
+                out
+            };
+            assert_eq!(&*ca, &rebuilt[..], "{a:?}");
+            for b in SPELLINGS {
+                let cb = canonical(Path::new(b));
+                assert_eq!(ca == cb, Path::new(a) == Path::new(b), "{a:?} == {b:?}");
+                // `b` starts with `a` iff `a`'s canonical spelling is one of
+                // the prefixes of `b`'s that the index walks through.
+                let mut prefixes = vec![0usize];
+                let mut len = 0;
+                while len < cb.len() {
+                    len = next_len(&cb, len);
+                    prefixes.push(len);
+                }
+                for w in prefixes.windows(2) {
+                    assert_eq!(parent_len(&cb[..w[1]]), w[0], "parent of {:?}", &cb[..w[1]]);
+                }
+                let walked = prefixes.iter().any(|&l| cb[..l] == *ca);
+                assert_eq!(
+                    walked,
+                    Path::new(b).starts_with(a),
+                    "{b:?} starts with {a:?}"
+                );
+            }
+        }
     }
 }

@@ -55,6 +55,9 @@ pub struct Target {
     path: PathBuf,
     shape: Shape,
     mode: Mode,
+    /// `path` is already resolved (absolute, canonical): made only by
+    /// [`Resolved`], so a caller cannot skip resolution by spelling.
+    resolved: bool,
 }
 
 impl Target {
@@ -64,6 +67,7 @@ impl Target {
             path: path.into(),
             shape: Shape::File,
             mode: Mode::Exclusive,
+            resolved: false,
         }
     }
 
@@ -73,6 +77,7 @@ impl Target {
             path: path.into(),
             shape: Shape::Tree,
             mode: Mode::Exclusive,
+            resolved: false,
         }
     }
 
@@ -84,6 +89,7 @@ impl Target {
             path: PathBuf::new(),
             shape: Shape::Workspace,
             mode: Mode::Exclusive,
+            resolved: false,
         }
     }
 
@@ -131,6 +137,7 @@ impl Target {
             shape: if tree { Shape::Tree } else { Shape::File },
             path,
             mode: Mode::Exclusive,
+            resolved: false,
         }
     }
 }
@@ -168,6 +175,77 @@ impl From<&PathBuf> for Target {
 impl From<&Target> for Target {
     fn from(t: &Target) -> Self {
         t.clone()
+    }
+}
+
+/// Targets resolved once, to be admitted many times.
+///
+/// Resolving a target (one `lstat` per path component, and a `readlink` per
+/// symlink) costs more than admitting it. A caller that admits the same
+/// paths again and again — a batch of edits to one file, a benchmark — can
+/// resolve them once with [`Actor::resolve`](crate::Actor::resolve) and
+/// pass the result (by reference) wherever targets are taken:
+/// `try_admit`, `admit`, `request`, `fence`.
+///
+/// # A snapshot of the file system
+///
+/// A resolved key names what the path resolved to *when it was resolved*.
+/// If a symlink on the way changes afterwards, the key does not follow it:
+/// two actors may then reserve one file under two keys. Every admission
+/// still checks the key, component by component, against the admitting
+/// actor's grant root (`OutsideGrant` otherwise), so a resolved key never
+/// names a path outside the root; and file operations through
+/// [`Files`](crate::Actor::files) resolve again, relative to directory
+/// handles, whatever was reserved. Resolve again when the tree may have
+/// changed. (For the same reason writ keeps no resolution cache of its own:
+/// an entry could not be trusted after a symlink changes without the very
+/// `lstat`s it was meant to save.)
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+/// let paths = lead.resolve(["src/lib.rs", "docs/"])?;   // resolved once
+/// for _ in 0..3 {
+///     let call = lead.try_admit(&paths)?;              // admitted many times
+///     assert_eq!(call.paths().len(), 2);
+/// }
+/// assert!(paths.targets()[1].is_tree());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    targets: Vec<Target>,
+}
+
+impl Resolved {
+    pub(crate) fn new(targets: Vec<Target>) -> Self {
+        Resolved { targets }
+    }
+
+    /// The resolved targets: absolute canonical paths, with the shape and
+    /// mode each was asked with.
+    pub fn targets(&self) -> &[Target] {
+        &self.targets
+    }
+}
+
+impl<'a> IntoIterator for &'a Resolved {
+    type Item = &'a Target;
+    type IntoIter = std::slice::Iter<'a, Target>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.targets.iter()
+    }
+}
+
+impl IntoIterator for Resolved {
+    type Item = Target;
+    type IntoIter = std::vec::IntoIter<Target>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.targets.into_iter()
     }
 }
 
@@ -576,6 +654,18 @@ impl Resolver {
     /// or a read-only root.
     pub(crate) fn resolve(&self, target: &Target) -> Result<(Key, Area)> {
         let given = target.path();
+        if target.resolved {
+            // Resolved earlier (by this or another actor): only the
+            // containment check is repeated, against this actor's roots.
+            let key = self.key_for(given.to_path_buf(), target.is_tree());
+            return match self.area(&key) {
+                Some(area) => Ok((key, area)),
+                None => Err(Error::OutsideGrant {
+                    path: key.path,
+                    root: self.root.clone(),
+                }),
+            };
+        }
         check_spelling(given, self.portable)?;
         let absolute = if given.is_absolute() {
             given.to_path_buf()
@@ -592,6 +682,21 @@ impl Resolver {
                 root: self.root.clone(),
             }),
         }
+    }
+
+    /// Resolves `target` into a resolved target (same shape and mode);
+    /// `workspace()` stays as it is, to expand when admitted.
+    pub(crate) fn resolve_target(&self, target: &Target) -> Result<Target> {
+        if target.is_workspace() || target.resolved {
+            return Ok(target.clone());
+        }
+        let (key, _) = self.resolve(target)?;
+        Ok(Target {
+            path: key.path,
+            shape: target.shape,
+            mode: target.mode,
+            resolved: true,
+        })
     }
 
     /// `path` relative to the root, for messages; absolute when outside.

@@ -82,7 +82,7 @@ pub use deadlock::WaitEdge;
 pub use dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slots, WaiterEntry};
 pub use error::{Busy, Error, Result, SlotLimit};
 pub use guard::{Fence, Reservation};
-pub use key::{CaseMode, Mode, Target, normalize_lexically};
+pub use key::{CaseMode, Mode, Resolved, Target, normalize_lexically};
 pub use queue::{WaitCause, WaiterId};
 pub use request::{Acquire, Request};
 pub use scheduler::Scheduler;

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::index::{Class, FastMap, Index, Mask, NodeId};
+use crate::index::{Class, FastMap, Index, Mask, NodeList};
 use crate::state::ChildRecord;
 use crate::table::{ActorId, Claim, HoldId, covers};
 
@@ -91,7 +91,7 @@ struct Slot {
     pos: Pos,
     /// `nodes[i]` is the index node of `waiter.claim.keys[i]` while the
     /// entry waits; empty once it is granted.
-    nodes: Vec<NodeId>,
+    nodes: NodeList,
 }
 
 /// The queue.
@@ -153,7 +153,7 @@ impl Queue {
                 slot
             }
         };
-        let mut nodes = Vec::new();
+        let mut nodes = NodeList::default();
         if waiter.is_waiting() {
             self.waiting += 1;
             nodes = waiter
@@ -181,12 +181,13 @@ impl Queue {
         }
         self.waiting -= 1;
         let claim = &s.waiter.claim;
-        for ((key, mode), node) in claim.keys.iter().zip(s.nodes.drain(..)) {
+        for ((key, mode), &node) in claim.keys.iter().zip(s.nodes.as_slice()) {
             let removed = self
                 .index
                 .remove(node, class_of(claim, *mode), key.tree, slot);
             debug_assert!(removed, "a waiting key was missing from the index");
         }
+        s.nodes.clear();
         self.children.remove(&s.pos);
     }
 
@@ -438,19 +439,19 @@ impl Queue {
             let claim = &s.waiter.claim;
             if !s.waiter.is_waiting() {
                 assert!(
-                    s.nodes.is_empty(),
+                    s.nodes.as_slice().is_empty(),
                     "granted {:?} is still indexed",
                     s.waiter.id
                 );
                 continue;
             }
             assert_eq!(
-                s.nodes.len(),
+                s.nodes.as_slice().len(),
                 claim.keys.len(),
                 "nodes of {:?}",
                 s.waiter.id
             );
-            for ((key, mode), &node) in claim.keys.iter().zip(&s.nodes) {
+            for ((key, mode), &node) in claim.keys.iter().zip(s.nodes.as_slice()) {
                 assert!(
                     self.index
                         .holds_entry(node, key, class_of(claim, *mode), *slot),

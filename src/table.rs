@@ -18,13 +18,14 @@
 //! whose cost does not grow with the number of unrelated live holds;
 //! [`naive::Table`] is the linear scan it must agree with.
 
+use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::index::{Class, FastMap, Index, NodeId};
+use crate::index::{Class, FastMap, Index, NodeId, NodeList};
 use crate::key::{Key, Mode, overlaps};
 
 /// An actor's identity. Ids are never reused within a scheduler.
@@ -116,13 +117,135 @@ pub(crate) struct Blocking {
     pub(crate) key: usize,
 }
 
+/// Hold ids to slots.
+///
+/// Ids are handed out in increasing order and most holds are short calls,
+/// so most look-ups are for recent ids: those are found in `window`, by
+/// subtraction, in memory that the last grants already touched. Ids that
+/// outlive the window (long-lived fences) move to `old`. A hash map alone
+/// would put every new id in a cold bucket once there are many holds.
+///
+/// Invariants (checked by [`IdMap::assert_invariants`]):
+/// - `window[i]` is the slot of id `base + i`, or `NONE` when that id is
+///   not live; the window neither starts nor ends with `NONE`;
+/// - `in_window` = number of entries of `window` that are not `NONE`;
+/// - `old` holds exactly the live ids below `base`;
+/// - `window.len() <= 2 * in_window + SLACK`.
+#[derive(Debug, Default)]
+struct IdMap {
+    base: u64,
+    window: VecDeque<u32>,
+    in_window: usize,
+    old: FastMap<u64, u32>,
+}
+
+impl IdMap {
+    const NONE: u32 = u32::MAX;
+    /// Small in tests, so that the property tests move ids to `old`.
+    const SLACK: usize = if cfg!(test) { 2 } else { 64 };
+
+    /// Records `id` (greater than every id recorded before) in `slot`.
+    fn insert(&mut self, id: HoldId, slot: u32) {
+        if self.window.is_empty() {
+            self.base = id.0;
+        }
+        let at = (id.0 - self.base) as usize;
+        while self.window.len() < at {
+            self.window.push_back(Self::NONE);
+        }
+        self.window.push_back(slot);
+        self.in_window += 1;
+        self.compact();
+    }
+
+    /// While the window is too sparse, its oldest ids move to the map.
+    fn compact(&mut self) {
+        while self.window.len() > 2 * self.in_window + Self::SLACK {
+            if let Some(slot) = self.window.pop_front() {
+                if slot != Self::NONE {
+                    self.old.insert(self.base, slot);
+                    self.in_window -= 1;
+                }
+                self.base += 1;
+            }
+        }
+        self.trim();
+    }
+
+    fn position(&self, id: HoldId) -> Option<usize> {
+        let at = id.0.checked_sub(self.base)?;
+        usize::try_from(at)
+            .ok()
+            .filter(|&at| at < self.window.len())
+    }
+
+    fn get(&self, id: HoldId) -> Option<u32> {
+        match self.position(id) {
+            Some(at) => Some(self.window[at]).filter(|&s| s != Self::NONE),
+            None => self.old.get(&id.0).copied(),
+        }
+    }
+
+    fn remove(&mut self, id: HoldId) -> Option<u32> {
+        let Some(at) = self.position(id) else {
+            return self.old.remove(&id.0);
+        };
+        let slot = std::mem::replace(&mut self.window[at], Self::NONE);
+        if slot == Self::NONE {
+            return None;
+        }
+        self.in_window -= 1;
+        self.trim();
+        self.compact();
+        Some(slot)
+    }
+
+    /// Drops `NONE`s from both ends.
+    fn trim(&mut self) {
+        while self.window.back() == Some(&Self::NONE) {
+            self.window.pop_back();
+        }
+        while self.window.front() == Some(&Self::NONE) {
+            self.window.pop_front();
+            self.base += 1;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.in_window + self.old.len()
+    }
+
+    fn assert_invariants(&self) {
+        let live = self.window.iter().filter(|&&s| s != Self::NONE).count();
+        assert_eq!(live, self.in_window, "in_window");
+        assert_ne!(
+            self.window.front(),
+            Some(&Self::NONE),
+            "window starts with NONE"
+        );
+        assert_ne!(
+            self.window.back(),
+            Some(&Self::NONE),
+            "window ends with NONE"
+        );
+        assert!(
+            self.old.keys().all(|&id| id < self.base),
+            "old id in the window"
+        );
+        assert!(
+            self.window.len() <= 2 * self.in_window + Self::SLACK,
+            "window too sparse"
+        );
+    }
+}
+
 /// A live hold in its slot, with the index nodes of its keys.
 #[derive(Debug)]
 struct Live {
     id: HoldId,
     hold: Hold,
     /// `nodes[i]` is the index node of `hold.claim.keys[i]`.
-    nodes: Vec<NodeId>,
+    nodes: NodeList,
 }
 
 /// The live holds, indexed by path.
@@ -151,7 +274,7 @@ pub(crate) struct Table {
     slots: Vec<Option<Live>>,
     /// Free positions in `slots`.
     free: Vec<u32>,
-    ids: FastMap<HoldId, u32>,
+    ids: IdMap,
     index: Index<u32>,
     /// Fence holds per owner, so dropping an actor does not scan every hold.
     fences: FastMap<ActorId, Vec<HoldId>>,
@@ -202,11 +325,17 @@ impl Table {
     }
 
     pub(crate) fn remove(&mut self, id: HoldId) -> Option<Hold> {
-        let slot = self.ids.remove(&id)?;
+        let slot = self.ids.remove(id)?;
         let live = self.slots.get_mut(slot as usize)?.take()?;
         self.free.push(slot);
         let claim = &live.hold.claim;
-        Self::unindex(&mut self.index, slot, claim.kind, &claim.keys, &live.nodes);
+        Self::unindex(
+            &mut self.index,
+            slot,
+            claim.kind,
+            &claim.keys,
+            live.nodes.as_slice(),
+        );
         if claim.kind == HoldKind::Fence {
             if let Some(owned) = self.fences.get_mut(&claim.owner) {
                 owned.retain(|&f| f != id);
@@ -219,7 +348,7 @@ impl Table {
     }
 
     fn live(&self, id: HoldId) -> Option<&Live> {
-        let slot = *self.ids.get(&id)?;
+        let slot = self.ids.get(id)?;
         self.slots.get(slot as usize)?.as_ref()
     }
 
@@ -229,7 +358,7 @@ impl Table {
 
     /// Replaces a hold's keys (fence widen/narrow, reservation extend).
     pub(crate) fn set_keys(&mut self, id: HoldId, keys: Vec<(Key, Mode)>) -> bool {
-        let Some(&slot) = self.ids.get(&id) else {
+        let Some(slot) = self.ids.get(id) else {
             return false;
         };
         let Some(live) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
@@ -241,7 +370,7 @@ impl Table {
             slot,
             kind,
             &live.hold.claim.keys,
-            &live.nodes,
+            live.nodes.as_slice(),
         );
         live.nodes = keys
             .iter()
@@ -350,6 +479,7 @@ impl Table {
             .filter_map(|(slot, l)| Some((slot as u32, l.as_ref()?)))
             .collect();
         assert_eq!(live.len(), self.ids.len(), "ids and slots disagree");
+        self.ids.assert_invariants();
         let mut free = self.free.clone();
         free.sort_unstable();
         let empty: Vec<u32> = (0..self.slots.len() as u32)
@@ -359,10 +489,15 @@ impl Table {
         let mut keys = 0usize;
         let mut fences: std::collections::BTreeMap<ActorId, Vec<HoldId>> = Default::default();
         for (slot, l) in &live {
-            assert_eq!(self.ids.get(&l.id), Some(slot), "ids[{:?}]", l.id);
+            assert_eq!(self.ids.get(l.id), Some(*slot), "ids[{:?}]", l.id);
             let claim = &l.hold.claim;
-            assert_eq!(claim.keys.len(), l.nodes.len(), "nodes of {:?}", l.id);
-            for ((key, mode), &node) in claim.keys.iter().zip(&l.nodes) {
+            assert_eq!(
+                claim.keys.len(),
+                l.nodes.as_slice().len(),
+                "nodes of {:?}",
+                l.id
+            );
+            for ((key, mode), &node) in claim.keys.iter().zip(l.nodes.as_slice()) {
                 assert!(
                     self.index
                         .holds_entry(node, key, Class::of(claim.kind, *mode), *slot),
@@ -631,7 +766,7 @@ pub(crate) mod strategies {
     }
 
     pub(crate) fn keys() -> impl Strategy<Value = Vec<(Key, Mode)>> {
-        prop::collection::vec((key(), mode()), 1..=3)
+        prop::collection::vec((key(), mode()), 1..=5)
     }
 
     pub(crate) fn claim() -> impl Strategy<Value = Claim> {
