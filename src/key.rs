@@ -10,8 +10,10 @@
 //! The comparison helpers ([`overlaps`], [`inside`], [`merge`],
 //! [`normalize_lexically`]) are pure and do no I/O.
 
+use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::io;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
@@ -385,7 +387,6 @@ pub(crate) fn fold(path: &Path, case: CaseMode) -> PathBuf {
             Some(s) => PathBuf::from(s.to_lowercase()),
             None => {
                 // Not UTF-8: fold the ASCII letters only, keeping every byte.
-                use std::os::unix::ffi::OsStringExt;
                 let mut bytes = path.as_os_str().as_encoded_bytes().to_vec();
                 bytes.make_ascii_lowercase();
                 PathBuf::from(OsString::from_vec(bytes))
@@ -459,14 +460,24 @@ const MAX_SYMLINKS: usize = 40;
 ///
 /// A `..` that climbs back out of the missing remainder makes the next
 /// component existing again, so it is checked (and followed) too.
+///
+/// Cost: one `readlink` per component of the existing prefix (as the C
+/// library's `realpath` does), and no allocation per component. `readlink`
+/// answers "not a symlink" (`EINVAL`), "missing" (`ENOENT`, `ENOTDIR`) or
+/// the link's target in one call, where `lstat` would need a second call
+/// for a link and fills a larger structure. Nothing is cached: an entry
+/// could only be trusted after the very checks it would save, since any
+/// component may become a symlink at any time.
 pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
     debug_assert!(path.is_absolute());
-    let mut pending: Vec<OsString> = Vec::new();
-    let mut resolved = PathBuf::new();
+    // Components still to resolve, the next one last. Borrowed from `path`;
+    // a symlink's target adds owned ones.
+    let mut pending: Vec<Cow<'_, OsStr>> = Vec::with_capacity(16);
+    let mut resolved = PathBuf::with_capacity(path.as_os_str().len() + 16);
     for component in path.components().rev() {
         match component {
             Component::Prefix(_) | Component::RootDir => {}
-            other => pending.push(other.as_os_str().to_os_string()),
+            other => pending.push(Cow::Borrowed(other.as_os_str())),
         }
     }
     // The root (and on Windows the prefix) of `path`.
@@ -478,11 +489,12 @@ pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
     }
     let mut missing = 0usize; // trailing components of `resolved` that do not exist
     let mut links = 0usize;
+    let mut buf = [0u8; 256];
     while let Some(name) = pending.pop() {
-        if name == "." {
+        if *name == *"." {
             continue;
         }
-        if name == ".." {
+        if *name == *".." {
             resolved.pop();
             missing = missing.saturating_sub(1);
             continue;
@@ -492,13 +504,12 @@ pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
             missing += 1;
             continue;
         }
-        match std::fs::symlink_metadata(&resolved) {
-            Ok(meta) if meta.file_type().is_symlink() => {
+        match read_link(&resolved, &mut buf) {
+            Ok(Some(target)) => {
                 links += 1;
                 if links > MAX_SYMLINKS {
                     return Err(io::Error::other("too many levels of symbolic links"));
                 }
-                let target = std::fs::read_link(&resolved)?;
                 resolved.pop();
                 if target.is_absolute() {
                     resolved = PathBuf::new();
@@ -509,12 +520,12 @@ pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
                         Component::Prefix(_) | Component::RootDir => {
                             resolved.push(component.as_os_str())
                         }
-                        other => prefix.push(other.as_os_str().to_os_string()),
+                        other => prefix.push(Cow::Owned(other.as_os_str().to_os_string())),
                     }
                 }
                 pending.extend(prefix.into_iter().rev());
             }
-            Ok(_) => {}
+            Ok(None) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(20) => {
                 // ENOTDIR: a component under a regular file cannot exist either.
                 missing = 1;
@@ -523,6 +534,22 @@ pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
         }
     }
     Ok(resolved)
+}
+
+/// The target of `path` if it is a symlink, `None` if it exists and is
+/// not one. `buf` holds short targets without allocating.
+fn read_link(path: &Path, buf: &mut [u8; 256]) -> io::Result<Option<PathBuf>> {
+    use std::os::unix::ffi::OsStrExt;
+    match rustix::fs::readlinkat_raw(rustix::fs::CWD, path, &mut *buf) {
+        Ok(len) if len < buf.len() => Ok(Some(PathBuf::from(OsStr::from_bytes(&buf[..len])))),
+        // Possibly cut short: read it again, whole.
+        Ok(_) => {
+            let target = rustix::fs::readlink(path, Vec::new())?;
+            Ok(Some(PathBuf::from(OsString::from_vec(target.into_bytes()))))
+        }
+        Err(rustix::io::Errno::INVAL) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The file system's case behaviour at `root`, found by looking up an entry
