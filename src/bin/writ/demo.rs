@@ -80,6 +80,10 @@ fn module_file(root: &Path, agent: usize, i: usize) -> PathBuf {
         .join(format!("part-{i}.txt"))
 }
 
+fn sub_file(root: &Path, agent: usize, i: usize) -> PathBuf {
+    root.join("modules").join(format!("agent-{agent}")).join("sub").join(format!("part-{i}.txt"))
+}
+
 fn prepare(root: &Path, agents: usize) -> std::io::Result<()> {
     fs::create_dir_all(root.join("shared"))?;
     for i in 0..SHARED_FILES {
@@ -93,6 +97,7 @@ fn prepare(root: &Path, agents: usize) -> std::io::Result<()> {
         )?;
         for i in 0..2 {
             fs::write(module_file(root, agent, i), "")?;
+            fs::write(sub_file(root, agent, i), "")?;
         }
     }
     Ok(())
@@ -129,11 +134,7 @@ fn pick(rng: &mut Rng, root: &Path, role: Role, agents: usize, call: usize) -> P
         }
         Role::Shared { .. } => shared_file(root, rng.below(SHARED_FILES as u64) as usize),
         Role::Module { agent } => module_file(root, agent, rng.below(2) as usize),
-        Role::Sub { agent } => root
-            .join("modules")
-            .join(format!("agent-{agent}"))
-            .join("sub")
-            .join(format!("part-{}.txt", rng.below(2))),
+        Role::Sub { agent } => sub_file(root, agent, rng.below(2) as usize),
     }
 }
 
