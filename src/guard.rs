@@ -122,6 +122,7 @@ impl Reservation {
         &self.meta.name
     }
 
+    #[allow(dead_code)] // used by the file tools
     pub(crate) fn meta(&self) -> &StdArc<ActorMeta> {
         &self.meta
     }

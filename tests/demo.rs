@@ -5,19 +5,33 @@ use std::process::Command;
 #[test]
 fn demo_loses_no_update_with_writ() {
     let output = Command::new(env!("CARGO_BIN_EXE_writ"))
-        .args(["demo", "--agents", "4", "--calls", "40", "--seed", "3", "--json"])
+        .args([
+            "demo", "--agents", "4", "--calls", "40", "--seed", "3", "--json",
+        ])
         .output()
         .expect("the writ binary runs");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let outcome: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
     assert_eq!(outcome["with_writ"]["lost_updates"], 0);
     // 4 agents: 2 optimistic (1 worker each), 2 fenced (2 parallel workers and a sub-agent each).
     let workers = 2 + 2 * 3;
     let writes = outcome["with_writ"]["writes"].as_u64().unwrap();
     let refused_by_fence = outcome["admission"]["refused_by_fence"].as_u64().unwrap();
-    assert_eq!(writes + refused_by_fence, workers * 40, "every call either wrote or was refused by a fence");
+    assert_eq!(
+        writes + refused_by_fence,
+        workers * 40,
+        "every call either wrote or was refused by a fence"
+    );
     assert_eq!(outcome["admission"]["deadlocks_refused"], 1);
-    assert!(outcome["dump"]["holds"].as_array().is_some_and(|h| !h.is_empty()));
+    assert!(
+        outcome["dump"]["holds"]
+            .as_array()
+            .is_some_and(|h| !h.is_empty())
+    );
 }
 
 #[test]

@@ -81,7 +81,10 @@ fn module_file(root: &Path, agent: usize, i: usize) -> PathBuf {
 }
 
 fn sub_file(root: &Path, agent: usize, i: usize) -> PathBuf {
-    root.join("modules").join(format!("agent-{agent}")).join("sub").join(format!("part-{i}.txt"))
+    root.join("modules")
+        .join(format!("agent-{agent}"))
+        .join("sub")
+        .join(format!("part-{i}.txt"))
 }
 
 fn prepare(root: &Path, agents: usize) -> std::io::Result<()> {
@@ -256,11 +259,14 @@ fn futures_poll_once<F: std::future::Future + ?Sized>(
     }
 }
 
+/// A dump and its table, taken mid-run.
+type Snapshot = (writ::Dump, String);
+
 fn run_with(
     opts: &Options,
     root: &Path,
     bar: &ProgressBar,
-) -> Result<(RunResult, Admission, Option<(writ::Dump, String)>), writ::Error> {
+) -> Result<(RunResult, Admission, Option<Snapshot>), writ::Error> {
     bar.set_message("with writ");
     let sched = Scheduler::new(Config::default());
     let lead = sched.actor("lead", Grant::workspace(root))?;
@@ -297,7 +303,7 @@ fn run_with(
     let retried = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let total = (workers.len() * opts.calls) as u64;
-    let snapshot: Arc<Mutex<Option<(writ::Dump, String)>>> = Arc::new(Mutex::new(None));
+    let snapshot: Arc<Mutex<Option<Snapshot>>> = Arc::new(Mutex::new(None));
     let barrier = Arc::new(Barrier::new(workers.len()));
     let start = Instant::now();
     std::thread::scope(|scope| {
