@@ -1,6 +1,8 @@
 //! The `writ` command: the demo and the history tools.
 
 mod demo;
+#[allow(dead_code)]
+mod demo_plan;
 mod rng;
 
 use std::process::ExitCode;
