@@ -537,3 +537,9 @@ fn first_conflict(claims: &[Claim], ancestors: &Ancestors) -> Option<Conflict> {
         path,
     })
 }
+
+/// The examples of `docs/ORCHESTRATION.md`, compiled and run with the
+/// doctests so that the guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/ORCHESTRATION.md")]
+pub struct OrchestrationGuide;
