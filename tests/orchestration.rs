@@ -770,6 +770,28 @@ fn approval_is_asked_once_per_path_outside_what_was_declared() {
 }
 
 #[test]
+fn approval_answers_follow_the_case_mode() {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let hook = {
+        let asked = asked.clone();
+        move |_: &str, _: &Path| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            true
+        }
+    };
+    let (_dir, root, sched) = setup(
+        Config::default()
+            .case(writ::CaseMode::Insensitive)
+            .approval(hook),
+    );
+    let lead = sched.actor("lead", Grant::workspace(&root)).unwrap();
+    let mut fence = lead.fence(["src/"]).unwrap();
+    fence.extend(["Docs/"]).unwrap();
+    fence.extend(["docs/"]).unwrap(); // the same path under Insensitive
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+}
+
+#[test]
 fn approval_hook_is_asked_outside_the_lock() {
     let cell: Arc<OnceLock<Scheduler>> = Arc::default();
     let hook = {
