@@ -1,7 +1,6 @@
 //! The `writ` command: the demo and the history tools.
 
 mod demo;
-#[allow(dead_code)]
 mod demo_plan;
 mod rng;
 
@@ -33,17 +32,22 @@ enum Command {
         /// Print the outcome as JSON.
         #[arg(long)]
         json: bool,
+        /// Instead: validate a task plan, refused and then fixed.
+        #[arg(long, conflicts_with = "json")]
+        plan: bool,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo { plan: true, .. } => run_plan_demo(),
         Command::Demo {
             agents,
             calls,
             seed,
             json,
+            ..
         } => {
             if agents == 0 || calls == 0 {
                 eprintln!("writ demo: --agents and --calls must be at least 1");
@@ -80,6 +84,22 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+fn run_plan_demo() -> ExitCode {
+    let result = tempfile::tempdir()
+        .map_err(|e| e.to_string())
+        .and_then(|dir| demo_plan::run(dir.path()).map_err(|e| e.to_string()));
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("writ demo --plan: {e}");
+            ExitCode::FAILURE
         }
     }
 }
