@@ -484,3 +484,17 @@ fn spawn_error(program: &OsStr, reason: impl Into<String>) -> Error {
         reason: reason.into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let run = Run::new("claude");
+        assert_eq!(run.timeout, Duration::from_secs(600));
+        assert_eq!(run.grace, Duration::from_secs(2));
+        assert_eq!(run.tail, 64 * 1024);
+        assert!(run.env.is_empty() && run.inherit.is_empty());
+    }
+}

@@ -784,6 +784,52 @@ async fn every_run_gets_its_own_folder() {
 }
 
 #[tokio::test]
+async fn a_run_folder_left_by_an_earlier_process_is_never_reused() {
+    let w = ws().await;
+    // Ids restart in every process; a fixed session name meets old folders.
+    for id in 1..=300 {
+        write(
+            w.root.join(format!(".writ-runs/t-lead-{id}/TASK.md")),
+            "an old task",
+        );
+    }
+    let report = w.lead.delegate(sh("true").task("new")).await.unwrap();
+    let id: u64 = report
+        .run_dir
+        .to_str()
+        .unwrap()
+        .rsplit('-')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(id > 300, "{:?}", report.run_dir);
+    for id in 1..=300 {
+        let old = w.root.join(format!(".writ-runs/t-lead-{id}/TASK.md"));
+        assert_eq!(fs::read_to_string(old).unwrap(), "an old task");
+    }
+}
+
+#[tokio::test]
+async fn a_contested_fence_starts_nothing() {
+    let w = ws().await;
+    fs::create_dir(w.root.join("src")).unwrap();
+    let sibling = w.lead.child("sibling", Grant::workspace(&w.root)).unwrap();
+    let _fence = sibling.fence(["src/"]).unwrap();
+    match w
+        .lead
+        .delegate(sh("touch ../../started").project_dir("src"))
+        .await
+    {
+        Err(Error::Busy(busy)) => assert_eq!(busy.holder, "sibling"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    assert!(!w.root.join("started").exists(), "the command never ran");
+    assert!(!w.root.join(".writ-runs").exists(), "nothing was created");
+    assert_eq!(w.sched.dump().holds.len(), 1, "only the sibling's fence");
+}
+
+#[tokio::test]
 async fn a_fenced_actor_delegates_inside_its_own_fence_only() {
     let w = ws().await;
     fs::create_dir_all(w.root.join("src/p")).unwrap();

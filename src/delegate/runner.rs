@@ -146,7 +146,12 @@ fn open_run(actor: &Actor, base: &Path, projects: &[PathBuf]) -> Result<Opened> 
                     created_runs,
                 });
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                // Left by an earlier process of the same session name (ids
+                // restart in every process): move past every id in use.
+                skip_past_existing(&runs, &format!("{session}-{who}-"));
+                continue;
+            }
             Err(e) => {
                 if created_runs {
                     let _ = fs::remove_dir(&runs);
@@ -163,6 +168,29 @@ fn open_run(actor: &Actor, base: &Path, projects: &[PathBuf]) -> Result<Opened> 
             "every candidate name was taken",
         ),
     ))
+}
+
+/// Raises the run id counter past every `<prefix><id>` folder in `runs`.
+fn skip_past_existing(runs: &Path, prefix: &str) {
+    let Ok(entries) = fs::read_dir(runs) else {
+        return;
+    };
+    let highest = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            name.to_str()?.strip_prefix(prefix)?.parse::<u64>().ok()
+        })
+        .max();
+    if let Some(highest) = highest {
+        // Relaxed: ids only need to be distinct; the exclusive mkdir decides.
+        NEXT_RUN.fetch_max(highest, Ordering::Relaxed);
+    }
+}
+
+/// `message` with the root spelled `.`, so host paths stay out of reports.
+fn hide_root(message: &str, root: &Path) -> String {
+    message.replace(root.to_string_lossy().as_ref(), ".")
 }
 
 /// Appends a line to the log; best effort (the log is a record, not a
@@ -624,7 +652,10 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
             Vec::new()
         }
         Err(git::GitError::Failed(why)) => {
-            notes.push(format!("commits could not be read: {why}"));
+            notes.push(format!(
+                "commits could not be read: {}",
+                hide_root(&why, &root)
+            ));
             Vec::new()
         }
     };
@@ -739,7 +770,10 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
         Ok(commits) => commits,
         Err(git::GitError::Missing) => Vec::new(),
         Err(git::GitError::Failed(why)) => {
-            notes.push(format!("commits could not be read: {why}"));
+            notes.push(format!(
+                "commits could not be read: {}",
+                hide_root(&why, &root)
+            ));
             Vec::new()
         }
     };
