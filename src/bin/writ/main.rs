@@ -1,6 +1,7 @@
 //! The `writ` command: the demo and the history tools.
 
 mod demo;
+mod demo_delegate;
 mod demo_plan;
 mod rng;
 
@@ -33,8 +34,11 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Instead: validate a task plan, refused and then fixed.
-        #[arg(long, conflicts_with = "json")]
+        #[arg(long, conflicts_with_all = ["json", "delegate"])]
         plan: bool,
+        /// Instead: run a fake coding agent as a fenced delegated writer.
+        #[arg(long, conflicts_with = "json")]
+        delegate: bool,
     },
 }
 
@@ -42,6 +46,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo { plan: true, .. } => run_plan_demo(),
+        Command::Demo { delegate: true, .. } => run_delegate_demo(),
         Command::Demo {
             agents,
             calls,
@@ -99,6 +104,24 @@ fn run_plan_demo() -> ExitCode {
         }
         Err(e) => {
             eprintln!("writ demo --plan: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_delegate_demo() -> ExitCode {
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .and_then(|runtime| runtime.block_on(demo_delegate::run()));
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("writ demo --delegate: {e}");
             ExitCode::FAILURE
         }
     }
