@@ -196,9 +196,8 @@ impl From<&Target> for Target {
 /// two actors may then reserve one file under two keys. Every admission
 /// still checks the key, component by component, against the admitting
 /// actor's grant root (`OutsideGrant` otherwise), so a resolved key never
-/// names a path outside the root; and file operations through
-/// [`Files`](crate::Actor::files) resolve again, relative to directory
-/// handles, whatever was reserved. Resolve again when the tree may have
+/// names a path outside the root; and the file operations resolve again,
+/// relative to directory handles, whatever was reserved. Resolve again when the tree may have
 /// changed. (For the same reason writ keeps no resolution cache of its own:
 /// an entry could not be trusted after a symlink changes without the very
 /// `lstat`s it was meant to save.)

@@ -67,6 +67,15 @@ impl Waiter {
     }
 }
 
+/// What a granted entry hands over to become a hold.
+pub(crate) struct Granting {
+    pub(crate) claim: Claim,
+    pub(crate) need: Need,
+    /// The hold's actor name (for a child, the child's).
+    pub(crate) name: Arc<str>,
+    pub(crate) label: Option<Arc<str>>,
+}
+
 /// A request's place in queue order: higher priority first, then arrival.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Pos {
@@ -238,10 +247,7 @@ impl Queue {
     /// hands over its claim (its keys move out; the entry keeps the rest
     /// for the dump's "granted, not picked up" state and for cancellation).
     /// [`Queue::finish_grant`] records the hold.
-    pub(crate) fn begin_grant(
-        &mut self,
-        slot: u32,
-    ) -> Option<(Claim, Need, Arc<str>, Option<Arc<str>>)> {
+    pub(crate) fn begin_grant(&mut self, slot: u32) -> Option<Granting> {
         self.unindex(slot);
         let s = self.slots.get_mut(slot as usize)?.as_mut()?;
         let w = &mut s.waiter;
@@ -256,7 +262,12 @@ impl Queue {
             Need::Child(child) => child.name.clone(),
             Need::Hold => w.requester_name.clone(),
         };
-        Some((claim, w.need.clone(), name, w.label.clone()))
+        Some(Granting {
+            claim,
+            need: w.need.clone(),
+            name,
+            label: w.label.clone(),
+        })
     }
 
     /// Records the hold a granted entry became; returns its waker.

@@ -324,10 +324,10 @@ impl State {
             if !grantable {
                 continue;
             }
-            let Some((claim, need, name, label)) = self.queue.begin_grant(slot) else {
+            let Some(g) = self.queue.begin_grant(slot) else {
                 continue;
             };
-            let hold = self.grant(claim, need, name, label, now);
+            let hold = self.grant(g.claim, g.need, g.name, g.label, now);
             wakers.extend(self.queue.finish_grant(slot, hold));
         }
         wakers
