@@ -21,50 +21,104 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use writ::__bench::workload::{live_path, live_request, probe, probe_paths};
-use writ::__bench::{NaiveTable, Table};
+use writ::__bench::{NaiveTable, Request, Table};
 
-/// The median over `rounds` of the time per call of `f`, run `iters`
-/// times per round.
-fn per_op(rounds: usize, iters: usize, mut f: impl FnMut()) -> Duration {
-    let mut times: Vec<Duration> = (0..rounds)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                f();
-            }
-            start.elapsed() / iters as u32
-        })
-        .collect();
+/// Time per call of `f`, run `iters` times.
+fn per_op(iters: usize, mut f: impl FnMut()) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    start.elapsed() / iters as u32
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
     times.sort();
-    times[rounds / 2]
+    times[times.len() / 2]
 }
 
-macro_rules! admit_release {
-    ($table:ty, $live:expr, $iters:expr) => {{
-        let mut table = <$table>::new();
-        for i in 0..$live {
-            table.insert(live_request(i));
+/// One way to admit and release the probe request at one table size.
+trait Variant {
+    fn admit_release(&mut self);
+}
+
+/// writ's table, or the scan, behind a mutex, with a probe request.
+struct Tabled<T> {
+    table: Mutex<T>,
+    request: Request,
+}
+
+macro_rules! tabled {
+    ($t:ty) => {
+        impl Tabled<$t> {
+            fn new(live: usize) -> Self {
+                let mut table = <$t>::new();
+                for i in 0..live {
+                    table.insert(live_request(i));
+                }
+                Tabled {
+                    table: Mutex::new(table),
+                    request: probe(1, live),
+                }
+            }
         }
-        let table = Mutex::new(table);
-        let mut request = probe(1, $live);
-        per_op(9, $iters, || {
-            let id = table.lock().admit(&mut request);
-            let id = black_box(id).expect("the probe key is free");
-            table.lock().release(id, &mut request);
-        })
-    }};
+
+        impl Variant for Tabled<$t> {
+            fn admit_release(&mut self) {
+                let id = self.table.lock().admit(&mut self.request);
+                let id = black_box(id).expect("the probe key is free");
+                self.table.lock().release(id, &mut self.request);
+            }
+        }
+    };
 }
 
-fn hashset(live: usize, iters: usize) -> Duration {
-    let set: Mutex<HashSet<PathBuf>> =
-        Mutex::new((0..live).map(|i| PathBuf::from(live_path(i))).collect());
-    let key = PathBuf::from(&probe_paths(1, live)[0]);
-    let mut owned = Some(key.clone());
-    per_op(9, iters, || {
-        let path = owned.take().expect("returned every time");
-        assert!(set.lock().insert(path));
-        owned = set.lock().take(black_box(&key));
-    })
+tabled!(Table);
+tabled!(NaiveTable);
+
+/// Baseline A.
+struct HashSetLock {
+    set: Mutex<HashSet<PathBuf>>,
+    key: PathBuf,
+    owned: Option<PathBuf>,
+}
+
+impl HashSetLock {
+    fn new(live: usize) -> Self {
+        let key = PathBuf::from(&probe_paths(1, live)[0]);
+        HashSetLock {
+            set: Mutex::new((0..live).map(|i| PathBuf::from(live_path(i))).collect()),
+            owned: Some(key.clone()),
+            key,
+        }
+    }
+}
+
+impl Variant for HashSetLock {
+    fn admit_release(&mut self) {
+        if let Some(path) = self.owned.take() {
+            assert!(self.set.lock().insert(path));
+        }
+        self.owned = self.set.lock().take(black_box(&self.key));
+    }
+}
+
+/// Medians of `ROUNDS` rounds, the variants taking turns within each round
+/// so that a busy machine slows all of them alike.
+const ROUNDS: usize = 9;
+
+fn measure(live: usize) -> [Duration; 3] {
+    let mut ours = Tabled::<Table>::new(live);
+    let mut a = HashSetLock::new(live);
+    let mut b = Tabled::<NaiveTable>::new(live);
+    let scan_iters = (2_000_000 / live).clamp(10, 20_000);
+    let mut times: [Vec<Duration>; 3] = Default::default();
+    for _ in 0..ROUNDS {
+        times[0].push(per_op(100_000, || ours.admit_release()));
+        times[1].push(per_op(100_000, || a.admit_release()));
+        times[2].push(per_op(scan_iters, || b.admit_release()));
+    }
+    times.map(median)
 }
 
 fn ns(d: Duration) -> String {
@@ -79,19 +133,16 @@ fn ns(d: Duration) -> String {
 }
 
 fn main() {
-    println!("admit + release of one exclusive key (median of 9 rounds)\n");
+    println!("admit + release of one exclusive key (median of {ROUNDS} rounds)\n");
     println!(
-        "{:>12}  {:>12}  {:>12}  {:>12}  {:>8}  {:>8}",
+        "{:>12}  {:>12}  {:>12}  {:>12}  {:>8}  {:>9}",
         "live holds", "writ", "A: hashset", "B: scan", "writ/A", "B/writ"
     );
     let mut indexed = Vec::new();
     for live in [100usize, 100_000] {
-        let ours = admit_release!(Table, live, 200_000);
-        let a = hashset(live, 200_000);
-        let scan_iters = if live > 10_000 { 20 } else { 20_000 };
-        let b = admit_release!(NaiveTable, live, scan_iters);
+        let [ours, a, b] = measure(live);
         println!(
-            "{:>12}  {:>12}  {:>12}  {:>12}  {:>7.2}x  {:>7.0}x",
+            "{:>12}  {:>12}  {:>12}  {:>12}  {:>7.2}x  {:>8.0}x",
             live,
             ns(ours),
             ns(a),

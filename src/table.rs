@@ -127,7 +127,7 @@ pub(crate) struct Blocking {
 ///
 /// Invariants (checked by [`IdMap::assert_invariants`]):
 /// - `window[i]` is the slot of id `base + i`, or `NONE` when that id is
-///   not live; the window neither starts nor ends with `NONE`;
+///   not live; the window does not start with `NONE`;
 /// - `in_window` = number of entries of `window` that are not `NONE`;
 /// - `old` holds exactly the live ids below `base`;
 /// - `window.len() <= 2 * in_window + SLACK`.
@@ -200,11 +200,9 @@ impl IdMap {
         Some(slot)
     }
 
-    /// Drops `NONE`s from both ends.
+    /// Drops `NONE`s from the front. (Not from the back: the next id must
+    /// land right after the last one, or the gap would have to be padded.)
     fn trim(&mut self) {
-        while self.window.back() == Some(&Self::NONE) {
-            self.window.pop_back();
-        }
         while self.window.front() == Some(&Self::NONE) {
             self.window.pop_front();
             self.base += 1;
@@ -222,11 +220,6 @@ impl IdMap {
             self.window.front(),
             Some(&Self::NONE),
             "window starts with NONE"
-        );
-        assert_ne!(
-            self.window.back(),
-            Some(&Self::NONE),
-            "window ends with NONE"
         );
         assert!(
             self.old.keys().all(|&id| id < self.base),
@@ -680,6 +673,25 @@ mod tests {
         // Two calls in one line still exclude each other.
         let child_call_2 = claim(2, &[1, 2], Call, &[("/ws/src/a.rs", Exclusive)]);
         assert_eq!(conflict(&child_call, &child_call_2), Some(0));
+    }
+
+    #[test]
+    fn short_holds_after_long_ones_keep_the_id_window_small() {
+        let mut ids = IdMap::default();
+        for i in 1..=100 {
+            ids.insert(HoldId(i), i as u32);
+        }
+        for i in 101..10_000 {
+            ids.insert(HoldId(i), 7);
+            assert_eq!(ids.remove(HoldId(i)), Some(7));
+            ids.assert_invariants();
+        }
+        // The long-lived ids moved out of the way; the window is empty.
+        assert!(ids.window.is_empty(), "{}", ids.window.len());
+        assert_eq!(ids.len(), 100);
+        assert_eq!(ids.get(HoldId(42)), Some(42));
+        assert_eq!(ids.remove(HoldId(42)), Some(42));
+        assert_eq!(ids.get(HoldId(42)), None);
     }
 
     #[test]
