@@ -12,9 +12,14 @@
 //! - `try_admit`: the public `try_admit` + release, end to end, at depth 3
 //!   and 8, with and without resolving (`Actor::resolve` once).
 //! - `contended`: 2 to 64 threads admitting random sets of 1–4 of 256
-//!   files, waiting when contested (time per admission, all threads).
-//! - `wake`: release → the waiting tokio task runs.
-//! - `dump`: `Scheduler::dump()` with 10k live holds.
+//!   files, waiting when contested (`writ`), against a mutex over a
+//!   `HashSet` of held files that takes a whole set or yields and retries
+//!   (`hashset`); time per 1024 admissions over all threads.
+//! - `wake`: release → the waiting tokio task runs, on a 2-worker and a
+//!   current-thread runtime, against the same hand-over through
+//!   `tokio::sync::Notify`.
+//! - `dump`: `Scheduler::dump()` with 10k live holds, against copying the
+//!   same strings out.
 //!
 //! The whole run takes a few minutes on a 2-core machine.
 
@@ -178,57 +183,110 @@ impl Rng {
     }
 }
 
+/// Admissions per iteration of a `contended` benchmark, over all threads.
+const OPS: usize = 1024;
+
+/// Runs `op` `iters * OPS` times over `threads` threads started together;
+/// returns the time from their start to the last one's end.
+fn run_threads<S: Send + 'static>(
+    threads: usize,
+    iters: u64,
+    state: impl Fn(usize) -> S,
+    op: fn(&mut S, &mut Rng),
+) -> Duration {
+    let per_thread = (iters as usize * OPS).div_ceil(threads);
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let mut s = state(t);
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
+                barrier.wait();
+                for _ in 0..per_thread {
+                    op(&mut s, &mut rng);
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    start.elapsed()
+}
+
+/// 1 to 4 distinct files of 256.
+fn random_set(rng: &mut Rng, set: &mut Vec<usize>) {
+    set.clear();
+    let n = 1 + (rng.next() % 4) as usize;
+    while set.len() < n {
+        let f = (rng.next() % 256) as usize;
+        if !set.contains(&f) {
+            set.push(f);
+        }
+    }
+}
+
 fn contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("contended");
     group
-        .warm_up_time(Duration::from_millis(300))
+        .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(10)
-        .throughput(Throughput::Elements(1));
+        .throughput(Throughput::Elements(OPS as u64));
     let dir = tempfile::tempdir().expect("a temp dir");
     let root = std::fs::canonicalize(dir.path()).expect("canonical");
     let sched = Scheduler::new(Config::default());
     let lead = sched.actor("lead", Grant::workspace(&root)).expect("actor");
-    let files: Vec<Target> = lead
-        .resolve((0..256).map(|i| format!("src/f{i:03}.rs")))
-        .expect("resolves")
-        .into_iter()
-        .collect();
-    let files = Arc::new(files);
+    let files: Arc<Vec<Target>> = Arc::new(
+        lead.resolve((0..256).map(|i| format!("src/f{i:03}.rs")))
+            .expect("resolves")
+            .into_iter()
+            .collect(),
+    );
     for threads in [2usize, 4, 16, 64] {
-        group.bench_function(BenchmarkId::from_parameter(threads), |b| {
+        // writ: every thread its own actor, waiting when contested.
+        group.bench_function(BenchmarkId::new("writ", threads), |b| {
             b.iter_custom(|iters| {
-                let per_thread = (iters as usize).div_ceil(threads);
-                let barrier = Arc::new(Barrier::new(threads + 1));
-                let workers: Vec<_> = (0..threads)
-                    .map(|t| {
-                        let actor = sched
-                            .actor(format!("w{t}"), Grant::workspace(&root))
-                            .expect("actor");
-                        let files = files.clone();
-                        let barrier = barrier.clone();
-                        std::thread::spawn(move || {
-                            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
-                            let mut set: Vec<&Target> = Vec::with_capacity(4);
-                            barrier.wait();
-                            for _ in 0..per_thread {
-                                set.clear();
-                                let n = 1 + (rng.next() % 4) as usize;
-                                for _ in 0..n {
-                                    set.push(&files[(rng.next() % 256) as usize]);
-                                }
-                                let r = actor.admit_blocking(set.iter().copied());
-                                drop(black_box(r.expect("calls never deadlock")));
-                            }
-                        })
-                    })
-                    .collect();
-                barrier.wait();
-                let start = Instant::now();
-                for w in workers {
-                    w.join().expect("worker");
-                }
-                start.elapsed()
+                let state = |t: usize| {
+                    let actor = sched
+                        .actor(format!("w{t}"), Grant::workspace(&root))
+                        .expect("actor");
+                    (actor, files.clone(), Vec::with_capacity(4))
+                };
+                run_threads(threads, iters, state, |(actor, files, set), rng| {
+                    random_set(rng, set);
+                    let targets = set.iter().map(|&f| &files[f]);
+                    let r = actor.admit_blocking(targets).expect("calls never deadlock");
+                    drop(black_box(r));
+                })
+            })
+        });
+        // Baseline: a keyed lock (a mutex over the set of held files) that
+        // takes a whole set or yields and retries: no trees, modes, owners,
+        // queue or fairness.
+        let held: Arc<Mutex<HashSet<usize>>> = Arc::default();
+        group.bench_function(BenchmarkId::new("hashset", threads), |b| {
+            b.iter_custom(|iters| {
+                let state = |_| (held.clone(), Vec::with_capacity(4));
+                run_threads(threads, iters, state, |(held, set), rng| {
+                    random_set(rng, set);
+                    loop {
+                        let mut h = held.lock();
+                        if set.iter().all(|f| !h.contains(f)) {
+                            h.extend(set.iter().copied());
+                            break;
+                        }
+                        drop(h);
+                        std::thread::yield_now();
+                    }
+                    let mut h = held.lock();
+                    for f in set.iter() {
+                        h.remove(f);
+                    }
+                })
             })
         });
     }
@@ -260,7 +318,7 @@ fn wake(c: &mut Criterion) {
                 .build()
         }
         .expect("a runtime");
-        group.bench_function(name, |b| {
+        group.bench_function(BenchmarkId::new("writ", name), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -282,6 +340,33 @@ fn wake(c: &mut Criterion) {
                         queued_rx.await.expect("queued");
                         let released = Instant::now();
                         drop(held);
+                        let running = task.await.expect("the waiter runs");
+                        running.saturating_duration_since(released)
+                    });
+                }
+                total
+            })
+        });
+        // Baseline: the same hand-over through tokio's own primitive.
+        group.bench_function(BenchmarkId::new("tokio_notify", name), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    total += rt.block_on(async {
+                        let notify = Arc::new(tokio::sync::Notify::new());
+                        let (queued_tx, queued_rx) = tokio::sync::oneshot::channel::<()>();
+                        let waiting = notify.clone();
+                        let task = tokio::spawn(async move {
+                            let notified = waiting.notified();
+                            tokio::pin!(notified);
+                            notified.as_mut().enable();
+                            let _ = queued_tx.send(());
+                            notified.await;
+                            Instant::now()
+                        });
+                        queued_rx.await.expect("waiting");
+                        let released = Instant::now();
+                        notify.notify_one();
                         let running = task.await.expect("the waiter runs");
                         running.saturating_duration_since(released)
                     });
@@ -320,7 +405,17 @@ fn dump(c: &mut Criterion) {
                 .expect("free")
         })
         .collect();
-    group.bench_function("10k_holds", |b| b.iter(|| black_box(sched.dump())));
+    group.bench_function("writ/10k_holds", |b| b.iter(|| black_box(sched.dump())));
+    // Baseline: copying the same strings out (actor name, path, label per
+    // hold), the floor of any snapshot that owns its data.
+    let copies: Vec<(String, PathBuf, Option<String>)> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (format!("a{}", i % 100), dir.path().join(p), None))
+        .collect();
+    group.bench_function("copy_strings/10k_holds", |b| {
+        b.iter(|| black_box(copies.clone()))
+    });
     group.finish();
     drop(holds);
 }
