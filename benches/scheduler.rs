@@ -8,9 +8,13 @@
 //!   `parking_lot::Mutex<HashSet<PathBuf>>` insert + remove (`hashset`,
 //!   baseline A: the floor of any keyed lock). Every variant takes a mutex
 //!   per admission and per release, as the scheduler does.
-//! - `resolve`: path resolution alone at depth 3 and 8 (real directories).
+//! - `depth`: the indexed table's admit + release at key depths 4 to 32.
+//! - `resolve`: path resolution alone at depth 3 and 8 (real directories),
+//!   against the C library's `realpath` and a single `lstat`.
 //! - `try_admit`: the public `try_admit` + release, end to end, at depth 3
 //!   and 8, with and without resolving (`Actor::resolve` once).
+//! - `waiters`: `try_admit` + release of a free path with 0, 100 and 10k
+//!   requests waiting on other paths.
 //! - `contended`: 2 to 64 threads admitting random sets of 1–4 of 256
 //!   files, waiting when contested (`writ`), against a mutex over a
 //!   `HashSet` of held files that takes a whole set or yields and retries
@@ -97,6 +101,70 @@ fn table(c: &mut Criterion) {
         }
     }
     group.finish();
+}
+
+/// How the table's cost grows with the depth of the key (10k live holds).
+fn depth(c: &mut Criterion) {
+    let mut group = c.benchmark_group("depth");
+    group
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(1200))
+        .sample_size(30);
+    let indexed = fill!(Table, 10_000);
+    for depth in [4usize, 8, 16, 32] {
+        let path: String = (1..depth).map(|i| format!("/p{i}")).collect::<String>() + "/f.rs";
+        let mut request = writ::__bench::Request::new(1, &[&path], false, true);
+        group.bench_function(BenchmarkId::new("indexed", depth), |b| {
+            b.iter(|| {
+                let id = indexed.lock().admit(&mut request);
+                let id = black_box(id).expect("the key is free");
+                indexed.lock().release(id, &mut request);
+            })
+        });
+    }
+    group.finish();
+}
+
+/// How `try_admit` + release grows with the number of requests waiting on
+/// other paths (each blocked by a fence).
+fn waiters(c: &mut Criterion) {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    let mut group = c.benchmark_group("waiters");
+    group
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(1200))
+        .sample_size(30);
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let root = std::fs::canonicalize(dir.path()).expect("canonical");
+    let sched = Scheduler::new(Config::default());
+    let owner = sched
+        .actor("owner", Grant::workspace(&root))
+        .expect("actor");
+    let caller = sched
+        .actor("caller", Grant::workspace(&root))
+        .expect("actor");
+    let waiter = sched
+        .actor("waiter", Grant::workspace(&root))
+        .expect("actor");
+    let _fence = owner.fence(["queued/"]).expect("free");
+    let free = caller.resolve(["src/free.rs"]).expect("resolves");
+    let mut pending = Vec::new();
+    for waiting in [0usize, 100, 10_000] {
+        while pending.len() < waiting {
+            let path = format!("queued/f{}.rs", pending.len());
+            let mut admit = Box::pin(waiter.admit([path.as_str()]));
+            let mut cx = Context::from_waker(Waker::noop());
+            assert!(admit.as_mut().poll(&mut cx).is_pending(), "queued");
+            pending.push(admit);
+        }
+        group.bench_function(BenchmarkId::new("try_admit_resolved", waiting), |b| {
+            b.iter(|| drop(black_box(caller.try_admit(&free).expect("free"))))
+        });
+    }
+    group.finish();
+    drop(pending);
 }
 
 /// A workspace with `depth`-component relative paths that exist.
@@ -427,6 +495,6 @@ fn quick() -> Criterion {
 criterion_group! {
     name = benches;
     config = quick();
-    targets = table, resolve, try_admit, contended, wake, dump
+    targets = table, depth, resolve, try_admit, waiters, contended, wake, dump
 }
 criterion_main!(benches);

@@ -12,9 +12,9 @@
 use petgraph::graphmap::DiGraphMap;
 use serde::Serialize;
 
-use crate::queue::Waiter;
+use crate::queue::Pos;
 use crate::state::State;
-use crate::table::{ActorId, Claim, HoldKind, conflict};
+use crate::table::{ActorId, Claim, HoldKind};
 
 /// One edge of the wait-for graph, as the dump shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -27,12 +27,14 @@ pub struct WaitEdge {
     pub hard: bool,
 }
 
-/// The edges a request of `requester` would add, given the waiters ahead of it.
+/// The edges a request of `requester` would add, given the waiters ahead
+/// of `limit` (both kinds are found through the table's and the queue's
+/// path indexes, so a request looks only at what overlaps it).
 fn edges_of<'a>(
     state: &'a State,
     requester: ActorId,
     claim: &'a Claim,
-    ahead: impl Iterator<Item = &'a Waiter> + 'a,
+    limit: Pos,
 ) -> impl Iterator<Item = WaitEdge> + 'a {
     let hard = state
         .table
@@ -44,8 +46,11 @@ fn edges_of<'a>(
             to: hold.claim.owner,
             hard: true,
         });
-    let soft = ahead
-        .filter(|w| w.is_waiting() && conflict(claim, &w.claim).is_some())
+    let soft = state
+        .queue
+        .conflicts_ahead(claim, limit)
+        .into_iter()
+        .filter_map(move |id| state.queue.get(id))
         .map(move |w| WaitEdge {
             from: requester,
             to: w.requester,
@@ -56,16 +61,10 @@ fn edges_of<'a>(
 
 /// Every edge of the current wait-for graph.
 pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
-    let entries = state.queue.entries();
     let mut edges = Vec::new();
-    for (i, waiter) in entries.clone().enumerate() {
-        if waiter.is_waiting() {
-            edges.extend(edges_of(
-                state,
-                waiter.requester,
-                &waiter.claim,
-                entries.clone().take(i),
-            ));
+    for waiter in state.queue.entries().filter(|w| w.is_waiting()) {
+        if let Some(pos) = state.queue.pos_of(waiter.id) {
+            edges.extend(edges_of(state, waiter.requester, &waiter.claim, pos));
         }
     }
     edges.sort_by_key(|e| (e.from, e.to, !e.hard));
@@ -81,7 +80,7 @@ pub(crate) fn cycle_if_waiting(
     priority: i32,
 ) -> Option<Vec<ActorId>> {
     let new_edges: Vec<WaitEdge> =
-        edges_of(state, requester, claim, state.queue.ahead_of(priority)).collect();
+        edges_of(state, requester, claim, Pos::end_of(priority)).collect();
     if new_edges.is_empty() {
         return None;
     }

@@ -284,13 +284,6 @@ impl Queue {
             .filter_map(|&slot| Some(&self.slot(slot)?.waiter))
     }
 
-    /// The entries a new request of `priority` would queue behind.
-    pub(crate) fn ahead_of(&self, priority: i32) -> impl Iterator<Item = &Waiter> + Clone {
-        self.order
-            .range(..Pos::end_of(priority))
-            .filter_map(|(_, &slot)| Some(&self.slot(slot)?.waiter))
-    }
-
     /// Waiting entries in queue order, with their places and slots.
     pub(crate) fn waiting(&self) -> impl Iterator<Item = (Pos, u32)> + '_ {
         self.order

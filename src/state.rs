@@ -730,6 +730,38 @@ mod model {
         }
     }
 
+    /// The wait-for graph by brute force: every waiting request against
+    /// every hold and every waiting request ahead of it.
+    fn naive_edges(state: &State) -> Vec<crate::deadlock::WaitEdge> {
+        use crate::deadlock::WaitEdge;
+        let waiting: Vec<&Waiter> = state.queue.entries().filter(|w| w.is_waiting()).collect();
+        let mut edges = Vec::new();
+        for (i, w) in waiting.iter().enumerate() {
+            for (_, h) in state.table.iter() {
+                if h.claim.kind == HoldKind::Fence && conflict(&w.claim, &h.claim).is_some() {
+                    edges.push(WaitEdge {
+                        from: w.requester,
+                        to: h.claim.owner,
+                        hard: true,
+                    });
+                }
+            }
+            for ahead in &waiting[..i] {
+                if conflict(&w.claim, &ahead.claim).is_some() {
+                    edges.push(WaitEdge {
+                        from: w.requester,
+                        to: ahead.requester,
+                        hard: false,
+                    });
+                }
+            }
+        }
+        edges.retain(|e| e.from != e.to);
+        edges.sort_by_key(|e| (e.from, e.to, !e.hard));
+        edges.dedup_by_key(|e| (e.from, e.to));
+        edges
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
         #[test]
@@ -748,6 +780,12 @@ mod model {
                 prop_assert_eq!(a, b, "woken after {:?}", op);
                 prop_assert_eq!(seen(&narrow), seen(&full), "after {:?}", op);
                 narrow.assert_invariants();
+                prop_assert_eq!(
+                    crate::deadlock::wait_for_edges(&narrow),
+                    naive_edges(&narrow),
+                    "edges after {:?}",
+                    op
+                );
             }
         }
     }
