@@ -647,6 +647,18 @@ mod model {
                 }
                 Some(_) if *try_only => 0,
                 Some(_) => {
+                    let cycle =
+                        crate::deadlock::cycle_if_waiting(state, claim.owner, claim, *priority);
+                    let whole = crate::deadlock::cycle_if_waiting_whole_graph(
+                        state,
+                        claim.owner,
+                        claim,
+                        *priority,
+                    );
+                    assert_eq!(cycle, whole, "deadlock cycle");
+                    if cycle.is_some() {
+                        return 0;
+                    }
                     let w = Waker::noop().clone();
                     state.enqueue(
                         claim.owner,
