@@ -859,6 +859,15 @@ mod tests {
             resolve(&root.join("dangling")).unwrap(),
             PathBuf::from("/nonexistent-writ-target/f")
         );
+        // A target longer than the stack buffer is read whole.
+        let long = root
+            .join("x".repeat(120))
+            .join("y".repeat(120))
+            .join("z".repeat(120));
+        std::fs::create_dir_all(&long).unwrap();
+        std::os::unix::fs::symlink(&long, root.join("far")).unwrap();
+        assert!(long.as_os_str().len() > 256);
+        assert_eq!(resolve(&root.join("far/f")).unwrap(), long.join("f"));
         // A loop is an error, not a hang.
         std::os::unix::fs::symlink(root.join("loop"), root.join("loop")).unwrap();
         assert!(resolve(&root.join("loop/x")).is_err());
@@ -885,6 +894,40 @@ mod tests {
         let (key, area) = r.resolve(&Target::from("src/../a.rs")).unwrap();
         assert_eq!(key.path, root.join("a.rs"));
         assert_eq!(area, Area::Writable);
+    }
+
+    #[test]
+    fn resolved_targets_skip_resolution_but_not_containment() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let root = base.join("ws");
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        let wide = Resolver::new(base.clone(), vec![], CaseMode::Sensitive, true);
+        let narrow = Resolver::new(root.clone(), vec![], CaseMode::Sensitive, true);
+        let inside = wide.resolve_target(&Target::from("ws/link/a.rs")).unwrap();
+        assert_eq!(inside.path(), root.join("real/a.rs"));
+        assert!(!inside.is_tree());
+        let (key, _) = narrow.resolve(&inside).unwrap();
+        assert_eq!(key.path, root.join("real/a.rs"));
+        // Resolved by an actor with a wider root: still refused outside.
+        let outside = wide.resolve_target(&Target::tree("other")).unwrap();
+        assert!(outside.is_tree());
+        assert!(matches!(
+            narrow.resolve(&outside),
+            Err(Error::OutsideGrant { .. })
+        ));
+        // A resolved key is a snapshot: it does not follow a later change.
+        std::fs::remove_file(root.join("link")).unwrap();
+        std::os::unix::fs::symlink(base.join("elsewhere"), root.join("link")).unwrap();
+        assert_eq!(
+            narrow.resolve(&inside).unwrap().0.path,
+            root.join("real/a.rs")
+        );
+        assert!(matches!(
+            narrow.resolve(&Target::from("link/a.rs")),
+            Err(Error::OutsideGrant { .. })
+        ));
     }
 
     #[test]
