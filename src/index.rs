@@ -290,19 +290,51 @@ pub(crate) fn canonical(path: &Path) -> Cow<'_, [u8]> {
 /// Whether `bytes` is already its components joined by `/`: no empty
 /// component (`//`, or a trailing `/` after something), and no `.` but a
 /// leading one (`/./`, or a trailing `/.`), which `Path::components` drops.
+///
+/// Every admission asks this of every key, so it looks at eight bytes at a
+/// time for a `/` followed by `/` or `.`, and only then byte by byte.
 fn is_canonical(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    // The high bit of byte j is set if byte j of `w` is `b` (and perhaps,
+    // spuriously, above a byte that is): a superset, never fewer.
+    let has = |w: u64, b: u8| {
+        let v = w ^ (ONES * u64::from(b));
+        v.wrapping_sub(ONES) & !v & HIGHS
+    };
     let n = bytes.len();
+    if n > 1 && bytes[n - 1] == b'/' {
+        return false;
+    }
     let mut i = 0;
-    while i < n {
+    while i + 9 <= n {
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let (this, next) = (word(i), word(i + 1));
+        if has(this, b'/') & (has(next, b'/') | has(next, b'.')) != 0
+            && !is_canonical_at(bytes, i, i + 8)
+        {
+            return false;
+        }
+        i += 8;
+    }
+    is_canonical_at(bytes, i, n)
+}
+
+/// Checks the separators in `bytes[from..to]` one by one.
+fn is_canonical_at(bytes: &[u8], from: usize, to: usize) -> bool {
+    for i in from..to {
         if bytes[i] == b'/' {
             match bytes.get(i + 1) {
-                None => return n == 1,
+                None => return bytes.len() == 1,
                 Some(b'/') => return false,
                 Some(b'.') if matches!(bytes.get(i + 2), None | Some(b'/')) => return false,
                 _ => {}
             }
         }
-        i += 1;
     }
     true
 }
@@ -783,6 +815,66 @@ mod tests {
         index.assert_consistent();
     }
 
+    /// The word-at-a-time check agrees with the byte-by-byte one (and with
+    /// `Path::components`, through `canonical`) on every short spelling.
+    #[test]
+    fn fast_canonical_check_agrees_with_the_slow_one() {
+        let alphabet = [b'/', b'.', b'a'];
+        for len in 0..=11usize {
+            let total = 3usize.pow(len as u32);
+            for code in 0..total {
+                let mut c = code;
+                let bytes: Vec<u8> = (0..len)
+                    .map(|_| {
+                        let b = alphabet[c % 3];
+                        c /= 3;
+                        b
+                    })
+                    .collect();
+                let text = String::from_utf8_lossy(&bytes);
+                let expected = rebuilt(&text) == bytes;
+                assert_eq!(is_canonical(&bytes), expected, "{text:?}");
+            }
+        }
+        let long = "/home/agent/work/repo/src/.git/d0001/f.rs".to_string();
+        for (bad, good) in [("//", "/"), ("/./", "/"), ("/.", ""), ("/", "")] {
+            for at in 0..long.len() {
+                if long.as_bytes()[at] == b'/' {
+                    let mut s = long.clone();
+                    s.replace_range(at..at + 1, bad);
+                    let expected = rebuilt(&s) == s.as_bytes();
+                    assert_eq!(is_canonical(s.as_bytes()), expected, "{s} ({good:?})");
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Long spellings cross several eight-byte words.
+        #[test]
+        fn fast_canonical_check_on_long_spellings(
+            bytes in proptest::collection::vec(
+                proptest::sample::select(&[b'/', b'.', b'a', b'b'][..]),
+                0..64,
+            )
+        ) {
+            let text = String::from_utf8_lossy(&bytes);
+            proptest::prop_assert_eq!(is_canonical(&bytes), rebuilt(&text) == bytes);
+        }
+    }
+
+    /// The components of `path` joined by `/`, built the slow way.
+    fn rebuilt(path: &str) -> Vec<u8> {
+        let mut out: Vec<u8> = Vec::new();
+        for c in Path::new(path).components() {
+            if !out.is_empty() && out != b"/" {
+                out.push(b'/');
+            }
+            out.extend_from_slice(c.as_os_str().as_encoded_bytes());
+        }
+        out
+    }
+
     const SPELLINGS: [&str; 24] = [
         "", "/", "//", "/a", "/a/", "//a//b", "/a/./b", "/a/.", "/.", "/./", "a", "a/b", "./a",
         ".", "./", "./.", "a/./b/.", "/a/..", "/a/../b", "../a", "a//b/", "/a/b/c", "/ab", "/a/bc",
@@ -792,17 +884,7 @@ mod tests {
     fn canonical_spelling_compares_as_path_does() {
         for a in SPELLINGS {
             let ca = canonical(Path::new(a));
-            let rebuilt: Vec<u8> = {
-                let mut out: Vec<u8> = Vec::new();
-                for c in Path::new(a).components() {
-                    if !out.is_empty() && out != b"/" {
-                        out.push(b'/');
-                    }
-                    out.extend_from_slice(c.as_os_str().as_encoded_bytes());
-                }
-                out
-            };
-            assert_eq!(&*ca, &rebuilt[..], "{a:?}");
+            assert_eq!(&*ca, &rebuilt(a)[..], "{a:?}");
             for b in SPELLINGS {
                 let cb = canonical(Path::new(b));
                 assert_eq!(ca == cb, Path::new(a) == Path::new(b), "{a:?} == {b:?}");
