@@ -428,6 +428,19 @@ impl Actor {
     /// what a resolved key is: a snapshot). Fails as admission would on a
     /// path that is invalid or outside the grant; the fence and read-only
     /// rules are checked when the result is admitted.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+    /// let lex = lead.resolve(["src/lex.rs"])?;
+    /// let call = lead.try_admit(&lex)?;
+    /// assert!(lead.try_admit(&lex).is_err()); // the same key, still held
+    /// drop(call);
+    /// assert!(matches!(lead.resolve(["../outside"]), Err(writ::Error::OutsideGrant { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn resolve<I>(&self, targets: I) -> Result<crate::Resolved>
     where
         I: IntoIterator,
