@@ -94,6 +94,16 @@ pub(crate) fn cycle_if_waiting(
     for edge in wait_for_edges(state) {
         graph.add_edge(edge.from, edge.to, ());
     }
+    // A request of higher priority queues ahead of conflicting waiters that
+    // are already there: each of them gains a soft edge to the requester, and
+    // that edge can close the cycle (B, holding a fence A needs, waits behind
+    // A's new request).
+    let behind = &state.queue.entries()[state.queue.position_for(priority)..];
+    for w in behind {
+        if w.is_waiting() && w.requester != requester && conflict(&w.claim, claim).is_some() {
+            graph.add_edge(w.requester, requester, ());
+        }
+    }
     new_edges.iter().find_map(|edge| {
         graph.add_node(edge.to);
         let (_, path) =
