@@ -1,22 +1,44 @@
 //! The wait-for graph and deadlock detection.
 //!
-//! Nodes are actors. A waiting request of A has a *hard* edge A → B for every
-//! fence of B it conflicts with, and a *soft* edge A → C for every conflicting
-//! request of C waiting ahead of it (as in PostgreSQL's lock manager, both
-//! count). Self-edges are ignored. Call holds never create edges: a call is
-//! admitted once for its whole set and never holds while waiting.
+//! # Implementation details
 //!
-//! The check runs when a request is about to start waiting; if one of its new
-//! edges leads back to its own actor, that request is refused.
+//! The graph has two kinds of nodes: actors and waiting requests. Its edges:
+//!
+//! - actor A → each waiting request of A: an actor keeps its fences until its
+//!   waits are over, so whatever waits on A's fences waits on A's requests too;
+//! - request W → actor B, a *hard* edge, for every fence of B that W conflicts
+//!   with;
+//! - request W → request W', a *soft* edge, for every conflicting request
+//!   waiting ahead of W; when W' asks for a fence (or a child's grant fence),
+//!   also W → the fence's owner, because once granted it is held until its
+//!   owner's waits are over.
+//!
+//! Call holds never create edges: a call is admitted once for its whole set
+//! and never holds while waiting. Requests rather than actors are the nodes
+//! for the soft edges so that several parallel calls of one actor, queued
+//! behind each other's neighbours, are not mistaken for a cycle (a call
+//! request granted is released without waiting for anything).
+//!
+//! The graph is kept acyclic: a request about to wait is refused if queuing
+//! it would close a cycle (its own edges, and the edges of lower-priority
+//! waiters it jumps ahead of), and a fence granted past lower-priority
+//! waiters is refused if their new hard edges would close one. Every other
+//! event (grants in the wake-up scan, releases, cancellations) only removes
+//! edges or turns a soft edge to a fence request into the hard edge it
+//! already stood for.
+//!
+//! The dump shows the graph folded onto actors ([`WaitEdge`]).
+
+use std::collections::{HashMap, HashSet};
 
 use petgraph::graphmap::DiGraphMap;
 use serde::Serialize;
 
-use crate::queue::Waiter;
+use crate::queue::{Need, WaiterId};
 use crate::state::State;
 use crate::table::{ActorId, Claim, HoldKind, conflict};
 
-/// One edge of the wait-for graph, as the dump shows it.
+/// One edge of the wait-for graph folded onto actors, as the dump shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct WaitEdge {
     /// The waiting actor.
@@ -27,89 +49,227 @@ pub struct WaitEdge {
     pub hard: bool,
 }
 
-/// The edges a request of `requester` would add, given the waiters ahead of it.
-fn edges_of<'a>(
-    state: &'a State,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Node {
+    Actor(ActorId),
+    Request(WaiterId),
+    /// The request being decided, not queued yet.
+    New,
+}
+
+/// A request as the graph sees it.
+struct Req<'a> {
+    node: Node,
     requester: ActorId,
     claim: &'a Claim,
-    ahead: impl Iterator<Item = &'a Waiter> + 'a,
-) -> impl Iterator<Item = WaitEdge> + 'a {
-    let hard = state
-        .table
-        .conflicts(claim, None)
-        .filter_map(move |b| state.table.get(b.hold))
-        .filter(|hold| hold.claim.kind == HoldKind::Fence)
-        .map(move |hold| WaitEdge {
-            from: requester,
-            to: hold.claim.owner,
-            hard: true,
-        });
-    let soft = ahead
-        .filter(|w| w.is_waiting() && conflict(claim, &w.claim).is_some())
-        .map(move |w| WaitEdge {
-            from: requester,
-            to: w.requester,
-            hard: false,
-        });
-    hard.chain(soft).filter(|e| e.from != e.to)
+    /// The owner its hold will have, when that hold is a fence.
+    fence_owner: Option<ActorId>,
 }
 
-/// Every edge of the current wait-for graph.
-pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
-    let entries = state.queue.entries();
-    let mut edges = Vec::new();
-    for (i, waiter) in entries.iter().enumerate() {
-        if waiter.is_waiting() {
-            edges.extend(edges_of(
-                state,
-                waiter.requester,
-                &waiter.claim,
-                entries[..i].iter(),
-            ));
+fn fence_owner(claim: &Claim, need: &Need) -> Option<ActorId> {
+    match need {
+        Need::Child(_) => Some(claim.owner),
+        Need::Hold if claim.kind == HoldKind::Fence => Some(claim.owner),
+        Need::Hold => None,
+    }
+}
+
+type Graph = DiGraphMap<Node, ()>;
+
+/// Adds the edges of `req`, waiting behind `ahead`.
+fn add_request(graph: &mut Graph, state: &State, req: &Req<'_>, ahead: &[Req<'_>]) {
+    graph.add_edge(Node::Actor(req.requester), req.node, ());
+    for blocking in state.table.conflicts(req.claim, None) {
+        if let Some(hold) = state.table.get(blocking.hold) {
+            if hold.claim.kind == HoldKind::Fence && hold.claim.owner != req.requester {
+                graph.add_edge(req.node, Node::Actor(hold.claim.owner), ());
+            }
         }
     }
-    edges.sort_by_key(|e| (e.from, e.to, !e.hard));
-    edges.dedup_by_key(|e| (e.from, e.to));
-    edges
+    for earlier in ahead {
+        if conflict(req.claim, earlier.claim).is_some() {
+            graph.add_edge(req.node, earlier.node, ());
+            if let Some(owner) = earlier.fence_owner {
+                if owner != req.requester {
+                    graph.add_edge(req.node, Node::Actor(owner), ());
+                }
+            }
+        }
+    }
 }
 
-/// The cycle a new waiting request would close, requester first, or `None`.
+/// The waiting requests, in queue order.
+fn waiting(state: &State) -> Vec<Req<'_>> {
+    state
+        .queue
+        .entries()
+        .iter()
+        .filter(|w| w.is_waiting())
+        .map(|w| Req {
+            node: Node::Request(w.id),
+            requester: w.requester,
+            claim: &w.claim,
+            fence_owner: fence_owner(&w.claim, &w.need),
+        })
+        .collect()
+}
+
+/// The graph of the current queue, with `new` (if any) inserted at its
+/// queue position.
+fn build(state: &State, new: Option<(Req<'_>, usize)>) -> Graph {
+    let mut reqs = waiting(state);
+    if let Some((req, position)) = new {
+        reqs.insert(position, req);
+    }
+    let mut graph = Graph::new();
+    for i in 0..reqs.len() {
+        add_request(&mut graph, state, &reqs[i], &reqs[..i]);
+    }
+    graph
+}
+
+/// A cycle in an acyclic-but-for-new-edges graph, as actor ids.
+fn find_cycle(graph: &Graph, state: &State) -> Option<Vec<ActorId>> {
+    let scc = petgraph::algo::tarjan_scc(graph)
+        .into_iter()
+        .find(|component| component.len() > 1)?;
+    let members: HashSet<Node> = scc.iter().copied().collect();
+    // Walk inside the component until a node repeats: that loop is a cycle.
+    let start = *scc.iter().min()?;
+    let mut path = vec![start];
+    let mut index: HashMap<Node, usize> = HashMap::from([(start, 0)]);
+    loop {
+        let here = *path.last()?;
+        let next = graph
+            .neighbors(here)
+            .filter(|n| members.contains(n))
+            .min()?;
+        if let Some(&at) = index.get(&next) {
+            path.drain(..at);
+            break;
+        }
+        index.insert(next, path.len());
+        path.push(next);
+    }
+    let owners: HashMap<WaiterId, ActorId> = state
+        .queue
+        .entries()
+        .iter()
+        .map(|w| (w.id, w.requester))
+        .collect();
+    let mut actors: Vec<ActorId> = Vec::new();
+    for node in path {
+        let actor = match node {
+            Node::Actor(a) => Some(a),
+            Node::Request(w) => owners.get(&w).copied(),
+            Node::New => None,
+        };
+        if let Some(actor) = actor {
+            if actors.last() != Some(&actor) {
+                actors.push(actor);
+            }
+        }
+    }
+    if actors.len() > 1 && actors.first() == actors.last() {
+        actors.pop();
+    }
+    Some(actors)
+}
+
+/// Rotates a cycle so that `first` leads, if it is on it.
+fn starting_with(mut cycle: Vec<ActorId>, first: ActorId) -> Vec<ActorId> {
+    match cycle.iter().position(|&a| a == first) {
+        Some(at) => {
+            cycle.rotate_left(at);
+            cycle
+        }
+        None => {
+            cycle.insert(0, first);
+            cycle
+        }
+    }
+}
+
+/// The cycle (actor ids, requester first) that queuing this request would
+/// close, or `None`.
 pub(crate) fn cycle_if_waiting(
     state: &State,
     requester: ActorId,
     claim: &Claim,
+    need: &Need,
     priority: i32,
 ) -> Option<Vec<ActorId>> {
-    let new_edges: Vec<WaitEdge> = edges_of(
-        state,
+    let position = state
+        .queue
+        .ahead_of(priority)
+        .iter()
+        .filter(|w| w.is_waiting())
+        .count();
+    let new = Req {
+        node: Node::New,
         requester,
         claim,
-        state.queue.ahead_of(priority).iter(),
-    )
-    .collect();
-    if new_edges.is_empty() {
+        fence_owner: fence_owner(claim, need),
+    };
+    let graph = build(state, Some((new, position)));
+    if !petgraph::algo::is_cyclic_directed(&graph) {
         return None;
     }
-    let mut graph: DiGraphMap<ActorId, ()> = DiGraphMap::new();
-    for edge in wait_for_edges(state) {
-        graph.add_edge(edge.from, edge.to, ());
+    find_cycle(&graph, state).map(|cycle| starting_with(cycle, requester))
+}
+
+/// The cycle that granting `claim` (a fence of `claim.owner`) now would
+/// close through the waiters it would block, or `None`.
+pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Option<Vec<ActorId>> {
+    if claim.kind != HoldKind::Fence {
+        return None;
     }
-    // A request of higher priority queues ahead of conflicting waiters that
-    // are already there: each of them gains a soft edge to the requester, and
-    // that edge can close the cycle (B, holding a fence A needs, waits behind
-    // A's new request).
-    let behind = &state.queue.entries()[state.queue.position_for(priority)..];
-    for w in behind {
-        if w.is_waiting() && w.requester != requester && conflict(&w.claim, claim).is_some() {
-            graph.add_edge(w.requester, requester, ());
+    let blocked: Vec<Node> = waiting(state)
+        .iter()
+        .filter(|w| w.requester != claim.owner && conflict(w.claim, claim).is_some())
+        .map(|w| w.node)
+        .collect();
+    if blocked.is_empty() {
+        return None;
+    }
+    let mut graph = build(state, None);
+    for node in blocked {
+        graph.add_edge(node, Node::Actor(claim.owner), ());
+    }
+    if !petgraph::algo::is_cyclic_directed(&graph) {
+        return None;
+    }
+    find_cycle(&graph, state).map(|cycle| starting_with(cycle, claim.owner))
+}
+
+/// Every edge of the current wait-for graph, folded onto actors.
+pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
+    let reqs = waiting(state);
+    let mut edges = Vec::new();
+    for (i, req) in reqs.iter().enumerate() {
+        for blocking in state.table.conflicts(req.claim, None) {
+            if let Some(hold) = state.table.get(blocking.hold) {
+                if hold.claim.kind == HoldKind::Fence {
+                    edges.push(WaitEdge {
+                        from: req.requester,
+                        to: hold.claim.owner,
+                        hard: true,
+                    });
+                }
+            }
+        }
+        for earlier in &reqs[..i] {
+            if conflict(req.claim, earlier.claim).is_some() {
+                edges.push(WaitEdge {
+                    from: req.requester,
+                    to: earlier.fence_owner.unwrap_or(earlier.requester),
+                    hard: false,
+                });
+            }
         }
     }
-    new_edges.iter().find_map(|edge| {
-        graph.add_node(edge.to);
-        let (_, path) =
-            petgraph::algo::astar(&graph, edge.to, |n| n == requester, |_| 0u32, |_| 0u32)?;
-        let mut cycle = vec![requester];
-        cycle.extend(path.into_iter().filter(|&n| n != requester));
-        Some(cycle)
-    })
+    edges.retain(|e| e.from != e.to);
+    edges.sort_by_key(|e| (e.from, e.to, !e.hard));
+    edges.dedup_by_key(|e| (e.from, e.to));
+    edges
 }

@@ -268,6 +268,13 @@ enum Expect {
     Deadlock,
 }
 
+/// A node of the model's wait-for graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Node {
+    Actor(usize),
+    Req(u64),
+}
+
 #[derive(Default)]
 struct Model {
     actors: Vec<MActor>,
@@ -425,23 +432,84 @@ impl Model {
             .collect()
     }
 
-    /// Whether `from` reaches `to` in the edge set.
-    fn reaches(edges: &BTreeSet<(usize, usize, bool)>, from: usize, to: usize) -> bool {
-        let mut seen = BTreeSet::from([from]);
-        let mut stack = vec![from];
-        while let Some(n) = stack.pop() {
-            for &(f, t, _) in edges {
-                if f == n {
-                    if t == to {
-                        return true;
-                    }
-                    if seen.insert(t) {
-                        stack.push(t);
+    /// The wait-for graph over actors and waiting requests: actor → each of
+    /// its waiting requests; request → owner of each conflicting fence
+    /// (hard); request → each conflicting request waiting ahead (soft), and
+    /// to that request's actor too when it asks for a fence.
+    fn graph(&self) -> BTreeSet<(Node, Node)> {
+        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.granted.is_none()).collect();
+        let mut g = BTreeSet::new();
+        for (i, w) in waiting.iter().enumerate() {
+            let me = Node::Req(w.uid);
+            g.insert((Node::Actor(w.owner), me));
+            let c = Self::waiter_claim(w);
+            for h in &self.holds {
+                if h.kind == HoldKind::Fence
+                    && h.owner != w.owner
+                    && self.conflict(&c, &Self::hold_claim(h))
+                {
+                    g.insert((me, Node::Actor(h.owner)));
+                }
+            }
+            for e in &waiting[..i] {
+                if self.conflict(&c, &Self::waiter_claim(e)) {
+                    g.insert((me, Node::Req(e.uid)));
+                    if e.kind == HoldKind::Fence && e.owner != w.owner {
+                        g.insert((me, Node::Actor(e.owner)));
                     }
                 }
             }
         }
-        false
+        g
+    }
+
+    /// Whether the graph has a cycle (depth-first search with colours).
+    fn cyclic(g: &BTreeSet<(Node, Node)>) -> bool {
+        fn visit(n: Node, g: &BTreeSet<(Node, Node)>, colour: &mut BTreeMap<Node, u8>) -> bool {
+            colour.insert(n, 1);
+            for &(_, t) in g.iter().filter(|(f, _)| *f == n) {
+                match colour.get(&t).copied().unwrap_or(0) {
+                    1 => return true,
+                    0 if visit(t, g, colour) => return true,
+                    _ => {}
+                }
+            }
+            colour.insert(n, 2);
+            false
+        }
+        let mut colour = BTreeMap::new();
+        let nodes: BTreeSet<Node> = g.iter().map(|(f, _)| *f).collect();
+        nodes
+            .into_iter()
+            .any(|n| colour.get(&n).copied().unwrap_or(0) == 0 && visit(n, g, &mut colour))
+    }
+
+    /// Whether granting a fence of `owner` on `keys` now closes a cycle
+    /// through the waiters it blocks (each gains a hard edge to `owner`).
+    fn grant_closes_cycle(&self, owner: usize, keys: &Keys) -> bool {
+        let claim = MClaim {
+            owner,
+            kind: HoldKind::Fence,
+            keys,
+        };
+        let blocked: Vec<u64> = self
+            .queue
+            .iter()
+            .filter(|w| {
+                w.granted.is_none()
+                    && w.owner != owner
+                    && self.conflict(&Self::waiter_claim(w), &claim)
+            })
+            .map(|w| w.uid)
+            .collect();
+        if blocked.is_empty() {
+            return false;
+        }
+        let mut g = self.graph();
+        for uid in blocked {
+            g.insert((Node::Req(uid), Node::Actor(owner)));
+        }
+        Self::cyclic(&g)
     }
 
     fn enqueue(&mut self, owner: usize, kind: HoldKind, keys: Keys, prio: i32) -> u64 {
@@ -461,32 +529,12 @@ impl Model {
         uid
     }
 
-    /// Whether queuing this request closes a cycle: one of its own edges
-    /// (hard: a conflicting fence; soft: a conflicting waiting request ahead
-    /// of it) leads to an actor from which its own actor is reachable in the
-    /// wait-for graph recomputed with the request queued (so edges from
-    /// waiters it jumps ahead of count too).
+    /// Whether queuing this request closes a cycle in the wait-for graph
+    /// (its own edges, and those of lower-priority waiters it jumps ahead of).
     fn closes_cycle(&mut self, actor: usize, kind: HoldKind, keys: Keys, prio: i32) -> bool {
         let uid = self.enqueue(actor, kind, keys, prio);
-        let edges = self.edges();
+        let cycle = Self::cyclic(&self.graph());
         let pos = self.queue.iter().position(|w| w.uid == uid).unwrap();
-        let me = Self::waiter_claim(&self.queue[pos]);
-        let mut targets: Vec<usize> = self
-            .holds
-            .iter()
-            .filter(|h| h.kind == HoldKind::Fence && self.conflict(&me, &Self::hold_claim(h)))
-            .map(|h| h.owner)
-            .collect();
-        targets.extend(
-            self.queue[..pos]
-                .iter()
-                .filter(|e| e.granted.is_none() && self.conflict(&me, &Self::waiter_claim(e)))
-                .map(|e| e.owner),
-        );
-        let cycle = targets
-            .into_iter()
-            .filter(|&t| t != actor)
-            .any(|t| Self::reaches(&edges, t, actor));
         self.queue.remove(pos);
         cycle
     }
@@ -882,6 +930,12 @@ impl Harness {
                     })
             });
         match (blocked, wait) {
+            (None, _) if kind == HoldKind::Fence && self.model.grant_closes_cycle(actor, &keys) => {
+                match real {
+                    Ok(Err(e)) => self.expect_err(&e, &Expect::Deadlock, &keys, actor),
+                    _ => panic!("model: the fence grant closes a cycle; real did not refuse"),
+                }
+            }
             (None, _) => {
                 let hold = self.model.insert_hold(actor, kind, keys.clone());
                 match real {
@@ -1069,16 +1123,39 @@ impl Harness {
             return self.expect_err(&e, &Expect::Released, &extra, owner);
         };
         let uid = current.uid;
-        let grown = merge(current.keys.iter().cloned().chain(extra).collect());
+        // Only the keys the hold does not already cover are judged: a waiter
+        // on the part already held does not block widening elsewhere.
+        let added: Keys = extra
+            .into_iter()
+            .filter(|(k, m)| !current.keys.iter().any(|(h, hm)| inside(k, h) && hm >= m))
+            .collect();
+        if added.is_empty() {
+            if let Err(e) = real {
+                panic!("model: nothing to add; real: {}", describe(&e));
+            }
+            return;
+        }
+        let grown = merge(
+            current
+                .keys
+                .iter()
+                .cloned()
+                .chain(added.iter().cloned())
+                .collect(),
+        );
         let claim = MClaim {
             owner,
             kind,
-            keys: &grown,
+            keys: &added,
         };
         match self.model.blockers(&claim, 0, Some(uid)) {
             Some(busy) => {
                 let e = real.expect_err("model refuses the extension");
                 self.expect_err(&e, &busy, &grown, owner);
+            }
+            None if kind == HoldKind::Fence && self.model.grant_closes_cycle(owner, &grown) => {
+                let e = real.expect_err("model: widening closes a cycle");
+                self.expect_err(&e, &Expect::Deadlock, &grown, owner);
             }
             None => {
                 if let Err(e) = real {

@@ -381,8 +381,8 @@ fn oracle_stress() {
         std::fs::create_dir_all(root.join(format!("d{d}"))).unwrap();
     }
     let sched = Scheduler::new(Config::default().session("stress"));
-    // One actor per worker: the wait-for graph's nodes are actors, so
-    // workers sharing an actor would see each other's waits as cycles.
+    // One actor per worker, so that deadlock refusals stay rare and the
+    // run spends its operations on admission rather than on refusals.
     // actors[g][0] is the group's root (used only by its fence task);
     // then one child per task of the group and one per blocking thread.
     let mut actors = Vec::new();
