@@ -285,6 +285,7 @@ pub enum Error {
 }
 
 impl Error {
+    #[allow(dead_code)] // used by the file tools
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             op,
@@ -350,8 +351,6 @@ impl fmt::Display for SlotLimit {
 pub struct Busy {
     /// The requester's key (absolute, canonical) that overlaps the blocker.
     pub path: PathBuf,
-    /// The blocker's key, absolute.
-    pub blocker_path: PathBuf,
     /// The name of the actor holding (or queued for) the path.
     pub holder: String,
     /// The blocker's kind (for a queued request: the kind it asked for).

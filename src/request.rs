@@ -60,9 +60,18 @@ pub struct Request {
 
 impl Request {
     pub(crate) fn new(actor: &Actor, targets: Vec<Target>) -> Self {
+        Request::for_meta(actor.sched.clone(), actor.meta.clone(), targets)
+    }
+
+    /// A request on behalf of an actor known only by its meta (the session).
+    pub(crate) fn for_meta(
+        sched: Scheduler,
+        meta: StdArc<ActorMeta>,
+        targets: Vec<Target>,
+    ) -> Self {
         Request {
-            sched: actor.sched.clone(),
-            meta: actor.meta.clone(),
+            sched,
+            meta,
             targets,
             priority: 0,
             label: None,

@@ -14,10 +14,16 @@ use std::fmt;
 use std::task::Waker;
 use std::time::Instant;
 
-use crate::actor::{Actor, Grant};
+use std::path::PathBuf;
+use std::sync::Arc as StdArc;
+
+use crate::actor::{Actor, ActorMeta, Grant, Scope};
 use crate::config::Config;
 use crate::dump::Dump;
 use crate::error::Result;
+use crate::guard::Reservation;
+use crate::key::{CaseMode, Resolver, Target};
+use crate::request::Request;
 use crate::state::State;
 use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::table::ActorId;
@@ -33,6 +39,9 @@ pub(crate) struct Shared {
     pub(crate) gate: crate::gate::Gate,
     /// Actor ids are allocated outside the lock (ids only need uniqueness).
     next_actor: AtomicU64,
+    /// The session's own identity, for holds no actor owns (rewinds).
+    #[allow(dead_code)] // used by history's rewind
+    session: std::sync::OnceLock<StdArc<ActorMeta>>,
 }
 
 impl Shared {
@@ -102,6 +111,7 @@ impl Scheduler {
                 config,
                 gate: crate::gate::Gate::default(),
                 next_actor: AtomicU64::new(0),
+                session: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -110,6 +120,44 @@ impl Scheduler {
     /// fenced grant takes its fence try-only: `Err(Busy)` when contested.
     pub fn actor(&self, name: impl Into<String>, grant: Grant) -> Result<Actor> {
         Actor::create(self, None, name.into(), grant)
+    }
+
+    /// The session's own actor: id 0, named "session", rooted at the file
+    /// system root, in no actor's lineage — so every live hold on a path,
+    /// fences included, refuses it. Not registered as a live actor.
+    #[allow(dead_code)] // used by history's rewind
+    pub(crate) fn session_meta(&self) -> StdArc<ActorMeta> {
+        self.shared
+            .session
+            .get_or_init(|| {
+                let case = match self.shared.config.case {
+                    CaseMode::Detect => CaseMode::Sensitive,
+                    other => other,
+                };
+                StdArc::new(ActorMeta {
+                    id: ActorId(0),
+                    name: StdArc::from("session"),
+                    parent: None,
+                    lineage: [ActorId(0)].into_iter().collect(),
+                    resolver: Resolver::new(PathBuf::from("/"), Vec::new(), case, false),
+                    scope: Scope::Workspace,
+                    marks: Default::default(),
+                    turn: parking_lot::Mutex::new(None),
+                })
+            })
+            .clone()
+    }
+
+    /// Reserves absolute, already-resolved paths exclusively for the session
+    /// itself: try-only, or waiting up to `Config::file_op_wait`.
+    #[allow(dead_code)] // used by history's rewind
+    pub(crate) fn session_admit(&self, paths: &[PathBuf], label: &str) -> Result<Reservation> {
+        let targets = paths.iter().map(Target::file).collect();
+        let request = Request::for_meta(self.clone(), self.session_meta(), targets).label(label);
+        match self.shared.config.file_op_wait {
+            Some(wait) => request.admit_blocking_timeout(wait),
+            None => request.try_admit(),
+        }
     }
 
     /// One consistent snapshot of everything live (one lock acquisition).
@@ -145,5 +193,35 @@ impl fmt::Debug for Scheduler {
             None => s.field("state", &"<locked>"),
         };
         s.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_is_refused_by_any_fence_and_refuses_everyone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let sched = Scheduler::new(Config::default());
+        let lead = sched.actor("lead", Grant::workspace(&root)).unwrap();
+        let fence = lead.fence(["src/"]).unwrap();
+        assert!(matches!(
+            sched.session_admit(&[root.join("src/a.rs")], "rewind"),
+            Err(crate::Error::Busy(_))
+        ));
+        drop(fence);
+        let held = sched
+            .session_admit(&[root.join("src/a.rs")], "rewind")
+            .unwrap();
+        let busy = match lead.try_admit(["src/a.rs"]) {
+            Err(crate::Error::Busy(busy)) => busy,
+            other => panic!("expected Busy, got {other:?}"),
+        };
+        assert_eq!(busy.holder, "session");
+        assert_eq!(sched.dump().holds[0].label.as_deref(), Some("rewind"));
+        drop(held);
+        assert!(sched.dump().is_idle());
     }
 }

@@ -73,7 +73,6 @@ pub(crate) enum Blocker {
 #[derive(Debug, Clone)]
 pub(crate) struct BlockerInfo {
     pub(crate) requested: PathBuf,
-    pub(crate) blocker_path: PathBuf,
     pub(crate) holder: String,
     pub(crate) kind: HoldKind,
     pub(crate) mode: Mode,
@@ -398,14 +397,13 @@ impl State {
             }
         };
         let (requested, _) = &claim.keys[key];
-        let (blocker_key, mode) = blocker_claim
+        let (_, mode) = blocker_claim
             .keys
             .iter()
             .find(|(k, _)| crate::key::overlaps(k, requested))
             .or(blocker_claim.keys.first())?;
         Some(BlockerInfo {
             requested: requested.path.clone(),
-            blocker_path: blocker_key.path.clone(),
             holder,
             kind: blocker_claim.kind,
             mode: *mode,

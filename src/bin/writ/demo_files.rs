@@ -19,6 +19,8 @@ use std::time::Instant;
 use serde::Serialize;
 use writ::{Actor, Config, Durability, Error, Files, Grant, Scheduler};
 
+use crate::rng::Rng;
+
 const COUNTER: &str = "counter.txt";
 const LOG: &str = "log.md";
 /// A guard against a livelock bug turning into a hang.
@@ -90,22 +92,6 @@ impl fmt::Display for FilesOutcome {
     }
 }
 
-/// A tiny seeded generator (xorshift64*): the scenario is reproducible
-/// without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
 #[derive(Default)]
 struct Tally {
     increments: u64,
@@ -169,10 +155,10 @@ fn read_modify_write(
 
 fn agent(actor: &Actor, index: usize, calls: usize, seed: u64) -> io::Result<Tally> {
     let files = actor.files();
-    let mut rng = Rng::new(seed ^ (index as u64 + 1));
+    let mut rng = Rng::new(seed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut tally = Tally::default();
     for call in 0..calls {
-        if rng.next() % 2 == 0 {
+        if rng.below(2) == 0 {
             read_modify_write(
                 &files,
                 &mut tally,

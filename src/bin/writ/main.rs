@@ -1,6 +1,130 @@
 //! The `writ` command: the demo and the history tools.
 
+mod demo;
+mod demo_delegate;
 #[allow(dead_code)]
 mod demo_files;
+mod demo_plan;
+mod rng;
 
-fn main() {}
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// writ keeps concurrent AI agents from destroying each other's work.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Concurrent agents editing shared files, without and with writ.
+    Demo {
+        /// Number of agents.
+        #[arg(long, default_value_t = 8)]
+        agents: usize,
+        /// Tool calls per agent.
+        #[arg(long, default_value_t = 150)]
+        calls: usize,
+        /// Seed for file choice and timing.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Instead: validate a task plan, refused and then fixed.
+        #[arg(long, conflicts_with_all = ["json", "delegate"])]
+        plan: bool,
+        /// Instead: run a fake coding agent as a fenced delegated writer.
+        #[arg(long, conflicts_with = "json")]
+        delegate: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo { plan: true, .. } => run_plan_demo(),
+        Command::Demo { delegate: true, .. } => run_delegate_demo(),
+        Command::Demo {
+            agents,
+            calls,
+            seed,
+            json,
+            ..
+        } => {
+            if agents == 0 || calls == 0 {
+                eprintln!("writ demo: --agents and --calls must be at least 1");
+                return ExitCode::from(2);
+            }
+            let opts = demo::Options {
+                agents,
+                calls,
+                seed,
+                progress: !json,
+            };
+            match demo::run(&opts) {
+                Ok(outcome) => {
+                    if json {
+                        match serde_json::to_string_pretty(&outcome) {
+                            Ok(text) => println!("{text}"),
+                            Err(e) => {
+                                eprintln!("writ demo: {e}");
+                                return ExitCode::FAILURE;
+                            }
+                        }
+                    } else {
+                        print!("{outcome}");
+                    }
+                    if outcome.with_writ.lost_updates == 0 {
+                        ExitCode::SUCCESS
+                    } else {
+                        eprintln!("writ demo: updates were lost with writ — this is a bug");
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("writ demo: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn run_plan_demo() -> ExitCode {
+    let result = tempfile::tempdir()
+        .map_err(|e| e.to_string())
+        .and_then(|dir| demo_plan::run(dir.path()).map_err(|e| e.to_string()));
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("writ demo --plan: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_delegate_demo() -> ExitCode {
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .and_then(|runtime| runtime.block_on(demo_delegate::run()));
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("writ demo --delegate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! The demo binary runs end to end and loses nothing with writ.
+
+use std::process::Command;
+
+#[test]
+fn demo_loses_no_update_with_writ() {
+    let output = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args([
+            "demo", "--agents", "4", "--calls", "40", "--seed", "3", "--json",
+        ])
+        .output()
+        .expect("the writ binary runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let outcome: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
+    assert_eq!(outcome["with_writ"]["lost_updates"], 0);
+    // 4 agents: 2 optimistic (1 worker each), 2 fenced (2 parallel workers and a sub-agent each).
+    let workers = 2 + 2 * 3;
+    let writes = outcome["with_writ"]["writes"].as_u64().unwrap();
+    let refused_by_fence = outcome["admission"]["refused_by_fence"].as_u64().unwrap();
+    assert_eq!(
+        writes + refused_by_fence,
+        workers * 40,
+        "every call either wrote or was refused by a fence"
+    );
+    assert_eq!(outcome["admission"]["deadlocks_refused"], 1);
+    assert!(
+        outcome["dump"]["holds"]
+            .as_array()
+            .is_some_and(|h| !h.is_empty())
+    );
+}
+
+#[test]
+fn demo_refuses_bad_arguments() {
+    let output = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["demo", "--agents", "0"])
+        .output()
+        .expect("the writ binary runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("at least 1"));
+}
+
+#[test]
+fn plan_demo_shows_a_refusal_and_the_fixed_waves() {
+    let output = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["demo", "--plan"])
+        .output()
+        .expect("the writ binary runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("refused: tasks 'lexer' and 'parser'"),
+        "{text}"
+    );
+    assert!(text.contains("wave 1:"), "{text}");
+}
+
+#[test]
+fn delegate_demo_reports_the_fake_agents_changes() {
+    let output = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["demo", "--delegate"])
+        .output()
+        .expect("the writ binary runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("renamed   src/util.rs -> src/helpers.rs"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lead/run-1"),
+        "the dump taken during the run shows the run's actor: {text}"
+    );
+}
