@@ -221,7 +221,8 @@ struct Place {
 /// assert!(matches!(files.append("a.rs", b"// more\n"), Err(writ::Error::Stale { .. })));
 /// files.read("a.rs")?;
 /// files.append("a.rs", b"// more\n")?;
-/// files.rename("a.rs", "b.rs")?; // (a rename needs a current mark too)
+/// files.read("a.rs")?; // a rename needs a current mark too
+/// files.rename("a.rs", "b.rs")?;
 /// # Ok(()) }
 /// ```
 #[must_use = "Files does nothing until an operation is called"]
@@ -922,7 +923,12 @@ mod tests {
         assert_eq!(line_slice(text, &(2..=2)), b"c\n");
         assert_eq!(line_slice(text, &(..)), text);
         assert_eq!(line_slice(text, &(5..9)), b"");
-        assert_eq!(line_slice(text, &(2..1)), b"");
+        let (start, end) = (2, 1);
+        assert_eq!(
+            line_slice(text, &(start..end)),
+            b"",
+            "a reversed range is empty"
+        );
         assert_eq!(line_slice(b"a\nb", &(1..2)), b"b");
         assert_eq!(line_slice(b"", &(0..1)), b"");
     }
@@ -930,12 +936,15 @@ mod tests {
     use crate::{Config, Durability, Grant, Scheduler};
     use parking_lot::Mutex;
 
+    /// One pre-image as the hook saw it: op, path, (sha256, bytes).
+    type Seen = (FileOp, PathBuf, Option<(String, Vec<u8>)>);
+
     /// A history hook that remembers what it saw and fails on demand.
     #[derive(Default)]
     struct Recorder {
         fail_snapshot: bool,
         fail_record: bool,
-        seen: Mutex<Vec<(FileOp, PathBuf, Option<(String, Vec<u8>)>)>>,
+        seen: Mutex<Vec<Seen>>,
     }
 
     impl HistoryHook for Recorder {
@@ -1065,3 +1074,9 @@ mod tests {
         assert_eq!(occurrences(b"xy", b"a"), (None, 0));
     }
 }
+
+/// The examples of `docs/FILES.md`, compiled and run as doctests so that the
+/// guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/FILES.md")]
+pub struct FilesGuide;
