@@ -55,6 +55,22 @@ pub struct Target {
     path: PathBuf,
     shape: Shape,
     mode: Mode,
+    /// How the path is looked up.
+    lookup: Lookup,
+}
+
+/// How a target's path becomes a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Lookup {
+    /// As the OS would open it: every symlink followed.
+    Follow,
+    /// The last component names a symlink itself rather than its target
+    /// (`Files::delete` and `Files::rename` act on links).
+    NoFollow,
+    /// Already a key (absolute, resolved): no lookups. File operations name
+    /// the keys they resolved, then reach them through `O_NOFOLLOW` folder
+    /// handles, which refuse a path that changed in between.
+    Resolved,
 }
 
 impl Target {
@@ -64,6 +80,7 @@ impl Target {
             path: path.into(),
             shape: Shape::File,
             mode: Mode::Exclusive,
+            lookup: Lookup::Follow,
         }
     }
 
@@ -73,6 +90,7 @@ impl Target {
             path: path.into(),
             shape: Shape::Tree,
             mode: Mode::Exclusive,
+            lookup: Lookup::Follow,
         }
     }
 
@@ -84,6 +102,7 @@ impl Target {
             path: PathBuf::new(),
             shape: Shape::Workspace,
             mode: Mode::Exclusive,
+            lookup: Lookup::Follow,
         }
     }
 
@@ -98,6 +117,19 @@ impl Target {
     #[must_use]
     pub fn exclusive(mut self) -> Self {
         self.mode = Mode::Exclusive;
+        self
+    }
+
+    /// The same target, naming a symlink in its last component itself
+    /// instead of the link's target.
+    pub(crate) fn no_follow(mut self) -> Self {
+        self.lookup = Lookup::NoFollow;
+        self
+    }
+
+    /// The same target, whose path is already a resolved key.
+    pub(crate) fn resolved(mut self) -> Self {
+        self.lookup = Lookup::Resolved;
         self
     }
 
@@ -131,6 +163,7 @@ impl Target {
             shape: if tree { Shape::Tree } else { Shape::File },
             path,
             mode: Mode::Exclusive,
+            lookup: Lookup::Follow,
         }
     }
 }
@@ -383,19 +416,27 @@ const MAX_SYMLINKS: usize = 40;
 /// component existing again, so it is checked (and followed) too.
 pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
     debug_assert!(path.is_absolute());
-    let mut pending: Vec<OsString> = Vec::new();
     let mut resolved = PathBuf::new();
-    for component in path.components().rev() {
-        match component {
-            Component::Prefix(_) | Component::RootDir => {}
-            other => pending.push(other.as_os_str().to_os_string()),
-        }
-    }
     // The root (and on Windows the prefix) of `path`.
     for component in path.components() {
         match component {
             Component::Prefix(_) | Component::RootDir => resolved.push(component.as_os_str()),
             _ => break,
+        }
+    }
+    resolve_from(resolved, path)
+}
+
+/// [`resolve`] for `rest` (its root and prefix ignored) below `start`, an
+/// existing path without symlinks (a canonical grant root): the components
+/// of `start` need no lookups, and a `..` that climbs out of it pops a real
+/// folder, exactly as the OS would.
+pub(crate) fn resolve_from(mut resolved: PathBuf, rest: &Path) -> io::Result<PathBuf> {
+    let mut pending: Vec<OsString> = Vec::new();
+    for component in rest.components().rev() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => {}
+            other => pending.push(other.as_os_str().to_os_string()),
         }
     }
     let mut missing = 0usize; // trailing components of `resolved` that do not exist
@@ -572,18 +613,45 @@ impl Resolver {
         }
     }
 
+    /// The root (grant root or read-only root) a key lies under: where a
+    /// file operation's walk of directory handles starts.
+    pub(crate) fn base_of(&self, key: &Key) -> Option<&Path> {
+        if key.norm.starts_with(&self.root_norm) {
+            return Some(&self.root);
+        }
+        self.read_roots
+            .iter()
+            .find(|(norm, _)| key.norm.starts_with(norm))
+            .map(|(_, root)| root.as_path())
+    }
+
     /// Resolves one path target (not `workspace()`) to a key inside the root
     /// or a read-only root.
     pub(crate) fn resolve(&self, target: &Target) -> Result<(Key, Area)> {
         let given = target.path();
         check_spelling(given, self.portable)?;
-        let absolute = if given.is_absolute() {
-            given.to_path_buf()
-        } else {
-            self.root.join(given)
+        let cannot = |e: io::Error| Error::invalid(given, format!("it cannot be resolved ({e})"));
+        // A relative path starts at the canonical root, which needs no lookups.
+        let lookup = |path: &Path| -> Result<PathBuf> {
+            if path.is_absolute() {
+                resolve(path).map_err(cannot)
+            } else {
+                resolve_from(self.root.clone(), path).map_err(cannot)
+            }
         };
-        let resolved = resolve(&absolute)
-            .map_err(|e| Error::invalid(given, format!("it cannot be resolved ({e})")))?;
+        let resolved = match target.lookup {
+            Lookup::Follow => lookup(given)?,
+            Lookup::NoFollow => {
+                // The link itself: resolve its folder (`..` the OS way), keep
+                // its own name. `file_name` is `None` for a trailing `..`.
+                match (given.parent(), given.file_name()) {
+                    (Some(parent), Some(name)) => lookup(parent)?.join(name),
+                    _ => return Err(Error::invalid(given, "it does not name a file")),
+                }
+            }
+            Lookup::Resolved if given.is_absolute() => given.to_path_buf(),
+            Lookup::Resolved => return Err(Error::invalid(given, "it is not a resolved path")),
+        };
         let key = self.key_for(resolved, target.is_tree());
         match self.area(&key) {
             Some(area) => Ok((key, area)),

@@ -2,6 +2,8 @@
 
 mod demo;
 mod demo_delegate;
+#[allow(dead_code)]
+mod demo_files;
 mod demo_plan;
 mod rng;
 
