@@ -2,7 +2,6 @@
 
 mod demo;
 mod demo_delegate;
-#[allow(dead_code)]
 mod demo_files;
 mod demo_plan;
 mod rng;
@@ -79,7 +78,9 @@ fn main() -> ExitCode {
                     } else {
                         print!("{outcome}");
                     }
-                    if outcome.with_writ.lost_updates == 0 {
+                    if outcome.with_writ.lost_updates == 0
+                        && outcome.through_files.lost_updates == 0
+                    {
                         ExitCode::SUCCESS
                     } else {
                         eprintln!("writ demo: updates were lost with writ — this is a bug");
