@@ -1,0 +1,1 @@
+//! Engine tests through the crate-internal recording interface.
