@@ -55,6 +55,9 @@ pub struct Target {
     path: PathBuf,
     shape: Shape,
     mode: Mode,
+    /// False when the last component names a symlink itself rather than its
+    /// target (`Files::delete` and `Files::rename` act on links).
+    follow: bool,
 }
 
 impl Target {
@@ -64,6 +67,7 @@ impl Target {
             path: path.into(),
             shape: Shape::File,
             mode: Mode::Exclusive,
+            follow: true,
         }
     }
 
@@ -73,6 +77,7 @@ impl Target {
             path: path.into(),
             shape: Shape::Tree,
             mode: Mode::Exclusive,
+            follow: true,
         }
     }
 
@@ -84,6 +89,7 @@ impl Target {
             path: PathBuf::new(),
             shape: Shape::Workspace,
             mode: Mode::Exclusive,
+            follow: true,
         }
     }
 
@@ -98,6 +104,13 @@ impl Target {
     #[must_use]
     pub fn exclusive(mut self) -> Self {
         self.mode = Mode::Exclusive;
+        self
+    }
+
+    /// The same target, naming a symlink in its last component itself
+    /// instead of the link's target.
+    pub(crate) fn no_follow(mut self) -> Self {
+        self.follow = false;
         self
     }
 
@@ -131,6 +144,7 @@ impl Target {
             shape: if tree { Shape::Tree } else { Shape::File },
             path,
             mode: Mode::Exclusive,
+            follow: true,
         }
     }
 }
@@ -572,6 +586,18 @@ impl Resolver {
         }
     }
 
+    /// The root (grant root or read-only root) a key lies under: where a
+    /// file operation's walk of directory handles starts.
+    pub(crate) fn base_of(&self, key: &Key) -> Option<&Path> {
+        if key.norm.starts_with(&self.root_norm) {
+            return Some(&self.root);
+        }
+        self.read_roots
+            .iter()
+            .find(|(norm, _)| key.norm.starts_with(norm))
+            .map(|(_, root)| root.as_path())
+    }
+
     /// Resolves one path target (not `workspace()`) to a key inside the root
     /// or a read-only root.
     pub(crate) fn resolve(&self, target: &Target) -> Result<(Key, Area)> {
@@ -582,8 +608,17 @@ impl Resolver {
         } else {
             self.root.join(given)
         };
-        let resolved = resolve(&absolute)
-            .map_err(|e| Error::invalid(given, format!("it cannot be resolved ({e})")))?;
+        let cannot = |e: io::Error| Error::invalid(given, format!("it cannot be resolved ({e})"));
+        let resolved = if target.follow {
+            resolve(&absolute).map_err(cannot)?
+        } else {
+            // The link itself: resolve its folder (`..` the OS way), keep
+            // its own name. `file_name` is `None` for a trailing `..`.
+            match (absolute.parent(), absolute.file_name()) {
+                (Some(parent), Some(name)) => resolve(parent).map_err(cannot)?.join(name),
+                _ => return Err(Error::invalid(given, "it does not name a file")),
+            }
+        };
         let key = self.key_for(resolved, target.is_tree());
         match self.area(&key) {
             Some(area) => Ok((key, area)),

@@ -7,7 +7,8 @@
 //! rule of [`State`], collects the wakers of requests it granted, releases the
 //! lock and only then wakes them: no waker, callback or log call runs under
 //! the lock. Lock order: the state mutex is the only lock the scheduler takes;
-//! an actor's mark and turn mutexes are never held while taking it.
+//! an actor's mark and turn mutexes, and the gate's maps, are leaves: never
+//! held while taking it.
 
 use std::fmt;
 use std::task::Waker;
@@ -33,6 +34,10 @@ pub(crate) struct Shared {
     /// The session's holds, queue, actors and counters; only touched while locked.
     pub(crate) state: Mutex<State>,
     pub(crate) config: Config,
+    /// The version gate's session-wide records (last writer per file, hash
+    /// cache). Its own leaf locks, never taken while `state` is locked, so
+    /// file operations do not lengthen the admission critical section.
+    pub(crate) gate: crate::gate::Gate,
     /// File history (store, pending snapshots); its own leaf locks.
     pub(crate) history: crate::history::Handle,
     /// Actor ids are allocated outside the lock (ids only need uniqueness).
@@ -107,6 +112,7 @@ impl Scheduler {
                 state: Mutex::new(state),
                 history: crate::history::Handle::new(&config),
                 config,
+                gate: crate::gate::Gate::default(),
                 next_actor: AtomicU64::new(0),
                 session: std::sync::OnceLock::new(),
             }),
