@@ -1,16 +1,16 @@
 //! The file system side of a restore: what a path holds now, and putting
-//! back bytes or removing a file.
-//!
-//! Interim implementation over `std::fs`; it is replaced by the file tools'
-//! directory-handle primitives once those are merged.
+//! back bytes or removing a file — through the file tools' directory
+//! handles (`files::atomic`), so a restore lands exactly like a write: every
+//! folder opened from the root with `O_NOFOLLOW`, a temp file beside the
+//! target, fsync, `renameat` over it, fsync of the folder, mode set.
 
-use std::fs;
-use std::io::{self, Write};
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use super::store::sha256_hex;
 use crate::error::{Error, Result};
+use crate::files::atomic::{self, Entry};
 
 /// What a path holds now.
 #[derive(Debug, Clone)]
@@ -25,73 +25,53 @@ pub(crate) enum Current {
     Other(&'static str),
 }
 
-/// Reads what `path` (under `root`) holds, without following a final symlink.
-pub(crate) fn current(_root: &Path, path: &Path) -> Result<Current> {
-    let meta = match fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(20) => {
-            return Ok(Current::Absent);
-        }
-        Err(e) => return Err(Error::io("inspect", path, e)),
+/// Reads what `path` (under `root`) holds, without following a symlink
+/// anywhere on the way.
+pub(crate) fn current(root: &Path, path: &Path) -> Result<Current> {
+    let Some((dir, name)) = atomic::open_parent(root, path, false, false)? else {
+        return Ok(Current::Absent);
     };
-    let kind = meta.file_type();
-    if kind.is_symlink() {
-        return Ok(Current::Other("a symlink"));
-    }
-    if kind.is_dir() {
-        return Ok(Current::Other("a folder"));
-    }
-    if !kind.is_file() {
-        return Ok(Current::Other("a special file"));
-    }
-    let bytes = fs::read(path).map_err(|e| Error::io("read", path, e))?;
-    Ok(Current::File {
-        sha256: sha256_hex(&bytes),
-        mode: meta.permissions().mode() & 0o7777,
-        bytes,
+    Ok(match dir.entry(&name)? {
+        Entry::Missing => Current::Absent,
+        Entry::Symlink => Current::Other("a symlink"),
+        Entry::Dir => Current::Other("a folder"),
+        Entry::Other => Current::Other("a special file"),
+        Entry::File(mut file, meta) => {
+            let mut bytes = Vec::with_capacity(meta.len() as usize);
+            file.read_to_end(&mut bytes)
+                .map_err(|e| Error::io("read", path, e))?;
+            Current::File {
+                sha256: sha256_hex(&bytes),
+                mode: meta.permissions().mode() & 0o7777,
+                bytes,
+            }
+        }
     })
 }
 
-/// Replaces (or creates) `path` with `bytes` and `mode`, atomically.
-pub(crate) fn put(_root: &Path, path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
-    let parent = path
-        .parent()
-        .ok_or_else(|| Error::invalid(path, "it has no parent folder"))?;
-    fs::create_dir_all(parent).map_err(|e| Error::io("create the folder", parent, e))?;
-    let mut temp = tempfile::Builder::new()
-        .prefix(".writ-tmp-")
-        .tempfile_in(parent)
-        .map_err(|e| Error::io("create a temporary file beside", path, e))?;
-    let fail = |e| Error::io("restore", path, e);
-    temp.write_all(bytes).map_err(fail)?;
-    temp.as_file()
-        .set_permissions(fs::Permissions::from_mode(mode & 0o7777))
-        .map_err(fail)?;
-    if durable {
-        temp.as_file().sync_all().map_err(fail)?;
-    }
-    temp.persist(path).map_err(|e| fail(e.error))?;
-    if durable {
-        fs::File::open(parent)
-            .and_then(|d| d.sync_all())
-            .map_err(fail)?;
-    }
+/// Replaces (or creates, with missing folders) `path` with `bytes` and
+/// `mode`, atomically.
+pub(crate) fn put(root: &Path, path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
+    let Some((dir, name)) = atomic::open_parent(root, path, true, durable)? else {
+        return Err(Error::NotFound {
+            path: path.to_path_buf(),
+        });
+    };
+    dir.replace(&name, bytes, Some(mode & 0o7777), durable, None)?;
     Ok(())
 }
 
-/// Removes the file `path`.
-pub(crate) fn remove(_root: &Path, path: &Path, durable: bool) -> Result<()> {
-    match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io("delete", path, e)),
+/// Removes the file `path` (a missing file is already removed).
+pub(crate) fn remove(root: &Path, path: &Path, durable: bool) -> Result<()> {
+    let Some((dir, name)) = atomic::open_parent(root, path, false, durable)? else {
+        return Ok(());
+    };
+    match dir.entry(&name)? {
+        Entry::Missing => Ok(()),
+        Entry::File(..) => dir.unlink(&name, durable, None),
+        _ => Err(Error::invalid(
+            path,
+            "it is no longer a regular file, so the rewind left it alone",
+        )),
     }
-    if durable {
-        if let Some(parent) = path.parent() {
-            fs::File::open(parent)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| Error::io("sync the folder of", path, e))?;
-        }
-    }
-    Ok(())
 }

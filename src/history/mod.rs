@@ -40,6 +40,7 @@
 //! pending snapshots), never held while the scheduler's state lock is taken.
 
 mod fsio;
+mod hook;
 mod merge;
 mod record;
 mod rewind;
@@ -59,6 +60,7 @@ use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::table::ActorId;
 
+pub(crate) use hook::hook;
 pub(crate) use rewind::run;
 pub use view::{Call, CallFile, History, Prune, PruneReport, TurnStatus, TurnSummary};
 
@@ -398,7 +400,6 @@ impl Handle {
     }
 
     /// True when a history directory is configured.
-    #[allow(dead_code)] // asked by the file tools
     pub(crate) fn enabled(&self) -> bool {
         self.dir.is_some()
     }
@@ -445,7 +446,6 @@ impl Handle {
     /// changes. An `Err` must fail the write. A pre-image above
     /// `Config::snapshot_limit` is refused unless `unprotected`, in which
     /// case it is journaled without a blob and cannot be rewound.
-    #[allow(dead_code)] // called by the file tools
     pub(crate) fn snapshot(
         &self,
         actor: &ActorMeta,
@@ -538,7 +538,6 @@ impl Handle {
     /// Step "journal" of the write pipeline, after the change is in place:
     /// appends the call's record. An `Err` leaves the change on disk; the
     /// receipt must say the history is incomplete.
-    #[allow(dead_code)] // called by the file tools
     pub(crate) fn record(&self, actor: &ActorMeta, post: &[Post<'_>]) -> Result<()> {
         let key = pending_key(actor, post.iter().map(|p| p.path.to_path_buf()));
         let Some(pending) = self.pending.lock().remove(&key) else {

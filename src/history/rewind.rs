@@ -640,6 +640,8 @@ fn execute(
         Some(intent.id.clone())
     };
     let failpoint = handle.failpoint();
+    let config = sched.config();
+    let writer: std::sync::Arc<str> = format!("{kind} of {turn}").into();
     let total = writes.len();
     for (done, (at, target)) in writes.iter().rev().enumerate() {
         if done == failpoint {
@@ -662,6 +664,15 @@ fn execute(
             None => fsio::remove(&step.root, &step.path, durable)?,
             Some((bytes, mode)) => fsio::put(&step.root, &step.path, bytes, *mode, durable)?,
         }
+        // The gate names the rewind as the writer, so an agent whose mark
+        // predates it is told why its read is stale.
+        let key = Resolver::new(step.root.clone(), Vec::new(), config.case, false)
+            .key_for(step.path.clone(), false);
+        let after = target.as_ref().map(|(bytes, _)| sha256_hex(bytes));
+        sched
+            .shared
+            .gate
+            .record_write(&key.norm, &writer, after.as_deref());
     }
     if let Some(id) = id {
         let done = Record::Done(DoneRec {

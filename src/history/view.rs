@@ -185,7 +185,7 @@ pub struct PruneReport {
 /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data).session("s1"));
 /// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
 /// agent.set_turn("turn-1");
-/// # sched.record_for_tests(&agent, "notes.md", Some(b"hi\n"))?;
+/// agent.files().write("notes.md", "hi\n")?;
 /// let history = writ::history::History::open(&data)?;
 /// let turns = history.turns()?;
 /// assert_eq!(turns[0].turn.as_deref(), Some("turn-1"));
@@ -348,10 +348,10 @@ impl History {
     /// # std::fs::create_dir(&ws).unwrap();
     /// # let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
     /// # let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
-    /// # for turn in ["t1", "t2", "t3"] {
-    /// #     agent.set_turn(turn);
-    /// #     sched.record_for_tests(&agent, turn, Some(turn.as_bytes()))?;
-    /// # }
+    /// for turn in ["t1", "t2", "t3"] {
+    ///     agent.set_turn(turn);
+    ///     agent.files().write(format!("{turn}.md"), turn)?;
+    /// }
     /// let history = writ::history::History::open(&data)?;
     /// let report = history.prune(&writ::history::Prune::keep_last(2))?;
     /// assert_eq!(report.turns_removed, 1);
