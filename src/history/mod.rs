@@ -547,7 +547,10 @@ impl Handle {
         };
         let store = self.store()?;
         let mut changes = pending.changes;
-        let source_blob = changes.first().and_then(|c| c.before.as_ref()).map(|b| b.blob);
+        let source_blob = changes
+            .first()
+            .and_then(|c| c.before.as_ref())
+            .map(|b| b.blob);
         for change in &mut changes {
             let Some(p) = post.iter().find(|p| p.path == change.path) else {
                 continue;

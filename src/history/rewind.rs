@@ -7,13 +7,16 @@
 //! first touched them: the state the path should be in now (`from`) and the
 //! state the restore gives it (`to`).
 //!
-//! - A fresh rewind takes `from` = the turn's last post-state of the path and
-//!   `to` = its pre-state before the turn's first write to it (a rename is two
-//!   paths, so both ends are tracked).
-//! - A redo reverses the turn's last rewind record (`from` and `to` swapped).
+//! - A first rewind takes `from` = the turn's last post-state of the path
+//!   and `to` = its pre-state before the turn's first write to it (a rename
+//!   is two paths, so both ends are tracked).
+//! - A redo reverses the turn's last rewind record (`from` and `to`
+//!   swapped); a rewind after a redo reverses that redo.
 //! - Rewinding again after a rewind, or redoing again after a redo, re-runs
 //!   that record's plan: files already restored count as restored, so a run
 //!   interrupted by a crash is finished, and a finished one changes nothing.
+//! - Writes the turn made after its last rewind or redo are laid over the
+//!   plan (see [`plan`]).
 //!
 //! Each step is then checked against the file as it is:
 //! 1. equal to `to` → already restored;
@@ -57,6 +60,8 @@ struct Step {
     since: usize,
     /// Why the path is left as it is, if it is.
     skip: Option<String>,
+    /// It belongs to a restore that finished: report it, touch nothing.
+    settled: bool,
 }
 
 /// What to do with one step that does not conflict.
@@ -161,7 +166,24 @@ fn prepare(
     })
 }
 
-/// The session's own writes tagged `turn`, and its restore records.
+/// The plan for a rewind or redo of `turn`, from the session's writes
+/// tagged `turn` and the turn's last restore record (its *baseline*), and
+/// the id of that record when the plan finishes it.
+///
+/// | kind   | baseline           | plan                                             |
+/// |--------|--------------------|--------------------------------------------------|
+/// | rewind | none               | every write of the turn                          |
+/// | rewind | a rewind           | that rewind again (settled if it finished)       |
+/// | rewind | a redo             | that redo reversed                               |
+/// | redo   | none               | refused: nothing to redo                         |
+/// | redo   | a rewind           | that rewind reversed                             |
+/// | redo   | a redo             | that redo again (settled if it finished)         |
+///
+/// Writes of the turn after its baseline are laid over a rewind's plan (the
+/// path's `from` becomes its new last post-state, its `to` stays the state
+/// before the turn); a redo is refused when there are any. A *settled* step
+/// belongs to a finished restore: it is reported, never touched or checked
+/// for conflicts, because the restore that owned it is over.
 fn plan(
     records: &[Record],
     session: &str,
@@ -189,20 +211,17 @@ fn plan(
             first_write.entry(&c.path).or_insert(*i);
         }
     }
-    let last = records
-        .iter()
-        .enumerate()
-        .rev()
-        .find_map(|(i, r)| match r {
-            Record::Restore(x) if x.session == session && x.turn == turn => Some((i, x)),
-            _ => None,
-        });
+    let baseline = records.iter().enumerate().rev().find_map(|(i, r)| match r {
+        Record::Restore(x) if x.session == session && x.turn == turn => Some((i, x)),
+        _ => None,
+    });
     let done = |id: &str| {
         records
             .iter()
             .any(|r| matches!(r, Record::Done(d) if d.id == id))
     };
-    let from_record = |i: usize, r: &RestoreRec, reverse: bool| -> Vec<Step> {
+    let since = |i: usize| writes.iter().filter(move |(w, _)| *w > i).copied();
+    let from_record = |i: usize, r: &RestoreRec, reverse: bool, settled: bool| -> Vec<Step> {
         r.files
             .iter()
             .map(|f| {
@@ -218,35 +237,57 @@ fn plan(
                     to,
                     since: first_write.get(f.path.as_path()).copied().unwrap_or(i),
                     skip: f.skipped.clone(),
+                    settled,
                 }
             })
             .collect()
     };
-    Ok(match (kind, last) {
-        (RestoreKind::Rewind, None) => (fresh(&writes), None),
-        (RestoreKind::Rewind, Some((_, r))) if r.kind == RestoreKind::Redo => (fresh(&writes), None),
-        (RestoreKind::Redo, None) => {
-            return Err(history_err(format!(
+    let Some((at, base)) = baseline else {
+        return match kind {
+            RestoreKind::Rewind => Ok((overlay(Vec::new(), writes.iter().copied()), None)),
+            RestoreKind::Redo => Err(history_err(format!(
                 "turn '{turn}' has not been rewound, so there is nothing to redo"
-            )));
-        }
-        (_, Some((i, r))) if r.kind == kind => {
-            (from_record(i, r, false), Some((r.id.clone(), done(&r.id))))
-        }
-        // A redo after a rewind: reverse it.
-        (_, Some((i, r))) => (from_record(i, r, true), None),
-    })
+            ))),
+        };
+    };
+    let finished = done(&base.id);
+    if kind == RestoreKind::Redo && since(at).next().is_some() {
+        return Err(history_err(format!(
+            "turn '{turn}' wrote files after its last {}, so that cannot be redone; rewind the \
+             turn again instead",
+            base.kind
+        )));
+    }
+    let (steps, resumes) = if base.kind == kind {
+        (
+            from_record(at, base, false, finished),
+            Some((base.id.clone(), finished)),
+        )
+    } else {
+        (from_record(at, base, true, false), None)
+    };
+    Ok((overlay(steps, since(at)), resumes))
 }
 
-/// A fresh rewind plan from the turn's writes.
-fn fresh(writes: &[(usize, &WriteRec)]) -> Vec<Step> {
-    let mut steps: Vec<Step> = Vec::new();
-    let mut index: HashMap<PathBuf, usize> = HashMap::new();
+/// Lays the turn's `writes` over `steps`: a path already planned keeps its
+/// target and takes the new last post-state as `from`; a new path is
+/// planned from its state before its first write here to its last.
+fn overlay<'a>(
+    mut steps: Vec<Step>,
+    writes: impl Iterator<Item = (usize, &'a WriteRec)>,
+) -> Vec<Step> {
+    let mut index: HashMap<PathBuf, usize> = steps
+        .iter()
+        .enumerate()
+        .map(|(at, s)| (s.path.clone(), at))
+        .collect();
     for (i, w) in writes {
         for c in &w.files {
             let at = match index.get(&c.path) {
                 Some(&at) => {
-                    steps[at].from = c.after.clone();
+                    let step = &mut steps[at];
+                    step.from = c.after.clone();
+                    step.settled = false;
                     at
                 }
                 None => {
@@ -264,8 +305,9 @@ fn fresh(writes: &[(usize, &WriteRec)]) -> Vec<Step> {
                         root: w.root.clone(),
                         from: c.after.clone(),
                         to: c.before.clone(),
-                        since: *i,
+                        since: i,
                         skip,
+                        settled: false,
                     });
                     steps.len() - 1
                 }
@@ -342,36 +384,38 @@ fn turn_label(session: &str, w_session: &str, turn: Option<&str>, actor: Option<
     }
 }
 
-/// Is the turn's work in effect (not rewound)? Writes outside any turn
-/// always are.
-fn applied(records: &[Record], session: &str, turn: Option<&str>) -> bool {
+/// Is the write at journal index `at`, by `turn` of `session`, in effect?
+/// Not when a rewind of its turn came after it and no redo after that.
+/// Writes outside any turn always are.
+fn in_effect(records: &[Record], at: usize, session: &str, turn: Option<&str>) -> bool {
     let Some(turn) = turn else { return true };
-    records
-        .iter()
-        .rev()
-        .find_map(|r| match r {
-            Record::Restore(x) if x.session == session && x.turn == turn => Some(x.kind),
-            _ => None,
-        })
-        != Some(RestoreKind::Rewind)
+    let last = records.iter().enumerate().rev().find_map(|(i, r)| match r {
+        Record::Restore(x) if x.session == session && x.turn == turn => Some((i, x.kind)),
+        _ => None,
+    });
+    match last {
+        Some((i, RestoreKind::Rewind)) => i < at,
+        _ => true,
+    }
 }
 
 fn is_this(session: &str, turn: &str, w_session: &str, w_turn: Option<&str>) -> bool {
     w_session == session && w_turn == Some(turn)
 }
 
-/// The latest write, by a turn still in effect, to `step.path` after this
-/// turn first wrote it.
+/// The latest write still in effect, by another turn, to `step.path` after
+/// this turn first wrote it.
 fn interference(records: &[Record], session: &str, turn: &str, step: &Step) -> Option<String> {
     records
         .iter()
+        .enumerate()
         .skip(step.since + 1)
         .rev()
-        .find_map(|r| match r {
+        .find_map(|(i, r)| match r {
             Record::Write(w)
                 if !is_this(session, turn, &w.session, w.turn.as_deref())
                     && w.files.iter().any(|c| c.path == step.path)
-                    && applied(records, &w.session, w.turn.as_deref()) =>
+                    && in_effect(records, i, &w.session, w.turn.as_deref()) =>
             {
                 Some(turn_label(
                     session,
@@ -457,6 +501,11 @@ fn judge(
     if is(current, &step.to) {
         return Ok(Ok(Verdict::Already));
     }
+    if step.settled {
+        return Ok(Ok(Verdict::Skip(
+            "an earlier run already restored it, and it has changed since".to_string(),
+        )));
+    }
     let conflict = |summary: String, by: Option<String>| Conflict {
         path: step.path.clone(),
         expected: describe(&step.from),
@@ -512,8 +561,13 @@ fn target_available(store: &Store, step: &Step) -> Result<()> {
 }
 
 /// Reverses the agent's change (`to` → `from`) out of the current content.
-fn try_merge(store: &Store, step: &Step, current: &Current) -> std::result::Result<Vec<u8>, String> {
-    let (Some(from), Some(to), Current::File { bytes, .. }) = (&step.from, &step.to, current) else {
+fn try_merge(
+    store: &Store,
+    step: &Step,
+    current: &Current,
+) -> std::result::Result<Vec<u8>, String> {
+    let (Some(from), Some(to), Current::File { bytes, .. }) = (&step.from, &step.to, current)
+    else {
         return Err("only a file that exists before, after and now can be merged".to_string());
     };
     let (Ok(after), Ok(before)) = (store.read_blob(&from.sha256), store.read_blob(&to.sha256))

@@ -50,7 +50,10 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
 /// A blob name must be a sha256 in lowercase hex: the journal is data, and a
 /// crafted "hash" must never name a path outside the blob folder.
 fn valid_hash(sha: &str) -> bool {
-    sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    sha.len() == 64
+        && sha
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn history_err(reason: impl Into<String>) -> Error {
@@ -101,7 +104,10 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 fn private_dir(path: &Path) -> io::Result<()> {
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
 }
 
 impl Store {
@@ -403,7 +409,13 @@ mod tests {
         store.put_blob(&sha, b"hello").unwrap();
         store.put_blob(&sha, b"hello").unwrap();
         assert_eq!(store.read_blob(&sha).unwrap(), b"hello");
-        assert!(dir.path().join("blobs").join(&sha[..2]).join(&sha[2..]).is_file());
+        assert!(
+            dir.path()
+                .join("blobs")
+                .join(&sha[..2])
+                .join(&sha[2..])
+                .is_file()
+        );
         // A corrupt blob is refused, not returned.
         fs::write(store.blob_path(&sha), b"tampered").unwrap();
         assert!(matches!(store.read_blob(&sha), Err(Error::History { .. })));

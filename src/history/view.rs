@@ -367,21 +367,23 @@ impl History {
         let (kept, swept) = self.store.rewrite(rule.blob_grace, |loaded| {
             let records = loaded.records;
             let restores = restore_keys(&records);
-            let mut last: BTreeMap<TurnKey, u64> = BTreeMap::new();
-            for record in &records {
+            // Per turn: the journal position and time of its last record.
+            // Recency is the position (the journal is in append order, and
+            // clocks tie within a millisecond); age is the time.
+            let mut last: BTreeMap<TurnKey, (usize, u64)> = BTreeMap::new();
+            for (at, record) in records.iter().enumerate() {
                 if let Some(key) = key_of(record, &restores) {
-                    let t = last.entry(key).or_insert(0);
-                    *t = (*t).max(record.time_ms());
+                    let entry = last.entry(key).or_insert((0, 0));
+                    *entry = (at, entry.1.max(record.time_ms()));
                 }
             }
-            let mut by_recency: Vec<(&TurnKey, &u64)> = last.iter().collect();
-            by_recency.sort_by(|a, b| b.1.cmp(a.1));
+            let mut by_recency: Vec<(&TurnKey, &(usize, u64))> = last.iter().collect();
+            by_recency.sort_by(|a, b| b.1.0.cmp(&a.1.0));
             let removed: HashSet<TurnKey> = by_recency
                 .iter()
                 .enumerate()
-                .filter(|(rank, (_, t))| {
-                    rule.keep_turns.is_some_and(|n| *rank >= n)
-                        || cutoff.is_some_and(|c| **t < c)
+                .filter(|(rank, (_, (_, time)))| {
+                    rule.keep_turns.is_some_and(|n| *rank >= n) || cutoff.is_some_and(|c| *time < c)
                 })
                 .map(|(_, (key, _))| (*key).clone())
                 .collect();
