@@ -1,6 +1,7 @@
 //! The `writ` command: the demo and the history tools.
 
 mod demo;
+mod history_cli;
 mod rng;
 
 use std::process::ExitCode;
@@ -32,11 +33,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Recorded file history: list, show, rewind, redo, prune.
+    History(history_cli::HistoryCmd),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::History(cmd) => history_cli::run(cmd),
         Command::Demo {
             agents,
             calls,
