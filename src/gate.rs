@@ -325,29 +325,36 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Reads a whole open file from its start (positioned reads, so the file
-/// offset does not matter), returning its bytes and its stat before reading.
+/// offset does not matter). `stat` sizes the buffer; a file that grew while
+/// being read is read to its new end.
 pub(crate) fn read_all(file: &File, stat: &StatKey) -> io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
-    let mut bytes = Vec::with_capacity(usize::try_from(stat.size).unwrap_or(0));
-    let mut chunk = vec![0u8; 256 * 1024];
-    let mut offset = 0u64;
+    // One spare byte, so that the read that finds the end needs no regrowth.
+    let mut bytes = vec![0u8; usize::try_from(stat.size).unwrap_or(0).saturating_add(1)];
+    let mut filled = 0usize;
     loop {
-        let n = match file.read_at(&mut chunk, offset) {
-            Ok(0) => return Ok(bytes),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+        if filled == bytes.len() {
+            bytes.resize(bytes.len() * 2, 0);
+        }
+        match file.read_at(&mut bytes[filled..], filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
-        };
-        bytes.extend_from_slice(&chunk[..n]);
-        offset += n as u64;
+        }
     }
+    bytes.truncate(filled);
+    Ok(bytes)
 }
 
 /// Hashes a whole open file without keeping its bytes.
-pub(crate) fn hash_file(file: &File) -> io::Result<String> {
+pub(crate) fn hash_file(file: &File, stat: &StatKey) -> io::Result<String> {
     use std::os::unix::fs::FileExt;
+    const CHUNK: u64 = 256 * 1024;
     let mut hasher = Sha256::new();
-    let mut chunk = vec![0u8; 256 * 1024];
+    // A small file needs a small buffer: zeroing 256 KiB would cost more
+    // than hashing 4 KiB.
+    let mut chunk = vec![0u8; (stat.size.saturating_add(1)).clamp(4096, CHUNK) as usize];
     let mut offset = 0u64;
     loop {
         match file.read_at(&mut chunk, offset) {
@@ -422,6 +429,27 @@ mod tests {
         let t = 1_700_000_000 * SEC + 5;
         gate.remember(stat(t + 100 * SEC, t), "h", t + SEC);
         assert_eq!(gate.cached(&stat(t + 100 * SEC, t)), None);
+    }
+
+    #[test]
+    fn whole_files_are_read_even_when_they_grew_after_the_stat() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![7u8; 10_000]).unwrap();
+        let file = File::open(&path).unwrap();
+        let stat = StatKey::of(&file.metadata().unwrap());
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(&[8u8; 5_000])
+            .unwrap();
+        let bytes = read_all(&file, &stat).unwrap();
+        assert_eq!(bytes.len(), 15_000);
+        assert_eq!(hash_file(&file, &stat).unwrap(), sha256_hex(&bytes));
+        let empty = StatKey { size: 0, ..stat };
+        assert_eq!(read_all(&file, &empty).unwrap(), bytes);
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! unwinding too, and the lock never poisons, so a panicking tool call
 //! releases like any other.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc as StdArc;
 
@@ -25,8 +24,14 @@ fn paths_of(sched: &Scheduler, hold: HoldId) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// Adds `extra` to `hold`'s keys if the grown claim conflicts with nothing
-/// (no live hold but itself, no earlier waiter): all-or-nothing, try-only.
+/// Adds `extra` to `hold`'s keys if what it adds conflicts with nothing (no
+/// live hold but the hold itself, no earlier waiter): all-or-nothing,
+/// try-only.
+///
+/// Only the keys the hold does not already cover are judged. Judging the
+/// grown claim as a whole would refuse every growth while anyone waits for
+/// the part already held — that waiter is blocked by this very hold, and the
+/// new keys take nothing from it.
 fn grow(
     sched: &Scheduler,
     meta: &ActorMeta,
@@ -44,22 +49,36 @@ fn grow(
                 Vec::new(),
             );
         };
+        let added: Vec<(Key, Mode)> = extra
+            .keys
+            .into_iter()
+            .filter(|(k, m)| {
+                !current
+                    .claim
+                    .keys
+                    .iter()
+                    .any(|(held, hm)| key::inside(k, held) && hm >= m)
+            })
+            .collect();
+        if added.is_empty() {
+            return (Ok(()), Vec::new());
+        }
         let mut keys = current.claim.keys.clone();
-        keys.extend(extra.keys);
-        let grown = Claim {
-            keys: key::merge(keys),
+        keys.extend(added.iter().cloned());
+        let added = Claim {
+            keys: added,
             ..current.claim.clone()
         };
-        match state.blocker(&grown, &Need::Hold, 0, Some(hold)) {
+        match state.blocker(&added, &Need::Hold, 0, Some(hold)) {
             Some(blocker) => {
                 state.counters.refused += 1;
                 (
-                    Err(refusal(state, &meta.resolver, &grown, blocker)),
+                    Err(refusal(state, &meta.resolver, &added, blocker)),
                     Vec::new(),
                 )
             }
             None => {
-                state.table.set_keys(hold, grown.keys);
+                state.table.set_keys(hold, key::merge(keys));
                 (Ok(()), Vec::new())
             }
         }
@@ -168,8 +187,9 @@ pub struct Fence {
     hold: HoldId,
     /// What the actor declared: paths inside need no approval to widen to.
     declared: Vec<Key>,
-    /// The approval hook's answers, asked once per path for the fence's life.
-    answers: HashMap<PathBuf, bool>,
+    /// The approval hook's answers, asked once per path (a key: its folded
+    /// spelling and whether it is a tree) for the fence's life.
+    answers: Vec<(Key, bool)>,
 }
 
 impl Fence {
@@ -195,7 +215,7 @@ impl Fence {
             meta,
             hold,
             declared,
-            answers: HashMap::new(),
+            answers: Vec::new(),
         }
     }
 
@@ -210,9 +230,13 @@ impl Fence {
     }
 
     /// Widens the fence: all-or-nothing, `Err(Busy)` with nothing added when
-    /// contested. For a fenced actor, a target outside its grant fence is
-    /// `OutsideFence`. Paths outside what the actor declared are put to
-    /// `Config::approval` first (once per path); a refusal is `NotApproved`.
+    /// contested (by a hold, or by an earlier waiting request for a path the
+    /// fence does not cover yet). For a fenced actor, a target outside its
+    /// grant fence is `OutsideFence`. Paths outside what the actor declared
+    /// (its grant fence, or this fence's initial targets) are put to
+    /// `Config::approval` first, outside the scheduler's lock; each path is
+    /// asked once for the fence's life, and an approved tree covers the paths
+    /// beneath it. A refusal is `NotApproved`, with nothing added.
     pub fn extend<I>(&mut self, targets: I) -> Result<()>
     where
         I: IntoIterator,
@@ -225,10 +249,26 @@ impl Fence {
                 if self.declared.iter().any(|d| key::inside(key, d)) {
                     continue;
                 }
-                let approved = *self
+                // An approved tree already covers everything beneath it.
+                let known = self
                     .answers
-                    .entry(key.path.clone())
-                    .or_insert_with(|| hook.approve(&self.meta.name, &key.path));
+                    .iter()
+                    .find(|(k, _)| k.norm == key.norm && k.tree == key.tree)
+                    .map(|(_, answer)| *answer)
+                    .or_else(|| {
+                        self.answers
+                            .iter()
+                            .any(|(k, approved)| *approved && key::inside(key, k))
+                            .then_some(true)
+                    });
+                let approved = match known {
+                    Some(answer) => answer,
+                    None => {
+                        let answer = hook.approve(&self.meta.name, &key.path);
+                        self.answers.push((key.clone(), answer));
+                        answer
+                    }
+                };
                 if !approved {
                     return Err(Error::NotApproved {
                         actor: self.meta.name.to_string(),

@@ -55,9 +55,22 @@ pub struct Target {
     path: PathBuf,
     shape: Shape,
     mode: Mode,
-    /// False when the last component names a symlink itself rather than its
-    /// target (`Files::delete` and `Files::rename` act on links).
-    follow: bool,
+    /// How the path is looked up.
+    lookup: Lookup,
+}
+
+/// How a target's path becomes a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Lookup {
+    /// As the OS would open it: every symlink followed.
+    Follow,
+    /// The last component names a symlink itself rather than its target
+    /// (`Files::delete` and `Files::rename` act on links).
+    NoFollow,
+    /// Already a key (absolute, resolved): no lookups. File operations name
+    /// the keys they resolved, then reach them through `O_NOFOLLOW` folder
+    /// handles, which refuse a path that changed in between.
+    Resolved,
 }
 
 impl Target {
@@ -67,7 +80,7 @@ impl Target {
             path: path.into(),
             shape: Shape::File,
             mode: Mode::Exclusive,
-            follow: true,
+            lookup: Lookup::Follow,
         }
     }
 
@@ -77,7 +90,7 @@ impl Target {
             path: path.into(),
             shape: Shape::Tree,
             mode: Mode::Exclusive,
-            follow: true,
+            lookup: Lookup::Follow,
         }
     }
 
@@ -89,7 +102,7 @@ impl Target {
             path: PathBuf::new(),
             shape: Shape::Workspace,
             mode: Mode::Exclusive,
-            follow: true,
+            lookup: Lookup::Follow,
         }
     }
 
@@ -110,7 +123,13 @@ impl Target {
     /// The same target, naming a symlink in its last component itself
     /// instead of the link's target.
     pub(crate) fn no_follow(mut self) -> Self {
-        self.follow = false;
+        self.lookup = Lookup::NoFollow;
+        self
+    }
+
+    /// The same target, whose path is already a resolved key.
+    pub(crate) fn resolved(mut self) -> Self {
+        self.lookup = Lookup::Resolved;
         self
     }
 
@@ -144,7 +163,7 @@ impl Target {
             shape: if tree { Shape::Tree } else { Shape::File },
             path,
             mode: Mode::Exclusive,
-            follow: true,
+            lookup: Lookup::Follow,
         }
     }
 }
@@ -397,19 +416,27 @@ const MAX_SYMLINKS: usize = 40;
 /// component existing again, so it is checked (and followed) too.
 pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
     debug_assert!(path.is_absolute());
-    let mut pending: Vec<OsString> = Vec::new();
     let mut resolved = PathBuf::new();
-    for component in path.components().rev() {
-        match component {
-            Component::Prefix(_) | Component::RootDir => {}
-            other => pending.push(other.as_os_str().to_os_string()),
-        }
-    }
     // The root (and on Windows the prefix) of `path`.
     for component in path.components() {
         match component {
             Component::Prefix(_) | Component::RootDir => resolved.push(component.as_os_str()),
             _ => break,
+        }
+    }
+    resolve_from(resolved, path)
+}
+
+/// [`resolve`] for `rest` (its root and prefix ignored) below `start`, an
+/// existing path without symlinks (a canonical grant root): the components
+/// of `start` need no lookups, and a `..` that climbs out of it pops a real
+/// folder, exactly as the OS would.
+pub(crate) fn resolve_from(mut resolved: PathBuf, rest: &Path) -> io::Result<PathBuf> {
+    let mut pending: Vec<OsString> = Vec::new();
+    for component in rest.components().rev() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => {}
+            other => pending.push(other.as_os_str().to_os_string()),
         }
     }
     let mut missing = 0usize; // trailing components of `resolved` that do not exist
@@ -603,21 +630,27 @@ impl Resolver {
     pub(crate) fn resolve(&self, target: &Target) -> Result<(Key, Area)> {
         let given = target.path();
         check_spelling(given, self.portable)?;
-        let absolute = if given.is_absolute() {
-            given.to_path_buf()
-        } else {
-            self.root.join(given)
-        };
         let cannot = |e: io::Error| Error::invalid(given, format!("it cannot be resolved ({e})"));
-        let resolved = if target.follow {
-            resolve(&absolute).map_err(cannot)?
-        } else {
-            // The link itself: resolve its folder (`..` the OS way), keep
-            // its own name. `file_name` is `None` for a trailing `..`.
-            match (absolute.parent(), absolute.file_name()) {
-                (Some(parent), Some(name)) => resolve(parent).map_err(cannot)?.join(name),
-                _ => return Err(Error::invalid(given, "it does not name a file")),
+        // A relative path starts at the canonical root, which needs no lookups.
+        let lookup = |path: &Path| -> Result<PathBuf> {
+            if path.is_absolute() {
+                resolve(path).map_err(cannot)
+            } else {
+                resolve_from(self.root.clone(), path).map_err(cannot)
             }
+        };
+        let resolved = match target.lookup {
+            Lookup::Follow => lookup(given)?,
+            Lookup::NoFollow => {
+                // The link itself: resolve its folder (`..` the OS way), keep
+                // its own name. `file_name` is `None` for a trailing `..`.
+                match (given.parent(), given.file_name()) {
+                    (Some(parent), Some(name)) => lookup(parent)?.join(name),
+                    _ => return Err(Error::invalid(given, "it does not name a file")),
+                }
+            }
+            Lookup::Resolved if given.is_absolute() => given.to_path_buf(),
+            Lookup::Resolved => return Err(Error::invalid(given, "it is not a resolved path")),
         };
         let key = self.key_for(resolved, target.is_tree());
         match self.area(&key) {

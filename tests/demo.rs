@@ -43,3 +43,44 @@ fn demo_refuses_bad_arguments() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("at least 1"));
 }
+
+#[test]
+fn plan_demo_shows_a_refusal_and_the_fixed_waves() {
+    let output = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["demo", "--plan"])
+        .output()
+        .expect("the writ binary runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("refused: tasks 'lexer' and 'parser'"),
+        "{text}"
+    );
+    assert!(text.contains("wave 1:"), "{text}");
+}
+
+#[test]
+fn delegate_demo_reports_the_fake_agents_changes() {
+    let output = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["demo", "--delegate"])
+        .output()
+        .expect("the writ binary runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("renamed   src/util.rs -> src/helpers.rs"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lead/run-1"),
+        "the dump taken during the run shows the run's actor: {text}"
+    );
+}

@@ -933,3 +933,17 @@ fn a_future_outlives_the_borrowed_targets() {
             .is_ok()
     );
 }
+
+#[test]
+fn detect_probes_the_root_file_system() {
+    let (_dir, root) = workspace();
+    std::fs::write(root.join("Probe.txt"), "x").unwrap();
+    // Linux temp file systems are case-sensitive: the swapped spelling is
+    // another file, so Detect behaves as Sensitive there.
+    let insensitive_fs = std::fs::metadata(root.join("pROBE.TXT")).is_ok();
+    let s = Scheduler::new(Config::default().case(writ::CaseMode::Detect));
+    let a = s.actor("a", Grant::workspace(&root)).unwrap();
+    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let _r = a.try_admit(["Lexer.rs"]).unwrap();
+    assert_eq!(b.try_admit(["lexer.rs"]).is_err(), insensitive_fs);
+}

@@ -70,7 +70,7 @@ pub(crate) enum Entry {
 /// An open folder handle and its path (for messages only).
 #[derive(Debug)]
 pub(crate) struct Dir {
-    fd: OwnedFd,
+    fd: Arc<OwnedFd>,
     pub(crate) path: PathBuf,
 }
 
@@ -86,11 +86,20 @@ fn swapped(path: &Path) -> Error {
     )
 }
 
+/// Opens a root folder (a grant root or read-only root).
+pub(crate) fn open_root(base: &Path) -> Result<Arc<OwnedFd>> {
+    rustix::fs::open(base, dir_flags(), Mode::empty())
+        .map(Arc::new)
+        .map_err(|e| Error::io("open the folder", base, e.into()))
+}
+
 /// Opens the folder that holds `key_path`, walking from `base` (a grant root
-/// or read-only root the key lies under). Missing folders are created when
-/// `create` is set; otherwise a missing folder gives `Ok(None)`.
+/// or read-only root the key lies under, open as `base_fd`). Missing folders
+/// are created when `create` is set; otherwise a missing folder gives
+/// `Ok(None)`.
 pub(crate) fn open_parent(
     base: &Path,
+    base_fd: Arc<OwnedFd>,
     key_path: &Path,
     create: bool,
     durable: bool,
@@ -108,15 +117,14 @@ pub(crate) fn open_parent(
             "it is a folder (the root itself); name a file inside it",
         ));
     };
-    let mut fd = rustix::fs::open(base, dir_flags(), Mode::empty())
-        .map_err(|e| Error::io("open the folder", base, e.into()))?;
+    let mut fd = base_fd;
     let mut path = base.to_path_buf();
     for name in names {
         path.push(name);
-        fd = match rustix::fs::openat(&fd, name, dir_flags(), Mode::empty()) {
+        let next = match rustix::fs::openat(&*fd, name, dir_flags(), Mode::empty()) {
             Ok(next) => next,
             Err(Errno::NOENT) if create => {
-                match rustix::fs::mkdirat(&fd, name, Mode::from_raw_mode(0o777)) {
+                match rustix::fs::mkdirat(&*fd, name, Mode::from_raw_mode(0o777)) {
                     Ok(()) | Err(Errno::EXIST) => {}
                     Err(e) => return Err(Error::io("create the folder", &path, e.into())),
                 }
@@ -133,6 +141,7 @@ pub(crate) fn open_parent(
             Err(Errno::LOOP | Errno::NOTDIR) => return Err(swapped(key_path)),
             Err(e) => return Err(Error::io("open the folder", &path, e.into())),
         };
+        fd = Arc::new(next);
     }
     Ok(Some((Dir { fd, path }, file_name.to_os_string())))
 }
@@ -153,7 +162,7 @@ impl Dir {
     /// back opened (`O_NOFOLLOW | O_NONBLOCK`, so a fifo swapped in cannot
     /// block us) together with its metadata.
     pub(crate) fn entry(&self, name: &OsStr) -> Result<Entry> {
-        let stat = match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+        let stat = match rustix::fs::statat(&*self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => stat,
             Err(Errno::NOENT) => return Ok(Entry::Missing),
             Err(e) => return Err(Error::io("inspect", self.at(name), e.into())),
@@ -165,7 +174,7 @@ impl Dir {
             _ => return Ok(Entry::Other),
         }
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let fd = match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
+        let fd = match rustix::fs::openat(&*self.fd, name, flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(Entry::Missing),
             Err(Errno::LOOP) => return Ok(Entry::Symlink),
@@ -193,7 +202,7 @@ impl Dir {
             // Relaxed: the counter only has to hand out distinct numbers.
             let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
             let name = OsString::from(format!("{TEMP_PREFIX}{}-{n}", std::process::id()));
-            match rustix::fs::openat(&self.fd, &name, flags, Mode::from_raw_mode(0o666)) {
+            match rustix::fs::openat(&*self.fd, &name, flags, Mode::from_raw_mode(0o666)) {
                 Ok(fd) => return Ok((File::from(fd), name)),
                 Err(Errno::EXIST) if attempts < 16 => attempts += 1,
                 Err(e) => return Err(e.into()),
@@ -222,11 +231,16 @@ impl Dir {
             .create_temp(hook)
             .map_err(|e| Error::io("create a temporary file beside", &target, e))?;
         let written = (|| -> std::result::Result<u32, (&'static str, io::Error)> {
-            let half = data.len() / 2;
             let write = |e| ("write the temporary file for", e);
-            file.write_all(&data[..half]).map_err(write)?;
-            step(hook, WriteStep::WriteData).map_err(write)?;
-            file.write_all(&data[half..]).map_err(write)?;
+            if hook.is_some() {
+                // Two halves, so a fault injected here leaves a torn temp.
+                let half = data.len() / 2;
+                file.write_all(&data[..half]).map_err(write)?;
+                step(hook, WriteStep::WriteData).map_err(write)?;
+                file.write_all(&data[half..]).map_err(write)?;
+            } else {
+                file.write_all(data).map_err(write)?;
+            }
             let new_mode = match mode {
                 Some(mode) => {
                     rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))
@@ -248,7 +262,8 @@ impl Dir {
             }
             let rename = |e| ("replace", e);
             step(hook, WriteStep::Rename).map_err(rename)?;
-            rustix::fs::renameat(&self.fd, &temp, &self.fd, name).map_err(|e| rename(e.into()))?;
+            rustix::fs::renameat(&*self.fd, &temp, &*self.fd, name)
+                .map_err(|e| rename(e.into()))?;
             Ok(new_mode)
         })();
         drop(file);
@@ -256,7 +271,7 @@ impl Dir {
             Ok(mode) => mode,
             Err((op, e)) => {
                 // Best effort: the error that matters is the one above.
-                let _ = rustix::fs::unlinkat(&self.fd, &temp, AtFlags::empty());
+                let _ = rustix::fs::unlinkat(&*self.fd, &temp, AtFlags::empty());
                 return Err(Error::io(op, target, e));
             }
         };
@@ -270,7 +285,7 @@ impl Dir {
             return Ok(());
         }
         step(hook, WriteStep::SyncDir)
-            .and_then(|()| rustix::fs::fsync(&self.fd).map_err(io::Error::from))
+            .and_then(|()| rustix::fs::fsync(&*self.fd).map_err(io::Error::from))
             .map_err(|e| {
                 Error::io(
                     "sync the folder (the change is already in place, but may not survive a power cut) after changing",
@@ -289,7 +304,7 @@ impl Dir {
     ) -> Result<()> {
         step(hook, WriteStep::Rename)
             .and_then(|()| {
-                rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()).map_err(io::Error::from)
+                rustix::fs::unlinkat(&*self.fd, name, AtFlags::empty()).map_err(io::Error::from)
             })
             .map_err(|e| Error::io("delete", self.at(name), e))?;
         self.sync(durable, hook, name)
@@ -307,7 +322,7 @@ impl Dir {
     ) -> Result<()> {
         step(hook, WriteStep::Rename)
             .and_then(|()| {
-                rustix::fs::renameat(&self.fd, name, &to.fd, to_name).map_err(io::Error::from)
+                rustix::fs::renameat(&*self.fd, name, &*to.fd, to_name).map_err(io::Error::from)
             })
             .map_err(|e| Error::io("rename", self.at(name), e))?;
         to.sync(durable, hook, to_name)?;

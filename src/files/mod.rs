@@ -23,8 +23,9 @@ pub(crate) mod atomic;
 use std::borrow::Cow;
 use std::fmt;
 use std::ops::{Bound, RangeBounds};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use serde::Serialize;
@@ -240,6 +241,9 @@ pub struct Files<'a> {
     use_cache: bool,
     steps: Option<StepHook>,
     history: Option<Arc<dyn HistoryHook>>,
+    /// The grant root's folder handle, opened on first use: the walk to
+    /// every file starts from it.
+    root: OnceLock<Arc<OwnedFd>>,
 }
 
 impl fmt::Debug for Files<'_> {
@@ -262,6 +266,7 @@ impl Actor {
             use_cache: true,
             steps: None,
             history: history_hook(self),
+            root: OnceLock::new(),
         }
     }
 }
@@ -401,43 +406,43 @@ impl<'a> Files<'a> {
         })
     }
 
-    /// Step 2: the call hold. The keys were resolved in step 1; they are
-    /// named again without following a final symlink, and the hold must come
-    /// back on exactly those keys (a folder swapped for a symlink in between
-    /// would move it).
+    /// Step 2: the call hold, on exactly the keys step 1 resolved (named as
+    /// resolved keys, so admission does no second lookup). Should a folder
+    /// on the way be swapped for a symlink afterwards, the `O_NOFOLLOW` walk
+    /// in step 6 refuses it: the hold and the I/O always agree.
     fn admit(&self, places: &[(&Place, Mode)], label: String) -> Result<Reservation> {
         let targets = places.iter().map(|(place, mode)| {
-            let t = Target::file(place.key.path.clone()).no_follow();
+            let t = Target::file(place.key.path.clone()).resolved();
             if *mode == Mode::Shared { t.shared() } else { t }
         });
         let request = self.actor.request(targets).label(label);
-        let reservation = match self.actor.sched.shared.config.file_op_wait {
-            Some(wait) => request.admit_blocking_timeout(wait)?,
-            None => request.try_admit()?,
-        };
-        let held = reservation.paths();
-        for (place, _) in places {
-            if !held.contains(&place.key.path) {
-                return Err(Error::invalid(
-                    &place.key.path,
-                    "it resolved differently while being admitted (a folder was swapped?); nothing was done, retry",
-                ));
-            }
+        match self.actor.sched.shared.config.file_op_wait {
+            Some(wait) => request.admit_blocking_timeout(wait),
+            None => request.try_admit(),
         }
-        Ok(reservation)
     }
 
     /// Opens the folder of a place through directory handles.
     fn folder(&self, place: &Place, create: bool) -> Result<Option<(Dir, std::ffi::OsString)>> {
-        let base = self
-            .meta()
-            .resolver
+        let resolver = &self.meta().resolver;
+        let base = resolver
             .base_of(&place.key)
             .ok_or_else(|| Error::OutsideGrant {
                 path: place.key.path.clone(),
-                root: self.meta().resolver.root.clone(),
+                root: resolver.root.clone(),
             })?;
-        atomic::open_parent(base, &place.key.path, create, self.durable())
+        let base_fd = if base == resolver.root {
+            match self.root.get() {
+                Some(fd) => fd.clone(),
+                None => {
+                    let fd = atomic::open_root(base)?;
+                    self.root.get_or_init(|| fd).clone()
+                }
+            }
+        } else {
+            atomic::open_root(base)?
+        };
+        atomic::open_parent(base, base_fd, &place.key.path, create, self.durable())
     }
 
     /// The gate's view of an existing file's hash, from the stat cache when
@@ -450,7 +455,7 @@ impl<'a> Files<'a> {
             }
         }
         let recorded = gate::now_ns();
-        let hash = gate::hash_file(file).map_err(io_err("read", &place.key.path))?;
+        let hash = gate::hash_file(file, &stat).map_err(io_err("read", &place.key.path))?;
         self.remember_if_unchanged(file, stat, &hash, recorded);
         Ok(hash)
     }

@@ -28,7 +28,9 @@ pub(crate) enum Current {
 /// Reads what `path` (under `root`) holds, without following a symlink
 /// anywhere on the way.
 pub(crate) fn current(root: &Path, path: &Path) -> Result<Current> {
-    let Some((dir, name)) = atomic::open_parent(root, path, false, false)? else {
+    let Some((dir, name)) =
+        atomic::open_parent(root, atomic::open_root(root)?, path, false, false)?
+    else {
         return Ok(Current::Absent);
     };
     Ok(match dir.entry(&name)? {
@@ -52,7 +54,9 @@ pub(crate) fn current(root: &Path, path: &Path) -> Result<Current> {
 /// Replaces (or creates, with missing folders) `path` with `bytes` and
 /// `mode`, atomically.
 pub(crate) fn put(root: &Path, path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
-    let Some((dir, name)) = atomic::open_parent(root, path, true, durable)? else {
+    let Some((dir, name)) =
+        atomic::open_parent(root, atomic::open_root(root)?, path, true, durable)?
+    else {
         return Err(Error::NotFound {
             path: path.to_path_buf(),
         });
@@ -63,7 +67,9 @@ pub(crate) fn put(root: &Path, path: &Path, bytes: &[u8], mode: u32, durable: bo
 
 /// Removes the file `path` (a missing file is already removed).
 pub(crate) fn remove(root: &Path, path: &Path, durable: bool) -> Result<()> {
-    let Some((dir, name)) = atomic::open_parent(root, path, false, durable)? else {
+    let Some((dir, name)) =
+        atomic::open_parent(root, atomic::open_root(root)?, path, false, durable)?
+    else {
         return Ok(());
     };
     match dir.entry(&name)? {

@@ -1,6 +1,10 @@
 //! The `writ` command: the demo and the history tools.
 
 mod demo;
+mod demo_delegate;
+#[allow(dead_code)]
+mod demo_files;
+mod demo_plan;
 mod history_cli;
 mod rng;
 
@@ -32,6 +36,12 @@ enum Command {
         /// Print the outcome as JSON.
         #[arg(long)]
         json: bool,
+        /// Instead: validate a task plan, refused and then fixed.
+        #[arg(long, conflicts_with_all = ["json", "delegate"])]
+        plan: bool,
+        /// Instead: run a fake coding agent as a fenced delegated writer.
+        #[arg(long, conflicts_with = "json")]
+        delegate: bool,
     },
     /// Recorded file history: list, show, rewind, redo, prune.
     History(history_cli::HistoryCmd),
@@ -41,11 +51,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::History(cmd) => history_cli::run(cmd),
+        Command::Demo { plan: true, .. } => run_plan_demo(),
+        Command::Demo { delegate: true, .. } => run_delegate_demo(),
         Command::Demo {
             agents,
             calls,
             seed,
             json,
+            ..
         } => {
             if agents == 0 || calls == 0 {
                 eprintln!("writ demo: --agents and --calls must be at least 1");
@@ -82,6 +95,40 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+fn run_plan_demo() -> ExitCode {
+    let result = tempfile::tempdir()
+        .map_err(|e| e.to_string())
+        .and_then(|dir| demo_plan::run(dir.path()).map_err(|e| e.to_string()));
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("writ demo --plan: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_delegate_demo() -> ExitCode {
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .and_then(|runtime| runtime.block_on(demo_delegate::run()));
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("writ demo --delegate: {e}");
+            ExitCode::FAILURE
         }
     }
 }
