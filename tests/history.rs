@@ -427,6 +427,23 @@ fn rewind_refuses_a_path_that_became_a_symlink_out_of_the_root() {
 }
 
 #[test]
+fn rewind_applies_todays_sensitive_name_policy() {
+    let e = env();
+    let agent = e.agent("agent", "t");
+    agent
+        .files()
+        .allow_sensitive(".env.local")
+        .write(".env.local", "KEY=1\n")
+        .unwrap();
+    agent.files().write("a.txt", "x").unwrap();
+    assert!(matches!(
+        e.sched.rewind_turn("t"),
+        Err(Error::Policy { .. })
+    ));
+    assert!(e.path(".env.local").exists() && e.path("a.txt").exists());
+}
+
+#[test]
 fn turns_group_all_actors_and_children_start_in_their_parents_turn() {
     let e = env();
     let lead = e.sched.actor("lead", Grant::workspace(&e.root)).unwrap();
@@ -705,4 +722,57 @@ fn a_failed_snapshot_fails_the_write_and_a_failed_journal_says_incomplete() {
     assert!(agent.files().write("created.txt", "C\n").is_err());
     assert_eq!(e.get("a.txt").unwrap(), "B\n");
     assert!(!e.path("created.txt").exists());
+}
+
+#[test]
+fn concurrent_writers_in_one_turn_journal_every_call() {
+    let e = env();
+    let lead = e.agent("lead", "t");
+    let kids: Vec<Actor> = (0..4)
+        .map(|i| {
+            lead.child(format!("kid{i}"), Grant::workspace(&e.root))
+                .unwrap()
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for (i, kid) in kids.iter().enumerate() {
+            s.spawn(move || {
+                for n in 0..20 {
+                    kid.files()
+                        .write(format!("k{i}/f{n}.txt"), format!("{i}-{n}"))
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let history = History::open(&e.data).unwrap();
+    assert_eq!(history.skipped_lines().unwrap(), 0);
+    assert_eq!(history.calls("s1", Some("t")).unwrap().len(), 80);
+    let report = e.sched.rewind_turn("t").unwrap();
+    assert_eq!(report.changed(), 80);
+    for i in 0..4 {
+        assert_eq!(fs::read_dir(e.path(&format!("k{i}"))).unwrap().count(), 0);
+    }
+}
+
+#[test]
+fn writes_after_a_rewind_join_the_next_rewind_and_block_a_redo() {
+    let e = env();
+    e.put("a.txt", "A\n", 0o644);
+    let agent = e.agent("agent", "t");
+    agent.files().read("a.txt").unwrap();
+    agent.files().write("a.txt", "B\n").unwrap();
+    e.sched.rewind_turn("t").unwrap();
+    // The same turn goes on writing.
+    agent.files().write("b.txt", "new\n").unwrap();
+    agent.files().read("a.txt").unwrap();
+    agent.files().write("a.txt", "C\n").unwrap();
+    assert!(matches!(e.sched.redo_turn("t"), Err(Error::History { .. })));
+    let report = e.sched.rewind_turn("t").unwrap();
+    assert_eq!(e.get("a.txt").as_deref(), Some("A\n"));
+    assert!(!e.path("b.txt").exists());
+    assert_eq!(report.changed(), 2);
+    e.sched.redo_turn("t").unwrap();
+    assert_eq!(e.get("a.txt").as_deref(), Some("C\n"));
+    assert_eq!(e.get("b.txt").as_deref(), Some("new\n"));
 }

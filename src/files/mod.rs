@@ -939,7 +939,12 @@ mod tests {
         assert_eq!(line_slice(text, &(2..=2)), b"c\n");
         assert_eq!(line_slice(text, &(..)), text);
         assert_eq!(line_slice(text, &(5..9)), b"");
-        assert_eq!(line_slice(text, &(2..1)), b"");
+        let (start, end) = (2, 1);
+        assert_eq!(
+            line_slice(text, &(start..end)),
+            b"",
+            "a reversed range is empty"
+        );
         assert_eq!(line_slice(b"a\nb", &(1..2)), b"b");
         assert_eq!(line_slice(b"", &(0..1)), b"");
     }
@@ -947,12 +952,15 @@ mod tests {
     use crate::{Config, Durability, Grant, Scheduler};
     use parking_lot::Mutex;
 
+    /// One pre-image as the hook saw it: op, path, (sha256, bytes).
+    type Seen = (FileOp, PathBuf, Option<(String, Vec<u8>)>);
+
     /// A history hook that remembers what it saw and fails on demand.
     #[derive(Default)]
     struct Recorder {
         fail_snapshot: bool,
         fail_record: bool,
-        seen: Mutex<Vec<(FileOp, PathBuf, Option<(String, Vec<u8>)>)>>,
+        seen: Mutex<Vec<Seen>>,
     }
 
     impl HistoryHook for Recorder {

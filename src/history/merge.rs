@@ -145,6 +145,6 @@ mod tests {
         let s = summary(b"a\nB\nc\n", b"a\nC\nc\nd\n");
         assert!(s.starts_with("2 line(s) added, 1 removed"), "{s}");
         assert!(s.contains("line 2: \"B\" became \"C\""), "{s}");
-        assert!(summary(&[0, 1], &[2]).starts_with("binary"));
+        assert!(summary(&[0xff, 1], &[0xfe]).starts_with("binary"));
     }
 }

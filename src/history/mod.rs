@@ -21,6 +21,40 @@
 //! rewind under the same rules. [`History`] lists and prunes recorded turns
 //! (the `writ history` command uses it).
 //!
+//! # Example
+//!
+//! ```
+//! # fn main() -> Result<(), writ::Error> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let (ws, data) = (dir.path().join("ws"), dir.path().join("history"));
+//! # std::fs::create_dir(&ws).unwrap();
+//! # std::fs::write(ws.join("demo.txt"), "A\n").unwrap();
+//! use writ::history::RewindMode;
+//! use writ::{Config, Error, Grant, Scheduler};
+//!
+//! let sched = Scheduler::new(Config::default().history_dir(&data));
+//! let agent = sched.actor("agent", Grant::workspace(&ws))?;
+//! agent.set_turn("turn-7");
+//! agent.files().read("demo.txt")?;
+//! agent.files().write("demo.txt", "B\n")?;
+//!
+//! std::fs::write(ws.join("demo.txt"), "C\n").unwrap(); // a person edits it
+//! match sched.rewind_turn("turn-7") {
+//!     Err(Error::RewindConflict { conflicts }) => {
+//!         assert_eq!(conflicts.len(), 1); // and nothing was touched
+//!         println!("{}", conflicts[0]);
+//!     }
+//!     other => panic!("expected a conflict, got {other:?}"),
+//! }
+//! std::fs::write(ws.join("demo.txt"), "B\n").unwrap(); // the person undoes it
+//! let report = sched.rewind_turn_with("turn-7", RewindMode::Strict)?;
+//! assert_eq!(std::fs::read_to_string(ws.join("demo.txt")).unwrap(), "A\n");
+//! println!("{report}");
+//! sched.redo_turn("turn-7")?; // B again
+//! # assert_eq!(std::fs::read_to_string(ws.join("demo.txt")).unwrap(), "B\n");
+//! # Ok(()) }
+//! ```
+//!
 //! # What is not covered
 //!
 //! Only writes made through writ's file tools are recorded. Shell commands,
@@ -36,7 +70,7 @@
 //! `rewind` plans, checks and runs rewinds and redos; `merge` reverses a
 //! change out of edited text and summarizes conflicts; `fsio` reads and
 //! restores files; `view` is the read-only [`History`]. The state kept per
-//! scheduler ([`Handle`]) has two leaf mutexes (the store slot and the
+//! scheduler (`Handle`) has two leaf mutexes (the store slot and the
 //! pending snapshots), never held while the scheduler's state lock is taken.
 
 mod fsio;

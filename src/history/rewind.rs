@@ -44,6 +44,7 @@ use super::store::{Store, sha256_hex};
 use super::{Action, Conflict, FileReport, FileState, RestoreKind, RewindMode, RewindReport};
 use crate::error::{Error, Result};
 use crate::key::{self, Resolver, Target};
+use crate::policy;
 use crate::scheduler::Scheduler;
 
 /// One path of a plan.
@@ -73,11 +74,16 @@ enum Verdict {
     Merge(Vec<u8>),
 }
 
+/// The restore record a plan re-runs: its id, and whether it finished.
+type Resumes = Option<(String, bool)>;
+
+/// What a touched step writes: bytes and mode, or `None` to delete.
+type Payload = Option<(Vec<u8>, u32)>;
+
 /// A checked plan.
 struct Prepared {
     steps: Vec<(Step, Current, Verdict)>,
-    /// The id of the restore record re-run by this plan, if any.
-    resumes: Option<(String, bool)>,
+    resumes: Resumes,
 }
 
 impl Prepared {
@@ -189,7 +195,7 @@ fn plan(
     session: &str,
     turn: &str,
     kind: RestoreKind,
-) -> Result<(Vec<Step>, Option<(String, bool)>)> {
+) -> Result<(Vec<Step>, Resumes)> {
     let writes: Vec<(usize, &WriteRec)> = records
         .iter()
         .enumerate()
@@ -338,12 +344,20 @@ fn check_root(root: &Path) -> Result<()> {
 
 /// Today's path policy, again: the path must still resolve inside its root
 /// (a folder or the file itself that became a symlink out of it is
-/// `OutsideGrant`).
+/// `OutsideGrant`), and a sensitive name is refused (`Policy`) — an
+/// allowance a file handle had when the turn wrote it does not carry over.
 fn check_policy(sched: &Scheduler, step: &Step) -> Result<()> {
     let config = sched.config();
     let resolver = Resolver::new(step.root.clone(), Vec::new(), config.case, false);
-    resolver.resolve(&Target::file(&step.path))?;
-    Ok(())
+    let (key, area) = resolver.resolve(&Target::file(&step.path))?;
+    policy::check(
+        &config.sensitive,
+        &[],
+        &step.path,
+        &key,
+        area,
+        policy::Access::Write,
+    )
 }
 
 fn is(current: &Current, state: &Option<StateRec>) -> bool {
@@ -628,7 +642,7 @@ fn execute(
     let durable = handle.durable();
     // What each touched step writes, loaded (and hash-checked) before
     // anything changes; and the current content, snapshotted for a redo.
-    let mut writes: Vec<(usize, Option<(Vec<u8>, u32)>)> = Vec::new();
+    let mut writes: Vec<(usize, Payload)> = Vec::new();
     let mut files = Vec::with_capacity(prepared.steps.len());
     for (at, (step, current, verdict)) in prepared.steps.iter().enumerate() {
         let mut from = step.from.clone();

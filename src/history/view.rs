@@ -378,7 +378,7 @@ impl History {
                 }
             }
             let mut by_recency: Vec<(&TurnKey, &(usize, u64))> = last.iter().collect();
-            by_recency.sort_by(|a, b| b.1.0.cmp(&a.1.0));
+            by_recency.sort_by_key(|(_, (at, _))| std::cmp::Reverse(*at));
             let removed: HashSet<TurnKey> = by_recency
                 .iter()
                 .enumerate()
