@@ -629,3 +629,9 @@ impl Handle {
 
 #[cfg(test)]
 mod tests;
+
+/// The examples of `docs/HISTORY.md`, compiled and run as doctests so that
+/// the guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/HISTORY.md")]
+pub struct HistoryGuide;
