@@ -185,13 +185,50 @@ impl Scheduler {
 
     /// [`Scheduler::rewind_turn`] in the given mode: `RewindMode::Merge`
     /// also rewinds a file edited since, when the agent's change reverses
-    /// cleanly out of it.
+    /// cleanly out of it; what does not reverse cleanly stays a conflict
+    /// and nothing is touched.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
+    /// # std::fs::create_dir(&ws).unwrap();
+    /// # std::fs::write(ws.join("a.txt"), "1\n2\n3\n4\n").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
+    /// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
+    /// agent.set_turn("t");
+    /// agent.files().read("a.txt")?;
+    /// agent.files().replace("a.txt", "1\n", "one\n")?;
+    /// std::fs::write(ws.join("a.txt"), "one\n2\n3\nfour\n").unwrap(); // a person's edit
+    /// sched.rewind_turn_with("t", writ::history::RewindMode::Merge)?;
+    /// assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "1\n2\n3\nfour\n");
+    /// # Ok(()) }
+    /// ```
     pub fn rewind_turn_with(&self, turn: &str, mode: RewindMode) -> Result<RewindReport> {
         history::run(self, turn, RestoreKind::Rewind, mode)
     }
 
     /// Undoes the last rewind of `turn`, under the same rules: each file
-    /// must be exactly as that rewind left it (or already redone).
+    /// must be exactly as that rewind left it (or already redone), else
+    /// `Error::RewindConflict` and nothing is touched. A turn never rewound
+    /// is `Error::History`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
+    /// # std::fs::create_dir(&ws).unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
+    /// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
+    /// agent.set_turn("t");
+    /// agent.files().write("new.rs", "fn f() {}\n")?;
+    /// sched.rewind_turn("t")?;
+    /// assert!(!ws.join("new.rs").exists());
+    /// let report = sched.redo_turn("t")?;
+    /// assert!(ws.join("new.rs").exists());
+    /// assert_eq!(report.changed(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn redo_turn(&self, turn: &str) -> Result<RewindReport> {
         history::run(self, turn, RestoreKind::Redo, RewindMode::Strict)
     }

@@ -776,3 +776,25 @@ fn writes_after_a_rewind_join_the_next_rewind_and_block_a_redo() {
     assert_eq!(e.get("a.txt").as_deref(), Some("C\n"));
     assert_eq!(e.get("b.txt").as_deref(), Some("new\n"));
 }
+
+#[test]
+fn a_deleted_symlink_is_left_as_it_is_and_said_so() {
+    let e = env();
+    e.put("target.txt", "t\n", 0o644);
+    std::os::unix::fs::symlink("target.txt", e.path("link")).unwrap();
+    let agent = e.agent("agent", "t");
+    agent.files().delete("link").unwrap();
+    agent.files().write("a.txt", "x").unwrap();
+    let calls = History::open(&e.data)
+        .unwrap()
+        .calls("s1", Some("t"))
+        .unwrap();
+    assert!(!calls[0].files[0].protected, "a link has no snapshot");
+    let report = e.sched.rewind_turn("t").unwrap();
+    match action(&report, &e.path("link")) {
+        Action::LeftAsIs { reason } => assert!(reason.contains("symlink"), "{reason}"),
+        other => panic!("expected LeftAsIs, got {other:?}"),
+    }
+    assert!(!e.path("a.txt").exists(), "the rest of the turn is rewound");
+    assert_eq!(e.get("target.txt").as_deref(), Some("t\n"));
+}

@@ -160,10 +160,11 @@ impl fmt::Display for RestoreKind {
     }
 }
 
-/// A file's content state: absent, or a regular file. An empty file is a
-/// file (of size 0), never absent.
+/// A path's content state: absent, a regular file, or something else. An
+/// empty file is a file (of size 0), never absent.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "state")]
+#[non_exhaustive]
 pub enum FileState {
     /// No file at the path.
     Absent,
@@ -176,12 +177,18 @@ pub enum FileState {
         /// Permission bits.
         mode: u32,
     },
+    /// Not a regular file (only reported for paths a rewind leaves alone).
+    Other {
+        /// What it is: "a symlink", "a folder", …
+        what: String,
+    },
 }
 
 impl fmt::Display for FileState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FileState::Absent => f.write_str("absent"),
+            FileState::Other { what } => f.write_str(what),
             FileState::File { sha256, size, mode } => {
                 write!(f, "{} ({size} bytes, {mode:o})", store::short(sha256))
             }
@@ -231,6 +238,7 @@ pub struct FileReport {
     /// The file (absolute, resolved).
     pub path: PathBuf,
     /// What was done.
+    #[serde(flatten)]
     pub action: Action,
     /// Its state when the rewind finished.
     pub end: FileState,
@@ -238,7 +246,24 @@ pub struct FileReport {
 
 /// What [`Scheduler::rewind_turn`](crate::Scheduler::rewind_turn) or
 /// [`Scheduler::redo_turn`](crate::Scheduler::redo_turn) did: every file of
-/// the turn with its end state.
+/// the turn with its end state. `Display` is a short table.
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
+/// # std::fs::create_dir(&ws).unwrap();
+/// use writ::history::{Action, FileState};
+/// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
+/// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
+/// agent.set_turn("t");
+/// agent.files().write("new.rs", "")?;
+/// let report = sched.rewind_turn("t")?;
+/// assert_eq!(report.files[0].action, Action::Deleted);
+/// assert_eq!(report.files[0].end, FileState::Absent);
+/// print!("{report}"); // rewind of turn 't' (1 file(s), 1 changed): …
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct RewindReport {
@@ -299,7 +324,28 @@ impl fmt::Display for RewindReport {
     }
 }
 
-/// One file a rewind would overwrite without having written it.
+/// One file a rewind would overwrite without having written it: an entry of
+/// `Error::RewindConflict`.
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
+/// # std::fs::create_dir(&ws).unwrap();
+/// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
+/// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
+/// agent.set_turn("t");
+/// agent.files().write("a.txt", "agent\n")?;
+/// std::fs::write(ws.join("a.txt"), "").unwrap(); // someone empties it
+/// let Err(writ::Error::RewindConflict { conflicts }) = sched.rewind_turn("t") else {
+///     panic!("an emptied file is not the agent's");
+/// };
+/// // An empty file is not an absent one: it has the hash of zero bytes.
+/// assert!(conflicts[0].found.starts_with("e3b0c442"));
+/// assert_eq!(conflicts[0].turn, None); // changed outside writ
+/// println!("{}", conflicts[0]); // …/a.txt: expected 3f0e…, found e3b0…: 0 line(s) added, 1 removed; …
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Conflict {

@@ -34,7 +34,7 @@
 //! the hold, snapshots every file it will change, journals the intent
 //! (`restore` record), restores in reverse order, and journals `done`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::fsio::{self, Current};
@@ -87,11 +87,12 @@ struct Prepared {
 }
 
 impl Prepared {
-    /// Every path the restore reserves: each one it does not skip.
+    /// Every path the restore reserves: each one it is responsible for
+    /// (not skipped, not settled by an earlier run).
     fn paths(&self) -> Vec<PathBuf> {
         self.steps
             .iter()
-            .filter(|(_, _, v)| !matches!(v, Verdict::Skip(_)))
+            .filter(|(s, _, v)| !s.settled && !matches!(v, Verdict::Skip(_)))
             .map(|(s, _, _)| s.path.clone())
             .collect()
     }
@@ -146,18 +147,23 @@ fn prepare(
 ) -> Result<Prepared> {
     let records = store.load()?.records;
     let (steps, resumes) = plan(&records, session, turn, kind)?;
-    let mut roots: HashMap<PathBuf, ()> = HashMap::new();
+    let mut roots: HashSet<PathBuf> = HashSet::new();
     let mut checked = Vec::with_capacity(steps.len());
     let mut conflicts = Vec::new();
     for step in steps {
-        if step.skip.is_none() {
-            if !roots.contains_key(&step.root) {
+        if step.skip.is_none() && !step.settled {
+            if !roots.contains(&step.root) {
                 check_root(&step.root)?;
-                roots.insert(step.root.clone(), ());
+                roots.insert(step.root.clone());
             }
             check_policy(sched, &step)?;
         }
-        let current = fsio::current(&step.root, &step.path)?;
+        let current = if step.skip.is_none() && !step.settled {
+            fsio::current(&step.root, &step.path)?
+        } else {
+            // Only reported, never touched: an unreadable path is not an error.
+            fsio::current(&step.root, &step.path).unwrap_or(Current::Other("unreadable"))
+        };
         match judge(&records, store, session, turn, mode, &step, &current)? {
             Ok(verdict) => checked.push((step, current, verdict)),
             Err(conflict) => conflicts.push(conflict),
@@ -624,7 +630,10 @@ fn public(current: &Current) -> FileState {
             size: bytes.len() as u64,
             mode: *mode,
         },
-        _ => FileState::Absent,
+        Current::Absent => FileState::Absent,
+        Current::Other(what) => FileState::Other {
+            what: (*what).to_string(),
+        },
     }
 }
 
