@@ -122,7 +122,6 @@ pub(crate) struct ActorMeta {
     pub(crate) resolver: Resolver,
     pub(crate) scope: Scope,
     /// Read marks of the version gate; not part of the scheduler's state.
-    #[allow(dead_code)] // read by the file tools
     pub(crate) marks: crate::gate::MarkStore,
     /// The user turn this actor's writes are recorded under.
     pub(crate) turn: parking_lot::Mutex<Option<StdArc<str>>>,

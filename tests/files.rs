@@ -47,6 +47,14 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
+fn public_types_can_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<writ::Files<'static>>();
+    send_sync::<writ::Receipt>();
+    send_sync::<writ::ReadMark>();
+}
+
+#[test]
 fn write_creates_missing_folders_and_reports_a_receipt() {
     let (dir, _sched, a) = setup(process());
     let receipt = a.files().write("deep/er/new.rs", b"fn x() {}\n").unwrap();

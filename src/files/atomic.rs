@@ -81,8 +81,8 @@ fn dir_flags() -> OFlags {
 fn swapped(path: &Path) -> Error {
     Error::invalid(
         path,
-        "a folder on the way is now a symlink or not a folder (it changed after the path was \
-         resolved); nothing was done — check the path and retry",
+        "a component on the way is not a folder (a file, or a symlink swapped in after the \
+         path was resolved); nothing was done — check the path and retry",
     )
 }
 

@@ -230,7 +230,8 @@ struct Place {
 /// assert!(matches!(files.append("a.rs", b"// more\n"), Err(writ::Error::Stale { .. })));
 /// files.read("a.rs")?;
 /// files.append("a.rs", b"// more\n")?;
-/// files.rename("a.rs", "b.rs")?; // (a rename needs a current mark too)
+/// files.read("a.rs")?; // a rename needs a current mark too
+/// files.rename("a.rs", "b.rs")?;
 /// # Ok(()) }
 /// ```
 #[must_use = "Files does nothing until an operation is called"]
@@ -1097,3 +1098,9 @@ mod tests {
         assert_eq!(occurrences(b"xy", b"a"), (None, 0));
     }
 }
+
+/// The examples of `docs/FILES.md`, compiled and run as doctests so that the
+/// guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/FILES.md")]
+pub struct FilesGuide;
