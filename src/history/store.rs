@@ -151,11 +151,16 @@ impl Store {
         }
         let path = self.blob_path(sha);
         if let Ok(file) = File::open(&path) {
-            // Deduplicated. Refresh the mtime so a concurrent prune's grace
-            // period protects it until the journal references it again; if
-            // that fails the blob is still there, which is what matters now.
-            let _ = file.set_modified(SystemTime::now());
-            return Ok(());
+            // Deduplicated — if it is whole: a blob stored without fsync
+            // (`Durability::Process`) can be cut short by a power cut, and a
+            // short blob must be written again, not trusted forever.
+            if file.metadata().is_ok_and(|m| m.len() == bytes.len() as u64) {
+                // Refresh the mtime so a concurrent prune's grace period
+                // protects it until the journal references it again; if that
+                // fails the blob is still there, which is what matters now.
+                let _ = file.set_modified(SystemTime::now());
+                return Ok(());
+            }
         }
         let folder = path.parent().unwrap_or(&self.dir).to_path_buf();
         let fail = |e: io::Error| Error::io("store a snapshot in", &folder, e);
@@ -419,6 +424,10 @@ mod tests {
         // A corrupt blob is refused, not returned.
         fs::write(store.blob_path(&sha), b"tampered").unwrap();
         assert!(matches!(store.read_blob(&sha), Err(Error::History { .. })));
+        // A short (torn) blob is written again, not trusted.
+        fs::write(store.blob_path(&sha), b"hel").unwrap();
+        store.put_blob(&sha, b"hello").unwrap();
+        assert_eq!(store.read_blob(&sha).unwrap(), b"hello");
         // A crafted hash cannot name a path outside the blob folder.
         assert!(store.put_blob("../../../../etc/x", b"x").is_err());
         assert!(!store.has_blob("../journal.jsonl"));
