@@ -166,8 +166,9 @@ impl Scheduler {
     /// restored), else `Err(Error::RewindConflict { conflicts })` and nothing
     /// is touched. Needs `Config::history_dir`; an unknown turn is
     /// `Error::UnknownTurn`; a path held by anyone (fences included) is
-    /// `Error::Busy` unless `Config::file_op_wait` is set. See
-    /// [`history`](crate::history).
+    /// `Error::Busy` unless `Config::file_op_wait` is set (then it waits,
+    /// blocking the thread: call it from a blocking context, never on an
+    /// async runtime's worker thread). See [`history`](crate::history).
     ///
     /// ```
     /// # fn main() -> Result<(), writ::Error> {

@@ -798,3 +798,23 @@ fn a_deleted_symlink_is_left_as_it_is_and_said_so() {
     assert!(!e.path("a.txt").exists(), "the rest of the turn is rewound");
     assert_eq!(e.get("target.txt").as_deref(), Some("t\n"));
 }
+
+#[test]
+fn with_file_op_wait_a_rewind_waits_for_a_call_in_progress() {
+    let e = env_with(|c| c.file_op_wait(std::time::Duration::from_secs(20)));
+    let agent = e.agent("agent", "t");
+    agent.files().write("a.txt", "x").unwrap();
+    let other = e.sched.actor("other", Grant::workspace(&e.root)).unwrap();
+    let call = other.try_admit(["a.txt"]).unwrap();
+    std::thread::scope(|s| {
+        let rewind = s.spawn(|| e.sched.rewind_turn("t"));
+        // Release only once the rewind is queued behind the call.
+        while e.sched.dump().waiters.is_empty() {
+            std::thread::yield_now();
+        }
+        assert!(e.path("a.txt").exists());
+        drop(call);
+        rewind.join().unwrap().unwrap();
+    });
+    assert!(!e.path("a.txt").exists());
+}
