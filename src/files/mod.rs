@@ -18,7 +18,7 @@
 //!
 //! There is no write path that skips step 2.
 
-mod atomic;
+pub(crate) mod atomic;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -155,7 +155,6 @@ impl fmt::Display for Receipt {
 
 /// One file's state just before an operation replaces it, for the history
 /// hook.
-#[allow(dead_code)] // read by the history store, which plugs in later
 pub(crate) struct PreImage<'a> {
     pub(crate) path: &'a Path,
     /// `None`: the file does not exist (or is a symlink, which has no content).
@@ -163,7 +162,6 @@ pub(crate) struct PreImage<'a> {
 }
 
 /// The content and mode of an existing file.
-#[allow(dead_code)] // read by the history store, which plugs in later
 pub(crate) struct PreState<'a> {
     pub(crate) sha256: &'a str,
     pub(crate) mode: u32,
@@ -177,16 +175,27 @@ pub(crate) struct PreState<'a> {
 /// written. `record` runs after the change is in place: an `Err` does not
 /// undo it, the receipt says "history incomplete".
 pub(crate) trait HistoryHook: Send + Sync {
-    /// Saves the pre-images of every path the operation will change.
-    fn snapshot(&self, actor: &ActorMeta, op: FileOp, pre: &[PreImage<'_>]) -> Result<()>;
+    /// Saves the pre-images of every path the operation will change, and
+    /// the new content when there is one (`new`). `Ok(false)` when a
+    /// pre-image above the snapshot limit was left unsaved because the
+    /// handle is [`Files::unprotected`]; without that, such a pre-image is
+    /// an `Err`.
+    fn snapshot(
+        &self,
+        actor: &ActorMeta,
+        op: FileOp,
+        pre: &[PreImage<'_>],
+        new: Option<&[u8]>,
+        unprotected: bool,
+    ) -> Result<bool>;
     /// Journals the finished change.
     fn record(&self, actor: &ActorMeta, receipt: &Receipt) -> Result<()>;
 }
 
-/// The history hook configured for a scheduler, if any. History is not
-/// implemented yet, so there is none: every receipt says `Off`.
-fn history_hook(_actor: &Actor) -> Option<Arc<dyn HistoryHook>> {
-    None
+/// The history hook configured for a scheduler: the history store when
+/// `Config::history_dir` is set, else none (receipts say `Off`).
+fn history_hook(actor: &Actor) -> Option<Arc<dyn HistoryHook>> {
+    crate::history::hook(&actor.sched)
 }
 
 /// A resolved path of one operation.
@@ -502,14 +511,15 @@ impl<'a> Files<'a> {
         Error::invalid(&place.key.path, reason)
     }
 
-    fn history_status(&self, receipt: &Receipt) -> HistoryStatus {
-        if self.unprotected {
-            return HistoryStatus::Unprotected;
-        }
+    /// Journals the change (step 8) and says how well history covers it;
+    /// `protected` is what the snapshot reported.
+    fn history_status(&self, receipt: &Receipt, protected: bool) -> HistoryStatus {
         match &self.history {
+            None if self.unprotected => HistoryStatus::Unprotected,
             None => HistoryStatus::Off,
             Some(hook) => match hook.record(self.meta(), receipt) {
-                Ok(()) => HistoryStatus::Recorded,
+                Ok(()) if protected => HistoryStatus::Recorded,
+                Ok(()) => HistoryStatus::Unprotected,
                 Err(e) => HistoryStatus::Incomplete {
                     reason: e.to_string(),
                 },
@@ -700,6 +710,7 @@ impl<'a> Files<'a> {
             }
         };
         let new = apply(pre_bytes.as_deref())?;
+        let mut protected = true;
         if let Some(hook) = &self.history {
             let state = match (&before, old_mode, &pre_bytes) {
                 (Some(sha256), Some(mode), Some(bytes)) => Some(PreState {
@@ -709,13 +720,15 @@ impl<'a> Files<'a> {
                 }),
                 _ => None,
             };
-            hook.snapshot(
+            protected = hook.snapshot(
                 self.meta(),
                 op,
                 &[PreImage {
                     path: &place.key.path,
                     state,
                 }],
+                Some(&new),
+                self.unprotected,
             )?;
         }
         let mode = dir.replace(&name, &new, old_mode, self.durable(), self.steps.as_ref())?;
@@ -731,7 +744,7 @@ impl<'a> Files<'a> {
             mode: Some(mode),
             history: HistoryStatus::Off,
         };
-        receipt.history = self.history_status(&receipt);
+        receipt.history = self.history_status(&receipt, protected);
         Ok(receipt)
     }
 
@@ -801,11 +814,14 @@ impl<'a> Files<'a> {
         let removed = self
             .removable(&place, dir.entry(&name)?)?
             .ok_or_else(not_found)?;
+        let mut protected = true;
         if let Some(hook) = &self.history {
-            hook.snapshot(
+            protected = hook.snapshot(
                 self.meta(),
                 FileOp::Delete,
                 &[removed.pre_image(&place.key.path)],
+                None,
+                self.unprotected,
             )?;
         }
         dir.unlink(&name, self.durable(), self.steps.as_ref())?;
@@ -820,7 +836,7 @@ impl<'a> Files<'a> {
             mode: None,
             history: HistoryStatus::Off,
         };
-        receipt.history = self.history_status(&receipt);
+        receipt.history = self.history_status(&receipt, protected);
         Ok(receipt)
     }
 
@@ -852,6 +868,7 @@ impl<'a> Files<'a> {
             path: dst.key.path.clone(),
         })?;
         let replaced = self.removable(&dst, dst_dir.entry(&dst_name)?)?;
+        let mut protected = true;
         if let Some(hook) = &self.history {
             let mut pre = vec![moved.pre_image(&src.key.path)];
             pre.push(match &replaced {
@@ -861,7 +878,7 @@ impl<'a> Files<'a> {
                     state: None,
                 },
             });
-            hook.snapshot(self.meta(), FileOp::Rename, &pre)?;
+            protected = hook.snapshot(self.meta(), FileOp::Rename, &pre, None, self.unprotected)?;
         }
         src_dir.rename_to(
             &src_name,
@@ -882,7 +899,7 @@ impl<'a> Files<'a> {
             mode: moved.mode,
             history: HistoryStatus::Off,
         };
-        receipt.history = self.history_status(&receipt);
+        receipt.history = self.history_status(&receipt, protected);
         Ok(receipt)
     }
 }
@@ -948,7 +965,14 @@ mod tests {
     }
 
     impl HistoryHook for Recorder {
-        fn snapshot(&self, _: &ActorMeta, op: FileOp, pre: &[PreImage<'_>]) -> Result<()> {
+        fn snapshot(
+            &self,
+            _: &ActorMeta,
+            op: FileOp,
+            pre: &[PreImage<'_>],
+            _: Option<&[u8]>,
+            _: bool,
+        ) -> Result<bool> {
             if self.fail_snapshot {
                 return Err(Error::History {
                     reason: "the history disk is full".into(),
@@ -962,7 +986,7 @@ mod tests {
                     .map(|s| (s.sha256.to_owned(), s.bytes.to_vec()));
                 seen.push((op, p.path.to_path_buf(), state));
             }
-            Ok(())
+            Ok(true)
         }
         fn record(&self, _: &ActorMeta, _: &Receipt) -> Result<()> {
             if self.fail_record {
