@@ -445,6 +445,27 @@ impl Actor {
         Acquire::child(self, prepared)
     }
 
+    /// Resolves targets once, so that they can be admitted many times
+    /// without resolving them again (see [`Resolved`](crate::Resolved) for
+    /// what a resolved key is: a snapshot). Fails as admission would on a
+    /// path that is invalid or outside the grant; the fence and read-only
+    /// rules are checked when the result is admitted.
+    pub fn resolve<I>(&self, targets: I) -> Result<crate::Resolved>
+    where
+        I: IntoIterator,
+        I::Item: Into<Target>,
+    {
+        let targets = collect(targets);
+        if targets.is_empty() {
+            return Err(Error::invalid("", "no targets were given"));
+        }
+        targets
+            .iter()
+            .map(|t| self.meta.resolver.resolve_target(t))
+            .collect::<Result<Vec<_>>>()
+            .map(crate::Resolved::new)
+    }
+
     /// A request builder: priority, label, `on_queued`, then try or wait.
     pub fn request<I>(&self, targets: I) -> Request
     where

@@ -34,7 +34,7 @@ use std::collections::{HashMap, HashSet};
 use petgraph::graphmap::DiGraphMap;
 use serde::Serialize;
 
-use crate::queue::{Need, WaiterId};
+use crate::queue::{Need, Pos, WaiterId};
 use crate::state::State;
 use crate::table::{ActorId, Claim, HoldKind, conflict};
 
@@ -76,8 +76,8 @@ fn fence_owner(claim: &Claim, need: &Need) -> Option<ActorId> {
 
 type Graph = DiGraphMap<Node, ()>;
 
-/// Adds the edges of `req`, waiting behind `ahead`.
-fn add_request(graph: &mut Graph, state: &State, req: &Req<'_>, ahead: &[Req<'_>]) {
+/// Adds the edges of `req`, whose conflicting earlier waiters are `ahead`.
+fn add_request(graph: &mut Graph, state: &State, req: &Req<'_>, ahead: &[WaiterId]) {
     graph.add_edge(Node::Actor(req.requester), req.node, ());
     for blocking in state.table.conflicts(req.claim, None) {
         if let Some(hold) = state.table.get(blocking.hold) {
@@ -86,44 +86,68 @@ fn add_request(graph: &mut Graph, state: &State, req: &Req<'_>, ahead: &[Req<'_>
             }
         }
     }
-    for earlier in ahead {
-        if conflict(req.claim, earlier.claim).is_some() {
-            graph.add_edge(req.node, earlier.node, ());
-            if let Some(owner) = earlier.fence_owner {
-                if owner != req.requester {
-                    graph.add_edge(req.node, Node::Actor(owner), ());
-                }
+    for earlier in ahead.iter().filter_map(|&id| state.queue.get(id)) {
+        graph.add_edge(req.node, Node::Request(earlier.id), ());
+        if let Some(owner) = fence_owner(&earlier.claim, &earlier.need) {
+            if owner != req.requester {
+                graph.add_edge(req.node, Node::Actor(owner), ());
             }
         }
     }
 }
 
-/// The waiting requests, in queue order.
-fn waiting(state: &State) -> Vec<Req<'_>> {
+/// The waiting requests with their places, in queue order.
+fn waiting(state: &State) -> Vec<(Pos, Req<'_>)> {
     state
         .queue
         .entries()
-        .iter()
         .filter(|w| w.is_waiting())
-        .map(|w| Req {
-            node: Node::Request(w.id),
-            requester: w.requester,
-            claim: &w.claim,
-            fence_owner: fence_owner(&w.claim, &w.need),
+        .filter_map(|w| {
+            let pos = state.queue.pos_of(w.id)?;
+            Some((
+                pos,
+                Req {
+                    node: Node::Request(w.id),
+                    requester: w.requester,
+                    claim: &w.claim,
+                    fence_owner: fence_owner(&w.claim, &w.need),
+                },
+            ))
         })
         .collect()
 }
 
-/// The graph of the current queue, with `new` (if any) inserted at its
-/// queue position.
-fn build(state: &State, new: Option<(Req<'_>, usize)>) -> Graph {
-    let mut reqs = waiting(state);
-    if let Some((req, position)) = new {
-        reqs.insert(position, req);
-    }
+/// The graph of the current queue, plus `new` (if any) as if queued at
+/// `Pos` — with the edges of the waiters behind it that it would block.
+/// Earlier conflicting waiters come from the queue's path index.
+fn build(state: &State, new: Option<(Req<'_>, Pos)>) -> Graph {
+    let reqs = waiting(state);
     let mut graph = Graph::new();
-    for i in 0..reqs.len() {
-        add_request(&mut graph, state, &reqs[i], &reqs[..i]);
+    for (pos, req) in &reqs {
+        add_request(
+            &mut graph,
+            state,
+            req,
+            &state.queue.conflicts_ahead(req.claim, *pos),
+        );
+    }
+    if let Some((new, at)) = new {
+        add_request(
+            &mut graph,
+            state,
+            &new,
+            &state.queue.conflicts_ahead(new.claim, at),
+        );
+        for (_, behind) in reqs.iter().filter(|(pos, _)| *pos > at) {
+            if conflict(behind.claim, new.claim).is_some() {
+                graph.add_edge(behind.node, new.node, ());
+                if let Some(owner) = new.fence_owner {
+                    if owner != behind.requester {
+                        graph.add_edge(behind.node, Node::Actor(owner), ());
+                    }
+                }
+            }
+        }
     }
     graph
 }
@@ -151,12 +175,8 @@ fn find_cycle(graph: &Graph, state: &State) -> Option<Vec<ActorId>> {
         index.insert(next, path.len());
         path.push(next);
     }
-    let owners: HashMap<WaiterId, ActorId> = state
-        .queue
-        .entries()
-        .iter()
-        .map(|w| (w.id, w.requester))
-        .collect();
+    let owners: HashMap<WaiterId, ActorId> =
+        state.queue.entries().map(|w| (w.id, w.requester)).collect();
     let mut actors: Vec<ActorId> = Vec::new();
     for node in path {
         let actor = match node {
@@ -199,19 +219,13 @@ pub(crate) fn cycle_if_waiting(
     need: &Need,
     priority: i32,
 ) -> Option<Vec<ActorId>> {
-    let position = state
-        .queue
-        .ahead_of(priority)
-        .iter()
-        .filter(|w| w.is_waiting())
-        .count();
     let new = Req {
         node: Node::New,
         requester,
         claim,
         fence_owner: fence_owner(claim, need),
     };
-    let graph = build(state, Some((new, position)));
+    let graph = build(state, Some((new, Pos::end_of(priority))));
     if !petgraph::algo::is_cyclic_directed(&graph) {
         return None;
     }
@@ -226,8 +240,8 @@ pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Option<Vec<Actor
     }
     let blocked: Vec<Node> = waiting(state)
         .iter()
-        .filter(|w| w.requester != claim.owner && conflict(w.claim, claim).is_some())
-        .map(|w| w.node)
+        .filter(|(_, w)| w.requester != claim.owner && conflict(w.claim, claim).is_some())
+        .map(|(_, w)| w.node)
         .collect();
     if blocked.is_empty() {
         return None;
@@ -244,9 +258,8 @@ pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Option<Vec<Actor
 
 /// Every edge of the current wait-for graph, folded onto actors.
 pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
-    let reqs = waiting(state);
     let mut edges = Vec::new();
-    for (i, req) in reqs.iter().enumerate() {
+    for (pos, req) in waiting(state) {
         for blocking in state.table.conflicts(req.claim, None) {
             if let Some(hold) = state.table.get(blocking.hold) {
                 if hold.claim.kind == HoldKind::Fence {
@@ -258,11 +271,11 @@ pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
                 }
             }
         }
-        for earlier in &reqs[..i] {
-            if conflict(req.claim, earlier.claim).is_some() {
+        for earlier in state.queue.conflicts_ahead(req.claim, pos) {
+            if let Some(earlier) = state.queue.get(earlier) {
                 edges.push(WaitEdge {
                     from: req.requester,
-                    to: earlier.fence_owner.unwrap_or(earlier.requester),
+                    to: fence_owner(&earlier.claim, &earlier.need).unwrap_or(earlier.requester),
                     hard: false,
                 });
             }

@@ -196,7 +196,6 @@ impl Dump {
         let waiters = state
             .queue
             .entries()
-            .iter()
             .filter(|w| w.is_waiting())
             .map(|w| {
                 let (holds, waiters, cause) = state.blockers_of(w.id);

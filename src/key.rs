@@ -10,6 +10,7 @@
 //! The comparison helpers ([`overlaps`], [`inside`], [`merge`],
 //! [`normalize_lexically`]) are pure and do no I/O.
 
+use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -201,6 +202,76 @@ impl From<&PathBuf> for Target {
 impl From<&Target> for Target {
     fn from(t: &Target) -> Self {
         t.clone()
+    }
+}
+
+/// Targets resolved once, to be admitted many times.
+///
+/// Resolving a target (one `lstat` per path component, and a `readlink` per
+/// symlink) costs more than admitting it. A caller that admits the same
+/// paths again and again — a batch of edits to one file, a benchmark — can
+/// resolve them once with [`Actor::resolve`](crate::Actor::resolve) and
+/// pass the result (by reference) wherever targets are taken:
+/// `try_admit`, `admit`, `request`, `fence`.
+///
+/// # A snapshot of the file system
+///
+/// A resolved key names what the path resolved to *when it was resolved*.
+/// If a symlink on the way changes afterwards, the key does not follow it:
+/// two actors may then reserve one file under two keys. Every admission
+/// still checks the key, component by component, against the admitting
+/// actor's grant root (`OutsideGrant` otherwise), so a resolved key never
+/// names a path outside the root; and the file operations resolve again,
+/// relative to directory handles, whatever was reserved. Resolve again when the tree may have
+/// changed. (For the same reason writ keeps no resolution cache of its own:
+/// an entry could not be trusted after a symlink changes without the very
+/// `lstat`s it was meant to save.)
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+/// let paths = lead.resolve(["src/lib.rs", "docs/"])?;   // resolved once
+/// for _ in 0..3 {
+///     let call = lead.try_admit(&paths)?;              // admitted many times
+///     assert_eq!(call.paths().len(), 2);
+/// }
+/// assert!(paths.targets()[1].is_tree());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    targets: Vec<Target>,
+}
+
+impl Resolved {
+    pub(crate) fn new(targets: Vec<Target>) -> Self {
+        Resolved { targets }
+    }
+
+    /// The resolved targets: absolute canonical paths, with the shape and
+    /// mode each was asked with.
+    pub fn targets(&self) -> &[Target] {
+        &self.targets
+    }
+}
+
+impl<'a> IntoIterator for &'a Resolved {
+    type Item = &'a Target;
+    type IntoIter = std::slice::Iter<'a, Target>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.targets.iter()
+    }
+}
+
+impl IntoIterator for Resolved {
+    type Item = Target;
+    type IntoIter = std::vec::IntoIter<Target>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.targets.into_iter()
     }
 }
 
@@ -414,6 +485,14 @@ const MAX_SYMLINKS: usize = 40;
 ///
 /// A `..` that climbs back out of the missing remainder makes the next
 /// component existing again, so it is checked (and followed) too.
+///
+/// Cost: one `readlink` per component of the existing prefix (as the C
+/// library's `realpath` does), and no allocation per component. `readlink`
+/// answers "not a symlink" (`EINVAL`), "missing" (`ENOENT`, `ENOTDIR`) or
+/// the link's target in one call, where `lstat` would need a second call
+/// for a link. Nothing is cached: an entry could only be trusted after the
+/// very checks it would save, since any component may become a symlink at
+/// any time.
 pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
     debug_assert!(path.is_absolute());
     let mut resolved = PathBuf::new();
@@ -432,20 +511,23 @@ pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
 /// of `start` need no lookups, and a `..` that climbs out of it pops a real
 /// folder, exactly as the OS would.
 pub(crate) fn resolve_from(mut resolved: PathBuf, rest: &Path) -> io::Result<PathBuf> {
-    let mut pending: Vec<OsString> = Vec::new();
+    // Components still to resolve, the next one last. Borrowed from `rest`;
+    // a symlink's target adds owned ones.
+    let mut pending: Vec<Cow<'_, OsStr>> = Vec::with_capacity(16);
     for component in rest.components().rev() {
         match component {
             Component::Prefix(_) | Component::RootDir => {}
-            other => pending.push(other.as_os_str().to_os_string()),
+            other => pending.push(Cow::Borrowed(other.as_os_str())),
         }
     }
     let mut missing = 0usize; // trailing components of `resolved` that do not exist
     let mut links = 0usize;
+    let mut buf = [0u8; 256];
     while let Some(name) = pending.pop() {
-        if name == "." {
+        if *name == *"." {
             continue;
         }
-        if name == ".." {
+        if *name == *".." {
             resolved.pop();
             missing = missing.saturating_sub(1);
             continue;
@@ -455,13 +537,12 @@ pub(crate) fn resolve_from(mut resolved: PathBuf, rest: &Path) -> io::Result<Pat
             missing += 1;
             continue;
         }
-        match std::fs::symlink_metadata(&resolved) {
-            Ok(meta) if meta.file_type().is_symlink() => {
+        match read_link(&resolved, &mut buf) {
+            Ok(Some(target)) => {
                 links += 1;
                 if links > MAX_SYMLINKS {
                     return Err(io::Error::other("too many levels of symbolic links"));
                 }
-                let target = std::fs::read_link(&resolved)?;
                 resolved.pop();
                 if target.is_absolute() {
                     resolved = PathBuf::new();
@@ -472,12 +553,12 @@ pub(crate) fn resolve_from(mut resolved: PathBuf, rest: &Path) -> io::Result<Pat
                         Component::Prefix(_) | Component::RootDir => {
                             resolved.push(component.as_os_str())
                         }
-                        other => prefix.push(other.as_os_str().to_os_string()),
+                        other => prefix.push(Cow::Owned(other.as_os_str().to_os_string())),
                     }
                 }
                 pending.extend(prefix.into_iter().rev());
             }
-            Ok(_) => {}
+            Ok(None) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(20) => {
                 // ENOTDIR: a component under a regular file cannot exist either.
                 missing = 1;
@@ -486,6 +567,22 @@ pub(crate) fn resolve_from(mut resolved: PathBuf, rest: &Path) -> io::Result<Pat
         }
     }
     Ok(resolved)
+}
+
+/// The target of `path` if it is a symlink, `None` if it exists and is
+/// not one. `buf` holds short targets without allocating.
+fn read_link(path: &Path, buf: &mut [u8; 256]) -> io::Result<Option<PathBuf>> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    match rustix::fs::readlinkat_raw(rustix::fs::CWD, path, &mut *buf) {
+        Ok(len) if len < buf.len() => Ok(Some(PathBuf::from(OsStr::from_bytes(&buf[..len])))),
+        // Possibly cut short: read it again, whole.
+        Ok(_) => {
+            let target = rustix::fs::readlink(path, Vec::new())?;
+            Ok(Some(PathBuf::from(OsString::from_vec(target.into_bytes()))))
+        }
+        Err(rustix::io::Errno::INVAL) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The file system's case behaviour at `root`, found by looking up an entry
@@ -662,6 +759,21 @@ impl Resolver {
         }
     }
 
+    /// Resolves `target` into a resolved target (same shape and mode);
+    /// `workspace()` stays as it is, to expand when admitted.
+    pub(crate) fn resolve_target(&self, target: &Target) -> Result<Target> {
+        if target.is_workspace() || target.lookup == Lookup::Resolved {
+            return Ok(target.clone());
+        }
+        let (key, _) = self.resolve(target)?;
+        Ok(Target {
+            path: key.path,
+            shape: target.shape,
+            mode: target.mode,
+            lookup: Lookup::Resolved,
+        })
+    }
+
     /// `path` relative to the root, for messages; absolute when outside.
     pub(crate) fn relative(&self, path: &Path) -> PathBuf {
         match path.strip_prefix(&self.root) {
@@ -833,5 +945,39 @@ mod tests {
         let (b, _) = r.resolve(&Target::from("src/lex.RS")).unwrap();
         assert!(overlaps(&a, &b));
         assert_eq!(a.path, root.join("Src/Lex.rs"));
+    }
+
+    #[test]
+    fn resolved_targets_skip_resolution_but_not_containment() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let root = base.join("ws");
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        let wide = Resolver::new(base.clone(), vec![], CaseMode::Sensitive, true);
+        let narrow = Resolver::new(root.clone(), vec![], CaseMode::Sensitive, true);
+        let inside = wide.resolve_target(&Target::from("ws/link/a.rs")).unwrap();
+        assert_eq!(inside.path(), root.join("real/a.rs"));
+        assert!(!inside.is_tree());
+        let (key, _) = narrow.resolve(&inside).unwrap();
+        assert_eq!(key.path, root.join("real/a.rs"));
+        // Resolved by an actor with a wider root: still refused outside.
+        let outside = wide.resolve_target(&Target::tree("other")).unwrap();
+        assert!(outside.is_tree());
+        assert!(matches!(
+            narrow.resolve(&outside),
+            Err(Error::OutsideGrant { .. })
+        ));
+        // A resolved key is a snapshot: it does not follow a later change.
+        std::fs::remove_file(root.join("link")).unwrap();
+        std::os::unix::fs::symlink(base.join("elsewhere"), root.join("link")).unwrap();
+        assert_eq!(
+            narrow.resolve(&inside).unwrap().0.path,
+            root.join("real/a.rs")
+        );
+        assert!(matches!(
+            narrow.resolve(&Target::from("link/a.rs")),
+            Err(Error::OutsideGrant { .. })
+        ));
     }
 }

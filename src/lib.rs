@@ -66,6 +66,7 @@ mod deadlock;
 mod dump;
 mod error;
 mod guard;
+mod index;
 mod key;
 mod queue;
 mod request;
@@ -74,6 +75,9 @@ mod state;
 mod sync;
 mod table;
 
+#[doc(hidden)]
+#[path = "bench_support.rs"]
+pub mod __bench;
 pub mod delegate;
 mod files;
 mod gate;
@@ -91,7 +95,7 @@ pub use files::WriteStep;
 pub use files::{FileOp, Files, HistoryStatus, Receipt};
 pub use gate::ReadMark;
 pub use guard::{Fence, Reservation};
-pub use key::{CaseMode, Mode, Target, normalize_lexically};
+pub use key::{CaseMode, Mode, Resolved, Target, normalize_lexically};
 pub use queue::{WaitCause, WaiterId};
 pub use request::{Acquire, Request};
 pub use scheduler::Scheduler;

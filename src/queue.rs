@@ -1,18 +1,22 @@
 //! The wait queue: requests that could not be granted yet.
 //!
-//! Pure data, kept in queue order: higher priority first, then arrival. The
-//! wake-up rule that walks it lives in [`crate::state`], beside the table it
-//! consults. Wakers are plain `std::task::Waker`s, stored and taken only
+//! Pure data, kept in queue order: higher priority first, then arrival, and
+//! indexed by path like the table. The wake-up rule that walks it lives in
+//! [`crate::state`], beside the table it consults. Wakers are plain `std::task::Waker`s, stored and taken only
 //! while the scheduler's mutex is held, and woken after it is released.
 
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::index::{Class, FastMap, Index, Mask, NodeList};
 use crate::state::ChildRecord;
-use crate::table::{ActorId, Claim, HoldId};
+use crate::table::{ActorId, Claim, HoldId, covers};
 
 /// A waiting request's identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -63,27 +67,80 @@ impl Waiter {
     }
 }
 
-/// The queue. Invariant: `entries` is sorted by `(-priority, seq)`, and seqs
-/// are unique.
+/// What a granted entry hands over to become a hold.
+pub(crate) struct Granting {
+    pub(crate) claim: Claim,
+    pub(crate) need: Need,
+    /// The hold's actor name (for a child, the child's).
+    pub(crate) name: Arc<str>,
+    pub(crate) label: Option<Arc<str>>,
+}
+
+/// A request's place in queue order: higher priority first, then arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Pos {
+    rank: Reverse<i32>,
+    seq: u64,
+}
+
+impl Pos {
+    /// The place of a request of `priority` that is not queued yet: behind
+    /// every entry of equal or higher priority (seqs are below `u64::MAX`).
+    pub(crate) fn end_of(priority: i32) -> Pos {
+        Pos {
+            rank: Reverse(priority),
+            seq: u64::MAX,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    waiter: Waiter,
+    pos: Pos,
+    /// `nodes[i]` is the index node of `waiter.claim.keys[i]` while the
+    /// entry waits; empty once it is granted.
+    nodes: NodeList,
+}
+
+/// The queue.
+///
+/// # Implementation details
+///
+/// Entries live in `slots`; `order` lists them in queue order, `ids` finds
+/// one by id. Waiting entries (not those granted and not yet picked up)
+/// are also in `index`, a path index over their keys (see
+/// [`crate::index`]), and, when they need an actor slot, in `children`. So
+/// "which waiting entries conflict with this claim" and "which overlap these
+/// released keys" cost what the table's queries cost, not a scan of the
+/// queue, and inserting or removing an entry costs O(log n).
+///
+/// Invariants (checked by [`Queue::assert_invariants`]):
+/// - `order` = {(slot.pos, s) | slots[s] is Some}; seqs are unique;
+/// - `ids[w.id]` = the slot of `w`, for every entry and no other id;
+/// - `free` lists exactly the `None` slots;
+/// - `waiting` = number of entries in state `Waiting`;
+/// - index entries = Σ over waiting entries of `claim.keys.len()`, and
+///   granted entries have none;
+/// - `children` = {(pos, s) | slots[s] waits and needs a child slot}.
 #[derive(Debug, Default)]
 pub(crate) struct Queue {
-    entries: Vec<Waiter>,
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    order: BTreeMap<Pos, u32>,
+    ids: FastMap<WaiterId, u32>,
+    index: Index<u32>,
+    children: BTreeMap<Pos, u32>,
+    waiting: usize,
     next_seq: u64,
     next_id: u64,
 }
 
+fn class_of(claim: &Claim, mode: crate::key::Mode) -> Class {
+    Class::of(claim.kind, mode)
+}
+
 impl Queue {
-    /// The index a new request of `priority` takes: after every entry of
-    /// equal or higher priority.
-    pub(crate) fn position_for(&self, priority: i32) -> usize {
-        self.entries.partition_point(|w| w.priority >= priority)
-    }
-
-    /// The entries a new request of `priority` would queue behind.
-    pub(crate) fn ahead_of(&self, priority: i32) -> &[Waiter] {
-        &self.entries[..self.position_for(priority)]
-    }
-
     /// Allocates an id; the caller builds the waiter and calls [`Queue::insert`].
     pub(crate) fn next_id(&mut self) -> (WaiterId, u64) {
         self.next_id += 1;
@@ -92,46 +149,334 @@ impl Queue {
     }
 
     pub(crate) fn insert(&mut self, waiter: Waiter) {
-        let at = self.position_for(waiter.priority);
-        self.entries.insert(at, waiter);
+        let pos = Pos {
+            rank: Reverse(waiter.priority),
+            seq: waiter.seq,
+        };
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                let slot = u32::try_from(self.slots.len())
+                    .unwrap_or_else(|_| panic!("more than {} waiters", u32::MAX));
+                self.slots.push(None);
+                slot
+            }
+        };
+        let mut nodes = NodeList::default();
+        if waiter.is_waiting() {
+            self.waiting += 1;
+            nodes = waiter
+                .claim
+                .keys
+                .iter()
+                .map(|(key, mode)| self.index.insert(key, class_of(&waiter.claim, *mode), slot))
+                .collect();
+            if matches!(waiter.need, Need::Child(_)) {
+                self.children.insert(pos, slot);
+            }
+        }
+        self.order.insert(pos, slot);
+        self.ids.insert(waiter.id, slot);
+        self.slots[slot as usize] = Some(Slot { waiter, pos, nodes });
+    }
+
+    /// Takes a waiting entry out of the index and the slot list.
+    fn unindex(&mut self, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if !s.waiter.is_waiting() {
+            return;
+        }
+        self.waiting -= 1;
+        let claim = &s.waiter.claim;
+        for ((key, mode), &node) in claim.keys.iter().zip(s.nodes.as_slice()) {
+            let removed = self
+                .index
+                .remove(node, class_of(claim, *mode), key.tree, slot);
+            debug_assert!(removed, "a waiting key was missing from the index");
+        }
+        s.nodes.clear();
+        self.children.remove(&s.pos);
     }
 
     pub(crate) fn remove(&mut self, id: WaiterId) -> Option<Waiter> {
-        let at = self.entries.iter().position(|w| w.id == id)?;
-        Some(self.entries.remove(at))
+        let slot = *self.ids.get(&id)?;
+        self.unindex(slot);
+        let s = self.slots.get_mut(slot as usize)?.take()?;
+        self.ids.remove(&id);
+        self.order.remove(&s.pos);
+        self.free.push(slot);
+        Some(s.waiter)
+    }
+
+    fn slot(&self, slot: u32) -> Option<&Slot> {
+        self.slots.get(slot as usize)?.as_ref()
     }
 
     pub(crate) fn get(&self, id: WaiterId) -> Option<&Waiter> {
-        self.entries.iter().find(|w| w.id == id)
+        Some(&self.slot(*self.ids.get(&id)?)?.waiter)
     }
 
-    pub(crate) fn get_mut(&mut self, id: WaiterId) -> Option<&mut Waiter> {
-        self.entries.iter_mut().find(|w| w.id == id)
+    /// Where an entry stands in queue order.
+    pub(crate) fn pos_of(&self, id: WaiterId) -> Option<Pos> {
+        Some(self.slot(*self.ids.get(&id)?)?.pos)
     }
 
-    pub(crate) fn entries(&self) -> &[Waiter] {
-        &self.entries
+    /// The entry in `slot` if it is still waiting.
+    pub(crate) fn waiting_at(&self, slot: u32) -> Option<&Waiter> {
+        self.slot(slot)
+            .map(|s| &s.waiter)
+            .filter(|w| w.is_waiting())
     }
 
-    pub(crate) fn entries_mut(&mut self) -> &mut [Waiter] {
-        &mut self.entries
+    /// Replaces a waiting request's waker (unless it would wake the same task).
+    pub(crate) fn set_waker(&mut self, id: WaiterId, waker: &Waker) {
+        let Some(&slot) = self.ids.get(&id) else {
+            return;
+        };
+        if let Some(s) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
+            match &s.waiter.waker {
+                Some(old) if old.will_wake(waker) => {}
+                _ => s.waiter.waker = Some(waker.clone()),
+            }
+        }
+    }
+
+    /// Starts granting the waiting entry in `slot`: it leaves the index and
+    /// hands over its claim (its keys move out; the entry keeps the rest
+    /// for the dump's "granted, not picked up" state and for cancellation).
+    /// [`Queue::finish_grant`] records the hold.
+    pub(crate) fn begin_grant(&mut self, slot: u32) -> Option<Granting> {
+        self.unindex(slot);
+        let s = self.slots.get_mut(slot as usize)?.as_mut()?;
+        let w = &mut s.waiter;
+        w.state = WaiterState::Granted(None);
+        let claim = Claim {
+            owner: w.claim.owner,
+            lineage: w.claim.lineage.clone(),
+            kind: w.claim.kind,
+            keys: std::mem::take(&mut w.claim.keys),
+        };
+        let name = match &w.need {
+            Need::Child(child) => child.name.clone(),
+            Need::Hold => w.requester_name.clone(),
+        };
+        Some(Granting {
+            claim,
+            need: w.need.clone(),
+            name,
+            label: w.label.clone(),
+        })
+    }
+
+    /// Records the hold a granted entry became; returns its waker.
+    pub(crate) fn finish_grant(&mut self, slot: u32, hold: Option<HoldId>) -> Option<Waker> {
+        let s = self.slots.get_mut(slot as usize)?.as_mut()?;
+        s.waiter.state = WaiterState::Granted(hold);
+        s.waiter.waker.take()
+    }
+
+    /// Every entry, in queue order.
+    pub(crate) fn entries(&self) -> impl DoubleEndedIterator<Item = &Waiter> + Clone {
+        self.order
+            .values()
+            .filter_map(|&slot| Some(&self.slot(slot)?.waiter))
+    }
+
+    /// Waiting entries in queue order, with their places and slots.
+    pub(crate) fn waiting(&self) -> impl Iterator<Item = (Pos, u32)> + '_ {
+        self.order
+            .iter()
+            .filter(|(_, slot)| self.waiting_at(**slot).is_some())
+            .map(|(pos, slot)| (*pos, *slot))
+    }
+
+    /// Whether any entry is still waiting.
+    pub(crate) fn has_waiting(&self) -> bool {
+        self.waiting > 0
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.order.len()
     }
 
-    /// Panics when the order invariant is broken.
+    /// Adds to `out` every waiting entry with a key that overlaps one of
+    /// `keys` (whatever the modes).
+    pub(crate) fn overlapping(
+        &self,
+        keys: &[(crate::key::Key, crate::key::Mode)],
+        out: &mut Vec<(Pos, u32)>,
+    ) {
+        for (key, _) in keys {
+            let _ = self.index.visit(key, Mask::ALL, |slot| {
+                if let Some(s) = self.slot(slot) {
+                    out.push((s.pos, slot));
+                }
+                ControlFlow::<()>::Continue(())
+            });
+        }
+    }
+
+    /// Adds to `out` every waiting entry that needs an actor slot.
+    pub(crate) fn slot_waiters(&self, out: &mut Vec<(Pos, u32)>) {
+        out.extend(self.children.iter().map(|(pos, slot)| (*pos, *slot)));
+    }
+
+    /// How many waiting entries before `limit` will take an actor slot and
+    /// a writer slot.
+    pub(crate) fn reserved_ahead(&self, limit: Pos) -> (usize, usize) {
+        let (mut actors, mut writers) = (0, 0);
+        for (_, &slot) in self.children.range(..limit) {
+            if let Some(Need::Child(child)) = self.slot(slot).map(|s| &s.waiter.need) {
+                actors += usize::from(child.counts_actor);
+                writers += usize::from(child.counts_writer);
+            }
+        }
+        (actors, writers)
+    }
+
+    /// Calls `f(pos, waiter, i)` for every waiting entry before `limit`
+    /// that conflicts with `claim` through `claim.keys[i]` (possibly more
+    /// than once, in no particular order). Stops when `f` breaks.
+    fn scan<B>(
+        &self,
+        claim: &Claim,
+        limit: Pos,
+        mut f: impl FnMut(Pos, &Waiter, usize) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
+        if self.waiting == 0 {
+            return ControlFlow::Continue(());
+        }
+        for (i, (key, mode)) in claim.keys.iter().enumerate() {
+            let mask = class_of(claim, *mode).clashes();
+            self.index.visit(key, mask, |slot| {
+                let Some(s) = self.slot(slot) else {
+                    return ControlFlow::Continue(());
+                };
+                if s.pos >= limit
+                    || covers(claim, &s.waiter.claim)
+                    || covers(&s.waiter.claim, claim)
+                {
+                    return ControlFlow::Continue(());
+                }
+                f(s.pos, &s.waiter, i)
+            })?;
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Whether a waiting entry before `limit` conflicts with `claim`.
+    pub(crate) fn any_conflict_ahead(&self, claim: &Claim, limit: Pos) -> bool {
+        self.scan(claim, limit, |_, _, _| ControlFlow::Break(()))
+            .is_break()
+    }
+
+    /// The first waiting entry (in queue order) before `limit` that
+    /// conflicts with `claim`, and the first key of `claim` in its way —
+    /// what a scan of the queue in order would find.
+    pub(crate) fn first_conflict_ahead(
+        &self,
+        claim: &Claim,
+        limit: Pos,
+    ) -> Option<(WaiterId, usize)> {
+        let mut first: Option<(Pos, WaiterId, usize)> = None;
+        let _ = self.scan(claim, limit, |pos, w, key| {
+            if first.is_none_or(|(p, _, k)| (pos, key) < (p, k)) {
+                first = Some((pos, w.id, key));
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        first.map(|(_, id, key)| (id, key))
+    }
+
+    /// Every waiting entry before `limit` that conflicts with `claim`, in
+    /// queue order.
+    pub(crate) fn conflicts_ahead(&self, claim: &Claim, limit: Pos) -> Vec<WaiterId> {
+        let mut found: Vec<(Pos, WaiterId)> = Vec::new();
+        let _ = self.scan(claim, limit, |pos, w, _| {
+            found.push((pos, w.id));
+            ControlFlow::<()>::Continue(())
+        });
+        found.sort_unstable();
+        found.dedup();
+        found.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// Panics when an invariant of the type docs is broken.
     pub(crate) fn assert_invariants(&self) {
-        for pair in self.entries.windows(2) {
-            let ordered = pair[0].priority > pair[1].priority
-                || (pair[0].priority == pair[1].priority && pair[0].seq < pair[1].seq);
-            assert!(
-                ordered,
-                "queue out of order: {:?} before {:?}",
-                pair[0].id, pair[1].id
+        let live: Vec<(u32, &Slot)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i as u32, s.as_ref()?)))
+            .collect();
+        let order: Vec<(Pos, u32)> = self.order.iter().map(|(p, s)| (*p, *s)).collect();
+        let mut expected: Vec<(Pos, u32)> = live.iter().map(|(i, s)| (s.pos, *i)).collect();
+        expected.sort_unstable();
+        assert_eq!(order, expected, "queue order disagrees with the slots");
+        for (slot, s) in &live {
+            let w = &s.waiter;
+            assert_eq!(self.ids.get(&w.id), Some(slot), "ids[{:?}]", w.id);
+            assert_eq!(
+                s.pos,
+                Pos {
+                    rank: Reverse(w.priority),
+                    seq: w.seq
+                },
+                "pos of {:?}",
+                w.id
             );
         }
+        assert_eq!(self.ids.len(), live.len(), "ids and slots disagree");
+        let mut free = self.free.clone();
+        free.sort_unstable();
+        let empty: Vec<u32> = (0..self.slots.len() as u32)
+            .filter(|&s| self.slots[s as usize].is_none())
+            .collect();
+        assert_eq!(free, empty, "the free list is not the empty slots");
+        let waiting: Vec<&(u32, &Slot)> =
+            live.iter().filter(|(_, s)| s.waiter.is_waiting()).collect();
+        assert_eq!(waiting.len(), self.waiting, "waiting count");
+        let mut keys = 0;
+        for (slot, s) in &live {
+            let claim = &s.waiter.claim;
+            if !s.waiter.is_waiting() {
+                assert!(
+                    s.nodes.as_slice().is_empty(),
+                    "granted {:?} is still indexed",
+                    s.waiter.id
+                );
+                continue;
+            }
+            assert_eq!(
+                s.nodes.as_slice().len(),
+                claim.keys.len(),
+                "nodes of {:?}",
+                s.waiter.id
+            );
+            for ((key, mode), &node) in claim.keys.iter().zip(s.nodes.as_slice()) {
+                assert!(
+                    self.index
+                        .holds_entry(node, key, class_of(claim, *mode), *slot),
+                    "key {key:?} of {:?} is not at its node",
+                    s.waiter.id
+                );
+            }
+            keys += claim.keys.len();
+        }
+        assert_eq!(self.index.assert_consistent(), keys, "index entries");
+        let children: Vec<(Pos, u32)> = self.children.iter().map(|(p, s)| (*p, *s)).collect();
+        let mut expected: Vec<(Pos, u32)> = waiting
+            .iter()
+            .filter(|(_, s)| matches!(s.waiter.need, Need::Child(_)))
+            .map(|(slot, s)| (s.pos, *slot))
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(
+            children, expected,
+            "children disagree with the waiting entries"
+        );
     }
 }
 

@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::key::Mode;
-use crate::queue::{Need, Queue, WaitCause, Waiter, WaiterId, WaiterState};
+use crate::key::{Key, Mode};
+use crate::queue::{Need, Pos, Queue, WaitCause, Waiter, WaiterId, WaiterState};
 use crate::table::{ActorId, Blocking, Claim, Hold, HoldId, HoldKind, Table, conflict};
 
 /// How an actor may act, as the dump shows it.
@@ -99,6 +99,10 @@ pub(crate) struct State {
     pub(crate) max_actors: Option<usize>,
     pub(crate) max_writers: Option<usize>,
     pub(crate) counters: Counters,
+    /// Tests set this to make every wake-up a full scan, the reference the
+    /// narrow scan is compared with.
+    #[cfg(test)]
+    pub(crate) full_scan: bool,
 }
 
 fn counts_actor(w: &Waiter) -> bool {
@@ -153,11 +157,9 @@ impl State {
         priority: i32,
         except: Option<HoldId>,
     ) -> Option<Blocker> {
-        let ahead = self.queue.ahead_of(priority);
+        let limit = Pos::end_of(priority);
         if let Need::Child(child) = need {
-            let waiting = ahead.iter().filter(|w| w.is_waiting());
-            let reserved_actors = waiting.clone().filter(|w| counts_actor(w)).count();
-            let reserved_writers = waiting.filter(|w| counts_writer(w)).count();
+            let (reserved_actors, reserved_writers) = self.queue.reserved_ahead(limit);
             if let Some(blocker) = self.slot_blocker(child, reserved_actors, reserved_writers) {
                 return Some(blocker);
             }
@@ -165,9 +167,9 @@ impl State {
         if let Some(blocking) = self.table.first_conflict(claim, except) {
             return Some(Blocker::Hold(blocking));
         }
-        ahead.iter().filter(|w| w.is_waiting()).find_map(|w| {
-            conflict(claim, &w.claim).map(|key| Blocker::Waiter { waiter: w.id, key })
-        })
+        self.queue
+            .first_conflict_ahead(claim, limit)
+            .map(|(waiter, key)| Blocker::Waiter { waiter, key })
     }
 
     /// Inserts the hold a request becomes (if it has keys) and registers a
@@ -233,52 +235,100 @@ impl State {
         id
     }
 
-    /// The wake-up scan (rule 4): walks the queue in order and grants every
-    /// waiting request that conflicts with no live hold and no request still
-    /// waiting ahead of it. Returns the wakers of those granted.
+    /// The wake-up scan (rule 4) over the whole queue: walks it in order and
+    /// grants every waiting request that conflicts with no live hold and no
+    /// request still waiting ahead of it. Returns the wakers of those
+    /// granted.
     ///
-    /// It must run after every release, cancellation and slot change: a
-    /// cancelled waiter may have been soft-blocking those behind it.
+    /// Callers that know what changed use the narrower scan behind
+    /// [`State::release`], [`State::cancel`] and [`State::drop_actor`]; this
+    /// one is always correct, whatever changed (for example a fence that was
+    /// narrowed through the table directly).
     pub(crate) fn wake_locked(&mut self, now: Instant) -> Vec<Waker> {
+        if !self.queue.has_waiting() {
+            return Vec::new();
+        }
+        let candidates: Vec<(Pos, u32)> = self.queue.waiting().collect();
+        self.wake_candidates(candidates, now)
+    }
+
+    /// The wake-up scan after `released` keys stopped being held (or
+    /// waited for), and, when `slots` is set, after an actor slot or a
+    /// slot reservation was given back.
+    ///
+    /// Only waiting requests that overlap a released key, plus (when
+    /// `slots`) those that need an actor slot, are examined. That grants
+    /// exactly what the full scan ([`State::wake_locked`]) would:
+    ///
+    /// 1. Before the change no waiting request was grantable (the
+    ///    no-lost-wakeup invariant). Whether a request is grantable depends
+    ///    on three things only: the live holds it conflicts with, the
+    ///    waiting requests ahead of it it conflicts with, and — for a child —
+    ///    the slot counts and the slots reserved by children queued ahead.
+    /// 2. A hold or waiting request that goes away can only unblock a
+    ///    request that conflicted with it, and a conflict needs overlapping
+    ///    keys; a slot given back can only unblock a request that needs a
+    ///    slot. So a request outside the candidates is exactly as blocked
+    ///    as before the change.
+    /// 3. Granting a request never unblocks another one: for requests
+    ///    behind it, it turns from a waiting request ahead into a live hold
+    ///    with the same claim (so it conflicts with the same requests), and
+    ///    the slot it takes was already counted as reserved; for requests
+    ///    ahead of it, it adds a hold and takes a slot. So no request
+    ///    outside the candidates becomes grantable during the scan either.
+    /// 4. The candidates are judged in queue order against the current
+    ///    state, as the full scan judges them, so each is granted iff the
+    ///    full scan would grant it.
+    ///
+    /// Cancelling a waiting request is a change of this kind too (it may
+    /// have been soft-blocking those behind it), so `cancel` comes here with
+    /// the cancelled request's keys, as PostgreSQL's lock manager re-runs
+    /// its wake-up scan when a waiter leaves.
+    fn wake_after(&mut self, now: Instant, released: &[(Key, Mode)], slots: bool) -> Vec<Waker> {
+        if !self.queue.has_waiting() {
+            return Vec::new();
+        }
+        #[cfg(test)]
+        if self.full_scan {
+            return self.wake_locked(now);
+        }
+        let mut candidates = Vec::new();
+        self.queue.overlapping(released, &mut candidates);
+        if slots {
+            self.queue.slot_waiters(&mut candidates);
+        }
+        self.wake_candidates(candidates, now)
+    }
+
+    /// Judges `candidates` in queue order by the wake-up rule and grants
+    /// those that pass.
+    fn wake_candidates(&mut self, mut candidates: Vec<(Pos, u32)>, now: Instant) -> Vec<Waker> {
+        candidates.sort_unstable();
+        candidates.dedup();
         let mut wakers = Vec::new();
-        let mut still_waiting: Vec<usize> = Vec::new();
-        let (mut reserved_actors, mut reserved_writers) = (0usize, 0usize);
-        for i in 0..self.queue.len() {
-            let waiter = &self.queue.entries()[i];
-            if !waiter.is_waiting() {
+        for (pos, slot) in candidates {
+            let Some(waiter) = self.queue.waiting_at(slot) else {
                 continue;
-            }
+            };
             let slot_free = match &waiter.need {
-                Need::Child(child) => self
-                    .slot_blocker(child, reserved_actors, reserved_writers)
-                    .is_none(),
+                Need::Child(child) => {
+                    let (reserved_actors, reserved_writers) = self.queue.reserved_ahead(pos);
+                    self.slot_blocker(child, reserved_actors, reserved_writers)
+                        .is_none()
+                }
                 Need::Hold => true,
             };
             let grantable = slot_free
-                && self.table.first_conflict(&waiter.claim, None).is_none()
-                && still_waiting
-                    .iter()
-                    .all(|&j| conflict(&waiter.claim, &self.queue.entries()[j].claim).is_none());
+                && !self.table.any_conflict(&waiter.claim, None)
+                && !self.queue.any_conflict_ahead(&waiter.claim, pos);
             if !grantable {
-                reserved_actors += usize::from(counts_actor(waiter));
-                reserved_writers += usize::from(counts_writer(waiter));
-                still_waiting.push(i);
                 continue;
             }
-            let (claim, need, name, label) = (
-                waiter.claim.clone(),
-                waiter.need.clone(),
-                waiter.requester_name.clone(),
-                waiter.label.clone(),
-            );
-            let name = match &need {
-                Need::Child(child) => child.name.clone(),
-                Need::Hold => name,
+            let Some(g) = self.queue.begin_grant(slot) else {
+                continue;
             };
-            let hold = self.grant(claim, need, name, label, now);
-            let waiter = &mut self.queue.entries_mut()[i];
-            waiter.state = WaiterState::Granted(hold);
-            wakers.extend(waiter.waker.take());
+            let hold = self.grant(g.claim, g.need, g.name, g.label, now);
+            wakers.extend(self.queue.finish_grant(slot, hold));
         }
         wakers
     }
@@ -297,12 +347,7 @@ impl State {
 
     /// Replaces a waiting request's waker.
     pub(crate) fn set_waker(&mut self, id: WaiterId, waker: &Waker) {
-        if let Some(waiter) = self.queue.get_mut(id) {
-            match &waiter.waker {
-                Some(old) if old.will_wake(waker) => {}
-                _ => waiter.waker = Some(waker.clone()),
-            }
-        }
+        self.queue.set_waker(id, waker);
     }
 
     /// Withdraws a request: a waiting one leaves the queue; a granted one
@@ -312,39 +357,55 @@ impl State {
         let Some(waiter) = self.queue.remove(id) else {
             return Vec::new();
         };
-        if let WaiterState::Granted(hold) = waiter.state {
-            if let Some(hold) = hold {
-                self.table.remove(hold);
+        match waiter.state {
+            WaiterState::Granted(hold) => {
+                let released = hold.and_then(|hold| self.table.remove(hold));
+                let slots = match &waiter.need {
+                    Need::Child(child) => self.unregister(child.id),
+                    Need::Hold => false,
+                };
+                let keys = released.map(|h| h.claim.keys).unwrap_or_default();
+                self.wake_after(now, &keys, slots)
             }
-            if let Need::Child(child) = &waiter.need {
-                self.unregister(child.id);
+            WaiterState::Waiting => {
+                // It may have been soft-blocking requests behind it, or
+                // reserving a slot ahead of them.
+                let slots = counts_actor(&waiter) || counts_writer(&waiter);
+                self.wake_after(now, &waiter.claim.keys, slots)
             }
         }
-        self.wake_locked(now)
     }
 
     /// Releases a hold and wakes whoever can now proceed.
     pub(crate) fn release(&mut self, hold: HoldId, now: Instant) -> Vec<Waker> {
-        if self.table.remove(hold).is_none() {
+        let Some(hold) = self.table.remove(hold) else {
             return Vec::new();
-        }
-        self.wake_locked(now)
+        };
+        self.wake_after(now, &hold.claim.keys, false)
     }
 
-    fn unregister(&mut self, id: ActorId) {
-        if let Some((child, _)) = self.actors.remove(&id) {
-            self.live_children -= usize::from(child.counts_actor);
-            self.live_writers -= usize::from(child.counts_writer);
+    /// Forgets a live actor; true when it gave back a counted slot.
+    fn unregister(&mut self, id: ActorId) -> bool {
+        match self.actors.remove(&id) {
+            Some((child, _)) => {
+                self.live_children -= usize::from(child.counts_actor);
+                self.live_writers -= usize::from(child.counts_writer);
+                child.counts_actor || child.counts_writer
+            }
+            None => false,
         }
     }
 
     /// An actor is dropped: its record, slots and fences go; its calls stay.
     pub(crate) fn drop_actor(&mut self, id: ActorId, now: Instant) -> Vec<Waker> {
-        self.unregister(id);
+        let slots = self.unregister(id);
+        let mut released = Vec::new();
         for fence in self.table.fences_of(id) {
-            self.table.remove(fence);
+            if let Some(hold) = self.table.remove(fence) {
+                released.extend(hold.claim.keys);
+            }
         }
-        self.wake_locked(now)
+        self.wake_after(now, &released, slots)
     }
 
     /// Whether an actor is still live.
@@ -433,26 +494,18 @@ impl State {
         &self,
         id: WaiterId,
     ) -> (Vec<HoldId>, Vec<WaiterId>, Option<WaitCause>) {
-        let Some(at) = self.queue.entries().iter().position(|w| w.id == id) else {
+        let (Some(waiter), Some(pos)) = (self.queue.get(id), self.queue.pos_of(id)) else {
             return (Vec::new(), Vec::new(), None);
         };
-        let waiter = &self.queue.entries()[at];
         let holds: Vec<HoldId> = self
             .table
             .conflicts(&waiter.claim, None)
             .map(|b| b.hold)
             .collect();
-        let waiters: Vec<WaiterId> = self.queue.entries()[..at]
-            .iter()
-            .filter(|w| w.is_waiting() && conflict(&waiter.claim, &w.claim).is_some())
-            .map(|w| w.id)
-            .collect();
-        let ahead = &self.queue.entries()[..at];
+        let waiters = self.queue.conflicts_ahead(&waiter.claim, pos);
         let cause = match &waiter.need {
             Need::Child(child) => {
-                let waiting = ahead.iter().filter(|w| w.is_waiting());
-                let ra = waiting.clone().filter(|w| counts_actor(w)).count();
-                let rw = waiting.filter(|w| counts_writer(w)).count();
+                let (ra, rw) = self.queue.reserved_ahead(pos);
                 self.slot_blocker(child, ra, rw)
             }
             Need::Hold => None,
@@ -463,15 +516,19 @@ impl State {
                 .map(Blocker::Hold)
         })
         .or_else(|| {
-            ahead.iter().filter(|w| w.is_waiting()).find_map(|w| {
-                conflict(&waiter.claim, &w.claim).map(|key| Blocker::Waiter { waiter: w.id, key })
-            })
+            self.queue
+                .first_conflict_ahead(&waiter.claim, pos)
+                .map(|(waiter, key)| Blocker::Waiter { waiter, key })
         })
         .map(|b| self.cause(&waiter.claim, b));
         (holds, waiters, cause)
     }
 
     /// Panics when an invariant is broken (tests and models call this).
+    ///
+    /// The no-lost-wakeup check is judged by brute force (every hold and
+    /// every waiter ahead, with [`conflict`]), independently of the indexes
+    /// the scheduler answers with.
     pub(crate) fn assert_invariants(&self) {
         self.table.assert_invariants();
         self.queue.assert_invariants();
@@ -484,15 +541,18 @@ impl State {
         assert_eq!(children, self.live_children, "live_children drifted");
         assert_eq!(writers, self.live_writers, "live_writers drifted");
         // No lost wakeup: a scan over the current state grants nothing new.
+        let holds: Vec<&Hold> = self.table.iter().map(|(_, h)| h).collect();
         let mut still_waiting: Vec<&Waiter> = Vec::new();
         let (mut ra, mut rw) = (0, 0);
-        for waiter in self.queue.entries().iter().filter(|w| w.is_waiting()) {
+        for waiter in self.queue.entries().filter(|w| w.is_waiting()) {
             let slot_free = match &waiter.need {
                 Need::Child(child) => self.slot_blocker(child, ra, rw).is_none(),
                 Need::Hold => true,
             };
             let grantable = slot_free
-                && self.table.first_conflict(&waiter.claim, None).is_none()
+                && holds
+                    .iter()
+                    .all(|h| conflict(&waiter.claim, &h.claim).is_none())
                 && still_waiting
                     .iter()
                     .all(|w| conflict(&waiter.claim, &w.claim).is_none());
@@ -504,6 +564,245 @@ impl State {
             ra += usize::from(counts_actor(waiter));
             rw += usize::from(counts_writer(waiter));
             still_waiting.push(waiter);
+        }
+    }
+}
+
+/// The narrow wake-up scan against the full one, on random operations.
+#[cfg(test)]
+mod model {
+    use std::task::Waker;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::table::strategies::{claim, keys, lineage_of};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A call or fence request; waits unless `try_only`.
+        Request {
+            claim: Claim,
+            priority: i32,
+            try_only: bool,
+        },
+        /// A `child_wait` of actor `parent`: a slot, then a grant fence
+        /// (possibly empty); writable or not.
+        Child {
+            parent: u64,
+            fence: Option<Vec<(Key, Mode)>>,
+            writer: bool,
+        },
+        Release(usize),
+        Cancel(usize),
+        Pick(usize),
+        DropActor(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (claim(), -1i32..=1, any::<bool>())
+                .prop_map(|(claim, priority, try_only)| Op::Request { claim, priority, try_only }),
+            2 => (1u64..=5, proptest::option::of(keys()), any::<bool>())
+                .prop_map(|(parent, fence, writer)| Op::Child { parent, fence, writer }),
+            4 => any::<usize>().prop_map(Op::Release),
+            2 => any::<usize>().prop_map(Op::Cancel),
+            3 => any::<usize>().prop_map(Op::Pick),
+            1 => any::<usize>().prop_map(Op::DropActor),
+        ]
+    }
+
+    /// What the outside world sees of a state: holds, queue, slots, counters.
+    fn seen(state: &State) -> String {
+        let holds: Vec<_> = state
+            .table
+            .iter()
+            .map(|(id, h)| (id, h.claim.owner, h.claim.kind, h.claim.keys.clone()))
+            .collect();
+        let queue: Vec<_> = state
+            .queue
+            .entries()
+            .map(|w| (w.id, w.state, w.is_waiting().then(|| w.claim.keys.clone())))
+            .collect();
+        let actors: Vec<_> = state.actors.keys().collect();
+        format!(
+            "{holds:?}\n{queue:?}\n{actors:?} {} {}\n{:?}",
+            state.live_children, state.live_writers, state.counters
+        )
+    }
+
+    /// Applies one operation; `next_actor` numbers new children.
+    fn apply(state: &mut State, op: &Op, next_actor: u64) -> usize {
+        let now = Instant::now();
+        let woken = |w: Vec<Waker>| w.len();
+        match op {
+            Op::Request {
+                claim,
+                priority,
+                try_only,
+            } => match state.blocker(claim, &Need::Hold, *priority, None) {
+                None => {
+                    state.grant(claim.clone(), Need::Hold, "r".into(), None, now);
+                    0
+                }
+                Some(_) if *try_only => 0,
+                Some(_) => {
+                    let cycle = crate::deadlock::cycle_if_waiting(
+                        state,
+                        claim.owner,
+                        claim,
+                        &Need::Hold,
+                        *priority,
+                    );
+                    if cycle.is_some() {
+                        return 0;
+                    }
+                    let w = Waker::noop().clone();
+                    state.enqueue(
+                        claim.owner,
+                        "r".into(),
+                        claim.clone(),
+                        Need::Hold,
+                        *priority,
+                        None,
+                        now,
+                        w,
+                    );
+                    0
+                }
+            },
+            Op::Child {
+                parent,
+                fence,
+                writer,
+            } => {
+                let id = ActorId(next_actor);
+                let mut lineage = lineage_of(*parent);
+                lineage.push(id);
+                let claim = Claim {
+                    owner: id,
+                    lineage: lineage.into(),
+                    kind: HoldKind::Fence,
+                    keys: fence.clone().unwrap_or_default(),
+                };
+                let need = Need::Child(ChildRecord {
+                    id,
+                    name: "kid".into(),
+                    parent: Some(ActorId(*parent)),
+                    root: PathBuf::from("/ws"),
+                    scope: ScopeKind::Fenced,
+                    counts_actor: true,
+                    counts_writer: *writer,
+                });
+                match state.blocker(&claim, &need, 0, None) {
+                    None => {
+                        state.grant(claim, need, "kid".into(), None, now);
+                    }
+                    Some(_) => {
+                        let w = Waker::noop().clone();
+                        state.enqueue(ActorId(*parent), "p".into(), claim, need, 0, None, now, w);
+                    }
+                }
+                0
+            }
+            Op::Release(i) => {
+                let ids: Vec<HoldId> = state.table.iter().map(|(id, _)| id).collect();
+                match ids.get(i % ids.len().max(1)) {
+                    Some(&id) => woken(state.release(id, now)),
+                    None => 0,
+                }
+            }
+            Op::Cancel(i) => {
+                let ids: Vec<WaiterId> = state.queue.entries().map(|w| w.id).collect();
+                match ids.get(i % ids.len().max(1)) {
+                    Some(&id) => woken(state.cancel(id, now)),
+                    None => 0,
+                }
+            }
+            Op::Pick(i) => {
+                let ids: Vec<WaiterId> = state
+                    .queue
+                    .entries()
+                    .filter(|w| !w.is_waiting())
+                    .map(|w| w.id)
+                    .collect();
+                if let Some(&id) = ids.get(i % ids.len().max(1)) {
+                    state.take_granted(id);
+                }
+                0
+            }
+            Op::DropActor(i) => {
+                let mut ids: Vec<ActorId> = state.actors.keys().copied().collect();
+                ids.extend((1..=5).map(ActorId));
+                let id = ids[i % ids.len()];
+                woken(state.drop_actor(id, now))
+            }
+        }
+    }
+
+    /// The wait-for graph by brute force: every waiting request against
+    /// every hold and every waiting request ahead of it.
+    fn naive_edges(state: &State) -> Vec<crate::deadlock::WaitEdge> {
+        use crate::deadlock::WaitEdge;
+        let waiting: Vec<&Waiter> = state.queue.entries().filter(|w| w.is_waiting()).collect();
+        let mut edges = Vec::new();
+        for (i, w) in waiting.iter().enumerate() {
+            for (_, h) in state.table.iter() {
+                if h.claim.kind == HoldKind::Fence && conflict(&w.claim, &h.claim).is_some() {
+                    edges.push(WaitEdge {
+                        from: w.requester,
+                        to: h.claim.owner,
+                        hard: true,
+                    });
+                }
+            }
+            for ahead in &waiting[..i] {
+                if conflict(&w.claim, &ahead.claim).is_some() {
+                    // A fence (or child grant) request is folded onto the
+                    // owner it will have.
+                    let to = match ahead.need {
+                        Need::Child(_) => ahead.claim.owner,
+                        Need::Hold => ahead.requester,
+                    };
+                    edges.push(WaitEdge {
+                        from: w.requester,
+                        to,
+                        hard: false,
+                    });
+                }
+            }
+        }
+        edges.retain(|e| e.from != e.to);
+        edges.sort_by_key(|e| (e.from, e.to, !e.hard));
+        edges.dedup_by_key(|e| (e.from, e.to));
+        edges
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn narrow_wakeup_grants_what_the_full_scan_grants(
+            ops in prop::collection::vec(op(), 1..50),
+            max_actors in proptest::option::of(1usize..=3),
+            max_writers in proptest::option::of(0usize..=2),
+        ) {
+            let mut narrow = State::new(max_actors, max_writers);
+            let mut full = State::new(max_actors, max_writers);
+            full.full_scan = true;
+            for (n, op) in ops.iter().enumerate() {
+                let next_actor = 100 + n as u64;
+                let a = apply(&mut narrow, op, next_actor);
+                let b = apply(&mut full, op, next_actor);
+                prop_assert_eq!(a, b, "woken after {:?}", op);
+                prop_assert_eq!(seen(&narrow), seen(&full), "after {:?}", op);
+                narrow.assert_invariants();
+                prop_assert_eq!(
+                    crate::deadlock::wait_for_edges(&narrow),
+                    naive_edges(&narrow),
+                    "edges after {:?}",
+                    op
+                );
+            }
         }
     }
 }
