@@ -122,7 +122,6 @@ pub(crate) struct ActorMeta {
     pub(crate) resolver: Resolver,
     pub(crate) scope: Scope,
     /// Read marks of the version gate; not part of the scheduler's state.
-    #[allow(dead_code)] // read by the file tools
     pub(crate) marks: crate::gate::MarkStore,
     /// The user turn this actor's writes are recorded under.
     pub(crate) turn: parking_lot::Mutex<Option<StdArc<str>>>,
@@ -404,6 +403,29 @@ impl Actor {
     /// The canonical grant root.
     pub fn root(&self) -> &Path {
         &self.meta.resolver.root
+    }
+
+    /// Tags this actor's writes from now on with a user turn, for
+    /// [`Scheduler::rewind_turn`]. Children created afterwards start in the
+    /// same turn; writes made before any `set_turn` belong to no turn.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+    /// lead.set_turn("turn-7");
+    /// let kid = lead.child("parser", writ::Grant::workspace(dir.path()))?;
+    /// assert_eq!(kid.turn().as_deref(), Some("turn-7"));
+    /// # Ok(()) }
+    /// ```
+    pub fn set_turn(&self, turn: impl Into<String>) {
+        *self.meta.turn.lock() = Some(StdArc::from(turn.into()));
+    }
+
+    /// The turn this actor's writes are recorded under, if any.
+    pub fn turn(&self) -> Option<String> {
+        self.meta.turn.lock().as_deref().map(str::to_string)
     }
 
     /// The scheduler it belongs to.

@@ -1,25 +1,44 @@
 //! The wait-for graph and deadlock detection.
 //!
-//! Nodes are actors. A waiting request of A has a *hard* edge A → B for every
-//! fence of B it conflicts with, and a *soft* edge A → C for every conflicting
-//! request of C waiting ahead of it (as in PostgreSQL's lock manager, both
-//! count). Self-edges are ignored. Call holds never create edges: a call is
-//! admitted once for its whole set and never holds while waiting.
+//! # Implementation details
 //!
-//! The check runs when a request is about to start waiting; if one of its new
-//! edges leads back to its own actor, that request is refused.
+//! The graph has two kinds of nodes: actors and waiting requests. Its edges:
+//!
+//! - actor A → each waiting request of A: an actor keeps its fences until its
+//!   waits are over, so whatever waits on A's fences waits on A's requests too;
+//! - request W → actor B, a *hard* edge, for every fence of B that W conflicts
+//!   with;
+//! - request W → request W', a *soft* edge, for every conflicting request
+//!   waiting ahead of W; when W' asks for a fence (or a child's grant fence),
+//!   also W → the fence's owner, because once granted it is held until its
+//!   owner's waits are over.
+//!
+//! Call holds never create edges: a call is admitted once for its whole set
+//! and never holds while waiting. Requests rather than actors are the nodes
+//! for the soft edges so that several parallel calls of one actor, queued
+//! behind each other's neighbours, are not mistaken for a cycle (a call
+//! request granted is released without waiting for anything).
+//!
+//! The graph is kept acyclic: a request about to wait is refused if queuing
+//! it would close a cycle (its own edges, and the edges of lower-priority
+//! waiters it jumps ahead of), and a fence granted past lower-priority
+//! waiters is refused if their new hard edges would close one. Every other
+//! event (grants in the wake-up scan, releases, cancellations) only removes
+//! edges or turns a soft edge to a fence request into the hard edge it
+//! already stood for.
+//!
+//! The dump shows the graph folded onto actors ([`WaitEdge`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use petgraph::graphmap::DiGraphMap;
 use serde::Serialize;
 
-use crate::index::FastMap;
-use crate::queue::{Pos, Waiter};
+use crate::queue::{Need, Pos, WaiterId};
 use crate::state::State;
-use crate::table::{ActorId, Claim, HoldKind};
+use crate::table::{ActorId, Claim, HoldKind, conflict};
 
-/// One edge of the wait-for graph, as the dump shows it.
+/// One edge of the wait-for graph folded onto actors, as the dump shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct WaitEdge {
     /// The waiting actor.
@@ -30,132 +49,240 @@ pub struct WaitEdge {
     pub hard: bool,
 }
 
-/// The edges a request of `requester` would add, given the waiters ahead
-/// of `limit` (both kinds are found through the table's and the queue's
-/// path indexes, so a request looks only at what overlaps it).
-fn edges_of<'a>(
-    state: &'a State,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Node {
+    Actor(ActorId),
+    Request(WaiterId),
+    /// The request being decided, not queued yet.
+    New,
+}
+
+/// A request as the graph sees it.
+struct Req<'a> {
+    node: Node,
     requester: ActorId,
     claim: &'a Claim,
-    limit: Pos,
-) -> impl Iterator<Item = WaitEdge> + 'a {
-    let hard = state
-        .table
-        .conflicts(claim, None)
-        .filter_map(move |b| state.table.get(b.hold))
-        .filter(|hold| hold.claim.kind == HoldKind::Fence)
-        .map(move |hold| WaitEdge {
-            from: requester,
-            to: hold.claim.owner,
-            hard: true,
-        });
-    let soft = state
+    /// The owner its hold will have, when that hold is a fence.
+    fence_owner: Option<ActorId>,
+}
+
+fn fence_owner(claim: &Claim, need: &Need) -> Option<ActorId> {
+    match need {
+        Need::Child(_) => Some(claim.owner),
+        Need::Hold if claim.kind == HoldKind::Fence => Some(claim.owner),
+        Need::Hold => None,
+    }
+}
+
+type Graph = DiGraphMap<Node, ()>;
+
+/// Adds the edges of `req`, whose conflicting earlier waiters are `ahead`.
+fn add_request(graph: &mut Graph, state: &State, req: &Req<'_>, ahead: &[WaiterId]) {
+    graph.add_edge(Node::Actor(req.requester), req.node, ());
+    for blocking in state.table.conflicts(req.claim, None) {
+        if let Some(hold) = state.table.get(blocking.hold) {
+            if hold.claim.kind == HoldKind::Fence && hold.claim.owner != req.requester {
+                graph.add_edge(req.node, Node::Actor(hold.claim.owner), ());
+            }
+        }
+    }
+    for earlier in ahead.iter().filter_map(|&id| state.queue.get(id)) {
+        graph.add_edge(req.node, Node::Request(earlier.id), ());
+        if let Some(owner) = fence_owner(&earlier.claim, &earlier.need) {
+            if owner != req.requester {
+                graph.add_edge(req.node, Node::Actor(owner), ());
+            }
+        }
+    }
+}
+
+/// The waiting requests with their places, in queue order.
+fn waiting(state: &State) -> Vec<(Pos, Req<'_>)> {
+    state
         .queue
-        .conflicts_ahead(claim, limit)
-        .into_iter()
-        .filter_map(move |id| state.queue.get(id))
-        .map(move |w| WaitEdge {
-            from: requester,
-            to: w.requester,
-            hard: false,
-        });
-    hard.chain(soft).filter(|e| e.from != e.to)
+        .entries()
+        .filter(|w| w.is_waiting())
+        .filter_map(|w| {
+            let pos = state.queue.pos_of(w.id)?;
+            Some((
+                pos,
+                Req {
+                    node: Node::Request(w.id),
+                    requester: w.requester,
+                    claim: &w.claim,
+                    fence_owner: fence_owner(&w.claim, &w.need),
+                },
+            ))
+        })
+        .collect()
 }
 
-/// Every edge of the current wait-for graph.
-pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
-    let mut edges = Vec::new();
-    for waiter in state.queue.entries().filter(|w| w.is_waiting()) {
-        if let Some(pos) = state.queue.pos_of(waiter.id) {
-            edges.extend(edges_of(state, waiter.requester, &waiter.claim, pos));
-        }
+/// The graph of the current queue, plus `new` (if any) as if queued at
+/// `Pos` — with the edges of the waiters behind it that it would block.
+/// Earlier conflicting waiters come from the queue's path index.
+fn build(state: &State, new: Option<(Req<'_>, Pos)>) -> Graph {
+    let reqs = waiting(state);
+    let mut graph = Graph::new();
+    for (pos, req) in &reqs {
+        add_request(
+            &mut graph,
+            state,
+            req,
+            &state.queue.conflicts_ahead(req.claim, *pos),
+        );
     }
-    edges.sort_by_key(|e| (e.from, e.to, !e.hard));
-    edges.dedup_by_key(|e| (e.from, e.to));
-    edges
-}
-
-/// The edges of the wait-for graph that can be reached from the targets of
-/// `new_edges` without passing through `requester`, in the order
-/// [`wait_for_edges`] lists them. A path back to the requester uses only
-/// these, so the search sees what it would see in the whole graph, while a
-/// request pays for the actors it could wait on, not for every waiter.
-fn reachable_edges(state: &State, requester: ActorId, new_edges: &[WaitEdge]) -> Vec<WaitEdge> {
-    let mut waiting: FastMap<ActorId, Vec<&Waiter>> = FastMap::default();
-    for w in state.queue.entries().filter(|w| w.is_waiting()) {
-        waiting.entry(w.requester).or_default().push(w);
-    }
-    let mut seen: HashSet<ActorId> = HashSet::from([requester]);
-    let mut stack: Vec<ActorId> = new_edges.iter().map(|e| e.to).collect();
-    let mut edges = Vec::new();
-    while let Some(actor) = stack.pop() {
-        if !seen.insert(actor) {
-            continue;
-        }
-        for w in waiting.get(&actor).into_iter().flatten() {
-            if let Some(pos) = state.queue.pos_of(w.id) {
-                for edge in edges_of(state, actor, &w.claim, pos) {
-                    stack.push(edge.to);
-                    edges.push(edge);
+    if let Some((new, at)) = new {
+        add_request(
+            &mut graph,
+            state,
+            &new,
+            &state.queue.conflicts_ahead(new.claim, at),
+        );
+        for (_, behind) in reqs.iter().filter(|(pos, _)| *pos > at) {
+            if conflict(behind.claim, new.claim).is_some() {
+                graph.add_edge(behind.node, new.node, ());
+                if let Some(owner) = new.fence_owner {
+                    if owner != behind.requester {
+                        graph.add_edge(behind.node, Node::Actor(owner), ());
+                    }
                 }
             }
         }
     }
-    edges.sort_by_key(|e| (e.from, e.to, !e.hard));
-    edges.dedup_by_key(|e| (e.from, e.to));
-    edges
+    graph
 }
 
-/// The cycle a new waiting request would close, requester first, or `None`.
+/// A cycle in an acyclic-but-for-new-edges graph, as actor ids.
+fn find_cycle(graph: &Graph, state: &State) -> Option<Vec<ActorId>> {
+    let scc = petgraph::algo::tarjan_scc(graph)
+        .into_iter()
+        .find(|component| component.len() > 1)?;
+    let members: HashSet<Node> = scc.iter().copied().collect();
+    // Walk inside the component until a node repeats: that loop is a cycle.
+    let start = *scc.iter().min()?;
+    let mut path = vec![start];
+    let mut index: HashMap<Node, usize> = HashMap::from([(start, 0)]);
+    loop {
+        let here = *path.last()?;
+        let next = graph
+            .neighbors(here)
+            .filter(|n| members.contains(n))
+            .min()?;
+        if let Some(&at) = index.get(&next) {
+            path.drain(..at);
+            break;
+        }
+        index.insert(next, path.len());
+        path.push(next);
+    }
+    let owners: HashMap<WaiterId, ActorId> =
+        state.queue.entries().map(|w| (w.id, w.requester)).collect();
+    let mut actors: Vec<ActorId> = Vec::new();
+    for node in path {
+        let actor = match node {
+            Node::Actor(a) => Some(a),
+            Node::Request(w) => owners.get(&w).copied(),
+            Node::New => None,
+        };
+        if let Some(actor) = actor {
+            if actors.last() != Some(&actor) {
+                actors.push(actor);
+            }
+        }
+    }
+    if actors.len() > 1 && actors.first() == actors.last() {
+        actors.pop();
+    }
+    Some(actors)
+}
+
+/// Rotates a cycle so that `first` leads, if it is on it.
+fn starting_with(mut cycle: Vec<ActorId>, first: ActorId) -> Vec<ActorId> {
+    match cycle.iter().position(|&a| a == first) {
+        Some(at) => {
+            cycle.rotate_left(at);
+            cycle
+        }
+        None => {
+            cycle.insert(0, first);
+            cycle
+        }
+    }
+}
+
+/// The cycle (actor ids, requester first) that queuing this request would
+/// close, or `None`.
 pub(crate) fn cycle_if_waiting(
     state: &State,
     requester: ActorId,
     claim: &Claim,
+    need: &Need,
     priority: i32,
 ) -> Option<Vec<ActorId>> {
-    let new_edges: Vec<WaitEdge> =
-        edges_of(state, requester, claim, Pos::end_of(priority)).collect();
-    if new_edges.is_empty() {
+    let new = Req {
+        node: Node::New,
+        requester,
+        claim,
+        fence_owner: fence_owner(claim, need),
+    };
+    let graph = build(state, Some((new, Pos::end_of(priority))));
+    if !petgraph::algo::is_cyclic_directed(&graph) {
         return None;
     }
-    let mut graph: DiGraphMap<ActorId, ()> = DiGraphMap::new();
-    for edge in reachable_edges(state, requester, &new_edges) {
-        graph.add_edge(edge.from, edge.to, ());
-    }
-    new_edges.iter().find_map(|edge| {
-        graph.add_node(edge.to);
-        let (_, path) =
-            petgraph::algo::astar(&graph, edge.to, |n| n == requester, |_| 0u32, |_| 0u32)?;
-        let mut cycle = vec![requester];
-        cycle.extend(path.into_iter().filter(|&n| n != requester));
-        Some(cycle)
-    })
+    find_cycle(&graph, state).map(|cycle| starting_with(cycle, requester))
 }
 
-/// The cycle search over the whole graph, as it was before it was narrowed
-/// to the reachable edges: what property tests compare with.
-#[cfg(test)]
-pub(crate) fn cycle_if_waiting_whole_graph(
-    state: &State,
-    requester: ActorId,
-    claim: &Claim,
-    priority: i32,
-) -> Option<Vec<ActorId>> {
-    let new_edges: Vec<WaitEdge> =
-        edges_of(state, requester, claim, Pos::end_of(priority)).collect();
-    if new_edges.is_empty() {
+/// The cycle that granting `claim` (a fence of `claim.owner`) now would
+/// close through the waiters it would block, or `None`.
+pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Option<Vec<ActorId>> {
+    if claim.kind != HoldKind::Fence {
         return None;
     }
-    let mut graph: DiGraphMap<ActorId, ()> = DiGraphMap::new();
-    for edge in wait_for_edges(state) {
-        graph.add_edge(edge.from, edge.to, ());
+    let blocked: Vec<Node> = waiting(state)
+        .iter()
+        .filter(|(_, w)| w.requester != claim.owner && conflict(w.claim, claim).is_some())
+        .map(|(_, w)| w.node)
+        .collect();
+    if blocked.is_empty() {
+        return None;
     }
-    new_edges.iter().find_map(|edge| {
-        graph.add_node(edge.to);
-        let (_, path) =
-            petgraph::algo::astar(&graph, edge.to, |n| n == requester, |_| 0u32, |_| 0u32)?;
-        let mut cycle = vec![requester];
-        cycle.extend(path.into_iter().filter(|&n| n != requester));
-        Some(cycle)
-    })
+    let mut graph = build(state, None);
+    for node in blocked {
+        graph.add_edge(node, Node::Actor(claim.owner), ());
+    }
+    if !petgraph::algo::is_cyclic_directed(&graph) {
+        return None;
+    }
+    find_cycle(&graph, state).map(|cycle| starting_with(cycle, claim.owner))
+}
+
+/// Every edge of the current wait-for graph, folded onto actors.
+pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
+    let mut edges = Vec::new();
+    for (pos, req) in waiting(state) {
+        for blocking in state.table.conflicts(req.claim, None) {
+            if let Some(hold) = state.table.get(blocking.hold) {
+                if hold.claim.kind == HoldKind::Fence {
+                    edges.push(WaitEdge {
+                        from: req.requester,
+                        to: hold.claim.owner,
+                        hard: true,
+                    });
+                }
+            }
+        }
+        for earlier in state.queue.conflicts_ahead(req.claim, pos) {
+            if let Some(earlier) = state.queue.get(earlier) {
+                edges.push(WaitEdge {
+                    from: req.requester,
+                    to: fence_owner(&earlier.claim, &earlier.need).unwrap_or(earlier.requester),
+                    hard: false,
+                });
+            }
+        }
+    }
+    edges.retain(|e| e.from != e.to);
+    edges.sort_by_key(|e| (e.from, e.to, !e.hard));
+    edges.dedup_by_key(|e| (e.from, e.to));
+    edges
 }

@@ -285,7 +285,6 @@ pub enum Error {
 }
 
 impl Error {
-    #[allow(dead_code)] // used by the file tools
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             op,

@@ -78,6 +78,11 @@ fn grow(
                 )
             }
             None => {
+                if let Some(cycle) = crate::deadlock::cycle_if_granted(state, &added) {
+                    state.counters.deadlocks += 1;
+                    let cycle = cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                    return (Err(Error::Deadlock { cycle }), Vec::new());
+                }
                 state.table.set_keys(hold, key::merge(keys));
                 (Ok(()), Vec::new())
             }

@@ -13,7 +13,6 @@
 use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::unix::ffi::OsStringExt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
@@ -57,9 +56,22 @@ pub struct Target {
     path: PathBuf,
     shape: Shape,
     mode: Mode,
-    /// `path` is already resolved (absolute, canonical): made only by
-    /// [`Resolved`], so a caller cannot skip resolution by spelling.
-    resolved: bool,
+    /// How the path is looked up.
+    lookup: Lookup,
+}
+
+/// How a target's path becomes a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Lookup {
+    /// As the OS would open it: every symlink followed.
+    Follow,
+    /// The last component names a symlink itself rather than its target
+    /// (`Files::delete` and `Files::rename` act on links).
+    NoFollow,
+    /// Already a key (absolute, resolved): no lookups. File operations name
+    /// the keys they resolved, then reach them through `O_NOFOLLOW` folder
+    /// handles, which refuse a path that changed in between.
+    Resolved,
 }
 
 impl Target {
@@ -69,7 +81,7 @@ impl Target {
             path: path.into(),
             shape: Shape::File,
             mode: Mode::Exclusive,
-            resolved: false,
+            lookup: Lookup::Follow,
         }
     }
 
@@ -79,7 +91,7 @@ impl Target {
             path: path.into(),
             shape: Shape::Tree,
             mode: Mode::Exclusive,
-            resolved: false,
+            lookup: Lookup::Follow,
         }
     }
 
@@ -91,7 +103,7 @@ impl Target {
             path: PathBuf::new(),
             shape: Shape::Workspace,
             mode: Mode::Exclusive,
-            resolved: false,
+            lookup: Lookup::Follow,
         }
     }
 
@@ -106,6 +118,19 @@ impl Target {
     #[must_use]
     pub fn exclusive(mut self) -> Self {
         self.mode = Mode::Exclusive;
+        self
+    }
+
+    /// The same target, naming a symlink in its last component itself
+    /// instead of the link's target.
+    pub(crate) fn no_follow(mut self) -> Self {
+        self.lookup = Lookup::NoFollow;
+        self
+    }
+
+    /// The same target, whose path is already a resolved key.
+    pub(crate) fn resolved(mut self) -> Self {
+        self.lookup = Lookup::Resolved;
         self
     }
 
@@ -139,7 +164,7 @@ impl Target {
             shape: if tree { Shape::Tree } else { Shape::File },
             path,
             mode: Mode::Exclusive,
-            resolved: false,
+            lookup: Lookup::Follow,
         }
     }
 }
@@ -386,6 +411,7 @@ pub(crate) fn fold(path: &Path, case: CaseMode) -> PathBuf {
             Some(s) => PathBuf::from(s.to_lowercase()),
             None => {
                 // Not UTF-8: fold the ASCII letters only, keeping every byte.
+                use std::os::unix::ffi::OsStringExt;
                 let mut bytes = path.as_os_str().as_encoded_bytes().to_vec();
                 bytes.make_ascii_lowercase();
                 PathBuf::from(OsString::from_vec(bytes))
@@ -464,26 +490,34 @@ const MAX_SYMLINKS: usize = 40;
 /// library's `realpath` does), and no allocation per component. `readlink`
 /// answers "not a symlink" (`EINVAL`), "missing" (`ENOENT`, `ENOTDIR`) or
 /// the link's target in one call, where `lstat` would need a second call
-/// for a link and fills a larger structure. Nothing is cached: an entry
-/// could only be trusted after the very checks it would save, since any
-/// component may become a symlink at any time.
+/// for a link. Nothing is cached: an entry could only be trusted after the
+/// very checks it would save, since any component may become a symlink at
+/// any time.
 pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
     debug_assert!(path.is_absolute());
-    // Components still to resolve, the next one last. Borrowed from `path`;
-    // a symlink's target adds owned ones.
-    let mut pending: Vec<Cow<'_, OsStr>> = Vec::with_capacity(16);
-    let mut resolved = PathBuf::with_capacity(path.as_os_str().len() + 16);
-    for component in path.components().rev() {
-        match component {
-            Component::Prefix(_) | Component::RootDir => {}
-            other => pending.push(Cow::Borrowed(other.as_os_str())),
-        }
-    }
+    let mut resolved = PathBuf::new();
     // The root (and on Windows the prefix) of `path`.
     for component in path.components() {
         match component {
             Component::Prefix(_) | Component::RootDir => resolved.push(component.as_os_str()),
             _ => break,
+        }
+    }
+    resolve_from(resolved, path)
+}
+
+/// [`resolve`] for `rest` (its root and prefix ignored) below `start`, an
+/// existing path without symlinks (a canonical grant root): the components
+/// of `start` need no lookups, and a `..` that climbs out of it pops a real
+/// folder, exactly as the OS would.
+pub(crate) fn resolve_from(mut resolved: PathBuf, rest: &Path) -> io::Result<PathBuf> {
+    // Components still to resolve, the next one last. Borrowed from `rest`;
+    // a symlink's target adds owned ones.
+    let mut pending: Vec<Cow<'_, OsStr>> = Vec::with_capacity(16);
+    for component in rest.components().rev() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => {}
+            other => pending.push(Cow::Borrowed(other.as_os_str())),
         }
     }
     let mut missing = 0usize; // trailing components of `resolved` that do not exist
@@ -538,7 +572,7 @@ pub(crate) fn resolve(path: &Path) -> io::Result<PathBuf> {
 /// The target of `path` if it is a symlink, `None` if it exists and is
 /// not one. `buf` holds short targets without allocating.
 fn read_link(path: &Path, buf: &mut [u8; 256]) -> io::Result<Option<PathBuf>> {
-    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
     match rustix::fs::readlinkat_raw(rustix::fs::CWD, path, &mut *buf) {
         Ok(len) if len < buf.len() => Ok(Some(PathBuf::from(OsStr::from_bytes(&buf[..len])))),
         // Possibly cut short: read it again, whole.
@@ -676,30 +710,45 @@ impl Resolver {
         }
     }
 
+    /// The root (grant root or read-only root) a key lies under: where a
+    /// file operation's walk of directory handles starts.
+    pub(crate) fn base_of(&self, key: &Key) -> Option<&Path> {
+        if key.norm.starts_with(&self.root_norm) {
+            return Some(&self.root);
+        }
+        self.read_roots
+            .iter()
+            .find(|(norm, _)| key.norm.starts_with(norm))
+            .map(|(_, root)| root.as_path())
+    }
+
     /// Resolves one path target (not `workspace()`) to a key inside the root
     /// or a read-only root.
     pub(crate) fn resolve(&self, target: &Target) -> Result<(Key, Area)> {
         let given = target.path();
-        if target.resolved {
-            // Resolved earlier (by this or another actor): only the
-            // containment check is repeated, against this actor's roots.
-            let key = self.key_for(given.to_path_buf(), target.is_tree());
-            return match self.area(&key) {
-                Some(area) => Ok((key, area)),
-                None => Err(Error::OutsideGrant {
-                    path: key.path,
-                    root: self.root.clone(),
-                }),
-            };
-        }
         check_spelling(given, self.portable)?;
-        let absolute = if given.is_absolute() {
-            given.to_path_buf()
-        } else {
-            self.root.join(given)
+        let cannot = |e: io::Error| Error::invalid(given, format!("it cannot be resolved ({e})"));
+        // A relative path starts at the canonical root, which needs no lookups.
+        let lookup = |path: &Path| -> Result<PathBuf> {
+            if path.is_absolute() {
+                resolve(path).map_err(cannot)
+            } else {
+                resolve_from(self.root.clone(), path).map_err(cannot)
+            }
         };
-        let resolved = resolve(&absolute)
-            .map_err(|e| Error::invalid(given, format!("it cannot be resolved ({e})")))?;
+        let resolved = match target.lookup {
+            Lookup::Follow => lookup(given)?,
+            Lookup::NoFollow => {
+                // The link itself: resolve its folder (`..` the OS way), keep
+                // its own name. `file_name` is `None` for a trailing `..`.
+                match (given.parent(), given.file_name()) {
+                    (Some(parent), Some(name)) => lookup(parent)?.join(name),
+                    _ => return Err(Error::invalid(given, "it does not name a file")),
+                }
+            }
+            Lookup::Resolved if given.is_absolute() => given.to_path_buf(),
+            Lookup::Resolved => return Err(Error::invalid(given, "it is not a resolved path")),
+        };
         let key = self.key_for(resolved, target.is_tree());
         match self.area(&key) {
             Some(area) => Ok((key, area)),
@@ -713,7 +762,7 @@ impl Resolver {
     /// Resolves `target` into a resolved target (same shape and mode);
     /// `workspace()` stays as it is, to expand when admitted.
     pub(crate) fn resolve_target(&self, target: &Target) -> Result<Target> {
-        if target.is_workspace() || target.resolved {
+        if target.is_workspace() || target.lookup == Lookup::Resolved {
             return Ok(target.clone());
         }
         let (key, _) = self.resolve(target)?;
@@ -721,7 +770,7 @@ impl Resolver {
             path: key.path,
             shape: target.shape,
             mode: target.mode,
-            resolved: true,
+            lookup: Lookup::Resolved,
         })
     }
 
@@ -859,15 +908,6 @@ mod tests {
             resolve(&root.join("dangling")).unwrap(),
             PathBuf::from("/nonexistent-writ-target/f")
         );
-        // A target longer than the stack buffer is read whole.
-        let long = root
-            .join("x".repeat(120))
-            .join("y".repeat(120))
-            .join("z".repeat(120));
-        std::fs::create_dir_all(&long).unwrap();
-        std::os::unix::fs::symlink(&long, root.join("far")).unwrap();
-        assert!(long.as_os_str().len() > 256);
-        assert_eq!(resolve(&root.join("far/f")).unwrap(), long.join("f"));
         // A loop is an error, not a hang.
         std::os::unix::fs::symlink(root.join("loop"), root.join("loop")).unwrap();
         assert!(resolve(&root.join("loop/x")).is_err());
@@ -894,6 +934,17 @@ mod tests {
         let (key, area) = r.resolve(&Target::from("src/../a.rs")).unwrap();
         assert_eq!(key.path, root.join("a.rs"));
         assert_eq!(area, Area::Writable);
+    }
+
+    #[test]
+    fn insensitive_keys_fold_but_keep_spelling() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let r = Resolver::new(root.clone(), vec![], CaseMode::Insensitive, true);
+        let (a, _) = r.resolve(&Target::from("Src/Lex.rs")).unwrap();
+        let (b, _) = r.resolve(&Target::from("src/lex.RS")).unwrap();
+        assert!(overlaps(&a, &b));
+        assert_eq!(a.path, root.join("Src/Lex.rs"));
     }
 
     #[test]
@@ -928,16 +979,5 @@ mod tests {
             narrow.resolve(&Target::from("link/a.rs")),
             Err(Error::OutsideGrant { .. })
         ));
-    }
-
-    #[test]
-    fn insensitive_keys_fold_but_keep_spelling() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(dir.path()).unwrap();
-        let r = Resolver::new(root.clone(), vec![], CaseMode::Insensitive, true);
-        let (a, _) = r.resolve(&Target::from("Src/Lex.rs")).unwrap();
-        let (b, _) = r.resolve(&Target::from("src/lex.RS")).unwrap();
-        assert!(overlaps(&a, &b));
-        assert_eq!(a.path, root.join("Src/Lex.rs"));
     }
 }

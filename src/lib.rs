@@ -17,6 +17,10 @@
 //!   a canonical key inside the grant root or an [`Error::OutsideGrant`].
 //! - [`Reservation`] and [`Fence`]: guards; dropping one releases its hold and
 //!   wakes whoever can now proceed.
+//! - [`Files`] ([`Actor::files`]): one actor's file tools. Reads leave a
+//!   [`ReadMark`]; writes, appends, replaces, deletes and renames are
+//!   admitted like any call, pass the read-before-write version gate and the
+//!   path policy, land atomically and return a [`Receipt`].
 //! - [`Error`]: one enum; every message is a sentence a model can act on.
 //!
 //! # Example
@@ -86,6 +90,10 @@ pub use config::{Approval, Config, DEFAULT_SENSITIVE, Durability};
 pub use deadlock::WaitEdge;
 pub use dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slots, WaiterEntry};
 pub use error::{Busy, Error, Result, SlotLimit};
+#[doc(hidden)]
+pub use files::WriteStep;
+pub use files::{FileOp, Files, HistoryStatus, Receipt};
+pub use gate::ReadMark;
 pub use guard::{Fence, Reservation};
 pub use key::{CaseMode, Mode, Resolved, Target, normalize_lexically};
 pub use queue::{WaitCause, WaiterId};

@@ -247,6 +247,15 @@ impl<T> Acquire<T> {
         let now = Instant::now();
         let mut state = self.sched.shared.lock();
         let Some(blocker) = state.blocker(&ask.claim, &ask.need, ask.priority, None) else {
+            // A fence granted past lower-priority waiters gives them hard
+            // edges to its owner, which may close a cycle.
+            if let Some(cycle) = deadlock::cycle_if_granted(&state, &ask.claim) {
+                state.counters.deadlocks += 1;
+                let cycle: Vec<String> = cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                drop(state);
+                tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused");
+                return Poll::Ready(Err(Error::Deadlock { cycle }));
+            }
             let hold = state.grant(ask.claim, ask.need, name, ask.label, now);
             drop(state);
             tracing::debug!(actor = %self.requester.name, "admit");
@@ -257,9 +266,13 @@ impl<T> Acquire<T> {
             let err = refusal(&state, &self.requester.resolver, &ask.claim, blocker);
             return Poll::Ready(Err(err));
         }
-        if let Some(cycle) =
-            deadlock::cycle_if_waiting(&state, self.requester.id, &ask.claim, ask.priority)
-        {
+        if let Some(cycle) = deadlock::cycle_if_waiting(
+            &state,
+            self.requester.id,
+            &ask.claim,
+            &ask.need,
+            ask.priority,
+        ) {
             state.counters.deadlocks += 1;
             let cycle: Vec<String> = cycle.into_iter().map(|a| state.actor_name(a)).collect();
             drop(state);

@@ -7,7 +7,8 @@
 //! rule of [`State`], collects the wakers of requests it granted, releases the
 //! lock and only then wakes them: no waker, callback or log call runs under
 //! the lock. Lock order: the state mutex is the only lock the scheduler takes;
-//! an actor's mark and turn mutexes are never held while taking it.
+//! an actor's mark and turn mutexes, and the gate's maps, are leaves: never
+//! held while taking it.
 
 use std::fmt;
 use std::task::Waker;
@@ -21,6 +22,7 @@ use crate::config::Config;
 use crate::dump::Dump;
 use crate::error::Result;
 use crate::guard::Reservation;
+use crate::history::{self, RestoreKind, RewindMode, RewindReport};
 use crate::key::{CaseMode, Resolver, Target};
 use crate::request::Request;
 use crate::state::State;
@@ -32,10 +34,15 @@ pub(crate) struct Shared {
     /// The session's holds, queue, actors and counters; only touched while locked.
     pub(crate) state: Mutex<State>,
     pub(crate) config: Config,
+    /// The version gate's session-wide records (last writer per file, hash
+    /// cache). Its own leaf locks, never taken while `state` is locked, so
+    /// file operations do not lengthen the admission critical section.
+    pub(crate) gate: crate::gate::Gate,
+    /// File history (store, pending snapshots); its own leaf locks.
+    pub(crate) history: crate::history::Handle,
     /// Actor ids are allocated outside the lock (ids only need uniqueness).
     next_actor: AtomicU64,
     /// The session's own identity, for holds no actor owns (rewinds).
-    #[allow(dead_code)] // used by history's rewind
     session: std::sync::OnceLock<StdArc<ActorMeta>>,
 }
 
@@ -103,7 +110,9 @@ impl Scheduler {
         Scheduler {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
+                history: crate::history::Handle::new(&config),
                 config,
+                gate: crate::gate::Gate::default(),
                 next_actor: AtomicU64::new(0),
                 session: std::sync::OnceLock::new(),
             }),
@@ -119,7 +128,6 @@ impl Scheduler {
     /// The session's own actor: id 0, named "session", rooted at the file
     /// system root, in no actor's lineage — so every live hold on a path,
     /// fences included, refuses it. Not registered as a live actor.
-    #[allow(dead_code)] // used by history's rewind
     pub(crate) fn session_meta(&self) -> StdArc<ActorMeta> {
         self.shared
             .session
@@ -144,7 +152,6 @@ impl Scheduler {
 
     /// Reserves absolute, already-resolved paths exclusively for the session
     /// itself: try-only, or waiting up to `Config::file_op_wait`.
-    #[allow(dead_code)] // used by history's rewind
     pub(crate) fn session_admit(&self, paths: &[PathBuf], label: &str) -> Result<Reservation> {
         let targets = paths.iter().map(Target::file).collect();
         let request = Request::for_meta(self.clone(), self.session_meta(), targets).label(label);
@@ -152,6 +159,86 @@ impl Scheduler {
             Some(wait) => request.admit_blocking_timeout(wait),
             None => request.try_admit(),
         }
+    }
+
+    /// Rewinds every write tagged `turn` in this session, by any actor,
+    /// strictly: each file must be exactly as the turn left it (or already
+    /// restored), else `Err(Error::RewindConflict { conflicts })` and nothing
+    /// is touched. Needs `Config::history_dir`; an unknown turn is
+    /// `Error::UnknownTurn`; a path held by anyone (fences included) is
+    /// `Error::Busy` unless `Config::file_op_wait` is set (then it waits,
+    /// blocking the thread: call it from a blocking context, never on an
+    /// async runtime's worker thread). See [`history`](crate::history).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(dir.path()));
+    /// match sched.rewind_turn("turn-7") {
+    ///     Err(writ::Error::UnknownTurn { turn }) => assert_eq!(turn, "turn-7"),
+    ///     other => panic!("expected UnknownTurn, got {other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn rewind_turn(&self, turn: &str) -> Result<RewindReport> {
+        history::run(self, turn, RestoreKind::Rewind, RewindMode::Strict)
+    }
+
+    /// [`Scheduler::rewind_turn`] in the given mode: `RewindMode::Merge`
+    /// also rewinds a file edited since, when the agent's change reverses
+    /// cleanly out of it; what does not reverse cleanly stays a conflict
+    /// and nothing is touched.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
+    /// # std::fs::create_dir(&ws).unwrap();
+    /// # std::fs::write(ws.join("a.txt"), "1\n2\n3\n4\n").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
+    /// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
+    /// agent.set_turn("t");
+    /// agent.files().read("a.txt")?;
+    /// agent.files().replace("a.txt", "1\n", "one\n")?;
+    /// std::fs::write(ws.join("a.txt"), "one\n2\n3\nfour\n").unwrap(); // a person's edit
+    /// sched.rewind_turn_with("t", writ::history::RewindMode::Merge)?;
+    /// assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "1\n2\n3\nfour\n");
+    /// # Ok(()) }
+    /// ```
+    pub fn rewind_turn_with(&self, turn: &str, mode: RewindMode) -> Result<RewindReport> {
+        history::run(self, turn, RestoreKind::Rewind, mode)
+    }
+
+    /// Undoes the last rewind of `turn`, under the same rules: each file
+    /// must be exactly as that rewind left it (or already redone), else
+    /// `Error::RewindConflict` and nothing is touched. A turn never rewound
+    /// is `Error::History`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
+    /// # std::fs::create_dir(&ws).unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
+    /// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
+    /// agent.set_turn("t");
+    /// agent.files().write("new.rs", "fn f() {}\n")?;
+    /// sched.rewind_turn("t")?;
+    /// assert!(!ws.join("new.rs").exists());
+    /// let report = sched.redo_turn("t")?;
+    /// assert!(ws.join("new.rs").exists());
+    /// assert_eq!(report.changed(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn redo_turn(&self, turn: &str) -> Result<RewindReport> {
+        history::run(self, turn, RestoreKind::Redo, RewindMode::Strict)
+    }
+
+    /// Makes the next rewinds and redos stop, as a crash would, after
+    /// `after` restores (`None`: never). For tests of crash recovery.
+    #[doc(hidden)]
+    pub fn set_rewind_failpoint(&self, after: Option<usize>) {
+        self.shared.history.set_failpoint(after);
     }
 
     /// One consistent snapshot of everything live (one lock acquisition).

@@ -17,6 +17,12 @@ fn demo_loses_no_update_with_writ() {
     );
     let outcome: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
     assert_eq!(outcome["with_writ"]["lost_updates"], 0);
+    assert_eq!(outcome["through_files"]["lost_updates"], 0);
+    assert!(
+        outcome["through_files"]["writes"]
+            .as_u64()
+            .is_some_and(|w| w > 0)
+    );
     // 4 agents: 2 optimistic (1 worker each), 2 fenced (2 parallel workers and a sub-agent each).
     let workers = 2 + 2 * 3;
     let writes = outcome["with_writ"]["writes"].as_u64().unwrap();

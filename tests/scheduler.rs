@@ -947,3 +947,62 @@ fn detect_probes_the_root_file_system() {
     let _r = a.try_admit(["Lexer.rs"]).unwrap();
     assert_eq!(b.try_admit(["lexer.rs"]).is_err(), insensitive_fs);
 }
+
+#[test]
+fn parallel_calls_of_one_actor_are_not_a_deadlock() {
+    let (_dir, root) = workspace();
+    let s = sched();
+    let a = s.actor("a", Grant::workspace(&root)).unwrap();
+    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let c = s.actor("c", Grant::workspace(&root)).unwrap();
+    let held = c.try_admit(["x.rs"]).unwrap();
+    // a's first call waits for c; b's call queues behind it; a's second call
+    // queues behind b's. Folded onto actors that is a -> b -> a, but each
+    // call is granted in turn once c releases: no deadlock.
+    let mut a1 = pin!(a.admit(["x.rs"]));
+    assert!(poll_once(a1.as_mut()).is_pending());
+    let mut b1 = pin!(b.admit(["x.rs", "y.rs"]));
+    assert!(poll_once(b1.as_mut()).is_pending());
+    let mut a2 = pin!(a.admit(["y.rs"]));
+    assert!(
+        poll_once(a2.as_mut()).is_pending(),
+        "queued, not refused as a deadlock"
+    );
+    drop(held);
+    let Poll::Ready(Ok(r1)) = poll_once(a1.as_mut()) else {
+        panic!("a's first call")
+    };
+    drop(r1);
+    let Poll::Ready(Ok(r2)) = poll_once(b1.as_mut()) else {
+        panic!("b's call")
+    };
+    drop(r2);
+    assert!(matches!(poll_once(a2.as_mut()), Poll::Ready(Ok(_))));
+    assert_eq!(s.dump().counters.deadlocks, 0);
+}
+
+#[test]
+fn a_fence_granted_past_waiters_may_not_close_a_cycle() {
+    let (_dir, root) = workspace();
+    let s = sched();
+    let a = s.actor("a", Grant::workspace(&root)).unwrap();
+    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let c = s.actor("c", Grant::workspace(&root)).unwrap();
+    let _fb = b.fence(["b/"]).unwrap();
+    let _cw = c.try_admit(["w.rs"]).unwrap();
+    // a waits on b's fence; b waits on c's call.
+    let mut a_waits = Box::pin(a.admit(["b/x.rs"]));
+    assert!(poll_once(a_waits.as_mut()).is_pending());
+    let mut b_waits = pin!(b.admit(["z.rs", "w.rs"]));
+    assert!(poll_once(b_waits.as_mut()).is_pending());
+    // A higher-priority fence of a on z.rs would be granted past b's
+    // request, and then b would wait on a while a waits on b.
+    match a.request(["z.rs"]).priority(1).fence() {
+        Err(Error::Deadlock { cycle }) => assert_eq!(cycle, ["a", "b"]),
+        other => panic!("expected Deadlock, got {other:?}"),
+    }
+    // Without the cycle (a not waiting), the same fence is fine.
+    drop(a_waits);
+    let fence = a.request(["z.rs"]).priority(1).fence();
+    assert!(fence.is_ok(), "{fence:?}");
+}

@@ -62,6 +62,9 @@ pub struct Outcome {
     pub without_writ: RunResult,
     pub with_writ: RunResult,
     pub admission: Admission,
+    /// The same agents editing through `writ::Files` (version gate and
+    /// atomic writes), with stale reads refused and redone.
+    pub through_files: crate::demo_files::FilesOutcome,
     /// One dump taken while the run with writ was busy.
     pub dump: Option<writ::Dump>,
     #[serde(skip)]
@@ -421,6 +424,7 @@ pub fn run(opts: &Options) -> Result<Outcome, Box<dyn std::error::Error>> {
     prepare(with_dir.path(), opts.agents)?;
     let (with_writ, admission, snapshot) = run_with(opts, with_dir.path(), &bar)?;
     bar.finish_and_clear();
+    let through_files = crate::demo_files::run(opts.agents, opts.calls, opts.seed)?;
     let (dump, dump_table) = match snapshot {
         Some((dump, table)) => (Some(dump), Some(table)),
         None => (None, None),
@@ -432,6 +436,7 @@ pub fn run(opts: &Options) -> Result<Outcome, Box<dyn std::error::Error>> {
         without_writ,
         with_writ,
         admission,
+        through_files,
         dump,
         dump_table,
     })
@@ -481,6 +486,8 @@ impl std::fmt::Display for Outcome {
         if let Some(message) = &s.deadlock_message {
             writeln!(f, "deadlock refused: {message}")?;
         }
+        writeln!(f)?;
+        writeln!(f, "{}", self.through_files)?;
         if let Some(table) = &self.dump_table {
             writeln!(f)?;
             writeln!(f, "dump taken mid-run:")?;

@@ -2,7 +2,9 @@
 
 mod demo;
 mod demo_delegate;
+mod demo_files;
 mod demo_plan;
+mod history_cli;
 mod rng;
 
 use std::process::ExitCode;
@@ -40,11 +42,14 @@ enum Command {
         #[arg(long, conflicts_with = "json")]
         delegate: bool,
     },
+    /// Recorded file history: list, show, rewind, redo, prune.
+    History(history_cli::HistoryCmd),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::History(cmd) => history_cli::run(cmd),
         Command::Demo { plan: true, .. } => run_plan_demo(),
         Command::Demo { delegate: true, .. } => run_delegate_demo(),
         Command::Demo {
@@ -77,7 +82,9 @@ fn main() -> ExitCode {
                     } else {
                         print!("{outcome}");
                     }
-                    if outcome.with_writ.lost_updates == 0 {
+                    if outcome.with_writ.lost_updates == 0
+                        && outcome.through_files.lost_updates == 0
+                    {
                         ExitCode::SUCCESS
                     } else {
                         eprintln!("writ demo: updates were lost with writ — this is a bug");

@@ -1,0 +1,114 @@
+//! File-operation costs: the version gate's re-check of a large unchanged
+//! file (stat cache vs full sha256), and a transactional 4 KiB write vs a
+//! bare durable write (temp + fsync + rename + folder fsync).
+//!
+//! Run: `cargo bench --bench files -- --warm-up-time 1 --measurement-time 3`
+
+use std::hint::black_box;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use sha2::{Digest, Sha256};
+use writ::{Config, Durability, Grant, Scheduler};
+
+const BIG: usize = 64 * 1024 * 1024;
+const SMALL: usize = 4 * 1024;
+
+fn scratch() -> tempfile::TempDir {
+    // The build's own temp folder: a real disk, so fsync costs what it costs.
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a scratch folder")
+}
+
+fn gate_recheck(c: &mut Criterion) {
+    let dir = scratch();
+    let content: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("big.bin"), &content).expect("write the big file");
+    // The racy-git rule trusts a cache entry only when the file's last change
+    // is safely older than the entry: let the new file age first.
+    std::thread::sleep(Duration::from_millis(300));
+    let sched = Scheduler::new(Config::default());
+    let agent = sched
+        .actor("bench", Grant::workspace(dir.path()))
+        .expect("an actor");
+    agent.files().read("big.bin").expect("read the big file");
+
+    let mut group = c.benchmark_group("gate_recheck_64MiB");
+    group.sampling_mode(SamplingMode::Flat).sample_size(10);
+    group.bench_function("verify_stat_cache", |b| {
+        let files = agent.files();
+        b.iter(|| files.verify(black_box("big.bin")).expect("current"))
+    });
+    group.throughput(Throughput::Bytes(BIG as u64));
+    group.bench_function("verify_full_sha256", |b| {
+        let files = agent.files().without_hash_cache();
+        b.iter(|| files.verify(black_box("big.bin")).expect("current"))
+    });
+    group.bench_function("sha256_in_memory", |b| {
+        b.iter(|| Sha256::digest(black_box(&content)))
+    });
+    group.finish();
+}
+
+/// What any careful tool does to replace a file durably, without writ.
+fn bare_durable_write(dir: &Path, data: &[u8], durable: bool) {
+    let temp = dir.join(".bare.tmp");
+    let mut file = std::fs::File::create(&temp).expect("create");
+    file.write_all(data).expect("write");
+    if durable {
+        file.sync_all().expect("fsync");
+    }
+    drop(file);
+    std::fs::rename(&temp, dir.join("bare.bin")).expect("rename");
+    if durable {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .expect("fsync dir");
+    }
+}
+
+fn small_write(c: &mut Criterion) {
+    let data = vec![b'x'; SMALL];
+    let mut group = c.benchmark_group("write_4KiB");
+    group.sampling_mode(SamplingMode::Flat).sample_size(20);
+    for (durability, name) in [
+        (Durability::Process, "no_fsync"),
+        (Durability::Machine, "durable"),
+    ] {
+        let dir = scratch();
+        // A chain of edits without re-reads keeps the bench about the write.
+        let sched = Scheduler::new(
+            Config::default()
+                .durability(durability)
+                .refresh_mark_on_write(true),
+        );
+        let agent = sched
+            .actor("bench", Grant::workspace(dir.path()))
+            .expect("an actor");
+        agent.files().write("w.bin", &data).expect("create");
+        agent.files().read("w.bin").expect("read");
+        group.bench_function(format!("writ_{name}"), |b| {
+            let files = agent.files();
+            b.iter(|| {
+                files
+                    .write(black_box("w.bin"), black_box(&data))
+                    .expect("write")
+            })
+        });
+        let durable = durability == Durability::Machine;
+        group.bench_function(format!("bare_{name}"), |b| {
+            b.iter(|| bare_durable_write(dir.path(), black_box(&data), durable))
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = gate_recheck, small_write
+}
+criterion_main!(benches);

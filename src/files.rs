@@ -1,1 +1,0 @@
-//! Transactional file operations through the scheduler.

@@ -1,0 +1,334 @@
+//! Directory handles and the atomic replace.
+//!
+//! Every file operation reaches its file through a chain of directory
+//! handles opened from the root, one component at a time, with `O_NOFOLLOW`
+//! and `O_DIRECTORY`. The key was resolved (symlinks followed) before
+//! admission, so every folder on the way is a real folder; if one has been
+//! swapped for a symlink since, opening it fails (`ELOOP`/`ENOTDIR`) and the
+//! operation stops with nothing written. The file itself is opened relative
+//! to its folder's handle with `O_NOFOLLOW` too, the temp file is created
+//! with `O_EXCL` in that folder, and `renameat` replaces the name inside the
+//! same handle — so no path swapped between check and use can redirect a
+//! write outside the root.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, Metadata};
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::error::{Error, Result};
+
+/// The I/O steps of a transactional write, in order. Fault injection (a
+/// testing aid, see [`Files::on_write_step`](crate::Files::on_write_step))
+/// can fail any of them.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WriteStep {
+    /// Creating the temp file beside the target.
+    CreateTemp,
+    /// Writing the new content; the hook runs after the first half is
+    /// written, so a failure here leaves a torn temp file behind to clean.
+    WriteData,
+    /// fsync of the temp file (`Durability::Machine` only).
+    SyncFile,
+    /// Renaming the temp file over the target (also a rename's `renameat`
+    /// and a delete's `unlinkat`).
+    Rename,
+    /// fsync of the folder after the rename (`Durability::Machine` only).
+    SyncDir,
+}
+
+/// A hook run before each step; an `Err` is treated as that step's failure.
+pub(crate) type StepHook = Arc<dyn Fn(WriteStep) -> io::Result<()> + Send + Sync>;
+
+fn step(hook: Option<&StepHook>, s: WriteStep) -> io::Result<()> {
+    match hook {
+        Some(h) => h(s),
+        None => Ok(()),
+    }
+}
+
+/// What a name in a folder is, without following a symlink.
+#[derive(Debug)]
+pub(crate) enum Entry {
+    Missing,
+    /// A regular file, opened read-only, with its metadata.
+    File(File, Metadata),
+    Symlink,
+    Dir,
+    /// A fifo, socket or device.
+    Other,
+}
+
+/// An open folder handle and its path (for messages only).
+#[derive(Debug)]
+pub(crate) struct Dir {
+    fd: Arc<OwnedFd>,
+    pub(crate) path: PathBuf,
+}
+
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+fn swapped(path: &Path) -> Error {
+    Error::invalid(
+        path,
+        "a component on the way is not a folder (a file, or a symlink swapped in after the \
+         path was resolved); nothing was done — check the path and retry",
+    )
+}
+
+/// Opens a root folder (a grant root or read-only root).
+pub(crate) fn open_root(base: &Path) -> Result<Arc<OwnedFd>> {
+    rustix::fs::open(base, dir_flags(), Mode::empty())
+        .map(Arc::new)
+        .map_err(|e| Error::io("open the folder", base, e.into()))
+}
+
+/// Opens the folder that holds `key_path`, walking from `base` (a grant root
+/// or read-only root the key lies under, open as `base_fd`). Missing folders
+/// are created when `create` is set; otherwise a missing folder gives
+/// `Ok(None)`.
+pub(crate) fn open_parent(
+    base: &Path,
+    base_fd: Arc<OwnedFd>,
+    key_path: &Path,
+    create: bool,
+    durable: bool,
+) -> Result<Option<(Dir, OsString)>> {
+    let mut names: Vec<&OsStr> = Vec::new();
+    for component in key_path.components().skip(base.components().count()) {
+        match component {
+            Component::Normal(name) => names.push(name),
+            _ => return Err(Error::invalid(key_path, "it is not a resolved path")),
+        }
+    }
+    let Some(file_name) = names.pop() else {
+        return Err(Error::invalid(
+            key_path,
+            "it is a folder (the root itself); name a file inside it",
+        ));
+    };
+    let mut fd = base_fd;
+    let mut path = base.to_path_buf();
+    for name in names {
+        path.push(name);
+        let next = match rustix::fs::openat(&*fd, name, dir_flags(), Mode::empty()) {
+            Ok(next) => next,
+            Err(Errno::NOENT) if create => {
+                match rustix::fs::mkdirat(&*fd, name, Mode::from_raw_mode(0o777)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return Err(Error::io("create the folder", &path, e.into())),
+                }
+                if durable {
+                    rustix::fs::fsync(&fd)
+                        .map_err(|e| Error::io("sync the folder above", &path, e.into()))?;
+                }
+                rustix::fs::openat(&fd, name, dir_flags(), Mode::empty()).map_err(|e| match e {
+                    Errno::LOOP | Errno::NOTDIR => swapped(key_path),
+                    e => Error::io("open the folder", &path, e.into()),
+                })?
+            }
+            Err(Errno::NOENT) => return Ok(None),
+            Err(Errno::LOOP | Errno::NOTDIR) => return Err(swapped(key_path)),
+            Err(e) => return Err(Error::io("open the folder", &path, e.into())),
+        };
+        fd = Arc::new(next);
+    }
+    Ok(Some((Dir { fd, path }, file_name.to_os_string())))
+}
+
+/// A process-wide counter that keeps temp names unique between threads.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The prefix of every temp file writ creates; a crash (not an error) can
+/// leave one behind, never in place of the target.
+pub(crate) const TEMP_PREFIX: &str = ".writ-tmp-";
+
+impl Dir {
+    fn at(&self, name: &OsStr) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// What `name` is, without following a symlink; a regular file comes
+    /// back opened (`O_NOFOLLOW | O_NONBLOCK`, so a fifo swapped in cannot
+    /// block us) together with its metadata.
+    pub(crate) fn entry(&self, name: &OsStr) -> Result<Entry> {
+        let stat = match rustix::fs::statat(&*self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(Errno::NOENT) => return Ok(Entry::Missing),
+            Err(e) => return Err(Error::io("inspect", self.at(name), e.into())),
+        };
+        match FileType::from_raw_mode(stat.st_mode as _) {
+            FileType::RegularFile => {}
+            FileType::Symlink => return Ok(Entry::Symlink),
+            FileType::Directory => return Ok(Entry::Dir),
+            _ => return Ok(Entry::Other),
+        }
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(&*self.fd, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(Entry::Missing),
+            Err(Errno::LOOP) => return Ok(Entry::Symlink),
+            Err(e) => return Err(Error::io("open", self.at(name), e.into())),
+        };
+        let file = File::from(fd);
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io("inspect", self.at(name), e))?;
+        Ok(if meta.is_file() {
+            Entry::File(file, meta)
+        } else if meta.is_dir() {
+            Entry::Dir
+        } else {
+            Entry::Other
+        })
+    }
+
+    fn create_temp(&self, hook: Option<&StepHook>) -> io::Result<(File, OsString)> {
+        step(hook, WriteStep::CreateTemp)?;
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut attempts = 0;
+        loop {
+            // Relaxed: the counter only has to hand out distinct numbers.
+            let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+            let name = OsString::from(format!("{TEMP_PREFIX}{}-{n}", std::process::id()));
+            match rustix::fs::openat(&*self.fd, &name, flags, Mode::from_raw_mode(0o666)) {
+                Ok(fd) => return Ok((File::from(fd), name)),
+                Err(Errno::EXIST) if attempts < 16 => attempts += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Replaces `name` with `data` atomically: temp file in this folder,
+    /// write, (fsync), `renameat` over the target, (fsync the folder).
+    /// `mode` is the mode to keep (the old file's); a new file gets the
+    /// default mode under the umask. Returns the new file's mode.
+    ///
+    /// Any failure before the rename removes the temp file and leaves the
+    /// target as it was. A failed folder fsync after the rename is reported
+    /// as an error that says the new content is in place.
+    pub(crate) fn replace(
+        &self,
+        name: &OsStr,
+        data: &[u8],
+        mode: Option<u32>,
+        durable: bool,
+        hook: Option<&StepHook>,
+    ) -> Result<u32> {
+        let target = self.at(name);
+        let (mut file, temp) = self
+            .create_temp(hook)
+            .map_err(|e| Error::io("create a temporary file beside", &target, e))?;
+        let written = (|| -> std::result::Result<u32, (&'static str, io::Error)> {
+            let write = |e| ("write the temporary file for", e);
+            if hook.is_some() {
+                // Two halves, so a fault injected here leaves a torn temp.
+                let half = data.len() / 2;
+                file.write_all(&data[..half]).map_err(write)?;
+                step(hook, WriteStep::WriteData).map_err(write)?;
+                file.write_all(&data[half..]).map_err(write)?;
+            } else {
+                file.write_all(data).map_err(write)?;
+            }
+            let new_mode = match mode {
+                Some(mode) => {
+                    rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))
+                        .map_err(|e| ("keep the mode of", e.into()))?;
+                    mode & 0o7777
+                }
+                None => {
+                    use std::os::unix::fs::PermissionsExt;
+                    let meta = file
+                        .metadata()
+                        .map_err(|e| ("inspect the temporary file for", e))?;
+                    meta.permissions().mode() & 0o7777
+                }
+            };
+            if durable {
+                let sync = |e| ("sync the temporary file for", e);
+                step(hook, WriteStep::SyncFile).map_err(sync)?;
+                file.sync_all().map_err(sync)?;
+            }
+            let rename = |e| ("replace", e);
+            step(hook, WriteStep::Rename).map_err(rename)?;
+            rustix::fs::renameat(&*self.fd, &temp, &*self.fd, name)
+                .map_err(|e| rename(e.into()))?;
+            Ok(new_mode)
+        })();
+        drop(file);
+        let new_mode = match written {
+            Ok(mode) => mode,
+            Err((op, e)) => {
+                // Best effort: the error that matters is the one above.
+                let _ = rustix::fs::unlinkat(&*self.fd, &temp, AtFlags::empty());
+                return Err(Error::io(op, target, e));
+            }
+        };
+        self.sync(durable, hook, name)?;
+        Ok(new_mode)
+    }
+
+    /// fsync of the folder after its entries changed.
+    fn sync(&self, durable: bool, hook: Option<&StepHook>, name: &OsStr) -> Result<()> {
+        if !durable {
+            return Ok(());
+        }
+        step(hook, WriteStep::SyncDir)
+            .and_then(|()| rustix::fs::fsync(&*self.fd).map_err(io::Error::from))
+            .map_err(|e| {
+                Error::io(
+                    "sync the folder (the change is already in place, but may not survive a power cut) after changing",
+                    self.at(name),
+                    e,
+                )
+            })
+    }
+
+    /// Removes `name` (a file or a symlink, never a folder).
+    pub(crate) fn unlink(
+        &self,
+        name: &OsStr,
+        durable: bool,
+        hook: Option<&StepHook>,
+    ) -> Result<()> {
+        step(hook, WriteStep::Rename)
+            .and_then(|()| {
+                rustix::fs::unlinkat(&*self.fd, name, AtFlags::empty()).map_err(io::Error::from)
+            })
+            .map_err(|e| Error::io("delete", self.at(name), e))?;
+        self.sync(durable, hook, name)
+    }
+
+    /// Renames `name` in this folder to `to_name` in `to` (replacing what is
+    /// there, a symlink itself rather than its target).
+    pub(crate) fn rename_to(
+        &self,
+        name: &OsStr,
+        to: &Dir,
+        to_name: &OsStr,
+        durable: bool,
+        hook: Option<&StepHook>,
+    ) -> Result<()> {
+        step(hook, WriteStep::Rename)
+            .and_then(|()| {
+                rustix::fs::renameat(&*self.fd, name, &*to.fd, to_name).map_err(io::Error::from)
+            })
+            .map_err(|e| Error::io("rename", self.at(name), e))?;
+        to.sync(durable, hook, to_name)?;
+        if to.path != self.path {
+            self.sync(durable, hook, name)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1106 @@
+//! Transactional file operations through the scheduler.
+//!
+//! [`Files`] is one actor's set of file tools. Every operation runs the same
+//! pipeline (see `docs/FILES.md`):
+//!
+//! 1. resolve the path to its key and check the path policy;
+//! 2. admit a Call hold through the scheduler — exclusive on every path a
+//!    mutation touches, shared for a read; try-only (`Busy`) unless
+//!    `Config::file_op_wait` is set;
+//! 3. inside the hold, check the version gate (a current read mark);
+//! 4. read the pre-image and apply the edit in memory (a `replace` that does
+//!    not match exactly once stops here);
+//! 5. hand the pre-image to the history hook — if that fails, nothing is
+//!    written;
+//! 6. write a temp file beside the target through a folder handle, fsync,
+//!    `renameat` over the target, fsync the folder, keep the mode;
+//! 7. record who wrote what (for `Stale` messages) and return a [`Receipt`].
+//!
+//! There is no write path that skips step 2.
+
+pub(crate) mod atomic;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::{Bound, RangeBounds};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+pub use atomic::WriteStep;
+use atomic::{Dir, Entry, StepHook};
+
+use crate::actor::{Actor, ActorMeta, Scope};
+use crate::config::Durability;
+use crate::error::{Error, Result};
+use crate::gate::{self, ReadMark, StatKey};
+use crate::guard::Reservation;
+use crate::key::{Key, Mode, Target};
+use crate::policy::{self, Access};
+
+/// Which file operation produced a [`Receipt`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FileOp {
+    /// [`Files::write`].
+    Write,
+    /// [`Files::append`].
+    Append,
+    /// [`Files::replace`].
+    Replace,
+    /// [`Files::delete`].
+    Delete,
+    /// [`Files::rename`].
+    Rename,
+}
+
+impl fmt::Display for FileOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FileOp::Write => "write",
+            FileOp::Append => "append",
+            FileOp::Replace => "replace",
+            FileOp::Delete => "delete",
+            FileOp::Rename => "rename",
+        })
+    }
+}
+
+/// Whether a change is covered by file history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+#[non_exhaustive]
+pub enum HistoryStatus {
+    /// No history is configured for this scheduler; the change is not
+    /// recorded anywhere but on disk.
+    Off,
+    /// The pre-image was snapshotted and the change journaled.
+    Recorded,
+    /// The file was written, but recording it afterwards failed: the change
+    /// is on disk and its pre-image is saved, but the journal lacks it.
+    Incomplete {
+        /// Why the journal append failed.
+        reason: String,
+    },
+    /// Written without a snapshot, as the caller asked
+    /// ([`Files::unprotected`]).
+    Unprotected,
+}
+
+/// What a file operation did.
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+/// let receipt = agent.files().write("notes/todo.md", b"- ship\n")?;
+/// assert_eq!(receipt.before, None); // created
+/// assert_eq!(receipt.size, 7);
+/// println!("{receipt}");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Receipt {
+    /// The operation.
+    pub op: FileOp,
+    /// The file's absolute, resolved path (a rename's destination).
+    pub path: PathBuf,
+    /// A rename's source.
+    pub from: Option<PathBuf>,
+    /// sha256 of the content before (`None`: there was no file).
+    pub before: Option<String>,
+    /// sha256 of the content after (`None`: there is no file now).
+    pub after: Option<String>,
+    /// The size in bytes after (0 after a delete).
+    pub size: u64,
+    /// The permission bits after (`None` after a delete).
+    pub mode: Option<u32>,
+    /// Whether file history covers this change.
+    pub history: HistoryStatus,
+}
+
+impl fmt::Display for Receipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.from, self.op) {
+            (Some(from), _) => write!(f, "renamed {} to {}", from.display(), self.path.display())?,
+            (None, FileOp::Delete) => write!(f, "deleted {}", self.path.display())?,
+            (None, op) => write!(
+                f,
+                "{} {} ({} bytes)",
+                match op {
+                    FileOp::Append => "appended to",
+                    FileOp::Replace => "edited",
+                    _ if self.before.is_none() => "created",
+                    _ => "wrote",
+                },
+                self.path.display(),
+                self.size
+            )?,
+        }
+        match &self.history {
+            HistoryStatus::Incomplete { reason } => {
+                write!(f, "; written, history incomplete ({reason})")
+            }
+            HistoryStatus::Unprotected => f.write_str("; unprotected (no snapshot)"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One file's state just before an operation replaces it, for the history
+/// hook.
+pub(crate) struct PreImage<'a> {
+    pub(crate) path: &'a Path,
+    /// `None`: the file does not exist (or is a symlink, which has no content).
+    pub(crate) state: Option<PreState<'a>>,
+}
+
+/// The content and mode of an existing file.
+pub(crate) struct PreState<'a> {
+    pub(crate) sha256: &'a str,
+    pub(crate) mode: u32,
+    pub(crate) bytes: &'a [u8],
+}
+
+/// Where file history plugs into the write pipeline.
+///
+/// `snapshot` runs inside the exclusive hold, after the gate and before
+/// anything on disk changes: an `Err` fails the operation with nothing
+/// written. `record` runs after the change is in place: an `Err` does not
+/// undo it, the receipt says "history incomplete".
+pub(crate) trait HistoryHook: Send + Sync {
+    /// Saves the pre-images of every path the operation will change, and
+    /// the new content when there is one (`new`). `Ok(false)` when a
+    /// pre-image above the snapshot limit was left unsaved because the
+    /// handle is [`Files::unprotected`]; without that, such a pre-image is
+    /// an `Err`.
+    fn snapshot(
+        &self,
+        actor: &ActorMeta,
+        op: FileOp,
+        pre: &[PreImage<'_>],
+        new: Option<&[u8]>,
+        unprotected: bool,
+    ) -> Result<bool>;
+    /// Journals the finished change.
+    fn record(&self, actor: &ActorMeta, receipt: &Receipt) -> Result<()>;
+}
+
+/// The history hook configured for a scheduler: the history store when
+/// `Config::history_dir` is set, else none (receipts say `Off`).
+fn history_hook(actor: &Actor) -> Option<Arc<dyn HistoryHook>> {
+    crate::history::hook(&actor.sched)
+}
+
+/// A resolved path of one operation.
+struct Place {
+    key: Key,
+    /// Relative to the actor's root, for labels.
+    rel: PathBuf,
+}
+
+/// One actor's file tools: reads that leave a [`ReadMark`], and writes that
+/// pass admission, the version gate and the path policy, and land atomically.
+///
+/// Operations are synchronous and block on I/O; call them from a blocking
+/// context (e.g. `tokio::task::spawn_blocking`), never on an async runtime's
+/// worker thread when `Config::file_op_wait` is set.
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # std::fs::write(dir.path().join("a.rs"), "fn old() {}\n").unwrap();
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+/// let files = agent.files();
+///
+/// // An existing file must be read before it is changed.
+/// assert!(matches!(files.write("a.rs", b"x"), Err(writ::Error::NotRead { .. })));
+/// let (bytes, _mark) = files.read("a.rs")?;
+/// assert_eq!(bytes, b"fn old() {}\n");
+/// files.replace("a.rs", "old", "new")?;
+///
+/// // Each write needs a fresh read: the mark is now stale.
+/// assert!(matches!(files.append("a.rs", b"// more\n"), Err(writ::Error::Stale { .. })));
+/// files.read("a.rs")?;
+/// files.append("a.rs", b"// more\n")?;
+/// files.read("a.rs")?; // a rename needs a current mark too
+/// files.rename("a.rs", "b.rs")?;
+/// # Ok(()) }
+/// ```
+#[must_use = "Files does nothing until an operation is called"]
+pub struct Files<'a> {
+    actor: &'a Actor,
+    allowed: Vec<String>,
+    unprotected: bool,
+    use_cache: bool,
+    steps: Option<StepHook>,
+    history: Option<Arc<dyn HistoryHook>>,
+    /// The grant root's folder handle, opened on first use: the walk to
+    /// every file starts from it.
+    root: OnceLock<Arc<OwnedFd>>,
+}
+
+impl fmt::Debug for Files<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Files")
+            .field("actor", &self.actor.name())
+            .field("allowed", &self.allowed)
+            .field("unprotected", &self.unprotected)
+            .finish()
+    }
+}
+
+impl Actor {
+    /// This actor's file tools.
+    pub fn files(&self) -> Files<'_> {
+        Files {
+            actor: self,
+            allowed: Vec::new(),
+            unprotected: false,
+            use_cache: true,
+            steps: None,
+            history: history_hook(self),
+            root: OnceLock::new(),
+        }
+    }
+}
+
+fn io_err<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> Error + 'p {
+    move |e| Error::io(op, path, e)
+}
+
+/// The bytes of lines `lines` (0-based, each with its terminator).
+fn line_slice<'b>(bytes: &'b [u8], lines: &impl RangeBounds<usize>) -> &'b [u8] {
+    let first = match lines.start_bound() {
+        Bound::Included(&n) => n,
+        Bound::Excluded(&n) => n.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match lines.end_bound() {
+        Bound::Included(&n) => n.saturating_add(1),
+        Bound::Excluded(&n) => n,
+        Bound::Unbounded => usize::MAX,
+    };
+    // Where each line starts; a final newline opens no further line.
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(
+            bytes
+                .iter()
+                .enumerate()
+                .filter(|&(i, b)| *b == b'\n' && i + 1 < bytes.len())
+                .map(|(i, _)| i + 1),
+        )
+        .collect();
+    let offset = |line: usize| starts.get(line).copied().unwrap_or(bytes.len());
+    let start = offset(first);
+    let stop = offset(end).max(start);
+    &bytes[start..stop]
+}
+
+/// Non-overlapping occurrences of `needle` in `hay`: the first offset and the count.
+fn occurrences(hay: &[u8], needle: &[u8]) -> (Option<usize>, usize) {
+    let mut first = None;
+    let mut count = 0;
+    let mut at = 0;
+    while at + needle.len() <= hay.len() {
+        if hay[at..].starts_with(needle) {
+            first.get_or_insert(at);
+            count += 1;
+            at += needle.len();
+        } else {
+            at += 1;
+        }
+    }
+    (first, count)
+}
+
+impl<'a> Files<'a> {
+    /// Allows a sensitive name (a pattern of the same form as
+    /// `Config::sensitive_names`, e.g. `".env.example"`) for this handle's
+    /// reads and writes. Sensitive names are refused by default; allow only
+    /// what a person has decided an agent may see.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::write(dir.path().join(".env.example"), "PORT=8080\n").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+    /// assert!(matches!(agent.files().read(".env.example"), Err(writ::Error::Policy { .. })));
+    /// let (bytes, _) = agent.files().allow_sensitive(".env.example").read(".env.example")?;
+    /// assert_eq!(bytes, b"PORT=8080\n");
+    /// # Ok(()) }
+    /// ```
+    pub fn allow_sensitive(mut self, pattern: impl Into<String>) -> Self {
+        self.allowed.push(pattern.into());
+        self
+    }
+
+    /// Writes through this handle are marked "unprotected" in their
+    /// receipts: the caller accepts that files too large to snapshot
+    /// (`Config::snapshot_limit`) are written without a pre-image.
+    pub fn unprotected(mut self) -> Self {
+        self.unprotected = true;
+        self
+    }
+
+    /// Re-hash every file the gate checks instead of trusting the stat cache
+    /// (for measurements).
+    #[doc(hidden)]
+    pub fn without_hash_cache(mut self) -> Self {
+        self.use_cache = false;
+        self
+    }
+
+    /// Runs `hook` before each I/O step of a write; an `Err` fails that step
+    /// (fault injection for tests).
+    #[doc(hidden)]
+    pub fn on_write_step(
+        mut self,
+        hook: impl Fn(WriteStep) -> std::io::Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps = Some(Arc::new(hook));
+        self
+    }
+
+    #[cfg(test)]
+    pub(crate) fn with_history(mut self, hook: Arc<dyn HistoryHook>) -> Self {
+        self.history = Some(hook);
+        self
+    }
+
+    fn meta(&self) -> &ActorMeta {
+        &self.actor.meta
+    }
+
+    fn durable(&self) -> bool {
+        self.actor.sched.shared.config.durability == Durability::Machine
+    }
+
+    /// Step 1: resolve and check the policy.
+    fn place(&self, path: &Path, follow: bool, access: Access) -> Result<Place> {
+        let meta = self.meta();
+        if access == Access::Write && matches!(meta.scope, Scope::ReadOnly) {
+            return Err(Error::ReadOnly {
+                actor: meta.name.to_string(),
+                path: path.to_path_buf(),
+            });
+        }
+        let target = if follow {
+            Target::file(path)
+        } else {
+            Target::file(path).no_follow()
+        };
+        let (key, area) = meta.resolver.resolve(&target)?;
+        let config = &self.actor.sched.shared.config;
+        policy::check(&config.sensitive, &self.allowed, path, &key, area, access)?;
+        Ok(Place {
+            rel: meta.resolver.relative(&key.path),
+            key,
+        })
+    }
+
+    /// Step 2: the call hold, on exactly the keys step 1 resolved (named as
+    /// resolved keys, so admission does no second lookup). Should a folder
+    /// on the way be swapped for a symlink afterwards, the `O_NOFOLLOW` walk
+    /// in step 6 refuses it: the hold and the I/O always agree.
+    fn admit(&self, places: &[(&Place, Mode)], label: String) -> Result<Reservation> {
+        let targets = places.iter().map(|(place, mode)| {
+            let t = Target::file(place.key.path.clone()).resolved();
+            if *mode == Mode::Shared { t.shared() } else { t }
+        });
+        let request = self.actor.request(targets).label(label);
+        match self.actor.sched.shared.config.file_op_wait {
+            Some(wait) => request.admit_blocking_timeout(wait),
+            None => request.try_admit(),
+        }
+    }
+
+    /// Opens the folder of a place through directory handles.
+    fn folder(&self, place: &Place, create: bool) -> Result<Option<(Dir, std::ffi::OsString)>> {
+        let resolver = &self.meta().resolver;
+        let base = resolver
+            .base_of(&place.key)
+            .ok_or_else(|| Error::OutsideGrant {
+                path: place.key.path.clone(),
+                root: resolver.root.clone(),
+            })?;
+        let base_fd = if base == resolver.root {
+            match self.root.get() {
+                Some(fd) => fd.clone(),
+                None => {
+                    let fd = atomic::open_root(base)?;
+                    self.root.get_or_init(|| fd).clone()
+                }
+            }
+        } else {
+            atomic::open_root(base)?
+        };
+        atomic::open_parent(base, base_fd, &place.key.path, create, self.durable())
+    }
+
+    /// The gate's view of an existing file's hash, from the stat cache when
+    /// the entry is trusted.
+    fn current_hash(&self, place: &Place, file: &std::fs::File, stat: StatKey) -> Result<String> {
+        let gate = &self.actor.sched.shared.gate;
+        if self.use_cache {
+            if let Some(hash) = gate.cached(&stat) {
+                return Ok(hash);
+            }
+        }
+        let recorded = gate::now_ns();
+        let hash = gate::hash_file(file, &stat).map_err(io_err("read", &place.key.path))?;
+        self.remember_if_unchanged(file, stat, &hash, recorded);
+        Ok(hash)
+    }
+
+    fn remember_if_unchanged(
+        &self,
+        file: &std::fs::File,
+        stat: StatKey,
+        hash: &str,
+        recorded: i128,
+    ) {
+        if let Ok(after) = file.metadata() {
+            if StatKey::of(&after) == stat {
+                self.actor.sched.shared.gate.remember(stat, hash, recorded);
+            }
+        }
+    }
+
+    /// Reads a whole open file and hashes it.
+    fn load(
+        &self,
+        place: &Place,
+        file: &std::fs::File,
+        stat: StatKey,
+    ) -> Result<(Vec<u8>, String)> {
+        let recorded = gate::now_ns();
+        let bytes = gate::read_all(file, &stat).map_err(io_err("read", &place.key.path))?;
+        let hash = gate::sha256_hex(&bytes);
+        self.remember_if_unchanged(file, stat, &hash, recorded);
+        Ok((bytes, hash))
+    }
+
+    /// Step 3: a write to the existing file at `place` whose content hashes
+    /// to `current` needs this actor's current mark.
+    fn gate(&self, place: &Place, current: &str) -> Result<()> {
+        let mark = self.meta().marks.get(&place.key.norm);
+        self.actor
+            .sched
+            .shared
+            .gate
+            .check(&place.key, mark, current)
+    }
+
+    fn not_a_file(place: &Place, entry: &Entry) -> Error {
+        let reason = match entry {
+            Entry::Dir => "it is a folder; file operations act on regular files",
+            Entry::Symlink => {
+                "it became a symlink after it was resolved; nothing was done, check it and retry"
+            }
+            _ => "it is not a regular file (a fifo, socket or device)",
+        };
+        Error::invalid(&place.key.path, reason)
+    }
+
+    /// Journals the change (step 8) and says how well history covers it;
+    /// `protected` is what the snapshot reported.
+    fn history_status(&self, receipt: &Receipt, protected: bool) -> HistoryStatus {
+        match &self.history {
+            None if self.unprotected => HistoryStatus::Unprotected,
+            None => HistoryStatus::Off,
+            Some(hook) => match hook.record(self.meta(), receipt) {
+                Ok(()) if protected => HistoryStatus::Recorded,
+                Ok(()) => HistoryStatus::Unprotected,
+                Err(e) => HistoryStatus::Incomplete {
+                    reason: e.to_string(),
+                },
+            },
+        }
+    }
+
+    /// Reads a whole file and records a mark of it for this actor.
+    ///
+    /// Takes a shared call hold (reads pass through fences and wait only for
+    /// a write in progress). A missing file is `NotFound`; a folder is
+    /// `InvalidPath`; a sensitive name is `Policy`.
+    pub fn read(&self, path: impl AsRef<Path>) -> Result<(Vec<u8>, ReadMark)> {
+        let place = self.place(path.as_ref(), true, Access::Read)?;
+        let _hold = self.admit(
+            &[(&place, Mode::Shared)],
+            format!("read {}", place.rel.display()),
+        )?;
+        let read_at = SystemTime::now();
+        let not_found = || Error::NotFound {
+            path: place.key.path.clone(),
+        };
+        let (dir, name) = self.folder(&place, false)?.ok_or_else(not_found)?;
+        let (file, meta) = match dir.entry(&name)? {
+            Entry::File(file, meta) => (file, meta),
+            Entry::Missing => return Err(not_found()),
+            other => return Err(Self::not_a_file(&place, &other)),
+        };
+        let (bytes, sha256) = self.load(&place, &file, StatKey::of(&meta))?;
+        let mark = ReadMark {
+            path: place.key.path.clone(),
+            sha256,
+            len: bytes.len() as u64,
+            read_at,
+        };
+        self.meta().marks.put(place.key.norm.clone(), mark.clone());
+        Ok((bytes, mark))
+    }
+
+    /// Reads some lines of a file (0-based line numbers, each line with its
+    /// terminator; a range past the end is cut short) and records a mark of
+    /// the *whole* file, so a tail is enough before an append.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::write(dir.path().join("log.md"), "a\nb\nc\n").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+    /// let (tail, mark) = agent.files().read_range("log.md", 2..)?;
+    /// assert_eq!(tail, b"c\n");
+    /// assert_eq!(mark.len, 6); // the mark covers the whole file
+    /// agent.files().append("log.md", b"d\n")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_range(
+        &self,
+        path: impl AsRef<Path>,
+        lines: impl RangeBounds<usize>,
+    ) -> Result<(Vec<u8>, ReadMark)> {
+        let (bytes, mark) = self.read(path)?;
+        Ok((line_slice(&bytes, &lines).to_vec(), mark))
+    }
+
+    /// Checks that this actor's mark of `path` is current (under a shared
+    /// hold), without reading the file into memory when the stat cache
+    /// vouches for it. `NotRead` or `Stale` otherwise.
+    pub fn verify(&self, path: impl AsRef<Path>) -> Result<ReadMark> {
+        let place = self.place(path.as_ref(), true, Access::Read)?;
+        let _hold = self.admit(
+            &[(&place, Mode::Shared)],
+            format!("verify {}", place.rel.display()),
+        )?;
+        let not_found = || Error::NotFound {
+            path: place.key.path.clone(),
+        };
+        let (dir, name) = self.folder(&place, false)?.ok_or_else(not_found)?;
+        let (file, meta) = match dir.entry(&name)? {
+            Entry::File(file, meta) => (file, meta),
+            Entry::Missing => return Err(not_found()),
+            other => return Err(Self::not_a_file(&place, &other)),
+        };
+        let current = self.current_hash(&place, &file, StatKey::of(&meta))?;
+        self.gate(&place, &current)?;
+        self.meta()
+            .marks
+            .get(&place.key.norm)
+            .ok_or_else(|| Error::NotRead {
+                path: place.key.path.clone(),
+            })
+    }
+
+    /// Replaces the file's whole content (creating the file and any missing
+    /// folders). An existing file needs a current read mark (`NotRead`,
+    /// `Stale`); a new one does not.
+    pub fn write(&self, path: impl AsRef<Path>, data: impl AsRef<[u8]>) -> Result<Receipt> {
+        let data = data.as_ref();
+        self.edit(path.as_ref(), FileOp::Write, |_| Ok(Cow::Borrowed(data)))
+    }
+
+    /// Appends to the file (creating it if missing). An existing file needs
+    /// a current read mark; reading its tail with [`Files::read_range`] is
+    /// enough. The whole file is replaced atomically, never torn.
+    pub fn append(&self, path: impl AsRef<Path>, data: impl AsRef<[u8]>) -> Result<Receipt> {
+        let data = data.as_ref();
+        self.edit(path.as_ref(), FileOp::Append, |pre| {
+            let mut out = pre.unwrap_or_default().to_vec();
+            out.extend_from_slice(data);
+            Ok(Cow::Owned(out))
+        })
+    }
+
+    /// Replaces the one occurrence of `old` with `new`. The file must exist
+    /// (`NotFound`) and be read (`NotRead`, `Stale`); `old` must occur
+    /// exactly once (`NoMatch` — also for an empty `old` — or
+    /// `AmbiguousMatch`), checked before anything is written.
+    pub fn replace(
+        &self,
+        path: impl AsRef<Path>,
+        old: impl AsRef<str>,
+        new: impl AsRef<str>,
+    ) -> Result<Receipt> {
+        let (old, new) = (old.as_ref().as_bytes(), new.as_ref().as_bytes());
+        let path = path.as_ref();
+        self.edit(path, FileOp::Replace, |pre| {
+            let pre = pre.unwrap_or_default();
+            let (first, count) = if old.is_empty() {
+                (None, 0)
+            } else {
+                occurrences(pre, old)
+            };
+            match (first, count) {
+                (Some(at), 1) => {
+                    let mut out = Vec::with_capacity(pre.len() - old.len() + new.len());
+                    out.extend_from_slice(&pre[..at]);
+                    out.extend_from_slice(new);
+                    out.extend_from_slice(&pre[at + old.len()..]);
+                    Ok(Cow::Owned(out))
+                }
+                (_, 0) => Err(Error::NoMatch { path: path.into() }),
+                (_, count) => Err(Error::AmbiguousMatch {
+                    path: path.into(),
+                    count,
+                }),
+            }
+        })
+    }
+
+    /// The shared pipeline of write, append and replace.
+    fn edit<'d>(
+        &self,
+        path: &Path,
+        op: FileOp,
+        apply: impl FnOnce(Option<&[u8]>) -> Result<Cow<'d, [u8]>>,
+    ) -> Result<Receipt> {
+        let place = self.place(path, true, Access::Write)?;
+        let _hold = self.admit(
+            &[(&place, Mode::Exclusive)],
+            format!("{op} {}", place.rel.display()),
+        )?;
+        let must_exist = op == FileOp::Replace;
+        let not_found = || Error::NotFound {
+            path: place.key.path.clone(),
+        };
+        let (dir, name) = self.folder(&place, !must_exist)?.ok_or_else(not_found)?;
+        let existing = match dir.entry(&name)? {
+            Entry::File(file, meta) => Some((file, meta)),
+            Entry::Missing if must_exist => return Err(not_found()),
+            Entry::Missing => None,
+            other => return Err(Self::not_a_file(&place, &other)),
+        };
+        // Gate, then pre-image. A plain write reads the old bytes only when
+        // history needs them; otherwise the (cached) hash is enough.
+        let needs_bytes = op != FileOp::Write || self.history.is_some();
+        let (pre_bytes, before, old_mode) = match &existing {
+            None => (None, None, None),
+            Some((file, meta)) => {
+                use std::os::unix::fs::PermissionsExt;
+                let stat = StatKey::of(meta);
+                let (bytes, hash) = if needs_bytes {
+                    let (bytes, hash) = self.load(&place, file, stat)?;
+                    (Some(bytes), hash)
+                } else {
+                    (None, self.current_hash(&place, file, stat)?)
+                };
+                self.gate(&place, &hash)?;
+                (bytes, Some(hash), Some(meta.permissions().mode()))
+            }
+        };
+        let new = apply(pre_bytes.as_deref())?;
+        let mut protected = true;
+        if let Some(hook) = &self.history {
+            let state = match (&before, old_mode, &pre_bytes) {
+                (Some(sha256), Some(mode), Some(bytes)) => Some(PreState {
+                    sha256,
+                    mode,
+                    bytes,
+                }),
+                _ => None,
+            };
+            protected = hook.snapshot(
+                self.meta(),
+                op,
+                &[PreImage {
+                    path: &place.key.path,
+                    state,
+                }],
+                Some(&new),
+                self.unprotected,
+            )?;
+        }
+        let mode = dir.replace(&name, &new, old_mode, self.durable(), self.steps.as_ref())?;
+        let after = gate::sha256_hex(&new);
+        self.wrote(&place, Some(&after), new.len() as u64);
+        let mut receipt = Receipt {
+            op,
+            path: place.key.path.clone(),
+            from: None,
+            before,
+            after: Some(after),
+            size: new.len() as u64,
+            mode: Some(mode),
+            history: HistoryStatus::Off,
+        };
+        receipt.history = self.history_status(&receipt, protected);
+        Ok(receipt)
+    }
+
+    /// Step 7: the session-wide record of who produced this content, and
+    /// (only if configured) a refreshed mark.
+    fn wrote(&self, place: &Place, after: Option<&str>, len: u64) {
+        let meta = self.meta();
+        self.actor
+            .sched
+            .shared
+            .gate
+            .record_write(&place.key.norm, &meta.name, after);
+        if let Some(after) = after {
+            if self.actor.sched.shared.config.refresh_mark_on_write {
+                let mark = ReadMark {
+                    path: place.key.path.clone(),
+                    sha256: after.to_owned(),
+                    len,
+                    read_at: SystemTime::now(),
+                };
+                meta.marks.put(place.key.norm.clone(), mark);
+            }
+        }
+    }
+
+    /// The pre-image of an existing entry a delete or rename will remove:
+    /// regular files go through the gate; a symlink is acted on itself and
+    /// carries no content to protect.
+    fn removable(&self, place: &Place, entry: Entry) -> Result<Option<Removed>> {
+        match entry {
+            Entry::Missing => Ok(None),
+            Entry::Symlink => Ok(Some(Removed::default())),
+            Entry::File(file, meta) => {
+                use std::os::unix::fs::PermissionsExt;
+                let stat = StatKey::of(&meta);
+                let (bytes, hash) = if self.history.is_some() {
+                    let (bytes, hash) = self.load(place, &file, stat)?;
+                    (Some(bytes), hash)
+                } else {
+                    (None, self.current_hash(place, &file, stat)?)
+                };
+                self.gate(place, &hash)?;
+                Ok(Some(Removed {
+                    sha256: Some(hash),
+                    mode: Some(meta.permissions().mode()),
+                    size: stat.size,
+                    bytes,
+                }))
+            }
+            other => Err(Self::not_a_file(place, &other)),
+        }
+    }
+
+    /// Deletes a file (a symlink itself, never its target). An existing file
+    /// needs a current read mark; a folder is `InvalidPath`; a missing file
+    /// is `NotFound`.
+    pub fn delete(&self, path: impl AsRef<Path>) -> Result<Receipt> {
+        let place = self.place(path.as_ref(), false, Access::Write)?;
+        let _hold = self.admit(
+            &[(&place, Mode::Exclusive)],
+            format!("delete {}", place.rel.display()),
+        )?;
+        let not_found = || Error::NotFound {
+            path: place.key.path.clone(),
+        };
+        let (dir, name) = self.folder(&place, false)?.ok_or_else(not_found)?;
+        let removed = self
+            .removable(&place, dir.entry(&name)?)?
+            .ok_or_else(not_found)?;
+        let mut protected = true;
+        if let Some(hook) = &self.history {
+            protected = hook.snapshot(
+                self.meta(),
+                FileOp::Delete,
+                &[removed.pre_image(&place.key.path)],
+                None,
+                self.unprotected,
+            )?;
+        }
+        dir.unlink(&name, self.durable(), self.steps.as_ref())?;
+        self.wrote(&place, None, 0);
+        let mut receipt = Receipt {
+            op: FileOp::Delete,
+            path: place.key.path.clone(),
+            from: None,
+            before: removed.sha256,
+            after: None,
+            size: 0,
+            mode: None,
+            history: HistoryStatus::Off,
+        };
+        receipt.history = self.history_status(&receipt, protected);
+        Ok(receipt)
+    }
+
+    /// Renames a file (a symlink itself, never its target), holding both
+    /// ends. The source needs a current read mark, and so does an existing
+    /// destination file (it is replaced); missing destination folders are
+    /// created. A folder at either end is `InvalidPath`.
+    pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<Receipt> {
+        let src = self.place(from.as_ref(), false, Access::Write)?;
+        let dst = self.place(to.as_ref(), false, Access::Write)?;
+        if src.key.norm == dst.key.norm {
+            return Err(Error::invalid(
+                &dst.key.path,
+                "the source and the destination are the same file",
+            ));
+        }
+        let _hold = self.admit(
+            &[(&src, Mode::Exclusive), (&dst, Mode::Exclusive)],
+            format!("rename {} -> {}", src.rel.display(), dst.rel.display()),
+        )?;
+        let not_found = || Error::NotFound {
+            path: src.key.path.clone(),
+        };
+        let (src_dir, src_name) = self.folder(&src, false)?.ok_or_else(not_found)?;
+        let moved = self
+            .removable(&src, src_dir.entry(&src_name)?)?
+            .ok_or_else(not_found)?;
+        let (dst_dir, dst_name) = self.folder(&dst, true)?.ok_or_else(|| Error::NotFound {
+            path: dst.key.path.clone(),
+        })?;
+        let replaced = self.removable(&dst, dst_dir.entry(&dst_name)?)?;
+        let mut protected = true;
+        if let Some(hook) = &self.history {
+            let mut pre = vec![moved.pre_image(&src.key.path)];
+            pre.push(match &replaced {
+                Some(r) => r.pre_image(&dst.key.path),
+                None => PreImage {
+                    path: &dst.key.path,
+                    state: None,
+                },
+            });
+            protected = hook.snapshot(self.meta(), FileOp::Rename, &pre, None, self.unprotected)?;
+        }
+        src_dir.rename_to(
+            &src_name,
+            &dst_dir,
+            &dst_name,
+            self.durable(),
+            self.steps.as_ref(),
+        )?;
+        self.wrote(&src, None, 0);
+        self.wrote(&dst, moved.sha256.as_deref(), moved.size);
+        let mut receipt = Receipt {
+            op: FileOp::Rename,
+            path: dst.key.path.clone(),
+            from: Some(src.key.path.clone()),
+            before: replaced.and_then(|r| r.sha256),
+            after: moved.sha256,
+            size: moved.size,
+            mode: moved.mode,
+            history: HistoryStatus::Off,
+        };
+        receipt.history = self.history_status(&receipt, protected);
+        Ok(receipt)
+    }
+}
+
+/// What a delete or rename takes away from a path.
+#[derive(Default)]
+struct Removed {
+    /// `None` for a symlink.
+    sha256: Option<String>,
+    mode: Option<u32>,
+    size: u64,
+    bytes: Option<Vec<u8>>,
+}
+
+impl Removed {
+    fn pre_image<'p>(&'p self, path: &'p Path) -> PreImage<'p> {
+        let state = match (&self.sha256, self.mode, &self.bytes) {
+            (Some(sha256), Some(mode), Some(bytes)) => Some(PreState {
+                sha256,
+                mode,
+                bytes,
+            }),
+            _ => None,
+        };
+        PreImage { path, state }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_ranges() {
+        let text = b"a\nb\nc\n";
+        assert_eq!(line_slice(text, &(0..1)), b"a\n");
+        assert_eq!(line_slice(text, &(1..)), b"b\nc\n");
+        assert_eq!(line_slice(text, &(2..=2)), b"c\n");
+        assert_eq!(line_slice(text, &(..)), text);
+        assert_eq!(line_slice(text, &(5..9)), b"");
+        let (start, end) = (2, 1);
+        assert_eq!(
+            line_slice(text, &(start..end)),
+            b"",
+            "a reversed range is empty"
+        );
+        assert_eq!(line_slice(b"a\nb", &(1..2)), b"b");
+        assert_eq!(line_slice(b"", &(0..1)), b"");
+    }
+
+    use crate::{Config, Durability, Grant, Scheduler};
+    use parking_lot::Mutex;
+
+    /// One pre-image as the hook saw it: op, path, (sha256, bytes).
+    type Seen = (FileOp, PathBuf, Option<(String, Vec<u8>)>);
+
+    /// A history hook that remembers what it saw and fails on demand.
+    #[derive(Default)]
+    struct Recorder {
+        fail_snapshot: bool,
+        fail_record: bool,
+        seen: Mutex<Vec<Seen>>,
+    }
+
+    impl HistoryHook for Recorder {
+        fn snapshot(
+            &self,
+            _: &ActorMeta,
+            op: FileOp,
+            pre: &[PreImage<'_>],
+            _: Option<&[u8]>,
+            _: bool,
+        ) -> Result<bool> {
+            if self.fail_snapshot {
+                return Err(Error::History {
+                    reason: "the history disk is full".into(),
+                });
+            }
+            let mut seen = self.seen.lock();
+            for p in pre {
+                let state = p
+                    .state
+                    .as_ref()
+                    .map(|s| (s.sha256.to_owned(), s.bytes.to_vec()));
+                seen.push((op, p.path.to_path_buf(), state));
+            }
+            Ok(true)
+        }
+        fn record(&self, _: &ActorMeta, _: &Receipt) -> Result<()> {
+            if self.fail_record {
+                return Err(Error::History {
+                    reason: "the journal is read-only".into(),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    fn setup() -> (tempfile::TempDir, Scheduler) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "old\n").unwrap();
+        let sched = Scheduler::new(Config::default().durability(Durability::Process));
+        (dir, sched)
+    }
+
+    fn leftovers(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(atomic::TEMP_PREFIX)
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_failed_snapshot_writes_nothing() {
+        let (dir, sched) = setup();
+        let agent = sched.actor("agent", Grant::workspace(dir.path())).unwrap();
+        let hook = Arc::new(Recorder {
+            fail_snapshot: true,
+            ..Recorder::default()
+        });
+        let files = agent.files().with_history(hook);
+        files.read("a.txt").unwrap();
+        for result in [
+            files.write("a.txt", "new\n"),
+            files.append("a.txt", "more\n"),
+            files.replace("a.txt", "old", "new"),
+            files.delete("a.txt"),
+            files.rename("a.txt", "b.txt"),
+            files.write("created.txt", "x"),
+        ] {
+            assert!(matches!(result, Err(Error::History { .. })), "{result:?}");
+        }
+        assert_eq!(std::fs::read(dir.path().join("a.txt")).unwrap(), b"old\n");
+        assert!(!dir.path().join("b.txt").exists());
+        assert!(!dir.path().join("created.txt").exists());
+        assert_eq!(leftovers(dir.path()), 0);
+    }
+
+    #[test]
+    fn the_hook_sees_pre_images_before_the_replace() {
+        let (dir, sched) = setup();
+        let agent = sched.actor("agent", Grant::workspace(dir.path())).unwrap();
+        let hook = Arc::new(Recorder::default());
+        let files = agent.files().with_history(hook.clone());
+        let (_, mark) = files.read("a.txt").unwrap();
+        let receipt = files.write("a.txt", "new\n").unwrap();
+        assert_eq!(receipt.history, HistoryStatus::Recorded);
+        files.write("fresh.txt", "x").unwrap();
+        let seen = hook.seen.lock();
+        assert_eq!(seen[0].0, FileOp::Write);
+        assert_eq!(seen[0].2, Some((mark.sha256, b"old\n".to_vec())));
+        assert_eq!(seen[1].2, None, "a create has no pre-image");
+    }
+
+    #[test]
+    fn a_failed_journal_append_says_history_incomplete() {
+        let (dir, sched) = setup();
+        let agent = sched.actor("agent", Grant::workspace(dir.path())).unwrap();
+        let hook = Arc::new(Recorder {
+            fail_record: true,
+            ..Recorder::default()
+        });
+        let files = agent.files().with_history(hook);
+        files.read("a.txt").unwrap();
+        let receipt = files.write("a.txt", "new\n").unwrap();
+        assert!(matches!(receipt.history, HistoryStatus::Incomplete { .. }));
+        assert!(
+            receipt.to_string().contains("history incomplete"),
+            "{receipt}"
+        );
+        assert_eq!(std::fs::read(dir.path().join("a.txt")).unwrap(), b"new\n");
+    }
+
+    #[test]
+    fn without_history_receipts_say_off_or_unprotected() {
+        let (dir, sched) = setup();
+        let agent = sched.actor("agent", Grant::workspace(dir.path())).unwrap();
+        assert_eq!(
+            agent.files().write("n.txt", "x").unwrap().history,
+            HistoryStatus::Off
+        );
+        let receipt = agent.files().unprotected().write("m.txt", "x").unwrap();
+        assert_eq!(receipt.history, HistoryStatus::Unprotected);
+    }
+
+    #[test]
+    fn occurrences_do_not_overlap() {
+        assert_eq!(occurrences(b"aaaa", b"aa"), (Some(0), 2));
+        assert_eq!(occurrences(b"xay", b"a"), (Some(1), 1));
+        assert_eq!(occurrences(b"xy", b"a"), (None, 0));
+    }
+}
+
+/// The examples of `docs/FILES.md`, compiled and run as doctests so that the
+/// guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/FILES.md")]
+pub struct FilesGuide;

@@ -1,0 +1,458 @@
+//! The read-before-write version gate (SPEC §6): one test per rule.
+
+use std::path::Path;
+use std::sync::Barrier;
+use std::time::Duration;
+
+use writ::{Actor, Config, Durability, Error, Grant, ReadMark, Scheduler};
+
+fn config() -> Config {
+    Config::default().durability(Durability::Process)
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    sched: Scheduler,
+}
+
+impl Env {
+    fn new(config: Config) -> Self {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+            sched: Scheduler::new(config),
+        }
+    }
+    fn actor(&self, name: &str) -> Actor {
+        self.sched
+            .actor(name, Grant::workspace(self.dir.path()))
+            .unwrap()
+    }
+    fn path(&self, rel: &str) -> std::path::PathBuf {
+        self.dir.path().join(rel)
+    }
+    fn put(&self, rel: &str, content: &str) {
+        std::fs::write(self.path(rel), content).unwrap();
+    }
+    fn get(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap()
+    }
+}
+
+fn is_not_read(r: writ::Result<writ::Receipt>) -> bool {
+    matches!(r, Err(Error::NotRead { .. }))
+}
+
+fn stale_writer(r: writ::Result<writ::Receipt>) -> Option<String> {
+    match r {
+        Err(Error::Stale { writer, .. }) => writer,
+        other => panic!("expected Stale, got {other:?}"),
+    }
+}
+
+#[test]
+fn creating_a_new_file_passes_without_a_read() {
+    let env = Env::new(config());
+    let a = env.actor("a");
+    let receipt = a.files().write("src/new.rs", "fn main() {}\n").unwrap();
+    assert_eq!(receipt.before, None);
+    assert_eq!(env.get("src/new.rs"), "fn main() {}\n");
+    // Appending creates too.
+    a.files().append("log.md", "one\n").unwrap();
+    assert_eq!(env.get("log.md"), "one\n");
+}
+
+#[test]
+fn changing_an_unread_file_is_refused_and_leaves_it_alone() {
+    let env = Env::new(config());
+    env.put("a.txt", "keep me\n");
+    let a = env.actor("a");
+    let files = a.files();
+    assert!(is_not_read(files.write("a.txt", "x")));
+    assert!(is_not_read(files.append("a.txt", "x")));
+    assert!(is_not_read(files.replace("a.txt", "keep", "lose")));
+    assert!(is_not_read(files.delete("a.txt")));
+    assert!(is_not_read(files.rename("a.txt", "b.txt")));
+    assert_eq!(env.get("a.txt"), "keep me\n");
+    let message = files.write("a.txt", "x").unwrap_err().to_string();
+    assert!(message.contains("read it first"), "{message}");
+    assert!(message.contains("tail"), "{message}");
+}
+
+#[test]
+fn a_fresh_mark_passes() {
+    let env = Env::new(config());
+    env.put("a.txt", "v1\n");
+    let a = env.actor("a");
+    let (bytes, mark) = a.files().read("a.txt").unwrap();
+    assert_eq!(bytes, b"v1\n");
+    assert_eq!(mark.len, 3);
+    assert_eq!(
+        mark.path,
+        env.dir.path().canonicalize().unwrap().join("a.txt")
+    );
+    let receipt = a.files().write("a.txt", "v2\n").unwrap();
+    assert_eq!(receipt.before.as_deref(), Some(mark.sha256.as_str()));
+    assert_eq!(env.get("a.txt"), "v2\n");
+}
+
+#[test]
+fn an_outside_change_makes_the_mark_stale_with_no_writer() {
+    let env = Env::new(config());
+    env.put("a.txt", "v1\n");
+    let a = env.actor("a");
+    a.files().read("a.txt").unwrap();
+    env.put("a.txt", "edited by a person\n");
+    assert_eq!(stale_writer(a.files().write("a.txt", "v2\n")), None);
+    assert_eq!(stale_writer(a.files().append("a.txt", "v2\n")), None);
+    assert_eq!(env.get("a.txt"), "edited by a person\n");
+    let message = a.files().write("a.txt", "x").unwrap_err().to_string();
+    assert!(message.contains("changed outside writ"), "{message}");
+    assert!(message.contains("read it again"), "{message}");
+}
+
+#[test]
+fn another_actors_write_is_named_in_stale() {
+    let env = Env::new(config());
+    env.put("a.txt", "v1\n");
+    let a = env.actor("alice");
+    let b = env.actor("bob");
+    a.files().read("a.txt").unwrap();
+    b.files().read("a.txt").unwrap();
+    b.files().write("a.txt", "bob's\n").unwrap();
+    match a.files().replace("a.txt", "v1", "alice's") {
+        Err(Error::Stale { writer, ago, path }) => {
+            assert_eq!(writer.as_deref(), Some("bob"));
+            assert!(ago.is_some());
+            assert!(path.ends_with("a.txt"));
+        }
+        other => panic!("expected Stale, got {other:?}"),
+    }
+    assert_eq!(env.get("a.txt"), "bob's\n");
+    // Deletes and renames are gated the same way.
+    assert_eq!(
+        stale_writer(a.files().delete("a.txt")).as_deref(),
+        Some("bob")
+    );
+    assert_eq!(
+        stale_writer(a.files().rename("a.txt", "b.txt")).as_deref(),
+        Some("bob")
+    );
+}
+
+#[test]
+fn an_earlier_writer_is_never_named() {
+    let env = Env::new(config());
+    env.put("a.txt", "v0\n");
+    let a = env.actor("alice");
+    let b = env.actor("bob");
+    // Bob writes, then a person changes the file: Alice's stale mark was
+    // made stale by the person, not by Bob.
+    a.files().read("a.txt").unwrap();
+    b.files().read("a.txt").unwrap();
+    b.files().write("a.txt", "bob\n").unwrap();
+    env.put("a.txt", "person\n");
+    assert_eq!(stale_writer(a.files().write("a.txt", "x")), None);
+
+    // Bob's content comes back by an outside revert AFTER Alice read: the
+    // content equals Bob's, but Bob's write is older than Alice's mark.
+    b.files().read("a.txt").unwrap();
+    b.files().write("a.txt", "bob again\n").unwrap();
+    env.put("a.txt", "person again\n");
+    a.files().read("a.txt").unwrap();
+    env.put("a.txt", "bob again\n");
+    assert_eq!(stale_writer(a.files().write("a.txt", "x")), None);
+    assert_eq!(env.get("a.txt"), "bob again\n");
+}
+
+#[test]
+fn the_newest_mark_wins() {
+    let env = Env::new(config());
+    env.put("a.txt", "v1\n");
+    let a = env.actor("a");
+    let (_, old) = a.files().read("a.txt").unwrap();
+    env.put("a.txt", "v2\n");
+    let (_, new) = a.files().read("a.txt").unwrap();
+    assert_ne!(old.sha256, new.sha256);
+    // The newest mark stored replaces the older one, whichever it is.
+    a.add_mark(old.clone()).unwrap();
+    assert!(matches!(
+        a.files().write("a.txt", "x"),
+        Err(Error::Stale { .. })
+    ));
+    a.add_mark(new).unwrap();
+    a.files().write("a.txt", "v3\n").unwrap();
+    assert_eq!(a.marks().len(), 1);
+}
+
+#[test]
+fn a_forgotten_mark_is_refused() {
+    let env = Env::new(config());
+    env.put("a.txt", "v1\n");
+    env.put("b.txt", "v1\n");
+    let a = env.actor("a");
+    a.files().read("a.txt").unwrap();
+    a.files().read("b.txt").unwrap();
+    assert!(a.forget_mark("a.txt"));
+    assert!(!a.forget_mark("a.txt"), "already forgotten");
+    assert!(is_not_read(a.files().write("a.txt", "x")));
+    a.forget_marks();
+    assert!(is_not_read(a.files().write("b.txt", "x")));
+    assert!(a.marks().is_empty());
+    assert_eq!(env.get("a.txt"), "v1\n");
+}
+
+#[test]
+fn marks_are_per_actor() {
+    let env = Env::new(config());
+    env.put("a.txt", "v1\n");
+    let a = env.actor("a");
+    let b = env.actor("b");
+    a.files().read("a.txt").unwrap();
+    assert!(is_not_read(b.files().write("a.txt", "x")));
+}
+
+#[test]
+fn a_ranged_read_marks_the_whole_file() {
+    let env = Env::new(config());
+    let body: String = (0..100).map(|i| format!("line {i}\n")).collect();
+    env.put("log.md", &body);
+    let a = env.actor("a");
+    let (tail, mark) = a.files().read_range("log.md", 98..).unwrap();
+    assert_eq!(tail, b"line 98\nline 99\n");
+    assert_eq!(mark.len, body.len() as u64);
+    let (_, full) = a.files().read("log.md").unwrap();
+    assert_eq!(mark.sha256, full.sha256);
+    a.forget_marks();
+    a.files().read_range("log.md", 99..100).unwrap();
+    a.files().append("log.md", "line 100\n").unwrap();
+    assert!(env.get("log.md").ends_with("line 99\nline 100\n"));
+}
+
+#[test]
+fn consecutive_writes_need_rereads() {
+    let env = Env::new(config());
+    env.put("a.txt", "v1\n");
+    let a = env.actor("a");
+    a.files().read("a.txt").unwrap();
+    a.files().write("a.txt", "v2\n").unwrap();
+    // The write did not refresh the mark: it is stale (and names the writer).
+    assert_eq!(
+        stale_writer(a.files().write("a.txt", "v3\n")).as_deref(),
+        Some("a")
+    );
+    a.files().read("a.txt").unwrap();
+    a.files().write("a.txt", "v3\n").unwrap();
+    assert_eq!(env.get("a.txt"), "v3\n");
+    // Creating a file does not create a mark either.
+    a.files().write("new.txt", "1").unwrap();
+    assert!(is_not_read(a.files().write("new.txt", "2")));
+}
+
+#[test]
+fn refresh_mark_on_write_lets_edits_chain() {
+    let env = Env::new(config().refresh_mark_on_write(true));
+    env.put("a.txt", "v1\n");
+    let a = env.actor("a");
+    a.files().read("a.txt").unwrap();
+    a.files().write("a.txt", "v2\n").unwrap();
+    a.files().append("a.txt", "v3\n").unwrap();
+    a.files().write("new.txt", "1").unwrap();
+    a.files().write("new.txt", "2").unwrap();
+    assert_eq!(env.get("a.txt"), "v2\nv3\n");
+    // Another actor's write still makes the mark stale.
+    let b = env.actor("b");
+    b.files().read("a.txt").unwrap();
+    b.files().write("a.txt", "b\n").unwrap();
+    assert_eq!(
+        stale_writer(a.files().write("a.txt", "x")).as_deref(),
+        Some("b")
+    );
+}
+
+fn parallel_same_actor_writes(config: Config) {
+    let env = Env::new(config);
+    let a = env.actor("a");
+    for round in 0..40 {
+        env.put("a.txt", "base\n");
+        a.files().read("a.txt").unwrap();
+        let barrier = Barrier::new(2);
+        let results: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2)
+                .map(|t| {
+                    let (a, barrier) = (&a, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        a.files().write("a.txt", format!("thread {t}\n"))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let landed: Vec<usize> = (0..2).filter(|&t| results[t].is_ok()).collect();
+        assert_eq!(landed.len(), 1, "round {round}: {results:?}");
+        let loser = &results[1 - landed[0]];
+        assert!(
+            matches!(loser, Err(Error::Busy(_)) | Err(Error::Stale { .. })),
+            "{loser:?}"
+        );
+        assert_eq!(env.get("a.txt"), format!("thread {}\n", landed[0]));
+    }
+}
+
+#[test]
+fn two_parallel_writes_of_one_actor_never_both_land() {
+    parallel_same_actor_writes(config());
+}
+
+#[test]
+fn two_parallel_waiting_writes_of_one_actor_never_both_land() {
+    parallel_same_actor_writes(config().file_op_wait(Duration::from_secs(10)));
+}
+
+#[test]
+fn marks_round_trip_through_serde_and_add_mark() {
+    let env = Env::new(config());
+    env.put("a.txt", "v1\n");
+    let a = env.actor("a");
+    let (_, mark) = a.files().read("a.txt").unwrap();
+    let json = serde_json::to_string(&mark).unwrap();
+    let back: ReadMark = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, mark);
+    a.forget_marks();
+    assert!(is_not_read(a.files().write("a.txt", "x")));
+    a.add_mark(back).unwrap();
+    a.files().write("a.txt", "v2\n").unwrap();
+
+    // A mark kept by an orchestrator can be handed to another actor.
+    let (_, mark) = a.files().read("a.txt").unwrap();
+    let b = env.actor("b");
+    b.add_mark(mark).unwrap();
+    b.files().write("a.txt", "v3\n").unwrap();
+
+    // A mark for a path outside the grant is refused.
+    let outside = ReadMark {
+        path: Path::new("/etc/hostname").to_path_buf(),
+        sha256: "0".repeat(64),
+        len: 0,
+        read_at: std::time::SystemTime::now(),
+    };
+    assert!(matches!(
+        b.add_mark(outside),
+        Err(Error::OutsideGrant { .. })
+    ));
+}
+
+#[test]
+fn delete_and_rename_need_current_marks_at_both_ends() {
+    let env = Env::new(config());
+    env.put("src.txt", "source\n");
+    env.put("dst.txt", "destination\n");
+    let a = env.actor("a");
+    a.files().read("src.txt").unwrap();
+    // The destination exists and was not read.
+    assert!(is_not_read(a.files().rename("src.txt", "dst.txt")));
+    a.files().read("dst.txt").unwrap();
+    env.put("dst.txt", "changed\n");
+    assert_eq!(stale_writer(a.files().rename("src.txt", "dst.txt")), None);
+    a.files().read("dst.txt").unwrap();
+    let receipt = a.files().rename("src.txt", "dst.txt").unwrap();
+    assert!(receipt.before.is_some() && receipt.after.is_some());
+    assert_eq!(env.get("dst.txt"), "source\n");
+    assert!(!env.path("src.txt").exists());
+    // The mark of the old destination content is stale now (the rename
+    // wrote it); a rename onto a missing destination needs only the source's.
+    assert_eq!(
+        stale_writer(a.files().rename("dst.txt", "other.txt")).as_deref(),
+        Some("a")
+    );
+    a.files().read("dst.txt").unwrap();
+    a.files().rename("dst.txt", "other.txt").unwrap();
+    // Delete. The rename did not carry a mark to the new name.
+    assert!(is_not_read(a.files().delete("other.txt")));
+    a.files().read("other.txt").unwrap();
+    let receipt = a.files().delete("other.txt").unwrap();
+    assert_eq!(receipt.after, None);
+    assert!(!env.path("other.txt").exists());
+}
+
+#[test]
+fn reading_a_missing_file_is_not_found() {
+    let env = Env::new(config());
+    let a = env.actor("a");
+    assert!(matches!(
+        a.files().read("nope.txt"),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        a.files().read("no/dir/x"),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        a.files().replace("nope.txt", "a", "b"),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        a.files().delete("nope.txt"),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        a.files().rename("nope.txt", "b"),
+        Err(Error::NotFound { .. })
+    ));
+}
+
+/// The racy-git rule end to end: a same-size edit in the same timestamp tick
+/// with its mtime put back must still be seen.
+#[test]
+fn a_same_size_edit_with_restored_mtime_is_still_stale() {
+    let env = Env::new(config());
+    env.put("a.txt", "AAAA\n");
+    let a = env.actor("a");
+    for round in 0..20 {
+        let (_, _mark) = a.files().read("a.txt").unwrap();
+        // Hash it again through the gate so the cache has an entry.
+        a.files().verify("a.txt").unwrap();
+        let before = std::fs::metadata(env.path("a.txt")).unwrap();
+        let mtime = before.modified().unwrap();
+        std::fs::write(
+            env.path("a.txt"),
+            if round % 2 == 0 { "BBBB\n" } else { "AAAA\n" },
+        )
+        .unwrap();
+        let file = std::fs::File::options()
+            .write(true)
+            .open(env.path("a.txt"))
+            .unwrap();
+        file.set_times(std::fs::FileTimes::new().set_modified(mtime))
+            .unwrap();
+        drop(file);
+        let after = std::fs::metadata(env.path("a.txt")).unwrap();
+        assert_eq!(after.modified().unwrap(), mtime);
+        assert_eq!(after.len(), before.len());
+        assert!(matches!(
+            a.files().verify("a.txt"),
+            Err(Error::Stale { .. })
+        ));
+        assert!(matches!(
+            a.files().write("a.txt", "CCCC\n"),
+            Err(Error::Stale { .. })
+        ));
+    }
+}
+
+#[test]
+fn verify_reports_the_current_mark() {
+    let env = Env::new(config());
+    env.put("a.txt", "v1\n");
+    let a = env.actor("a");
+    assert!(matches!(
+        a.files().verify("a.txt"),
+        Err(Error::NotRead { .. })
+    ));
+    let (_, mark) = a.files().read("a.txt").unwrap();
+    assert_eq!(a.files().verify("a.txt").unwrap(), mark);
+    assert_eq!(
+        a.files().without_hash_cache().verify("a.txt").unwrap(),
+        mark
+    );
+}
