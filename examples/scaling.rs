@@ -11,8 +11,10 @@
 //!   path containment, as schedulers of this kind do.
 //!
 //! Each variant takes a mutex per admission and per release. The figures
-//! are medians of several rounds in one process, so the ratios hold even on
-//! a busy machine; the absolute numbers do not.
+//! are medians of 9 rounds in which every variant at every size takes its
+//! turn, so the ratios hold even on a busy machine; the absolute numbers do
+//! not. Growth is printed for the baselines too: on a loaded machine, what
+//! moves baseline A moves writ alike.
 
 use std::collections::HashSet;
 use std::hint::black_box;
@@ -107,18 +109,27 @@ impl Variant for HashSetLock {
 /// so that a busy machine slows all of them alike.
 const ROUNDS: usize = 9;
 
-fn measure(live: usize) -> [Duration; 3] {
-    let mut ours = Tabled::<Table>::new(live);
-    let mut a = HashSetLock::new(live);
-    let mut b = Tabled::<NaiveTable>::new(live);
-    let scan_iters = (2_000_000 / live).clamp(10, 20_000);
-    let mut times: [Vec<Duration>; 3] = Default::default();
+const SIZES: [usize; 2] = [100, 100_000];
+
+/// Medians per size of (writ, A, B). Every variant at every size takes its
+/// turn in every round, so load that comes and goes weighs on all alike.
+fn measure() -> Vec<[Duration; 3]> {
+    let mut ours: Vec<Tabled<Table>> = SIZES.iter().map(|&n| Tabled::<Table>::new(n)).collect();
+    let mut a: Vec<HashSetLock> = SIZES.iter().map(|&n| HashSetLock::new(n)).collect();
+    let mut b: Vec<Tabled<NaiveTable>> = SIZES
+        .iter()
+        .map(|&n| Tabled::<NaiveTable>::new(n))
+        .collect();
+    let mut times: Vec<[Vec<Duration>; 3]> = SIZES.iter().map(|_| Default::default()).collect();
     for _ in 0..ROUNDS {
-        times[0].push(per_op(100_000, || ours.admit_release()));
-        times[1].push(per_op(100_000, || a.admit_release()));
-        times[2].push(per_op(scan_iters, || b.admit_release()));
+        for (i, &live) in SIZES.iter().enumerate() {
+            let scan_iters = (2_000_000 / live).clamp(10, 20_000);
+            times[i][0].push(per_op(100_000, || ours[i].admit_release()));
+            times[i][1].push(per_op(100_000, || a[i].admit_release()));
+            times[i][2].push(per_op(scan_iters, || b[i].admit_release()));
+        }
     }
-    times.map(median)
+    times.into_iter().map(|t| t.map(median)).collect()
 }
 
 fn ns(d: Duration) -> String {
@@ -138,22 +149,23 @@ fn main() {
         "{:>12}  {:>12}  {:>12}  {:>12}  {:>8}  {:>9}",
         "live holds", "writ", "A: hashset", "B: scan", "writ/A", "B/writ"
     );
-    let mut indexed = Vec::new();
-    for live in [100usize, 100_000] {
-        let [ours, a, b] = measure(live);
+    let results = measure();
+    for (live, [ours, a, b]) in SIZES.iter().zip(&results) {
         println!(
             "{:>12}  {:>12}  {:>12}  {:>12}  {:>7.2}x  {:>8.0}x",
             live,
-            ns(ours),
-            ns(a),
-            ns(b),
+            ns(*ours),
+            ns(*a),
+            ns(*b),
             ours.as_secs_f64() / a.as_secs_f64(),
             b.as_secs_f64() / ours.as_secs_f64(),
         );
-        indexed.push(ours);
     }
+    let growth = |v: usize| results[1][v].as_secs_f64() / results[0][v].as_secs_f64();
     println!(
-        "\nwrit at 100k live holds / at 100: {:.2}x",
-        indexed[1].as_secs_f64() / indexed[0].as_secs_f64()
+        "\nfrom 100 to 100k live holds: writ {:.2}x, A {:.2}x, B {:.0}x",
+        growth(0),
+        growth(1),
+        growth(2)
     );
 }
