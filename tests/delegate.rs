@@ -496,7 +496,14 @@ async fn the_tail_is_bounded_and_whole_characters_while_the_log_keeps_everything
         !report.output_tail.contains('\u{fffd}'),
         "a character was cut"
     );
-    assert!(report.output_tail.ends_with("END\nto-stderr\n"));
+    // stdout and stderr are separate pipes, read as data arrives: which of
+    // the two last lines is read last is up to the scheduler.
+    let tail = &report.output_tail;
+    assert!(
+        tail.ends_with("END\nto-stderr\n") || tail.ends_with("END\n"),
+        "the tail ends with the last output: {:?}",
+        tail.chars().rev().take(20).collect::<String>()
+    );
     assert_eq!(report.output_bytes, body.len() as u64 + 10);
     let log = fs::read_to_string(w.root.join(&report.log)).unwrap();
     assert!(log.starts_with(&body), "the log keeps everything");
