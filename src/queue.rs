@@ -153,15 +153,7 @@ impl Queue {
             rank: Reverse(waiter.priority),
             seq: waiter.seq,
         };
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None => {
-                let slot = u32::try_from(self.slots.len())
-                    .unwrap_or_else(|_| panic!("more than {} waiters", u32::MAX));
-                self.slots.push(None);
-                slot
-            }
-        };
+        let slot = crate::table::free_slot(&mut self.free, &mut self.slots, "waiters");
         let mut nodes = NodeList::default();
         if waiter.is_waiting() {
             self.waiting += 1;

@@ -274,20 +274,26 @@ pub(crate) struct Table {
     next_id: u64,
 }
 
+/// A free slot of a slab: a recycled one, or a new empty one at the end.
+/// More than `u32::MAX` live entries is a broken invariant, not an input.
+pub(crate) fn free_slot<T>(free: &mut Vec<u32>, slots: &mut Vec<Option<T>>, what: &str) -> u32 {
+    match free.pop() {
+        Some(slot) => slot,
+        None => {
+            let slot = u32::try_from(slots.len())
+                .unwrap_or_else(|_| panic!("more than {} {what}", u32::MAX));
+            slots.push(None);
+            slot
+        }
+    }
+}
+
 impl Table {
     /// Inserts a hold without checking it; callers check first.
     pub(crate) fn insert(&mut self, hold: Hold) -> HoldId {
         self.next_id += 1;
         let id = HoldId(self.next_id);
-        let slot = match self.free.pop() {
-            Some(slot) => slot,
-            None => {
-                let slot = u32::try_from(self.slots.len())
-                    .unwrap_or_else(|_| panic!("more than {} live holds", u32::MAX));
-                self.slots.push(None);
-                slot
-            }
-        };
+        let slot = free_slot(&mut self.free, &mut self.slots, "live holds");
         let kind = hold.claim.kind;
         let nodes = hold
             .claim

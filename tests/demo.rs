@@ -1,21 +1,32 @@
 //! The demo binary runs end to end and loses nothing with writ.
 
-use std::process::Command;
+use std::process::{Command, Output};
 
-#[test]
-fn demo_loses_no_update_with_writ() {
-    let output = Command::new(env!("CARGO_BIN_EXE_writ"))
-        .args([
-            "demo", "--agents", "4", "--calls", "40", "--seed", "3", "--json",
-        ])
+/// Runs the `writ` binary with `args`.
+fn writ(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(args)
         .output()
-        .expect("the writ binary runs");
+        .expect("the writ binary runs")
+}
+
+/// Runs it and returns its standard output, failing on a non-zero exit.
+fn writ_ok(args: &[&str]) -> String {
+    let output = writ(args);
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let outcome: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON output");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn demo_loses_no_update_with_writ() {
+    let stdout = writ_ok(&[
+        "demo", "--agents", "4", "--calls", "40", "--seed", "3", "--json",
+    ]);
+    let outcome: serde_json::Value = serde_json::from_str(&stdout).expect("JSON output");
     assert_eq!(outcome["with_writ"]["lost_updates"], 0);
     assert_eq!(outcome["through_files"]["lost_updates"], 0);
     assert!(
@@ -42,26 +53,14 @@ fn demo_loses_no_update_with_writ() {
 
 #[test]
 fn demo_refuses_bad_arguments() {
-    let output = Command::new(env!("CARGO_BIN_EXE_writ"))
-        .args(["demo", "--agents", "0"])
-        .output()
-        .expect("the writ binary runs");
+    let output = writ(&["demo", "--agents", "0"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("at least 1"));
 }
 
 #[test]
 fn plan_demo_shows_a_refusal_and_the_fixed_waves() {
-    let output = Command::new(env!("CARGO_BIN_EXE_writ"))
-        .args(["demo", "--plan"])
-        .output()
-        .expect("the writ binary runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = writ_ok(&["demo", "--plan"]);
     assert!(
         text.contains("refused: tasks 'lexer' and 'parser'"),
         "{text}"
@@ -71,16 +70,7 @@ fn plan_demo_shows_a_refusal_and_the_fixed_waves() {
 
 #[test]
 fn delegate_demo_reports_the_fake_agents_changes() {
-    let output = Command::new(env!("CARGO_BIN_EXE_writ"))
-        .args(["demo", "--delegate"])
-        .output()
-        .expect("the writ binary runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = writ_ok(&["demo", "--delegate"]);
     assert!(
         text.contains("renamed   src/util.rs -> src/helpers.rs"),
         "{text}"
