@@ -327,8 +327,7 @@ impl Fence {
                 };
                 return (Err(err), Vec::new());
             }
-            state.table.set_keys(hold, kept.keys);
-            (Ok(()), state.wake_locked(now))
+            (Ok(()), state.narrow(hold, kept.keys, now))
         })
     }
 

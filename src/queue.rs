@@ -277,6 +277,7 @@ impl Queue {
     }
 
     /// Waiting entries in queue order, with their places and slots.
+    #[cfg(test)]
     pub(crate) fn waiting(&self) -> impl Iterator<Item = (Pos, u32)> + '_ {
         self.order
             .iter()

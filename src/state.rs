@@ -240,10 +240,11 @@ impl State {
     /// request still waiting ahead of it. Returns the wakers of those
     /// granted.
     ///
-    /// Callers that know what changed use the narrower scan behind
-    /// [`State::release`], [`State::cancel`] and [`State::drop_actor`]; this
-    /// one is always correct, whatever changed (for example a fence that was
-    /// narrowed through the table directly).
+    /// Every caller knows what changed and uses the narrowed scan behind
+    /// [`State::release`], [`State::narrow`], [`State::cancel`] and
+    /// [`State::drop_actor`]; this full scan is the reference the tests
+    /// compare it with.
+    #[cfg(test)]
     pub(crate) fn wake_locked(&mut self, now: Instant) -> Vec<Waker> {
         if !self.queue.has_waiting() {
             return Vec::new();
@@ -374,6 +375,22 @@ impl State {
                 self.wake_after(now, &waiter.claim.keys, slots)
             }
         }
+    }
+
+    /// Narrows a hold to `kept` (a subset the caller checked) and wakes
+    /// whoever the released part was blocking: only waiters overlapping the
+    /// old keys are candidates, as for a release.
+    pub(crate) fn narrow(
+        &mut self,
+        hold: HoldId,
+        kept: Vec<(Key, Mode)>,
+        now: Instant,
+    ) -> Vec<Waker> {
+        let Some(old) = self.table.get(hold).map(|h| h.claim.keys.clone()) else {
+            return Vec::new();
+        };
+        self.table.set_keys(hold, kept);
+        self.wake_after(now, &old, false)
     }
 
     /// Releases a hold and wakes whoever can now proceed.

@@ -144,6 +144,11 @@ fn pick(rng: &mut Rng, root: &Path, role: Role, agents: usize, call: usize) -> P
     }
 }
 
+/// Worker `w`'s generator: the same in both runs, so both make the same calls.
+fn worker_rng(seed: u64, w: usize) -> Rng {
+    Rng::new(seed ^ (w as u64 + 1).wrapping_mul(0x9e37_79b9))
+}
+
 fn think_time(rng: &mut Rng) -> Duration {
     Duration::from_micros(50 + rng.below(150))
 }
@@ -202,7 +207,7 @@ fn run_without(opts: &Options, root: &Path, bar: &ProgressBar) -> std::io::Resul
     std::thread::scope(|scope| {
         for (w, &role) in workers.iter().enumerate() {
             let (written, barrier, bar) = (written.clone(), barrier.clone(), bar.clone());
-            let mut rng = Rng::new(opts.seed ^ (w as u64 + 1).wrapping_mul(0x9e37_79b9));
+            let mut rng = worker_rng(opts.seed, w);
             let (calls, agents) = (opts.calls, opts.agents);
             scope.spawn(move || {
                 barrier.wait();
@@ -321,7 +326,7 @@ fn run_with(
                 snapshot.clone(),
                 sched.clone(),
             );
-            let mut rng = Rng::new(opts.seed ^ (w as u64 + 1).wrapping_mul(0x9e37_79b9));
+            let mut rng = worker_rng(opts.seed, w);
             let (calls, agents) = (opts.calls, opts.agents);
             scope.spawn(move || {
                 barrier.wait();
