@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::key::{Key, Mode};
-use crate::table::{ActorId, Claim, Hold, HoldId, HoldKind, naive};
+use crate::core::key::{Key, Mode};
+use crate::core::table::{ActorId, Claim, Hold, HoldId, HoldKind, naive};
 
 /// A prepared request: one hold, moved into a table by `admit` and back out
 /// by `release`.
@@ -67,7 +67,7 @@ impl Request {
 
 /// The indexed resource table the scheduler uses.
 #[derive(Debug, Default)]
-pub struct Table(crate::table::Table);
+pub struct Table(crate::core::table::Table);
 
 /// The linear-scan table (baseline B and the reference implementation).
 #[derive(Debug, Default)]
@@ -122,7 +122,7 @@ table_api!(NaiveTable);
 /// Resolves an absolute path the way admission does (symlinks of the
 /// existing prefix followed, the rest normalized lexically).
 pub fn resolve(path: &Path) -> io::Result<PathBuf> {
-    crate::key::resolve(path)
+    crate::sched::resolve::resolve(path)
 }
 
 /// The synthetic workload of the benchmarks and the `scaling` example.

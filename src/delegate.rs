@@ -62,8 +62,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::actor::Actor;
 use crate::error::{Error, Result};
+use crate::sched::actor::Actor;
 
 #[cfg(unix)]
 mod env;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::table::HoldKind;
+use crate::kinds::{HoldKind, Mode};
 
 /// A result whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -205,7 +205,7 @@ pub enum Error {
     )]
     RewindConflict {
         /// One entry per conflicting path.
-        conflicts: Vec<crate::history::Conflict>,
+        conflicts: Vec<Conflict>,
     },
 
     /// No history is recorded for this turn.
@@ -355,7 +355,7 @@ pub struct Busy {
     /// The blocker's kind (for a queued request: the kind it asked for).
     pub kind: HoldKind,
     /// The blocker's mode on the contested path.
-    pub mode: crate::key::Mode,
+    pub mode: Mode,
     /// The blocker's label, if it has one.
     pub label: Option<String>,
     /// How long the blocker has held (or waited).
@@ -368,7 +368,6 @@ pub struct Busy {
 
 impl fmt::Display for Busy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use crate::key::Mode;
         let what = match (self.queued, self.kind, self.mode) {
             (true, HoldKind::Call, Mode::Exclusive) => "is queued to be written by",
             (true, HoldKind::Call, Mode::Shared) => "is queued to be read by",
@@ -392,4 +391,61 @@ impl From<Busy> for Error {
     fn from(busy: Busy) -> Self {
         Error::Busy(busy)
     }
+}
+
+/// One file a rewind would overwrite without having written it: an entry of
+/// `Error::RewindConflict`.
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
+/// # std::fs::create_dir(&ws).unwrap();
+/// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
+/// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
+/// agent.set_turn("t");
+/// agent.files().write("a.txt", "agent\n")?;
+/// std::fs::write(ws.join("a.txt"), "").unwrap(); // someone empties it
+/// let Err(writ::Error::RewindConflict { conflicts }) = sched.rewind_turn("t") else {
+///     panic!("an emptied file is not the agent's");
+/// };
+/// // An empty file is not an absent one: it has the hash of zero bytes.
+/// assert!(conflicts[0].found.starts_with("e3b0c442"));
+/// assert_eq!(conflicts[0].turn, None); // changed outside writ
+/// println!("{}", conflicts[0]); // …/a.txt: expected 3f0e…, found e3b0…: 0 line(s) added, 1 removed; …
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Conflict {
+    /// The file.
+    pub path: PathBuf,
+    /// What writ expected to find (a sha256, or "absent").
+    pub expected: String,
+    /// What is there now (a sha256, "absent", or what kind of thing it is).
+    pub found: String,
+    /// A short diff summary and who changed it.
+    pub summary: String,
+    /// The other turn whose write through writ produced (or also changed)
+    /// the current content, if there is one; `None` when the change came
+    /// from outside writ.
+    pub turn: Option<String>,
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: expected {}, found {} — {}",
+            self.path.display(),
+            short_hash(&self.expected),
+            short_hash(&self.found),
+            self.summary
+        )
+    }
+}
+
+/// The first twelve hex digits of a sha256, as messages show it.
+fn short_hash(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
 }

@@ -50,6 +50,14 @@
 //! # drop(read); Ok(()) }
 //! ```
 //!
+//! # Layers
+//!
+//! The source tree is the architecture, bottom up: the ground (`error`,
+//! `kinds`), a pure `core` (keys, index, table, queue, state, deadlock — no
+//! locks, no I/O), the live scheduler `sched` around it, the file tools
+//! `files`, then [`history`], [`delegate`] and [`plan`]. Imports point down
+//! only.
+//!
 //! The full contract (conflict table, fairness, deadlock rules) is in
 //! `docs/DESIGN.md`; the module map is in `docs/ARCHITECTURE.md`.
 
@@ -60,44 +68,36 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
-mod actor;
-mod config;
-mod deadlock;
-mod dump;
+// The ground: the one error type and the words it shares with every layer.
 mod error;
-mod guard;
-mod index;
-mod key;
-mod queue;
-mod request;
-mod scheduler;
-mod state;
-mod sync;
-mod table;
+mod kinds;
+
+// The layers, bottom up; imports point down only (docs/ARCHITECTURE.md).
+mod core;
+pub mod delegate;
+mod files;
+pub mod history;
+pub mod plan;
+mod sched;
 
 #[doc(hidden)]
 #[path = "bench_support.rs"]
 pub mod __bench;
-pub mod delegate;
-mod files;
-mod gate;
-pub mod history;
-pub mod plan;
-mod policy;
 
-pub use actor::{Actor, Grant};
-pub use config::{Approval, Config, DEFAULT_SENSITIVE, Durability};
-pub use deadlock::WaitEdge;
-pub use dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slots, WaiterEntry};
+pub use crate::core::deadlock::WaitEdge;
+pub use crate::core::key::{CaseMode, Resolved, Target, normalize_lexically};
+pub use crate::core::queue::{WaitCause, WaiterId};
+pub use crate::core::state::Counters;
+pub use crate::core::table::{ActorId, HoldId, ScopeKind};
 pub use error::{Busy, Error, Result, SlotLimit};
 #[doc(hidden)]
 pub use files::WriteStep;
+pub use files::gate::ReadMark;
 pub use files::{FileOp, Files, HistoryStatus, Receipt};
-pub use gate::ReadMark;
-pub use guard::{Fence, Reservation};
-pub use key::{CaseMode, Mode, Resolved, Target, normalize_lexically};
-pub use queue::{WaitCause, WaiterId};
-pub use request::{Acquire, Request};
-pub use scheduler::Scheduler;
-pub use state::{Counters, ScopeKind};
-pub use table::{ActorId, HoldId, HoldKind};
+pub use kinds::{HoldKind, Mode};
+pub use sched::actor::{Actor, Grant};
+pub use sched::config::{Approval, Config, DEFAULT_SENSITIVE, Durability};
+pub use sched::dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slots, WaiterEntry};
+pub use sched::guard::{Fence, Reservation};
+pub use sched::request::{Acquire, Request};
+pub use sched::scheduler::Scheduler;

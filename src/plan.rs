@@ -79,9 +79,10 @@ use std::path::PathBuf;
 use petgraph::algo::{tarjan_scc, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
 
+use crate::core::key::{self, CaseMode, Key, Mode, Target};
+use crate::core::table::{self, ActorId, Claim, HoldKind};
 use crate::error::{Error, Result};
-use crate::key::{self, CaseMode, Key, Mode, Resolver, Target};
-use crate::table::{self, ActorId, Claim, HoldKind};
+use crate::sched::resolve::{self, Resolver};
 
 /// One task of a plan: a name, the paths it writes, the tasks it waits for.
 #[derive(Debug, Clone)]
@@ -337,7 +338,7 @@ impl Plan {
 
     /// Resolves every task's targets into merged keys, as one claim per task.
     fn claims(&self) -> Result<Vec<Claim>> {
-        let root = key::canonical_root(&self.root)?;
+        let root = resolve::canonical_root(&self.root)?;
         let resolver = Resolver::new(root, Vec::new(), self.case, self.portable_names);
         self.tasks
             .iter()

@@ -41,10 +41,10 @@ use super::manifest::{self, Limits, Walker};
 use super::output::{self, Tail};
 use super::process::{self, Tree};
 use super::{Artifact, Report, Run, ScanStats, Status, git, relative, spawn_error};
-use crate::actor::{Actor, Grant};
+use crate::core::key::{Mode, Target};
 use crate::error::{Error, Result};
-use crate::guard::Reservation;
-use crate::key::{Mode, Target};
+use crate::sched::actor::{Actor, Grant};
+use crate::sched::guard::Reservation;
 
 /// The folder under the base that holds run folders.
 pub(crate) const RUNS: &str = ".writ-runs";

@@ -19,6 +19,8 @@
 //! There is no write path that skips step 2.
 
 pub(crate) mod atomic;
+pub(crate) mod gate;
+pub(crate) mod policy;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -33,13 +35,13 @@ use serde::Serialize;
 pub use atomic::WriteStep;
 use atomic::{Dir, Entry, StepHook};
 
-use crate::actor::{Actor, ActorMeta, Scope};
-use crate::config::Durability;
+use self::gate::{Gate, MarkStore, ReadMark, StatKey};
+use self::policy::Access;
+use crate::core::key::{Key, Mode, Target};
 use crate::error::{Error, Result};
-use crate::gate::{self, ReadMark, StatKey};
-use crate::guard::Reservation;
-use crate::key::{Key, Mode, Target};
-use crate::policy::{self, Access};
+use crate::sched::actor::{Actor, ActorMeta, Scope};
+use crate::sched::config::Durability;
+use crate::sched::guard::Reservation;
 
 /// Which file operation produced a [`Receipt`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -192,12 +194,6 @@ pub(crate) trait HistoryHook: Send + Sync {
     fn record(&self, actor: &ActorMeta, receipt: &Receipt) -> Result<()>;
 }
 
-/// The history hook configured for a scheduler: the history store when
-/// `Config::history_dir` is set, else none (receipts say `Off`).
-fn history_hook(actor: &Actor) -> Option<Arc<dyn HistoryHook>> {
-    crate::history::hook(&actor.sched)
-}
-
 /// A resolved path of one operation.
 struct Place {
     key: Key,
@@ -257,16 +253,18 @@ impl fmt::Debug for Files<'_> {
     }
 }
 
-impl Actor {
-    /// This actor's file tools.
-    pub fn files(&self) -> Files<'_> {
+impl<'a> Files<'a> {
+    /// `actor`'s file tools, recording into `history` when there is one.
+    /// [`Actor::files`] (defined with history, which plugs itself in here)
+    /// is the public way in.
+    pub(crate) fn new(actor: &'a Actor, history: Option<Arc<dyn HistoryHook>>) -> Self {
         Files {
-            actor: self,
+            actor,
             allowed: Vec::new(),
             unprotected: false,
             use_cache: true,
             steps: None,
-            history: history_hook(self),
+            history,
             root: OnceLock::new(),
         }
     }
@@ -449,7 +447,7 @@ impl<'a> Files<'a> {
     /// The gate's view of an existing file's hash, from the stat cache when
     /// the entry is trusted.
     fn current_hash(&self, place: &Place, file: &std::fs::File, stat: StatKey) -> Result<String> {
-        let gate = &self.actor.sched.shared.gate;
+        let gate = Gate::of(&self.actor.sched);
         if self.use_cache {
             if let Some(hash) = gate.cached(&stat) {
                 return Ok(hash);
@@ -470,7 +468,7 @@ impl<'a> Files<'a> {
     ) {
         if let Ok(after) = file.metadata() {
             if StatKey::of(&after) == stat {
-                self.actor.sched.shared.gate.remember(stat, hash, recorded);
+                Gate::of(&self.actor.sched).remember(stat, hash, recorded);
             }
         }
     }
@@ -492,12 +490,8 @@ impl<'a> Files<'a> {
     /// Step 3: a write to the existing file at `place` whose content hashes
     /// to `current` needs this actor's current mark.
     fn gate(&self, place: &Place, current: &str) -> Result<()> {
-        let mark = self.meta().marks.get(&place.key.norm);
-        self.actor
-            .sched
-            .shared
-            .gate
-            .check(&place.key, mark, current)
+        let mark = MarkStore::of(self.meta()).get(&place.key.norm);
+        Gate::of(&self.actor.sched).check(&place.key, mark, current)
     }
 
     fn not_a_file(place: &Place, entry: &Entry) -> Error {
@@ -555,7 +549,7 @@ impl<'a> Files<'a> {
             len: bytes.len() as u64,
             read_at,
         };
-        self.meta().marks.put(place.key.norm.clone(), mark.clone());
+        MarkStore::of(self.meta()).put(place.key.norm.clone(), mark.clone());
         Ok((bytes, mark))
     }
 
@@ -604,8 +598,7 @@ impl<'a> Files<'a> {
         };
         let current = self.current_hash(&place, &file, StatKey::of(&meta))?;
         self.gate(&place, &current)?;
-        self.meta()
-            .marks
+        MarkStore::of(self.meta())
             .get(&place.key.norm)
             .ok_or_else(|| Error::NotRead {
                 path: place.key.path.clone(),
@@ -752,11 +745,7 @@ impl<'a> Files<'a> {
     /// (only if configured) a refreshed mark.
     fn wrote(&self, place: &Place, after: Option<&str>, len: u64) {
         let meta = self.meta();
-        self.actor
-            .sched
-            .shared
-            .gate
-            .record_write(&place.key.norm, &meta.name, after);
+        Gate::of(&self.actor.sched).record_write(&place.key.norm, &meta.name, after);
         if let Some(after) = after {
             if self.actor.sched.shared.config.refresh_mark_on_write {
                 let mark = ReadMark {
@@ -765,7 +754,7 @@ impl<'a> Files<'a> {
                     len,
                     read_at: SystemTime::now(),
                 };
-                meta.marks.put(place.key.norm.clone(), mark);
+                MarkStore::of(meta).put(place.key.norm.clone(), mark);
             }
         }
     }
@@ -950,7 +939,9 @@ mod tests {
         assert_eq!(line_slice(b"", &(0..1)), b"");
     }
 
-    use crate::{Config, Durability, Grant, Scheduler};
+    use crate::sched::actor::Grant;
+    use crate::sched::config::{Config, Durability};
+    use crate::sched::scheduler::Scheduler;
     use parking_lot::Mutex;
 
     /// One pre-image as the hook saw it: op, path, (sha256, bytes).

@@ -4,17 +4,36 @@
 
 use std::sync::Arc;
 
-use super::{Content, Post, Pre, Protection, WriteKind};
-use crate::actor::ActorMeta;
+use super::{Content, Handle, Post, Pre, Protection, WriteKind};
 use crate::error::Result;
-use crate::files::{FileOp, HistoryHook, PreImage, Receipt};
-use crate::scheduler::Scheduler;
+use crate::files::{FileOp, Files, HistoryHook, PreImage, Receipt};
+use crate::sched::actor::{Actor, ActorMeta};
+use crate::sched::scheduler::Scheduler;
+
+impl Actor {
+    /// This actor's file tools, recording into the session's history when
+    /// `Config::history_dir` is set (otherwise receipts say history is off).
+    ///
+    /// Defined here rather than in `files`, which sits below history: this is
+    /// where the file tools and their history are put together.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+    /// let receipt = agent.files().write("notes.md", "# Notes\n")?;
+    /// assert_eq!(receipt.history, writ::HistoryStatus::Off);
+    /// # Ok(()) }
+    /// ```
+    pub fn files(&self) -> Files<'_> {
+        Files::new(self, hook(&self.sched))
+    }
+}
 
 /// The hook for `sched`, when it has a history directory.
-pub(crate) fn hook(sched: &Scheduler) -> Option<Arc<dyn HistoryHook>> {
-    sched
-        .shared
-        .history
+fn hook(sched: &Scheduler) -> Option<Arc<dyn HistoryHook>> {
+    Handle::of(sched)
         .enabled()
         .then(|| Arc::new(Recording(sched.clone())) as Arc<dyn HistoryHook>)
 }
@@ -47,11 +66,7 @@ impl HistoryHook for Recording {
                 }),
             })
             .collect();
-        let protection = self
-            .0
-            .shared
-            .history
-            .snapshot(actor, kind, &pre, new, unprotected)?;
+        let protection = Handle::of(&self.0).snapshot(actor, kind, &pre, new, unprotected)?;
         Ok(protection == Protection::Protected)
     }
 
@@ -71,6 +86,6 @@ impl HistoryHook for Recording {
             path: &receipt.path,
             state: after,
         });
-        self.0.shared.history.record(actor, &post)
+        Handle::of(&self.0).record(actor, &post)
     }
 }

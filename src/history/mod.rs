@@ -89,13 +89,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::actor::ActorMeta;
-use crate::config::{Config, Durability};
+use crate::core::table::ActorId;
 use crate::error::{Error, Result};
-use crate::table::ActorId;
+use crate::sched::actor::ActorMeta;
+use crate::sched::config::{Config, Durability};
+use crate::sched::scheduler::Scheduler;
 
-pub(crate) use hook::hook;
-pub(crate) use rewind::run;
 pub use view::{Call, CallFile, History, Prune, PruneReport, TurnStatus, TurnSummary};
 
 use record::{Change, Record, StateRec, WriteRec};
@@ -324,57 +323,7 @@ impl fmt::Display for RewindReport {
     }
 }
 
-/// One file a rewind would overwrite without having written it: an entry of
-/// `Error::RewindConflict`.
-///
-/// ```
-/// # fn main() -> Result<(), writ::Error> {
-/// # let dir = tempfile::tempdir().unwrap();
-/// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
-/// # std::fs::create_dir(&ws).unwrap();
-/// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
-/// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
-/// agent.set_turn("t");
-/// agent.files().write("a.txt", "agent\n")?;
-/// std::fs::write(ws.join("a.txt"), "").unwrap(); // someone empties it
-/// let Err(writ::Error::RewindConflict { conflicts }) = sched.rewind_turn("t") else {
-///     panic!("an emptied file is not the agent's");
-/// };
-/// // An empty file is not an absent one: it has the hash of zero bytes.
-/// assert!(conflicts[0].found.starts_with("e3b0c442"));
-/// assert_eq!(conflicts[0].turn, None); // changed outside writ
-/// println!("{}", conflicts[0]); // …/a.txt: expected 3f0e…, found e3b0…: 0 line(s) added, 1 removed; …
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct Conflict {
-    /// The file.
-    pub path: PathBuf,
-    /// What writ expected to find (a sha256, or "absent").
-    pub expected: String,
-    /// What is there now (a sha256, "absent", or what kind of thing it is).
-    pub found: String,
-    /// A short diff summary and who changed it.
-    pub summary: String,
-    /// The other turn whose write through writ produced (or also changed)
-    /// the current content, if there is one; `None` when the change came
-    /// from outside writ.
-    pub turn: Option<String>,
-}
-
-impl fmt::Display for Conflict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: expected {}, found {} — {}",
-            self.path.display(),
-            store::short(&self.expected),
-            store::short(&self.found),
-            self.summary
-        )
-    }
-}
+pub use crate::error::Conflict;
 
 /// A pre-image the file tools hand to history: one path an operation will
 /// change, as it is just before the change.
@@ -466,6 +415,12 @@ fn pending_key(actor: &ActorMeta, paths: impl Iterator<Item = PathBuf>) -> (Acto
 }
 
 impl Handle {
+    /// The history of `sched`'s session, made from its configuration on
+    /// first use.
+    pub(crate) fn of(sched: &Scheduler) -> Arc<Handle> {
+        sched.extension(Handle::new)
+    }
+
     pub(crate) fn new(config: &Config) -> Self {
         Handle {
             dir: config.history_dir.clone(),

@@ -41,11 +41,15 @@ use super::fsio::{self, Current};
 use super::merge::{self, Reverse};
 use super::record::{self, DoneRec, Record, RestoreFile, RestoreRec, StateRec, WriteRec};
 use super::store::{Store, sha256_hex};
-use super::{Action, Conflict, FileReport, FileState, RestoreKind, RewindMode, RewindReport};
+use super::{
+    Action, Conflict, FileReport, FileState, Handle, RestoreKind, RewindMode, RewindReport,
+};
+use crate::core::key::Target;
 use crate::error::{Error, Result};
-use crate::key::{self, Resolver, Target};
-use crate::policy;
-use crate::scheduler::Scheduler;
+use crate::files::gate::Gate;
+use crate::files::policy;
+use crate::sched::resolve::{self, Resolver};
+use crate::sched::scheduler::Scheduler;
 
 /// One path of a plan.
 #[derive(Debug, Clone)]
@@ -104,6 +108,90 @@ fn history_err(reason: impl Into<String>) -> Error {
     }
 }
 
+// The session's rewind entry points live here, with the rewind they run,
+// rather than in `sched`: the scheduler does not know history exists.
+impl Scheduler {
+    /// Rewinds every write tagged `turn` in this session, by any actor,
+    /// strictly: each file must be exactly as the turn left it (or already
+    /// restored), else `Err(Error::RewindConflict { conflicts })` and nothing
+    /// is touched. Needs `Config::history_dir`; an unknown turn is
+    /// `Error::UnknownTurn`; a path held by anyone (fences included) is
+    /// `Error::Busy` unless `Config::file_op_wait` is set (then it waits,
+    /// blocking the thread: call it from a blocking context, never on an
+    /// async runtime's worker thread). See [`history`](crate::history).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(dir.path()));
+    /// match sched.rewind_turn("turn-7") {
+    ///     Err(writ::Error::UnknownTurn { turn }) => assert_eq!(turn, "turn-7"),
+    ///     other => panic!("expected UnknownTurn, got {other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn rewind_turn(&self, turn: &str) -> Result<RewindReport> {
+        run(self, turn, RestoreKind::Rewind, RewindMode::Strict)
+    }
+
+    /// [`Scheduler::rewind_turn`] in the given mode: `RewindMode::Merge`
+    /// also rewinds a file edited since, when the agent's change reverses
+    /// cleanly out of it; what does not reverse cleanly stays a conflict
+    /// and nothing is touched.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
+    /// # std::fs::create_dir(&ws).unwrap();
+    /// # std::fs::write(ws.join("a.txt"), "1\n2\n3\n4\n").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
+    /// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
+    /// agent.set_turn("t");
+    /// agent.files().read("a.txt")?;
+    /// agent.files().replace("a.txt", "1\n", "one\n")?;
+    /// std::fs::write(ws.join("a.txt"), "one\n2\n3\nfour\n").unwrap(); // a person's edit
+    /// sched.rewind_turn_with("t", writ::history::RewindMode::Merge)?;
+    /// assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "1\n2\n3\nfour\n");
+    /// # Ok(()) }
+    /// ```
+    pub fn rewind_turn_with(&self, turn: &str, mode: RewindMode) -> Result<RewindReport> {
+        run(self, turn, RestoreKind::Rewind, mode)
+    }
+
+    /// Undoes the last rewind of `turn`, under the same rules: each file
+    /// must be exactly as that rewind left it (or already redone), else
+    /// `Error::RewindConflict` and nothing is touched. A turn never rewound
+    /// is `Error::History`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
+    /// # std::fs::create_dir(&ws).unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
+    /// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
+    /// agent.set_turn("t");
+    /// agent.files().write("new.rs", "fn f() {}\n")?;
+    /// sched.rewind_turn("t")?;
+    /// assert!(!ws.join("new.rs").exists());
+    /// let report = sched.redo_turn("t")?;
+    /// assert!(ws.join("new.rs").exists());
+    /// assert_eq!(report.changed(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn redo_turn(&self, turn: &str) -> Result<RewindReport> {
+        run(self, turn, RestoreKind::Redo, RewindMode::Strict)
+    }
+
+    /// Makes the next rewinds and redos stop, as a crash would, after
+    /// `after` restores (`None`: never). For tests of crash recovery.
+    #[doc(hidden)]
+    pub fn set_rewind_failpoint(&self, after: Option<usize>) {
+        Handle::of(self).set_failpoint(after);
+    }
+}
+
 /// Runs a rewind or redo of `turn` in `sched`'s session.
 pub(crate) fn run(
     sched: &Scheduler,
@@ -111,7 +199,7 @@ pub(crate) fn run(
     kind: RestoreKind,
     mode: RewindMode,
 ) -> Result<RewindReport> {
-    let handle = &sched.shared.history;
+    let handle = Handle::of(sched);
     let store = handle.store()?;
     let session = sched.config().session_id().to_string();
     // A first check outside any hold, so conflicts are reported even when a
@@ -335,7 +423,7 @@ fn overlay<'a>(
 /// The grant root a write was recorded under must still be itself: a root
 /// that moved or became a symlink is not followed.
 fn check_root(root: &Path) -> Result<()> {
-    let canonical = key::canonical_root(root)?;
+    let canonical = resolve::canonical_root(root)?;
     if canonical != root {
         return Err(Error::Policy {
             path: root.to_path_buf(),
@@ -647,7 +735,7 @@ fn execute(
     mode: RewindMode,
     prepared: Prepared,
 ) -> Result<RewindReport> {
-    let handle = &sched.shared.history;
+    let handle = Handle::of(sched);
     let durable = handle.durable();
     // What each touched step writes, loaded (and hash-checked) before
     // anything changes; and the current content, snapshotted for a redo.
@@ -746,10 +834,7 @@ fn execute(
         let key = Resolver::new(step.root.clone(), Vec::new(), config.case, false)
             .key_for(step.path.clone(), false);
         let after = target.as_ref().map(|(bytes, _)| sha256_hex(bytes));
-        sched
-            .shared
-            .gate
-            .record_write(&key.norm, &writer, after.as_deref());
+        Gate::of(sched).record_write(&key.norm, &writer, after.as_deref());
     }
     if let Some(id) = id {
         let done = Record::Done(DoneRec {

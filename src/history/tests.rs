@@ -6,9 +6,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::*;
-use crate::{Grant, Scheduler};
+use crate::history::Handle;
+use crate::sched::actor::{Actor, Grant};
+use crate::sched::scheduler::Scheduler;
 
-fn setup() -> (tempfile::TempDir, Scheduler, crate::Actor) {
+fn setup() -> (tempfile::TempDir, Scheduler, Actor) {
     let dir = tempfile::tempdir().unwrap();
     let sched = Scheduler::new(
         Config::default()
@@ -27,7 +29,7 @@ fn a_record_without_its_snapshot_is_an_error_not_a_guess() {
         path: &path,
         state: Some(("00", 1, 0o644)),
     }];
-    let err = sched.shared.history.record(&actor.meta, &post).unwrap_err();
+    let err = Handle::of(&sched).record(&actor.meta, &post).unwrap_err();
     assert!(matches!(err, Error::History { .. }), "{err}");
 }
 
@@ -39,11 +41,7 @@ fn a_path_that_is_not_utf8_cannot_be_journaled_so_it_is_not_written() {
         path: &path,
         content: None,
     }];
-    let result =
-        sched
-            .shared
-            .history
-            .snapshot(&actor.meta, WriteKind::Edit, &pre, Some(b"x"), false);
+    let result = Handle::of(&sched).snapshot(&actor.meta, WriteKind::Edit, &pre, Some(b"x"), false);
     assert!(matches!(result, Err(Error::History { .. })));
 }
 
@@ -56,7 +54,7 @@ fn a_snapshot_pairs_with_the_record_of_the_same_actor_and_paths() {
         path: &path,
         content: None,
     }];
-    let history = &sched.shared.history;
+    let history = Handle::of(&sched);
     history
         .snapshot(&actor.meta, WriteKind::Edit, &pre, Some(b"x"), false)
         .unwrap();

@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 
 use serde::{Serialize, Serializer};
 
-use crate::config::Config;
-use crate::deadlock::{WaitEdge, wait_for_edges};
-use crate::key::Mode;
-use crate::queue::{Need, WaitCause, WaiterId};
-use crate::state::{Counters, ScopeKind, State};
-use crate::table::{ActorId, HoldId, HoldKind};
+use crate::core::deadlock::{WaitEdge, wait_for_edges};
+use crate::core::key::Mode;
+use crate::core::queue::{Need, WaitCause, WaiterId};
+use crate::core::state::{Counters, State};
+use crate::core::table::ScopeKind;
+use crate::core::table::{ActorId, HoldId, HoldKind};
+use crate::sched::config::Config;
 
 fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
@@ -156,7 +157,7 @@ pub struct Slots {
     pub max_writers: Option<usize>,
 }
 
-fn path_entries(keys: &[(crate::key::Key, Mode)]) -> Vec<PathEntry> {
+fn path_entries(keys: &[(crate::core::key::Key, Mode)]) -> Vec<PathEntry> {
     keys.iter()
         .map(|(k, m)| PathEntry {
             path: k.path.clone(),

@@ -38,9 +38,10 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::actor::Actor;
+use crate::core::key::{Key, Target};
 use crate::error::{Error, Result};
-use crate::key::{Key, Target};
+use crate::sched::actor::{Actor, ActorMeta};
+use crate::sched::scheduler::Scheduler;
 
 /// Proof that an actor read a file: the sha256 of its complete content at
 /// the time of the read.
@@ -85,6 +86,11 @@ pub(crate) struct MarkStore {
 }
 
 impl MarkStore {
+    /// The read marks of the actor `meta` describes, kept with the actor.
+    pub(crate) fn of(meta: &ActorMeta) -> Arc<MarkStore> {
+        meta.extensions.get_or_init(MarkStore::default)
+    }
+
     pub(crate) fn get(&self, norm: &Path) -> Option<ReadMark> {
         self.marks.lock().get(norm).cloned()
     }
@@ -126,7 +132,7 @@ impl Actor {
     /// ```
     pub fn forget_mark(&self, path: impl AsRef<Path>) -> bool {
         match self.meta.resolver.resolve(&Target::file(path.as_ref())) {
-            Ok((key, _)) => self.meta.marks.remove(&key.norm),
+            Ok((key, _)) => MarkStore::of(&self.meta).remove(&key.norm),
             Err(_) => false,
         }
     }
@@ -134,7 +140,7 @@ impl Actor {
     /// Forgets every read mark of this actor (for example after the
     /// conversation was summarized).
     pub fn forget_marks(&self) {
-        self.meta.marks.clear();
+        MarkStore::of(&self.meta).clear();
     }
 
     /// Adds a mark an orchestrator kept (see [`ReadMark`]); it replaces this
@@ -146,13 +152,13 @@ impl Actor {
             path: key.path,
             ..mark
         };
-        self.meta.marks.put(key.norm, mark);
+        MarkStore::of(&self.meta).put(key.norm, mark);
         Ok(())
     }
 
     /// A copy of this actor's read marks, sorted by path.
     pub fn marks(&self) -> Vec<ReadMark> {
-        self.meta.marks.all()
+        MarkStore::of(&self.meta).all()
     }
 }
 
@@ -241,6 +247,11 @@ pub(crate) struct Gate {
 }
 
 impl Gate {
+    /// The gate records of `sched`'s session, kept with the session.
+    pub(crate) fn of(sched: &Scheduler) -> Arc<Gate> {
+        sched.extension(|_| Gate::default())
+    }
+
     /// Remembers that `actor` produced `after` (or removed the file) at `norm`.
     pub(crate) fn record_write(&self, norm: &Path, actor: &Arc<str>, after: Option<&str>) {
         let write = LastWrite {

@@ -34,9 +34,9 @@ use std::collections::{HashMap, HashSet};
 use petgraph::graphmap::DiGraphMap;
 use serde::Serialize;
 
-use crate::queue::{Need, Pos, WaiterId};
-use crate::state::State;
-use crate::table::{ActorId, Claim, HoldKind, conflict};
+use crate::core::queue::{Need, Pos, WaiterId};
+use crate::core::state::State;
+use crate::core::table::{ActorId, Claim, HoldKind, conflict};
 
 /// One edge of the wait-for graph folded onto actors, as the dump shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

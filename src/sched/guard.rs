@@ -8,12 +8,12 @@
 use std::path::PathBuf;
 use std::sync::Arc as StdArc;
 
-use crate::actor::{ActorMeta, refusal};
+use crate::core::key::{self, Key, Mode, Target};
+use crate::core::queue::Need;
+use crate::core::table::{Claim, HoldId, HoldKind};
 use crate::error::{Error, Result};
-use crate::key::{self, Key, Mode, Target};
-use crate::queue::Need;
-use crate::scheduler::Scheduler;
-use crate::table::{Claim, HoldId, HoldKind};
+use crate::sched::actor::{ActorMeta, refusal};
+use crate::sched::scheduler::Scheduler;
 
 fn paths_of(sched: &Scheduler, hold: HoldId) -> Vec<PathBuf> {
     let state = sched.shared.lock();
@@ -78,7 +78,7 @@ fn grow(
                 )
             }
             None => {
-                if let Some(cycle) = crate::deadlock::cycle_if_granted(state, &added) {
+                if let Some(cycle) = crate::core::deadlock::cycle_if_granted(state, &added) {
                     state.counters.deadlocks += 1;
                     let cycle = cycle.into_iter().map(|a| state.actor_name(a)).collect();
                     return (Err(Error::Deadlock { cycle }), Vec::new());

@@ -17,29 +17,29 @@ use std::time::Instant;
 use std::path::PathBuf;
 use std::sync::Arc as StdArc;
 
-use crate::actor::{Actor, ActorMeta, Grant, Scope};
-use crate::config::Config;
-use crate::dump::Dump;
+use crate::core::key::{CaseMode, Target};
+use crate::core::state::State;
+use crate::core::table::ActorId;
 use crate::error::Result;
-use crate::guard::Reservation;
-use crate::history::{self, RestoreKind, RewindMode, RewindReport};
-use crate::key::{CaseMode, Resolver, Target};
-use crate::request::Request;
-use crate::state::State;
-use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
-use crate::table::ActorId;
+use crate::sched::actor::{Actor, ActorMeta, Grant, Scope};
+use crate::sched::config::Config;
+use crate::sched::dump::Dump;
+use crate::sched::extensions::Extensions;
+use crate::sched::guard::Reservation;
+use crate::sched::request::Request;
+use crate::sched::resolve::Resolver;
+use crate::sched::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
 
 /// What every handle of one scheduler shares.
 pub(crate) struct Shared {
     /// The session's holds, queue, actors and counters; only touched while locked.
     pub(crate) state: Mutex<State>,
     pub(crate) config: Config,
-    /// The version gate's session-wide records (last writer per file, hash
-    /// cache). Its own leaf locks, never taken while `state` is locked, so
-    /// file operations do not lengthen the admission critical section.
-    pub(crate) gate: crate::gate::Gate,
-    /// File history (store, pending snapshots); its own leaf locks.
-    pub(crate) history: crate::history::Handle,
+    /// What the layers above keep per session (the gate's last-writer
+    /// record and hash cache, the history store). Leaf locks, never taken
+    /// while `state` is locked, so file operations do not lengthen the
+    /// admission critical section.
+    pub(crate) extensions: Extensions,
     /// Actor ids are allocated outside the lock (ids only need uniqueness).
     next_actor: AtomicU64,
     /// The session's own identity, for holds no actor owns (rewinds).
@@ -110,9 +110,8 @@ impl Scheduler {
         Scheduler {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
-                history: crate::history::Handle::new(&config),
                 config,
-                gate: crate::gate::Gate::default(),
+                extensions: Extensions::default(),
                 next_actor: AtomicU64::new(0),
                 session: std::sync::OnceLock::new(),
             }),
@@ -143,7 +142,7 @@ impl Scheduler {
                     lineage: [ActorId(0)].into_iter().collect(),
                     resolver: Resolver::new(PathBuf::from("/"), Vec::new(), case, false),
                     scope: Scope::Workspace,
-                    marks: Default::default(),
+                    extensions: Extensions::default(),
                     turn: parking_lot::Mutex::new(None),
                 })
             })
@@ -161,84 +160,15 @@ impl Scheduler {
         }
     }
 
-    /// Rewinds every write tagged `turn` in this session, by any actor,
-    /// strictly: each file must be exactly as the turn left it (or already
-    /// restored), else `Err(Error::RewindConflict { conflicts })` and nothing
-    /// is touched. Needs `Config::history_dir`; an unknown turn is
-    /// `Error::UnknownTurn`; a path held by anyone (fences included) is
-    /// `Error::Busy` unless `Config::file_op_wait` is set (then it waits,
-    /// blocking the thread: call it from a blocking context, never on an
-    /// async runtime's worker thread). See [`history`](crate::history).
-    ///
-    /// ```
-    /// # fn main() -> Result<(), writ::Error> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(dir.path()));
-    /// match sched.rewind_turn("turn-7") {
-    ///     Err(writ::Error::UnknownTurn { turn }) => assert_eq!(turn, "turn-7"),
-    ///     other => panic!("expected UnknownTurn, got {other:?}"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn rewind_turn(&self, turn: &str) -> Result<RewindReport> {
-        history::run(self, turn, RestoreKind::Rewind, RewindMode::Strict)
-    }
-
-    /// [`Scheduler::rewind_turn`] in the given mode: `RewindMode::Merge`
-    /// also rewinds a file edited since, when the agent's change reverses
-    /// cleanly out of it; what does not reverse cleanly stays a conflict
-    /// and nothing is touched.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), writ::Error> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
-    /// # std::fs::create_dir(&ws).unwrap();
-    /// # std::fs::write(ws.join("a.txt"), "1\n2\n3\n4\n").unwrap();
-    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
-    /// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
-    /// agent.set_turn("t");
-    /// agent.files().read("a.txt")?;
-    /// agent.files().replace("a.txt", "1\n", "one\n")?;
-    /// std::fs::write(ws.join("a.txt"), "one\n2\n3\nfour\n").unwrap(); // a person's edit
-    /// sched.rewind_turn_with("t", writ::history::RewindMode::Merge)?;
-    /// assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "1\n2\n3\nfour\n");
-    /// # Ok(()) }
-    /// ```
-    pub fn rewind_turn_with(&self, turn: &str, mode: RewindMode) -> Result<RewindReport> {
-        history::run(self, turn, RestoreKind::Rewind, mode)
-    }
-
-    /// Undoes the last rewind of `turn`, under the same rules: each file
-    /// must be exactly as that rewind left it (or already redone), else
-    /// `Error::RewindConflict` and nothing is touched. A turn never rewound
-    /// is `Error::History`.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), writ::Error> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let (ws, data) = (dir.path().join("ws"), dir.path().join("h"));
-    /// # std::fs::create_dir(&ws).unwrap();
-    /// let sched = writ::Scheduler::new(writ::Config::default().history_dir(&data));
-    /// let agent = sched.actor("agent", writ::Grant::workspace(&ws))?;
-    /// agent.set_turn("t");
-    /// agent.files().write("new.rs", "fn f() {}\n")?;
-    /// sched.rewind_turn("t")?;
-    /// assert!(!ws.join("new.rs").exists());
-    /// let report = sched.redo_turn("t")?;
-    /// assert!(ws.join("new.rs").exists());
-    /// assert_eq!(report.changed(), 1);
-    /// # Ok(()) }
-    /// ```
-    pub fn redo_turn(&self, turn: &str) -> Result<RewindReport> {
-        history::run(self, turn, RestoreKind::Redo, RewindMode::Strict)
-    }
-
-    /// Makes the next rewinds and redos stop, as a crash would, after
-    /// `after` restores (`None`: never). For tests of crash recovery.
-    #[doc(hidden)]
-    pub fn set_rewind_failpoint(&self, after: Option<usize>) {
-        self.shared.history.set_failpoint(after);
+    /// The value of type `T` that a layer above keeps for this session,
+    /// made from the configuration on first use.
+    pub(crate) fn extension<T: std::any::Any + Send + Sync>(
+        &self,
+        init: impl FnOnce(&Config) -> T,
+    ) -> StdArc<T> {
+        self.shared
+            .extensions
+            .get_or_init(|| init(&self.shared.config))
     }
 
     /// One consistent snapshot of everything live (one lock acquisition).
@@ -290,14 +220,14 @@ mod tests {
         let fence = lead.fence(["src/"]).unwrap();
         assert!(matches!(
             sched.session_admit(&[root.join("src/a.rs")], "rewind"),
-            Err(crate::Error::Busy(_))
+            Err(crate::error::Error::Busy(_))
         ));
         drop(fence);
         let held = sched
             .session_admit(&[root.join("src/a.rs")], "rewind")
             .unwrap();
         let busy = match lead.try_admit(["src/a.rs"]) {
-            Err(crate::Error::Busy(busy)) => busy,
+            Err(crate::error::Error::Busy(busy)) => busy,
             other => panic!("expected Busy, got {other:?}"),
         };
         assert_eq!(busy.holder, "session");

@@ -23,8 +23,8 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
+use crate::core::key::{Area, Key};
 use crate::error::{Error, Result};
-use crate::key::{Area, Key};
 
 /// What a file operation does with a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +115,7 @@ pub(crate) fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::DEFAULT_SENSITIVE;
+    use crate::sched::config::DEFAULT_SENSITIVE;
 
     #[test]
     fn globs() {

@@ -13,37 +13,11 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::key::{Key, Mode};
-use crate::queue::{Need, Pos, Queue, WaitCause, Waiter, WaiterId, WaiterState};
-use crate::table::{ActorId, Blocking, Claim, Hold, HoldId, HoldKind, Table, conflict};
-
-/// How an actor may act, as the dump shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ScopeKind {
-    /// `Grant::workspace`: optimistic, anywhere under its root.
-    Workspace,
-    /// `Grant::fenced`: only inside its grant fence.
-    Fenced,
-    /// `Grant::read_only`: shared holds only.
-    ReadOnly,
-    /// The session itself (rewinds).
-    Session,
-}
-
-/// A live actor as the state knows it.
-#[derive(Debug, Clone)]
-pub(crate) struct ChildRecord {
-    pub(crate) id: ActorId,
-    pub(crate) name: Arc<str>,
-    pub(crate) parent: Option<ActorId>,
-    pub(crate) root: PathBuf,
-    pub(crate) scope: ScopeKind,
-    /// Counts against `max_actors` (every child, not a root actor).
-    pub(crate) counts_actor: bool,
-    /// Counts against `max_writers` (a child that may write).
-    pub(crate) counts_writer: bool,
-}
+use crate::core::key::{Key, Mode};
+use crate::core::queue::{Need, Pos, Queue, WaitCause, Waiter, WaiterId, WaiterState};
+use crate::core::table::{
+    ActorId, Blocking, ChildRecord, Claim, Hold, HoldId, HoldKind, Table, conflict,
+};
 
 /// Admission counters since the scheduler was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -478,7 +452,7 @@ impl State {
         let (_, mode) = blocker_claim
             .keys
             .iter()
-            .find(|(k, _)| crate::key::overlaps(k, requested))
+            .find(|(k, _)| crate::core::key::overlaps(k, requested))
             .or(blocker_claim.keys.first())?;
         Some(BlockerInfo {
             requested: requested.path.clone(),
@@ -593,7 +567,8 @@ mod model {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::table::strategies::{claim, keys, lineage_of};
+    use crate::core::table::ScopeKind;
+    use crate::core::table::strategies::{claim, keys, lineage_of};
 
     #[derive(Debug, Clone)]
     enum Op {
@@ -664,7 +639,7 @@ mod model {
                 }
                 Some(_) if *try_only => 0,
                 Some(_) => {
-                    let cycle = crate::deadlock::cycle_if_waiting(
+                    let cycle = crate::core::deadlock::cycle_if_waiting(
                         state,
                         claim.owner,
                         claim,
@@ -759,8 +734,8 @@ mod model {
 
     /// The wait-for graph by brute force: every waiting request against
     /// every hold and every waiting request ahead of it.
-    fn naive_edges(state: &State) -> Vec<crate::deadlock::WaitEdge> {
-        use crate::deadlock::WaitEdge;
+    fn naive_edges(state: &State) -> Vec<crate::core::deadlock::WaitEdge> {
+        use crate::core::deadlock::WaitEdge;
         let waiting: Vec<&Waiter> = state.queue.entries().filter(|w| w.is_waiting()).collect();
         let mut edges = Vec::new();
         for (i, w) in waiting.iter().enumerate() {
@@ -814,7 +789,7 @@ mod model {
                 prop_assert_eq!(seen(&narrow), seen(&full), "after {:?}", op);
                 narrow.assert_invariants();
                 prop_assert_eq!(
-                    crate::deadlock::wait_for_edges(&narrow),
+                    crate::core::deadlock::wait_for_edges(&narrow),
                     naive_edges(&narrow),
                     "edges after {:?}",
                     op

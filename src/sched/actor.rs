@@ -9,14 +9,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
+use crate::core::key::{self, Area, Key, Mode, Resolved, Target};
+use crate::core::queue::Need;
+use crate::core::state::{Blocker, State};
+use crate::core::table::{ActorId, Claim, HoldKind, Lineage};
+use crate::core::table::{ChildRecord, ScopeKind};
 use crate::error::{Error, Result, SlotLimit};
-use crate::key::{self, Area, Key, Mode, Resolver, Target};
-use crate::queue::Need;
-use crate::request::{Acquire, Request};
-use crate::scheduler::Scheduler;
-use crate::state::{Blocker, ChildRecord, ScopeKind, State};
-use crate::table::{ActorId, Claim, HoldKind, Lineage};
-use crate::{Fence, Reservation};
+use crate::sched::extensions::Extensions;
+use crate::sched::guard::{Fence, Reservation};
+use crate::sched::request::{Acquire, Request};
+use crate::sched::resolve::{self, Resolver};
+use crate::sched::scheduler::Scheduler;
 
 #[derive(Debug, Clone)]
 enum GrantScope {
@@ -121,8 +124,9 @@ pub(crate) struct ActorMeta {
     pub(crate) lineage: Lineage,
     pub(crate) resolver: Resolver,
     pub(crate) scope: Scope,
-    /// Read marks of the version gate; not part of the scheduler's state.
-    pub(crate) marks: crate::gate::MarkStore,
+    /// What the layers above keep per actor (the gate's read marks); not
+    /// part of the scheduler's state.
+    pub(crate) extensions: Extensions,
     /// The user turn this actor's writes are recorded under.
     pub(crate) turn: parking_lot::Mutex<Option<StdArc<str>>>,
 }
@@ -263,11 +267,11 @@ impl Actor {
         grant: Grant,
     ) -> Result<Prepared> {
         let config = &sched.shared.config;
-        let root = key::canonical_root(&grant.root)?;
+        let root = resolve::canonical_root(&grant.root)?;
         let read_roots = grant
             .read_roots
             .iter()
-            .map(|r| key::canonical_root(r))
+            .map(|r| resolve::canonical_root(r))
             .collect::<Result<Vec<_>>>()?;
         let resolver = Resolver::new(root.clone(), read_roots, config.case, config.portable_names);
         let read_only = matches!(grant.scope, GrantScope::ReadOnly);
@@ -301,7 +305,7 @@ impl Actor {
                 GrantScope::ReadOnly => Scope::ReadOnly,
                 _ => Scope::Workspace,
             },
-            marks: Default::default(),
+            extensions: Extensions::default(),
             turn: parking_lot::Mutex::new(parent.and_then(|p| p.turn.lock().clone())),
         };
         let claim = match grant.scope {
@@ -463,7 +467,7 @@ impl Actor {
     /// assert!(matches!(lead.resolve(["../outside"]), Err(writ::Error::OutsideGrant { .. })));
     /// # Ok(()) }
     /// ```
-    pub fn resolve<I>(&self, targets: I) -> Result<crate::Resolved>
+    pub fn resolve<I>(&self, targets: I) -> Result<Resolved>
     where
         I: IntoIterator,
         I::Item: Into<Target>,
@@ -476,7 +480,7 @@ impl Actor {
             .iter()
             .map(|t| self.meta.resolver.resolve_target(t))
             .collect::<Result<Vec<_>>>()
-            .map(crate::Resolved::new)
+            .map(Resolved::new)
     }
 
     /// A request builder: priority, label, `on_queued`, then try or wait.

@@ -45,7 +45,7 @@
 //!
 //! Canonical paths compare as `Path::components` does, the way `Path::eq`
 //! and `Path::starts_with` compare, so the index agrees with
-//! [`crate::key::overlaps`] on every key, normalized or not.
+//! [`crate::core::key::overlaps`] on every key, normalized or not.
 //!
 //! # Invariants (checked by [`Index::assert_consistent`])
 //!
@@ -66,8 +66,8 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::key::{Key, Mode};
-use crate::table::HoldKind;
+use crate::core::key::{Key, Mode};
+use crate::core::table::HoldKind;
 
 /// The hasher of the index's maps: fast on short byte strings and integers,
 /// and seeded per process, so path names cannot be chosen to collide on
@@ -102,7 +102,7 @@ pub(crate) struct Class(u8);
 pub(crate) struct Mask(u8);
 
 /// `CLASH[c]` is the set of classes that clash with class `c`; it is
-/// [`crate::table::clash`] as bits (a unit test checks the two agree).
+/// [`crate::core::table::clash`] as bits (a unit test checks the two agree).
 ///
 /// Classes: 0 = Fence-X, 1 = Fence-S, 2 = Call-X, 3 = Call-S.
 const CLASH: [Mask; 4] = [
@@ -727,8 +727,8 @@ impl<I: Copy + PartialEq> Index<I> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::overlaps;
-    use crate::table::clash;
+    use crate::core::key::overlaps;
+    use crate::core::table::clash;
 
     fn k(p: &str) -> Key {
         match p.strip_suffix('/') {

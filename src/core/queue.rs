@@ -2,7 +2,7 @@
 //!
 //! Pure data, kept in queue order: higher priority first, then arrival, and
 //! indexed by path like the table. The wake-up rule that walks it lives in
-//! [`crate::state`], beside the table it consults. Wakers are plain `std::task::Waker`s, stored and taken only
+//! [`crate::core::state`], beside the table it consults. Wakers are plain `std::task::Waker`s, stored and taken only
 //! while the scheduler's mutex is held, and woken after it is released.
 
 use std::cmp::Reverse;
@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::index::{Class, FastMap, Index, Mask, NodeList};
-use crate::state::ChildRecord;
-use crate::table::{ActorId, Claim, HoldId, covers};
+use crate::core::index::{Class, FastMap, Index, Mask, NodeList};
+use crate::core::table::ChildRecord;
+use crate::core::table::{ActorId, Claim, HoldId, covers};
 
 /// A waiting request's identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -110,7 +110,7 @@ struct Slot {
 /// Entries live in `slots`; `order` lists them in queue order, `ids` finds
 /// one by id. Waiting entries (not those granted and not yet picked up)
 /// are also in `index`, a path index over their keys (see
-/// [`crate::index`]), and, when they need an actor slot, in `children`. So
+/// [`crate::core::index`]), and, when they need an actor slot, in `children`. So
 /// "which waiting entries conflict with this claim" and "which overlap these
 /// released keys" cost what the table's queries cost, not a scan of the
 /// queue, and inserting or removing an entry costs O(log n).
@@ -136,7 +136,7 @@ pub(crate) struct Queue {
     next_id: u64,
 }
 
-fn class_of(claim: &Claim, mode: crate::key::Mode) -> Class {
+fn class_of(claim: &Claim, mode: crate::core::key::Mode) -> Class {
     Class::of(claim.kind, mode)
 }
 
@@ -153,7 +153,7 @@ impl Queue {
             rank: Reverse(waiter.priority),
             seq: waiter.seq,
         };
-        let slot = crate::table::free_slot(&mut self.free, &mut self.slots, "waiters");
+        let slot = crate::core::table::free_slot(&mut self.free, &mut self.slots, "waiters");
         let mut nodes = NodeList::default();
         if waiter.is_waiting() {
             self.waiting += 1;
@@ -298,7 +298,7 @@ impl Queue {
     /// `keys` (whatever the modes).
     pub(crate) fn overlapping(
         &self,
-        keys: &[(crate::key::Key, crate::key::Mode)],
+        keys: &[(crate::core::key::Key, crate::core::key::Mode)],
         out: &mut Vec<(Pos, u32)>,
     ) {
         for (key, _) in keys {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::key::CaseMode;
+use crate::core::key::CaseMode;
 
 /// Decides whether a fence may grow to a path outside what its actor declared.
 ///

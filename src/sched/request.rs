@@ -19,14 +19,14 @@ use std::sync::Arc as StdArc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use crate::actor::{Actor, ActorMeta, Prepared, refusal};
-use crate::deadlock;
+use crate::core::deadlock;
+use crate::core::key::Target;
+use crate::core::queue::{Need, WaitCause, WaiterId};
+use crate::core::table::{Claim, HoldId, HoldKind};
 use crate::error::{Error, Result};
-use crate::guard::{Fence, Reservation};
-use crate::key::Target;
-use crate::queue::{Need, WaitCause, WaiterId};
-use crate::scheduler::{Scheduler, wake_all};
-use crate::table::{Claim, HoldId, HoldKind};
+use crate::sched::actor::{Actor, ActorMeta, Prepared, refusal};
+use crate::sched::guard::{Fence, Reservation};
+use crate::sched::scheduler::{Scheduler, wake_all};
 
 type OnQueued = Box<dyn FnOnce(&WaitCause) + Send + 'static>;
 

@@ -14,19 +14,21 @@
 //! Invariant (checked by [`Table::assert_invariants`]): no two live holds
 //! conflict.
 //!
-//! [`Table`] answers conflict queries through a path index ([`crate::index`])
+//! [`Table`] answers conflict queries through a path index ([`crate::core::index`])
 //! whose cost does not grow with the number of unrelated live holds;
 //! [`naive::Table`] is the linear scan it must agree with.
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::index::{Class, FastMap, Index, NodeId, NodeList};
-use crate::key::{Key, Mode, overlaps};
+use crate::core::index::{Class, FastMap, Index, NodeId, NodeList};
+use crate::core::key::{Key, Mode, overlaps};
+pub use crate::kinds::HoldKind;
 
 /// An actor's identity. Ids are never reused within a scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -38,14 +40,32 @@ pub struct ActorId(pub u64);
 #[serde(transparent)]
 pub struct HoldId(pub u64);
 
-/// What a hold is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// How an actor may act, as the dump shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum HoldKind {
-    /// Long-lived: the right to write an area, held until its guard or actor drops.
-    Fence,
-    /// One tool call, held until its `Reservation` drops.
-    Call,
+pub enum ScopeKind {
+    /// `Grant::workspace`: optimistic, anywhere under its root.
+    Workspace,
+    /// `Grant::fenced`: only inside its grant fence.
+    Fenced,
+    /// `Grant::read_only`: shared holds only.
+    ReadOnly,
+    /// The session itself (rewinds).
+    Session,
+}
+
+/// A live actor as the state knows it.
+#[derive(Debug, Clone)]
+pub(crate) struct ChildRecord {
+    pub(crate) id: ActorId,
+    pub(crate) name: Arc<str>,
+    pub(crate) parent: Option<ActorId>,
+    pub(crate) root: PathBuf,
+    pub(crate) scope: ScopeKind,
+    /// Counts against `max_actors` (every child, not a root actor).
+    pub(crate) counts_actor: bool,
+    /// Counts against `max_writers` (a child that may write).
+    pub(crate) counts_writer: bool,
 }
 
 /// An actor's chain of ancestors, root first, ending with the actor itself.
@@ -248,7 +268,7 @@ struct Live {
 /// Holds live in `slots` (reused last-in first-out, so a release followed
 /// by a grant touches memory that is already in cache); `ids` maps a hold's
 /// public id to its slot, and `index` (a trie over key components, see
-/// [`crate::index`]) maps paths to the slots whose keys lie there, with
+/// [`crate::core::index`]) maps paths to the slots whose keys lie there, with
 /// per-class counts of what lies beneath each path. A conflict check walks
 /// each request key's path once and looks only at holds whose key overlaps
 /// it with a clashing class; it never scans unrelated holds. Of those, the
@@ -535,7 +555,7 @@ impl Table {
 /// The reference implementation: every query scans every hold with
 /// [`conflict`], one path comparison per pair of keys. It is what the
 /// indexed [`Table`] must agree with (a property test drives both), what
-/// [`crate::state::State::assert_invariants`] judges by, and the "linear
+/// [`crate::core::state::State::assert_invariants`] judges by, and the "linear
 /// scan" baseline of the benchmarks.
 pub(crate) mod naive {
     use std::collections::BTreeMap;
@@ -569,7 +589,7 @@ pub(crate) mod naive {
         pub(crate) fn set_keys(
             &mut self,
             id: HoldId,
-            keys: Vec<(crate::key::Key, crate::key::Mode)>,
+            keys: Vec<(crate::core::key::Key, crate::core::key::Mode)>,
         ) -> bool {
             match self.holds.get_mut(&id) {
                 Some(hold) => {
@@ -729,7 +749,7 @@ pub(crate) mod strategies {
     use proptest::prelude::*;
 
     use super::{ActorId, Claim, HoldKind};
-    use crate::key::{Key, Mode};
+    use crate::core::key::{Key, Mode};
 
     /// Spellings that compare alike or not under `Path`'s component rules:
     /// the root, a relative path, `.` and repeated separators.

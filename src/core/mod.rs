@@ -1,0 +1,23 @@
+//! The pure core: what the scheduler decides, with no locks, no threads, no
+//! tokio and no file system.
+//!
+//! Every type here is plain data changed through `&mut self`; the live layer
+//! ([`crate::sched`]) wraps it in one mutex and does the waking. Nothing in
+//! this folder imports anything outside it but the ground (`error`, `kinds`);
+//! `.ci/run` checks that.
+//!
+//! | module | concept |
+//! |---|---|
+//! | [`key`] | targets and keys: case folding, overlap, containment, merging |
+//! | [`index`] | the path index beneath the table and the queue |
+//! | [`table`] | holds, the kind/mode matrix, the *covers* rule; actor records |
+//! | [`queue`] | waiting requests in priority-then-arrival order; wait causes |
+//! | [`state`] | table + queue + actors + slots + counters: the grant and wake-up rules |
+//! | [`deadlock`] | the wait-for graph over the state, and cycle refusal |
+
+pub(crate) mod deadlock;
+pub(crate) mod index;
+pub(crate) mod key;
+pub(crate) mod queue;
+pub(crate) mod state;
+pub(crate) mod table;
