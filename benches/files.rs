@@ -1,6 +1,7 @@
 //! File-operation costs: the version gate's re-check of a large unchanged
 //! file (stat cache vs full sha256), and a transactional 4 KiB write vs a
-//! bare durable write (temp + fsync + rename + folder fsync).
+//! bare durable write (temp + fsync + rename + folder fsync), and `replace`
+//! in a large file against its search alone.
 //!
 //! Run: `cargo bench --bench files -- --warm-up-time 1 --measurement-time 3`
 
@@ -104,11 +105,80 @@ fn small_write(c: &mut Criterion) {
     group.finish();
 }
 
+/// The search `Files::replace` did before it used `memchr::memmem`: shift by
+/// one byte, compare at every offset. Kept here as the baseline.
+fn shift_by_one_count(hay: &[u8], needle: &[u8]) -> usize {
+    let (mut at, mut count) = (0, 0);
+    while at + needle.len() <= hay.len() {
+        if hay[at..].starts_with(needle) {
+            count += 1;
+            at += needle.len();
+        } else {
+            at += 1;
+        }
+    }
+    count
+}
+
+/// `replace` of a 300-byte snippet in a 200 KB source file, whose text
+/// shares long prefixes with the snippet (as code does): the whole call
+/// through writ (read, admit, gate, search, write), against the search
+/// alone, old and new.
+fn replace_in_large_file(c: &mut Criterion) {
+    const FILE: usize = 200 * 1024;
+    let line = "    let value = compute(&input, Options::default())?; // step\n";
+    let mut text = String::with_capacity(FILE + 400);
+    while text.len() < FILE / 2 {
+        text.push_str(line);
+    }
+    // The snippet: five near-copies of the common line, made unique by its end.
+    let old: String =
+        line.repeat(4) + "    let value = compute(&input, Options::strict())?;   // done\n";
+    let new = old.replace("strict", "STRICT");
+    text.push_str(&old);
+    while text.len() < FILE {
+        text.push_str(line);
+    }
+    assert!((290..=330).contains(&old.len()), "a ~300-byte snippet");
+
+    let dir = scratch();
+    std::fs::write(dir.path().join("big.rs"), &text).expect("write the file");
+    let sched = Scheduler::new(Config::default().durability(Durability::Process));
+    let agent = sched
+        .actor("bench", Grant::workspace(dir.path()))
+        .expect("an actor");
+    let mut group = c.benchmark_group("replace_300B_in_200KB");
+    group.sampling_mode(SamplingMode::Flat).sample_size(20);
+    // Criterion calls the routine several times (warm-up, samples); the
+    // direction must follow the file across calls, not restart with each.
+    let forward = std::cell::Cell::new(true);
+    group.bench_function("writ_read_and_replace", |b| {
+        let files = agent.files();
+        b.iter(|| {
+            let (from, to) = if forward.get() {
+                (&old, &new)
+            } else {
+                (&new, &old)
+            };
+            forward.set(!forward.get());
+            files.read("big.rs").expect("read");
+            files.replace("big.rs", from, to).expect("replace")
+        })
+    });
+    group.bench_function("search_memmem", |b| {
+        b.iter(|| memchr::memmem::find_iter(black_box(text.as_bytes()), old.as_bytes()).count())
+    });
+    group.bench_function("search_shift_by_one", |b| {
+        b.iter(|| shift_by_one_count(black_box(text.as_bytes()), old.as_bytes()))
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = gate_recheck, small_write
+    targets = gate_recheck, small_write, replace_in_large_file
 }
 criterion_main!(benches);

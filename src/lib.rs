@@ -71,6 +71,7 @@ pub struct ReadmeDoctests;
 // The ground: the one error type and the words it shares with every layer.
 mod error;
 mod kinds;
+pub mod text;
 
 // The layers, bottom up; imports point down only (docs/ARCHITECTURE.md).
 mod core;

@@ -8,7 +8,6 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// Host variables passed through by exact name.
@@ -94,8 +93,10 @@ pub(crate) fn find_program(
 fn executable(path: &Path) -> Result<(), String> {
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_file() => Err("it is not a regular file".into()),
-        Ok(meta) if meta.permissions().mode() & 0o111 == 0 => Err("it is not executable".into()),
-        Ok(_) => Ok(()),
+        // `access(X_OK)` asks the kernel whether *this* process may run it
+        // (owner, group, other, ACLs), which mode bits alone cannot tell.
+        Ok(_) => rustix::fs::access(path, rustix::fs::Access::EXEC_OK)
+            .map_err(|_| "it is not executable by this user".to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("it does not exist".into()),
         Err(e) => Err(format!("it cannot be inspected ({e})")),
     }

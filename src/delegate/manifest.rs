@@ -142,6 +142,9 @@ impl Walker<'_> {
         self.walk(None, stop_after)
     }
 
+    // Hand-written rather than a directory-walking crate: the bound on
+    // entries and bytes must stop the walk while it walks (not filter after),
+    // and the order must be the sorted path order a truncated walk compares.
     fn walk(&self, hash: Option<Option<Stamp>>, stop_after: Option<&Path>) -> Manifest {
         let mut m = Manifest::default();
         let mut last = PathBuf::new();

@@ -2,6 +2,10 @@
 //!
 //! # Implementation details
 //!
+//! Hand-written rather than a process-management crate: the order of
+//! signalling the group and reaping the leader is the safety argument below,
+//! and no crate we know exposes it.
+//!
 //! The leader is spawned with `std::process::Command` in a new process group
 //! (`process_group(0)`: its pgid is its pid). The standard library's `Child`
 //! rather than tokio's is deliberate: tokio reaps its children on its own

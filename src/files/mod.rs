@@ -289,11 +289,9 @@ fn line_slice<'b>(bytes: &'b [u8], lines: &impl RangeBounds<usize>) -> &'b [u8] 
     // Where each line starts; a final newline opens no further line.
     let starts: Vec<usize> = std::iter::once(0)
         .chain(
-            bytes
-                .iter()
-                .enumerate()
-                .filter(|&(i, b)| *b == b'\n' && i + 1 < bytes.len())
-                .map(|(i, _)| i + 1),
+            memchr::memchr_iter(b'\n', bytes)
+                .filter(|&i| i + 1 < bytes.len())
+                .map(|i| i + 1),
         )
         .collect();
     let offset = |line: usize| starts.get(line).copied().unwrap_or(bytes.len());
@@ -304,18 +302,11 @@ fn line_slice<'b>(bytes: &'b [u8], lines: &impl RangeBounds<usize>) -> &'b [u8] 
 
 /// Non-overlapping occurrences of `needle` in `hay`: the first offset and the count.
 fn occurrences(hay: &[u8], needle: &[u8]) -> (Option<usize>, usize) {
-    let mut first = None;
-    let mut count = 0;
-    let mut at = 0;
-    while at + needle.len() <= hay.len() {
-        if hay[at..].starts_with(needle) {
-            first.get_or_insert(at);
-            count += 1;
-            at += needle.len();
-        } else {
-            at += 1;
-        }
-    }
+    // `find_iter` yields non-overlapping matches, left to right, as the
+    // replace rule counts them.
+    let mut found = memchr::memmem::find_iter(hay, needle);
+    let first = found.next();
+    let count = first.map_or(0, |_| 1 + found.count());
     (first, count)
 }
 

@@ -26,8 +26,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use sha2::{Digest, Sha256};
-
 use super::record::Record;
 use crate::error::{Error, Result};
 
@@ -35,17 +33,7 @@ const JOURNAL: &str = "journal.jsonl";
 const LOCK: &str = "journal.lock";
 const BLOBS: &str = "blobs";
 
-/// sha256 of a byte slice, as lowercase hex.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(64);
-    for b in digest.iter() {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 0xf)] as char);
-    }
-    out
-}
+pub(crate) use crate::files::gate::sha256_hex;
 
 /// A blob name must be a sha256 in lowercase hex: the journal is data, and a
 /// crafted "hash" must never name a path outside the blob folder.
@@ -97,6 +85,37 @@ fn temp_name() -> String {
         std::process::id(),
         TEMP.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Puts `bytes` at `path` (in `folder`) whole or not at all: a private temp
+/// file, fsync, rename over, fsync of the folder (the syncs only when
+/// `durable`). On failure the temp file is removed and `path` is untouched.
+///
+/// The store's own files live outside every grant root, so plain paths are
+/// enough here; the file tools' writes go through directory handles instead.
+fn replace_file(folder: &Path, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+    let temp = folder.join(temp_name());
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        if durable {
+            file.sync_all()?;
+        }
+        fs::rename(&temp, path)?;
+        if durable {
+            sync_dir(folder)?;
+        }
+        Ok(())
+    })();
+    if written.is_err() {
+        // Best effort: the error that matters is the one returned.
+        let _ = fs::remove_file(&temp);
+    }
+    written
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -171,28 +190,7 @@ impl Store {
                 sync_dir(&self.dir.join(BLOBS)).map_err(fail)?;
             }
         }
-        let temp = folder.join(temp_name());
-        let written = (|| {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)?;
-            file.write_all(bytes)?;
-            if self.durable {
-                file.sync_all()?;
-            }
-            fs::rename(&temp, &path)?;
-            if self.durable {
-                sync_dir(&folder)?;
-            }
-            Ok(())
-        })();
-        if written.is_err() {
-            // Best effort: the error that matters is the one returned.
-            let _ = fs::remove_file(&temp);
-        }
-        written.map_err(fail)
+        replace_file(&folder, &path, bytes, self.durable).map_err(fail)
     }
 
     /// The bytes of blob `sha`, checked against their hash.
@@ -299,28 +297,8 @@ impl Store {
                 })?;
                 text.push(b'\n');
             }
-            let temp = self.dir.join(temp_name());
-            let fail = |e| Error::io("rewrite the history journal", &path, e);
-            let written = (|| {
-                let mut file = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&temp)?;
-                file.write_all(&text)?;
-                if self.durable {
-                    file.sync_all()?;
-                }
-                fs::rename(&temp, &path)?;
-                if self.durable {
-                    sync_dir(&self.dir)?;
-                }
-                Ok(())
-            })();
-            if written.is_err() {
-                let _ = fs::remove_file(&temp);
-            }
-            written.map_err(fail)?;
+            replace_file(&self.dir, &path, &text, self.durable)
+                .map_err(|e| Error::io("rewrite the history journal", &path, e))?;
             let referenced: HashSet<&str> = kept.iter().flat_map(Record::blobs).collect();
             let swept = self.sweep(&referenced, grace)?;
             Ok((kept.len(), swept))
@@ -380,6 +358,8 @@ fn ends_with_newline(file: &File, len: u64) -> io::Result<bool> {
 }
 
 /// Parses journal text; a line that does not parse is skipped and counted.
+// Hand-written on purpose: a JSON-lines reader would stop at the first bad
+// line, and a torn last line after a crash is expected, not an error.
 pub(crate) fn parse(bytes: &[u8]) -> Loaded {
     let mut loaded = Loaded::default();
     for line in bytes.split(|&b| b == b'\n') {

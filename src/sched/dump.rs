@@ -1,6 +1,6 @@
 //! The debug dump: everything live, copied out in one lock acquisition.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -257,28 +257,10 @@ fn paths_text(paths: &[PathEntry]) -> String {
         .join(", ")
 }
 
-/// Writes rows with every column padded to its widest cell.
+/// Writes an aligned table, indented under its heading.
 fn table(f: &mut fmt::Formatter<'_>, header: &[&str], rows: &[Vec<String>]) -> fmt::Result {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
-        let mut out = String::from("  ");
-        for (i, (cell, w)) in cells.zip(&widths).enumerate() {
-            if i + 1 == widths.len() {
-                out.push_str(cell);
-            } else {
-                let _ = write!(out, "{cell:<w$}  ");
-            }
-        }
-        out.trim_end().to_string()
-    };
-    writeln!(f, "{}", line(&mut header.iter().copied()))?;
-    for row in rows {
-        writeln!(f, "{}", line(&mut row.iter().map(String::as_str)))?;
+    for line in crate::text::table(header, rows).lines() {
+        writeln!(f, "  {line}")?;
     }
     Ok(())
 }

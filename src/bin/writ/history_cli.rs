@@ -5,7 +5,6 @@
 //! session (read from the journal), so the same engine runs as in a live
 //! session: the same conflict checks, the same all-or-nothing reservation.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -285,34 +284,6 @@ fn utc(ms: u64) -> String {
     )
 }
 
-/// Rows as aligned columns, two spaces apart.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: Vec<&str>| {
-        let mut text = String::new();
-        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == cells.len() {
-                text.push_str(cell);
-            } else {
-                let _ = write!(text, "{cell:<w$}  ");
-            }
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(header.to_vec());
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
-    }
-    out
-}
-
 fn list_table(turns: &[TurnSummary]) -> String {
     if turns.is_empty() {
         return "no turns recorded\n".to_string();
@@ -331,7 +302,7 @@ fn list_table(turns: &[TurnSummary]) -> String {
             ]
         })
         .collect();
-    table(
+    writ::text::table(
         &[
             "SESSION",
             "TURN",
@@ -368,7 +339,7 @@ fn show_table(session: &str, turn: &str, calls: &[Call]) -> String {
         "turn '{turn}' of session {session}: {} call(s)\n",
         calls.len()
     );
-    out.push_str(&table(
+    out.push_str(&writ::text::table(
         &["TIME (UTC)", "ACTOR", "OP", "PATH", "BEFORE", "AFTER", ""],
         &rows,
     ));

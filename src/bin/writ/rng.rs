@@ -1,6 +1,8 @@
 //! A tiny seeded generator, so a demo run can be repeated exactly.
 
 /// SplitMix64: small, fast and good enough to pick files and delays.
+// Hand-written on purpose: a demo run must repeat exactly for a seed across
+// versions, which a random-number crate does not promise for its generators.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 
