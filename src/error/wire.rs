@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::{Busy, Error, SlotLimit};
-use crate::key::Mode;
-use crate::table::HoldKind;
+use crate::HoldKind;
+use crate::Mode;
 
 /// Which protocol rule a request broke; each is its own kind on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
