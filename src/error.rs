@@ -7,9 +7,12 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::kinds::{HoldKind, Mode};
+
+mod wire;
+pub use wire::{ERROR_KINDS, ErrorKind, ProtocolError};
 
 /// A result whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -271,6 +274,53 @@ pub enum Error {
         reason: String,
     },
 
+    /// A request to `writ serve` broke the protocol (malformed JSON, an
+    /// unknown method, wrong parameters, a body too large, no valid token).
+    #[error("{detail}")]
+    Protocol {
+        /// Which rule was broken; each is its own kind on the wire.
+        kind: ProtocolError,
+        /// What exactly was wrong.
+        detail: String,
+    },
+
+    /// The caller's token may not act for this actor, hold or lease.
+    #[error("forbidden: {reason}; nothing was changed.")]
+    Forbidden {
+        /// What the token tried to do.
+        reason: String,
+    },
+
+    /// The server does not know this lease.
+    #[error(
+        "lease '{lease}' is unknown: it expired, was revoked, or the server restarted; create your actors again."
+    )]
+    UnknownLease {
+        /// The lease as named by the caller.
+        lease: String,
+    },
+
+    /// The server does not know this actor.
+    #[error("actor '{actor}' is unknown: it was dropped or its lease ended.")]
+    UnknownActor {
+        /// The actor as named by the caller.
+        actor: String,
+    },
+
+    /// The server does not know this hold.
+    #[error("hold '{hold}' is unknown: it was released or its lease ended.")]
+    UnknownHold {
+        /// The hold as named by the caller.
+        hold: String,
+    },
+
+    /// The server cannot be reached or is shutting down.
+    #[error("the writ server is unavailable: {reason}.")]
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+
     /// An operating-system error on a path.
     #[error("could not {op} {}: {source}.", path.display())]
     Io {
@@ -415,7 +465,7 @@ impl From<Busy> for Error {
 /// println!("{}", conflicts[0]); // …/a.txt: expected 3f0e…, found e3b0…: 0 line(s) added, 1 removed; …
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Conflict {
     /// The file.

@@ -84,13 +84,21 @@ mod sched;
 #[doc(hidden)]
 #[path = "bench_support.rs"]
 pub mod __bench;
+#[cfg(feature = "remote")]
+pub mod remote;
+#[cfg(feature = "server")]
+pub mod server;
+#[cfg(any(feature = "server", feature = "remote"))]
+mod wire;
+#[cfg(any(feature = "server", feature = "remote"))]
+pub use wire::PROTOCOL_VERSION;
 
 pub use crate::core::deadlock::WaitEdge;
 pub use crate::core::key::{CaseMode, Resolved, Target, normalize_lexically};
 pub use crate::core::queue::{WaitCause, WaiterId};
 pub use crate::core::state::Counters;
 pub use crate::core::table::{ActorId, HoldId, ScopeKind};
-pub use error::{Busy, Error, Result, SlotLimit};
+pub use error::{Busy, ERROR_KINDS, Error, ErrorKind, ProtocolError, Result, SlotLimit};
 #[doc(hidden)]
 pub use files::WriteStep;
 pub use files::gate::ReadMark;

@@ -115,6 +115,43 @@ pub(crate) fn check(
     Ok(())
 }
 
+/// Checks the folders of a path (relative to its grant root) against the
+/// folder patterns (those ending in `/`, like `.writ/`): everything beneath a
+/// sensitive folder is refused like a sensitive file.
+pub(crate) fn check_folders(
+    sensitive: &[String],
+    allowed: &[String],
+    relative: &Path,
+    key: &Key,
+) -> Result<()> {
+    let Some(folders) = relative.parent() else {
+        return Ok(());
+    };
+    for folder in folders.components() {
+        let name = folder.as_os_str().to_string_lossy();
+        let hit = |patterns: &[String]| {
+            patterns.iter().position(|p| {
+                p.strip_suffix('/')
+                    .is_some_and(|folder| matches(folder, &name))
+            })
+        };
+        if let Some(i) = hit(sensitive) {
+            let pattern = &sensitive[i];
+            if hit(allowed).is_some() {
+                continue;
+            }
+            return Err(Error::Policy {
+                path: key.path.clone(),
+                reason: format!(
+                    "it lies in the folder '{name}', which matches the sensitive-name pattern '{pattern}'; \
+                     work without it, or ask a person to allow it explicitly"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +172,29 @@ mod tests {
         assert!(!matches("a*b*c", "axxbyy"));
         assert!(matches("*", ""));
         assert!(!matches("", "x"));
+    }
+
+    #[test]
+    fn folder_patterns_refuse_everything_beneath_and_match_no_file_name() {
+        let patterns: Vec<String> = DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect();
+        let key = Key::exact("/ws/.writ/serve.json", false);
+        for inside in [".writ/serve.json", "a/.writ/b/c", ".WRIT/x"] {
+            assert!(
+                check_folders(&patterns, &[], Path::new(inside), &key).is_err(),
+                "{inside}"
+            );
+        }
+        for outside in [".writ", "writ/x", ".writing/x", "src/lib.rs"] {
+            assert!(
+                check_folders(&patterns, &[], Path::new(outside), &key).is_ok(),
+                "{outside}"
+            );
+        }
+        // Allowing the folder pattern lets it through.
+        let allowed = vec![".writ/".to_string()];
+        assert!(check_folders(&patterns, &allowed, Path::new(".writ/x"), &key).is_ok());
+        // A folder pattern never matches a file name.
+        assert!(first_match(&patterns, OsStr::new(".writ")).is_none());
     }
 
     #[test]

@@ -4,8 +4,12 @@ mod demo;
 mod demo_delegate;
 mod demo_files;
 mod demo_plan;
+#[cfg(all(feature = "server", feature = "remote"))]
+mod demo_serve;
 mod history_cli;
 mod rng;
+#[cfg(all(feature = "server", feature = "remote"))]
+mod serve_cli;
 
 use std::process::ExitCode;
 
@@ -41,15 +45,95 @@ enum Command {
         /// Instead: run a fake coding agent as a fenced delegated writer.
         #[arg(long, conflicts_with = "json")]
         delegate: bool,
+        /// Instead: the same workload run by agent processes through one `writ serve`.
+        #[cfg(all(feature = "server", feature = "remote"))]
+        #[arg(long, conflicts_with_all = ["json", "plan", "delegate"])]
+        serve: bool,
+        /// With --serve: leave the server up afterwards (Ctrl-C stops it).
+        #[cfg(all(feature = "server", feature = "remote"))]
+        #[arg(long, requires = "serve")]
+        keep: bool,
     },
     /// Recorded file history: list, show, rewind, redo, prune.
     History(history_cli::HistoryCmd),
+    /// One scheduler for every process of a session, over loopback HTTP.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Serve(serve_cli::ServeCmd),
+    /// Print a running server's table.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Dump {
+        #[command(flatten)]
+        target: serve_cli::TargetArgs,
+        /// Print the dump as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Say whether a server is running, and its URL.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Status(serve_cli::TargetArgs),
+    /// A client that takes a fence and then waits to be killed (for tests).
+    #[cfg(all(feature = "server", feature = "remote"))]
+    #[command(name = "__hold", hide = true)]
+    Hold {
+        /// The server's URL.
+        url: String,
+        /// The session token.
+        token: String,
+        /// The target to fence.
+        target: String,
+    },
+    /// One agent process of `writ demo --serve`.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    #[command(name = "__demo-worker", hide = true)]
+    DemoWorker {
+        /// The server's URL.
+        url: String,
+        /// The session token.
+        token: String,
+        /// This agent's number.
+        agent: usize,
+        /// Tool calls to make.
+        calls: usize,
+        /// The demo's seed.
+        seed: u64,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::History(cmd) => history_cli::run(cmd),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Serve(cmd) => serve_cli::serve(cmd),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Dump { target, json } => serve_cli::dump(target, json),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Status(target) => serve_cli::status(target),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Hold { url, token, target } => serve_cli::hold(&url, &token, &target),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::DemoWorker {
+            url,
+            token,
+            agent,
+            calls,
+            seed,
+        } => demo_serve::worker(&url, &token, agent, calls, seed),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Demo {
+            serve: true,
+            agents,
+            calls,
+            seed,
+            keep,
+            ..
+        } => {
+            if agents == 0 || calls == 0 {
+                eprintln!("writ demo: --agents and --calls must be at least 1");
+                return ExitCode::from(2);
+            }
+            demo_serve::run(agents, calls, seed, keep)
+        }
         Command::Demo { plan: true, .. } => run_plan_demo(),
         Command::Demo { delegate: true, .. } => run_delegate_demo(),
         Command::Demo {
