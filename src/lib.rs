@@ -86,7 +86,7 @@ pub mod plan;
 mod policy;
 
 pub use actor::{Actor, Grant};
-pub use config::{Approval, Config, DEFAULT_SENSITIVE, Durability};
+pub use config::{Approval, Config, DEFAULT_MAX_READ_BYTES, DEFAULT_SENSITIVE, Durability};
 pub use deadlock::WaitEdge;
 pub use dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slots, WaiterEntry};
 pub use error::{Busy, Error, Result, SlotLimit};
