@@ -269,6 +269,7 @@ impl Actor {
             .iter()
             .map(|r| key::canonical_root(r))
             .collect::<Result<Vec<_>>>()?;
+        sched.shared.history.admit_root(&root)?;
         let resolver = Resolver::new(root.clone(), read_roots, config.case, config.portable_names);
         let read_only = matches!(grant.scope, GrantScope::ReadOnly);
         if let Some(parent) = parent {

@@ -300,3 +300,82 @@ fn attack_11_an_endlessly_growing_file_cannot_keep_a_read_going() {
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
 }
+
+// ------------------------------------------- 1. a forged journal
+
+#[test]
+fn attack_1_a_history_directory_inside_a_grant_root_is_refused() {
+    let (_dir, ws) = canonical_tempdir();
+    let sched = Scheduler::new(process().history_dir(ws.join(".writ-history")));
+    match sched.actor("agent", Grant::workspace(&ws)) {
+        Err(e @ Error::InvalidPath { .. }) => {
+            assert!(e.to_string().contains("history directory"), "{e}")
+        }
+        other => panic!("expected InvalidPath, got {other:?}"),
+    }
+    // A root above the workspace contains it too; a sibling does not.
+    let sub = ws.join("project");
+    fs::create_dir(&sub).unwrap();
+    let sched = Scheduler::new(process().history_dir(ws.join("history")));
+    assert!(sched.actor("outer", Grant::workspace(&ws)).is_err());
+    sched.actor("inner", Grant::workspace(&sub)).unwrap();
+}
+
+#[test]
+fn attack_1_a_forged_journal_record_never_makes_rewind_write_outside() {
+    let (_dir, base) = canonical_tempdir();
+    let (ws, data, outside) = (base.join("ws"), base.join("history"), base.join("home"));
+    for d in [&ws, &outside] {
+        fs::create_dir(d).unwrap();
+    }
+    let sched = Scheduler::new(process().history_dir(&data).session("s"));
+    let agent = sched.actor("agent", Grant::workspace(&ws)).unwrap();
+    agent.set_turn("t1");
+    let files = agent.files();
+    files
+        .write("payload.txt", "ssh-ed25519 AAAA attacker\n")
+        .unwrap();
+    files.read("payload.txt").unwrap();
+    files.delete("payload.txt").unwrap();
+    // The forgery: the delete's record again, pointing outside the
+    // workspace, so that rewinding it "re-creates" the attacker's content.
+    let journal = data.join("journal.jsonl");
+    let text = fs::read_to_string(&journal).unwrap();
+    let last = text.lines().last().unwrap();
+    let ws_s = ws.to_str().unwrap();
+    let forged_root = last
+        .replace(
+            &format!("{ws_s}/payload.txt"),
+            &format!("{}/authorized_keys", outside.display()),
+        )
+        .replace(ws_s, outside.to_str().unwrap());
+    let forged_path = last.replace(
+        &format!("{ws_s}/payload.txt"),
+        &format!("{ws_s}/../home/authorized_keys"),
+    );
+    assert_ne!(forged_root, last, "the record names its root and path");
+    fs::write(&journal, format!("{text}{forged_root}\n{forged_path}\n")).unwrap();
+
+    match sched.rewind_turn("t1") {
+        Err(Error::RewindConflict { conflicts }) => {
+            assert!(
+                conflicts
+                    .iter()
+                    .any(|c| c.path.starts_with(&outside) && c.summary.contains("never written")),
+                "{conflicts:?}"
+            );
+            assert!(
+                conflicts
+                    .iter()
+                    .any(|c| c.summary.contains("outside the grant root")),
+                "{conflicts:?}"
+            );
+        }
+        other => panic!("expected RewindConflict, got {other:?}"),
+    }
+    assert!(!outside.join("authorized_keys").exists());
+    assert!(
+        !ws.join("payload.txt").exists(),
+        "nothing at all was touched"
+    );
+}

@@ -445,6 +445,9 @@ pub(crate) struct Handle {
     /// Restores allowed before a simulated crash (`usize::MAX`: none).
     failpoint: AtomicUsize,
     calls: AtomicU64,
+    /// Every grant root an actor of this session was created with: the
+    /// only roots a rewind writes under. Leaf lock.
+    roots: parking_lot::Mutex<std::collections::BTreeSet<PathBuf>>,
 }
 
 impl fmt::Debug for Handle {
@@ -476,7 +479,39 @@ impl Handle {
             pending: parking_lot::Mutex::new(HashMap::new()),
             failpoint: AtomicUsize::new(usize::MAX),
             calls: AtomicU64::new(0),
+            roots: parking_lot::Mutex::new(std::collections::BTreeSet::new()),
         }
+    }
+
+    /// Admits `root` (canonical) as a grant root of this session: refused
+    /// when the history directory lies inside it, where an agent's file
+    /// tools could reach — and forge — the journal.
+    pub(crate) fn admit_root(&self, root: &Path) -> Result<()> {
+        if let Some(dir) = &self.dir {
+            let dir = if dir.is_absolute() {
+                dir.clone()
+            } else {
+                std::env::current_dir().unwrap_or_default().join(dir)
+            };
+            let resolved = crate::key::resolve(&dir).unwrap_or(dir);
+            if resolved.starts_with(root) {
+                return Err(Error::InvalidPath {
+                    path: root.to_path_buf(),
+                    reason: format!(
+                        "the history directory {} lies inside this grant root, where file tools could \
+                         rewrite the journal; put Config::history_dir outside every workspace",
+                        resolved.display()
+                    ),
+                });
+            }
+        }
+        self.roots.lock().insert(root.to_path_buf());
+        Ok(())
+    }
+
+    /// Whether `root` is a grant root of this session.
+    pub(crate) fn granted(&self, root: &Path) -> bool {
+        self.roots.lock().contains(root)
     }
 
     /// True when a history directory is configured.
