@@ -548,6 +548,20 @@ fn relative(root: &Path, path: &Path) -> PathBuf {
         .unwrap_or_default()
 }
 
+/// A manifest walker with the default bounds, for the benchmarks.
+#[cfg(unix)]
+pub(crate) fn bench_walker<'a>(root: &'a Path, trees: &'a [PathBuf]) -> manifest::Walker<'a> {
+    manifest::Walker {
+        root,
+        trees,
+        skip: &[],
+        limits: manifest::Limits {
+            entries: DEFAULT_SCAN_ENTRIES,
+            bytes: DEFAULT_SCAN_BYTES,
+        },
+    }
+}
+
 #[cfg_attr(not(unix), allow(dead_code))]
 fn spawn_error(program: &OsStr, reason: impl Into<String>) -> Error {
     Error::Spawn {

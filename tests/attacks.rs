@@ -183,6 +183,32 @@ fn attack_10_a_create_never_replaces_a_file_that_appeared_meanwhile() {
 }
 
 #[test]
+fn attack_10_a_rename_never_replaces_a_destination_that_appeared_meanwhile() {
+    let (_dir, ws) = canonical_tempdir();
+    fs::write(ws.join("draft.md"), "the agent's draft\n").unwrap();
+    let sched = Scheduler::new(process());
+    let agent = sched.actor("agent", Grant::workspace(&ws)).unwrap();
+    let appeared = ws.join("final.md");
+    let hook_target = appeared.clone();
+    let files = agent.files().on_write_step(move |step| {
+        if step == WriteStep::Rename {
+            fs::write(&hook_target, "a person's final version\n")?;
+        }
+        Ok(())
+    });
+    files.read("draft.md").unwrap();
+    match files.rename("draft.md", "final.md") {
+        Err(Error::NotRead { path }) => assert_eq!(path, appeared),
+        other => panic!("expected NotRead, got {other:?}"),
+    }
+    assert_eq!(fs::read(&appeared).unwrap(), b"a person's final version\n");
+    assert_eq!(
+        fs::read(ws.join("draft.md")).unwrap(),
+        b"the agent's draft\n"
+    );
+}
+
+#[test]
 fn attack_10_racing_creators_lose_nothing() {
     let (_dir, ws) = canonical_tempdir();
     let sched = Scheduler::new(process());

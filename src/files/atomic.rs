@@ -168,6 +168,28 @@ fn umask() -> u32 {
     })
 }
 
+/// Renames `from` in `from_dir` to `to` in `to_dir` unless `to` exists
+/// (`AlreadyExists`), atomically.
+fn rename_noreplace(from_dir: &Dir, from: &OsStr, to_dir: &Dir, to: &OsStr) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    match rustix::fs::renameat_with(
+        &*from_dir.fd,
+        from,
+        &*to_dir.fd,
+        to,
+        rustix::fs::RenameFlags::NOREPLACE,
+    ) {
+        Ok(()) => return Ok(()),
+        // The file system does not support the flag: link + unlink.
+        Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // `linkat` never replaces an existing name; the old name then goes.
+    rustix::fs::linkat(&*from_dir.fd, from, &*to_dir.fd, to, AtFlags::empty())?;
+    let _ = rustix::fs::unlinkat(&*from_dir.fd, from, AtFlags::empty());
+    Ok(())
+}
+
 /// A process-wide counter that keeps temp names unique between threads.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -287,7 +309,7 @@ impl Dir {
                 rustix::fs::renameat(&*self.fd, &temp, &*self.fd, name)
                     .map_err(|e| rename(e.into()))?;
             } else {
-                self.rename_noreplace(&temp, name).map_err(rename)?;
+                rename_noreplace(self, &temp, self, name).map_err(rename)?;
             }
             Ok(new_mode)
         })();
@@ -307,28 +329,6 @@ impl Dir {
         };
         self.sync(durable, hook, name)?;
         Ok(new_mode)
-    }
-
-    /// Renames `from` to `to` in this folder unless `to` exists
-    /// (`AlreadyExists`), atomically.
-    fn rename_noreplace(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        match rustix::fs::renameat_with(
-            &*self.fd,
-            from,
-            &*self.fd,
-            to,
-            rustix::fs::RenameFlags::NOREPLACE,
-        ) {
-            Ok(()) => return Ok(()),
-            // The file system does not support the flag: link + unlink.
-            Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {}
-            Err(e) => return Err(e.into()),
-        }
-        // `linkat` never replaces an existing name; the temp name then goes.
-        rustix::fs::linkat(&*self.fd, from, &*self.fd, to, AtFlags::empty())?;
-        let _ = rustix::fs::unlinkat(&*self.fd, from, AtFlags::empty());
-        Ok(())
     }
 
     /// fsync of the folder after its entries changed.
@@ -362,21 +362,36 @@ impl Dir {
         self.sync(durable, hook, name)
     }
 
-    /// Renames `name` in this folder to `to_name` in `to` (replacing what is
-    /// there, a symlink itself rather than its target).
+    /// Renames `name` in this folder to `to_name` in `to` (a symlink itself
+    /// rather than its target). `replace`: the destination existed and may
+    /// be replaced; otherwise one that appeared meanwhile is never replaced
+    /// (`Error::NotRead`).
     pub(crate) fn rename_to(
         &self,
         name: &OsStr,
         to: &Dir,
         to_name: &OsStr,
+        replace: bool,
         durable: bool,
         hook: Option<&StepHook>,
     ) -> Result<()> {
         step(hook, WriteStep::Rename)
             .and_then(|()| {
-                rustix::fs::renameat(&*self.fd, name, &*to.fd, to_name).map_err(io::Error::from)
+                if replace {
+                    rustix::fs::renameat(&*self.fd, name, &*to.fd, to_name).map_err(io::Error::from)
+                } else {
+                    rename_noreplace(self, name, to, to_name)
+                }
             })
-            .map_err(|e| Error::io("rename", self.at(name), e))?;
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::AlreadyExists && !replace {
+                    Error::NotRead {
+                        path: to.at(to_name),
+                    }
+                } else {
+                    Error::io("rename", self.at(name), e)
+                }
+            })?;
         to.sync(durable, hook, to_name)?;
         if to.path != self.path {
             self.sync(durable, hook, name)?;

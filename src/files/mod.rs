@@ -992,6 +992,7 @@ impl<'a> Files<'a> {
             &src_name,
             &dst_dir,
             &dst_name,
+            replaced.is_some(),
             self.durable(),
             self.steps.as_ref(),
         )?;
