@@ -168,3 +168,12 @@ pub mod workload {
         Request::new(1, &refs, false, true)
     }
 }
+
+/// One manifest walk as a delegated run does it (stat and hash every file,
+/// through folder handles) over `trees` (relative to `root`); returns the
+/// number of entries recorded.
+#[cfg(unix)]
+pub fn manifest_walk(root: &Path, trees: &[PathBuf]) -> usize {
+    let walker = crate::delegate::bench_walker(root, trees);
+    walker.before(None).entries.len()
+}

@@ -77,6 +77,8 @@ mod output;
 mod process;
 #[cfg(unix)]
 mod runner;
+#[cfg(unix)]
+mod sandbox;
 
 /// The default time limit of a run: 10 minutes from the spawn.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -118,6 +120,26 @@ pub struct Run {
     pub(crate) tail: usize,
     pub(crate) scan_entries: usize,
     pub(crate) scan_bytes: u64,
+    pub(crate) sandbox: Sandbox,
+    pub(crate) writable: Vec<PathBuf>,
+    pub(crate) network: bool,
+}
+
+/// Whether a run is sandboxed with bubblewrap (`bwrap`); see
+/// [`Run::sandbox`] and `docs/DELEGATION.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Sandbox {
+    /// Sandboxed when a working `bwrap` is available; otherwise run in a
+    /// process group only, and the report says so (the default).
+    #[default]
+    Auto,
+    /// Sandboxed, or not run at all: without a working `bwrap` the run is
+    /// `Error::Spawn`.
+    Required,
+    /// Never sandboxed: the process group is all that holds the child.
+    Off,
 }
 
 impl Run {
@@ -136,7 +158,45 @@ impl Run {
             tail: DEFAULT_TAIL,
             scan_entries: DEFAULT_SCAN_ENTRIES,
             scan_bytes: DEFAULT_SCAN_BYTES,
+            sandbox: Sandbox::Auto,
+            writable: Vec::new(),
+            network: true,
         }
+    }
+
+    /// Whether to run inside a bubblewrap sandbox (default
+    /// [`Sandbox::Auto`]). In the sandbox the child has its own PID
+    /// namespace and `/proc` (when the run ends, its whole tree ends,
+    /// escapees included; no other process's environment is visible), the
+    /// host is read-only except the run folder, the project folders and
+    /// [`Run::writable`] folders, and `/tmp` is private.
+    ///
+    /// ```
+    /// use writ::delegate::{Run, Sandbox};
+    /// let run = Run::new("claude")
+    ///     .sandbox(Sandbox::Required) // Error::Spawn without a working bwrap
+    ///     .writable("/home/me/.claude") // the CLI's own config and session files
+    ///     .network(true);
+    /// # let _ = run;
+    /// ```
+    pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// Another folder the sandboxed child may write (a CLI's config or
+    /// cache folder; absolute, or relative to the delegating actor's root).
+    /// It must exist. Writes there are not fenced and not in the report.
+    pub fn writable(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.writable.push(dir.into());
+        self
+    }
+
+    /// Keep the network in the sandbox (default `true`; a coding CLI needs
+    /// it to reach its model). `false` gives the child no network at all.
+    pub fn network(mut self, on: bool) -> Self {
+        self.network = on;
+        self
     }
 
     /// Adds one argument.
@@ -334,6 +394,9 @@ pub struct Report {
     /// Walk statistics.
     #[doc(hidden)]
     pub scan: ScanStats,
+    /// Whether the run was inside the bubblewrap sandbox (see
+    /// [`Run::sandbox`]); when it was not, a note says why.
+    pub sandboxed: bool,
 }
 
 impl fmt::Display for Report {
@@ -349,6 +412,14 @@ impl fmt::Display for Report {
             (None, None) => {}
         }
         writeln!(f, " after {:.1?}.", self.duration)?;
+        if self.sandboxed {
+            writeln!(
+                f,
+                "Sandboxed (bubblewrap): own process tree, host read-only outside the fenced folders."
+            )?;
+        } else {
+            writeln!(f, "Not sandboxed: only its process group was stopped.")?;
+        }
         writeln!(
             f,
             "Run folder: {} (full output: {}).",
@@ -477,6 +548,20 @@ fn relative(root: &Path, path: &Path) -> PathBuf {
         .unwrap_or_default()
 }
 
+/// A manifest walker with the default bounds, for the benchmarks.
+#[cfg(unix)]
+pub(crate) fn bench_walker<'a>(root: &'a Path, trees: &'a [PathBuf]) -> manifest::Walker<'a> {
+    manifest::Walker {
+        root,
+        trees,
+        skip: &[],
+        limits: manifest::Limits {
+            entries: DEFAULT_SCAN_ENTRIES,
+            bytes: DEFAULT_SCAN_BYTES,
+        },
+    }
+}
+
 #[cfg_attr(not(unix), allow(dead_code))]
 fn spawn_error(program: &OsStr, reason: impl Into<String>) -> Error {
     Error::Spawn {
@@ -496,5 +581,7 @@ mod tests {
         assert_eq!(run.grace, Duration::from_secs(2));
         assert_eq!(run.tail, 64 * 1024);
         assert!(run.env.is_empty() && run.inherit.is_empty());
+        assert_eq!(run.sandbox, Sandbox::Auto);
+        assert!(run.network && run.writable.is_empty());
     }
 }

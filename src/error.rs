@@ -265,6 +265,21 @@ pub enum Error {
         reason: String,
     },
 
+    /// A file is larger than a whole read may be (`Config::max_read_bytes`);
+    /// nothing was read into memory.
+    #[error(
+        "{} is {size} bytes, more than the {limit} bytes a whole read may return; read the part you need with read_range (a range of lines), or ask for a larger max_read_bytes.",
+        path.display()
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size in bytes when the read stopped (at least this much).
+        size: u64,
+        /// `Config::max_read_bytes`.
+        limit: u64,
+    },
+
     /// A delegated command could not start.
     #[error("could not start '{program}': {reason}; nothing was run and no fence is held.")]
     Spawn {

@@ -105,7 +105,7 @@ pub use files::gate::ReadMark;
 pub use files::{FileOp, Files, HistoryStatus, Receipt};
 pub use kinds::{HoldKind, Mode};
 pub use sched::actor::{Actor, Grant};
-pub use sched::config::{Approval, Config, DEFAULT_SENSITIVE, Durability};
+pub use sched::config::{Approval, Config, DEFAULT_MAX_READ_BYTES, DEFAULT_SENSITIVE, Durability};
 pub use sched::dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slots, WaiterEntry};
 pub use sched::guard::{Fence, Reservation};
 pub use sched::request::{Acquire, Request};

@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use writ::delegate::{Change, Run, Status};
+use writ::delegate::{Change, Run, Sandbox, Status};
 use writ::{Actor, Config, Error, Grant, HoldKind, Scheduler, Target};
 
 const GRACE: Duration = Duration::from_millis(150);
@@ -56,12 +56,36 @@ fn write(path: impl AsRef<Path>, content: impl AsRef<[u8]>) {
     fs::write(path, content).unwrap();
 }
 
-/// A `/bin/sh -c` run with a short grace and a generous deadline.
+/// A `/bin/sh -c` run with a short grace and a generous deadline, in a
+/// process group only: these tests watch the child's processes by their
+/// host pids, which a PID namespace would hide.
 fn sh(script: &str) -> Run {
     Run::new("/bin/sh")
         .args(["-c", script])
         .grace(GRACE)
         .timeout(Duration::from_secs(30))
+        .sandbox(Sandbox::Off)
+}
+
+/// The same run in the bubblewrap sandbox, which must work: the run fails
+/// with `Error::Spawn` naming the package to install when it does not.
+fn sandboxed(script: &str) -> Run {
+    sh(script).sandbox(Sandbox::Required)
+}
+
+/// Runs `run`, failing the test with what to install when the sandbox is
+/// missing.
+async fn delegate_sandboxed(lead: &Actor, run: Run) -> writ::delegate::Report {
+    match lead.delegate(run).await {
+        Ok(report) => {
+            assert!(report.sandboxed, "{report}");
+            report
+        }
+        Err(e @ Error::Spawn { .. }) => panic!(
+            "the bubblewrap sandbox is needed for this test: {e} (on Debian: apt-get install -y bubblewrap)"
+        ),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// Shell: publish `$value` in file `name` atomically (write, then rename).
@@ -437,9 +461,13 @@ async fn the_environment_is_the_whitelist_plus_what_the_caller_passes() {
         "WRIT_TEST_PROXY",
         "WRIT_EXTRA",
     ];
-    for name in child.keys() {
+    for (name, value) in &child {
+        // bwrap always tells the child its working folder, the run folder.
+        let pwd = *name == "PWD"
+            && report.sandboxed
+            && Path::new(value) == dir.path().canonicalize().unwrap().join(&report.run_dir);
         assert!(
-            allowed.contains(name) || name.starts_with("LC_") || name.starts_with("XDG_"),
+            allowed.contains(name) || name.starts_with("LC_") || name.starts_with("XDG_") || pwd,
             "{name} reached the child"
         );
     }
@@ -979,4 +1007,306 @@ fn the_run_future_is_send() {
     let lead = sched.actor("lead", Grant::workspace(dir.path())).unwrap();
     let future = lead.delegate(Run::new("true"));
     assert_send(&future);
+}
+
+// ---------------------------------------------------------------- attacks (SPEC §9)
+
+/// Host processes whose working directory lies in `dir` (zombies have none).
+fn processes_in(dir: &Path) -> Vec<u32> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(dir))
+        })
+        .collect()
+}
+
+/// A `NAME=value` of this process's own environment that a child must not
+/// see (not on the whitelist).
+fn orchestrator_secret() -> String {
+    let environ = fs::read("/proc/self/environ").unwrap();
+    let whitelisted = |name: &str| {
+        [
+            "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TZ", "TMPDIR",
+        ]
+        .contains(&name)
+            || name.starts_with("LC_")
+            || name.starts_with("XDG_")
+    };
+    environ
+        .split(|&b| b == 0)
+        .filter_map(|var| std::str::from_utf8(var).ok())
+        .find(|var| {
+            var.split_once('=')
+                .is_some_and(|(name, value)| !whitelisted(name) && value.len() >= 3)
+        })
+        .expect("the test process has a variable outside the whitelist (cargo sets CARGO_*)")
+        .to_string()
+}
+
+const READ_ENVIRONS: &str = "cat /proc/$PPID/environ > parent.env 2>/dev/null; \
+    for f in /proc/[0-9]*/environ; do cat \"$f\"; echo; done > all.env 2>/dev/null; true";
+
+#[tokio::test]
+async fn attack_2_a_sandboxed_child_cannot_read_the_orchestrators_environment() {
+    let w = ws().await;
+    let secret = orchestrator_secret();
+    let seen = |report: &writ::delegate::Report| {
+        let dir = w.root.join(&report.run_dir);
+        let mut all = fs::read(dir.join("parent.env")).unwrap_or_default();
+        all.extend(fs::read(dir.join("all.env")).unwrap_or_default());
+        all.split(|&b| b == 0 || b == b'\n')
+            .any(|var| var == secret.as_bytes())
+    };
+    // Without the sandbox the attack works: the reason the sandbox exists.
+    let open = w.lead.delegate(sh(READ_ENVIRONS)).await.unwrap();
+    assert!(!open.sandboxed);
+    assert!(
+        seen(&open),
+        "the unsandboxed child read the parent's environment"
+    );
+    let report = delegate_sandboxed(&w.lead, sandboxed(READ_ENVIRONS)).await;
+    assert_eq!(report.status, Status::Completed, "{report}");
+    assert!(!seen(&report), "the sandboxed child read '{secret}'");
+}
+
+#[tokio::test]
+async fn attack_3_a_setsid_escapee_ends_with_the_sandboxed_run() {
+    let w = ws().await;
+    fs::create_dir(w.root.join("src")).unwrap();
+    // The escapee leaves the group and the session and keeps writing; the
+    // leader exits as soon as it has started.
+    let script = "setsid sh -c 'while :; do echo x >> ../../src/late.txt; sleep 0.02; done' \
+                  </dev/null >/dev/null 2>&1 & \
+                  (sh -c 'sleep 30 & exit 0') ; \
+                  while [ ! -s ../../src/late.txt ]; do sleep 0.01; done; exit 0";
+    let report = delegate_sandboxed(&w.lead, sandboxed(script).project_dir("src")).await;
+    assert_eq!(report.status, Status::Completed, "{report}");
+    let run_dir = w.root.join(&report.run_dir);
+    assert_eq!(
+        processes_in(&run_dir),
+        Vec::<u32>::new(),
+        "processes of the run outlived it"
+    );
+    // Nothing writes there any more: a fence taken now stays quiet.
+    let size = fs::metadata(w.root.join("src/late.txt")).unwrap().len();
+    let _fence = w
+        .lead
+        .admit_timeout([Target::tree(w.root.join("src"))], BOUND)
+        .await
+        .unwrap();
+    assert!(processes_in(&run_dir).is_empty());
+    assert_eq!(
+        fs::metadata(w.root.join("src/late.txt")).unwrap().len(),
+        size
+    );
+    assert_eq!(
+        changes(&report),
+        vec![("src/late.txt".into(), Change::Created)]
+    );
+}
+
+#[tokio::test]
+async fn attack_3_a_sandboxed_child_cannot_write_outside_its_fence() {
+    let w = ws().await;
+    write(w.root.join("docs/guide.md"), "the guide\n");
+    fs::create_dir(w.root.join("src")).unwrap();
+    let extra = tempfile::tempdir().unwrap();
+    let script = "echo x > ../../docs/guide.md; echo docs=$? > ../../src/results; \
+                  echo x > ../../evil.txt; echo root=$? >> ../../src/results; \
+                  echo x > /etc/writ-test-evil; echo etc=$? >> ../../src/results; \
+                  echo x > \"$EXTRA/config.json\"; echo extra=$? >> ../../src/results; \
+                  echo x > /tmp/scratch && echo tmp=0 >> ../../src/results";
+    let report = delegate_sandboxed(
+        &w.lead,
+        sandboxed(script)
+            .project_dir("src")
+            .writable(extra.path())
+            .env("EXTRA", extra.path()),
+    )
+    .await;
+    assert_eq!(report.status, Status::Completed, "{report}");
+    let results = fs::read_to_string(w.root.join("src/results")).unwrap();
+    assert_eq!(
+        results, "docs=2\nroot=2\netc=2\nextra=0\ntmp=0\n",
+        "{report}"
+    );
+    assert_eq!(
+        fs::read_to_string(w.root.join("docs/guide.md")).unwrap(),
+        "the guide\n"
+    );
+    assert!(!w.root.join("evil.txt").exists());
+    assert!(!Path::new("/etc/writ-test-evil").exists());
+    assert!(!Path::new("/tmp/scratch").exists(), "/tmp is private");
+    assert_eq!(
+        fs::read_to_string(extra.path().join("config.json")).unwrap(),
+        "x\n"
+    );
+}
+
+#[tokio::test]
+async fn a_sandboxed_run_keeps_the_network_unless_told_not_to() {
+    let w = ws().await;
+    let script = "tail -n +3 /proc/net/dev | wc -l > interfaces";
+    let on = delegate_sandboxed(&w.lead, sandboxed(script)).await;
+    let off = delegate_sandboxed(&w.lead, sandboxed(script).network(false)).await;
+    let count = |r: &writ::delegate::Report| {
+        fs::read_to_string(w.root.join(&r.run_dir).join("interfaces"))
+            .unwrap()
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+    };
+    assert_eq!(count(&off), 1, "only the loopback interface");
+    let host = fs::read_to_string("/proc/net/dev").unwrap().lines().count() as u32 - 2;
+    assert_eq!(count(&on), host, "the host's interfaces");
+}
+
+#[tokio::test]
+async fn without_a_sandbox_the_report_says_so() {
+    let w = ws().await;
+    let report = w.lead.delegate(sh("true")).await.unwrap();
+    assert!(!report.sandboxed);
+    assert!(report.to_string().contains("Not sandboxed"), "{report}");
+    let report = delegate_sandboxed(&w.lead, sandboxed("true")).await;
+    assert!(
+        report.to_string().contains("Sandboxed (bubblewrap)"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_writable_folder_is_refused_before_anything_runs() {
+    let w = ws().await;
+    match w
+        .lead
+        .delegate(sandboxed("true").writable("no/such/dir"))
+        .await
+    {
+        Err(Error::Spawn { reason, .. }) => assert!(reason.contains("writable"), "{reason}"),
+        other => panic!("expected Spawn, got {other:?}"),
+    }
+    assert!(runs_in(&w.root).is_empty());
+    assert_idle(&w);
+}
+
+/// Drops a run once its child has created `ready` in the run folder, then
+/// waits (bounded) for the fence on the run folder; returns the folder.
+async fn cancel_when_ready(w: &Ws, script: &str) -> PathBuf {
+    let run = w.lead.delegate(sh(script));
+    let ready = tokio::select! {
+        r = run => panic!("the run ended: {r:?}"),
+        f = async {
+            wait_until("the child to be ready", || run_file(&w.root, "ready").is_some()).await;
+            run_file(&w.root, "ready").unwrap()
+        } => f,
+    }; // dropped: cancelled
+    let run_dir = ready.parent().unwrap().to_path_buf();
+    let _released = w
+        .lead
+        .admit_timeout([Target::tree(&run_dir)], GRACE + BOUND)
+        .await
+        .expect("the cancelled run's fence was released");
+    run_dir
+}
+
+#[tokio::test]
+async fn attack_5_cancel_never_writes_the_log_through_a_planted_symlink() {
+    let w = ws().await;
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("authorized_keys");
+    fs::write(&target, "ssh-ed25519 AAAA the-owner\n").unwrap();
+    let script = format!(
+        "rm output.log; ln -s {} output.log; touch ready; sleep 30",
+        target.display()
+    );
+    let run_dir = cancel_when_ready(&w, &script).await;
+    assert!(
+        fs::symlink_metadata(run_dir.join("output.log"))
+            .unwrap()
+            .is_symlink()
+    );
+    assert_eq!(
+        fs::read_to_string(&target).unwrap(),
+        "ssh-ed25519 AAAA the-owner\n",
+        "the runner wrote through the child's symlink"
+    );
+}
+
+#[tokio::test]
+async fn attack_6_a_planted_fifo_cannot_hang_the_cancel() {
+    let w = ws().await;
+    let started = Instant::now();
+    let run_dir = cancel_when_ready(
+        &w,
+        "rm output.log; mkfifo output.log; touch ready; sleep 30",
+    )
+    .await;
+    assert!(
+        started.elapsed() < GRACE + Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        !fs::symlink_metadata(run_dir.join("output.log"))
+            .unwrap()
+            .is_file()
+    );
+    // Project folders are writable again.
+    w.lead
+        .files()
+        .write(run_dir.join("after.txt"), "x")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn attack_7_paths_longer_than_path_max_are_reported() {
+    let w = ws().await;
+    fs::create_dir(w.root.join("src")).unwrap();
+    // 25 nested 200-character folders: about 5 KB of path, past PATH_MAX.
+    // Built bottom-up with short paths only (a shell cannot `cd` that deep).
+    let script = "cd ../../src && d=$(printf 'd%.0s' $(seq 200)) && \
+                  mkdir x && echo deep > x/payload.sh && \
+                  for i in $(seq 24); do mkdir y && mv x y/$d && mv y x || exit 1; done && mv x $d";
+    let report = w
+        .lead
+        .delegate(sh(script).project_dir("src"))
+        .await
+        .unwrap();
+    assert_eq!(report.status, Status::Completed, "{report}");
+    let found = report.artifacts.iter().any(|a| {
+        a.change == Change::Created
+            && a.path.ends_with("payload.sh")
+            && a.path.components().count() == 27
+    });
+    assert!(
+        found || (report.scan_truncated && !report.notes.is_empty()),
+        "a deep file was silently left out: {report}"
+    );
+    assert!(
+        found,
+        "the walk through folder handles sees any depth: {report}"
+    );
+}
+
+#[tokio::test]
+async fn attack_8_bookkeeping_names_cannot_hide_artifacts() {
+    let w = ws().await;
+    let script = "rm output.log; mkdir output.log; echo evil > output.log/payload.sh; \
+                  rm TASK.md; echo evil > TASK.md";
+    let report = w.lead.delegate(sh(script)).await.unwrap();
+    assert_eq!(report.status, Status::Completed, "{report}");
+    let run = report.run_dir.display().to_string();
+    let mut got = changes(&report);
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        got,
+        vec![
+            (format!("{run}/TASK.md"), Change::Created),
+            (format!("{run}/output.log/payload.sh"), Change::Created),
+        ],
+        "{report}"
+    );
 }

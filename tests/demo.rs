@@ -79,4 +79,8 @@ fn delegate_demo_reports_the_fake_agents_changes() {
         text.contains("lead/run-1"),
         "the dump taken during the run shows the run's actor: {text}"
     );
+    assert!(
+        text.contains("Sandboxed (bubblewrap)"),
+        "the demo's run is sandboxed and says so (needs bubblewrap installed): {text}"
+    );
 }

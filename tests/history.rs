@@ -408,9 +408,14 @@ fn rewind_refuses_a_path_that_became_a_symlink_out_of_the_root() {
     fs::write(outside.join("a.txt"), "agent\n").unwrap();
     fs::remove_dir_all(e.path("sub")).unwrap();
     std::os::unix::fs::symlink(&outside, e.path("sub")).unwrap();
+    // Outside the root today: a conflict entry, never a write.
     match e.sched.rewind_turn("t") {
-        Err(Error::OutsideGrant { path, .. }) => assert_eq!(path, outside.join("a.txt")),
-        other => panic!("expected OutsideGrant, got {other:?}"),
+        Err(Error::RewindConflict { conflicts }) => {
+            assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+            assert_eq!(conflicts[0].path, e.path("sub/a.txt"));
+            assert!(conflicts[0].summary.contains("outside the grant root"));
+        }
+        other => panic!("expected RewindConflict, got {other:?}"),
     }
     assert!(outside.join("a.txt").exists(), "nothing outside is touched");
     assert!(e.path("b.txt").exists(), "nothing at all is touched");
@@ -421,7 +426,7 @@ fn rewind_refuses_a_path_that_became_a_symlink_out_of_the_root() {
     std::os::unix::fs::symlink(outside.join("a.txt"), e.path("sub/a.txt")).unwrap();
     assert!(matches!(
         e.sched.rewind_turn("t"),
-        Err(Error::OutsideGrant { .. })
+        Err(Error::RewindConflict { .. })
     ));
     assert!(outside.join("a.txt").exists());
 }

@@ -6,14 +6,16 @@ use std::process::{Command, Output};
 
 use writ::{Config, Durability, Grant, Scheduler};
 
+/// Runs `writ history ARGS --dir DIR` in the workspace beside `dir` (the
+/// default `--workspace` of a rewind), when there is one.
 fn writ(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_writ"))
-        .arg("history")
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .expect("the writ binary runs")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_writ"));
+    cmd.arg("history").args(args).arg("--dir").arg(dir);
+    let ws = dir.with_file_name("ws");
+    if ws.is_dir() {
+        cmd.current_dir(ws);
+    }
+    cmd.output().expect("the writ binary runs")
 }
 
 fn json(output: &Output) -> serde_json::Value {

@@ -339,7 +339,8 @@ async fn slot_limits_hold_under_concurrency() {
     let peak_w = live[peak_writers].load(Ordering::SeqCst);
     assert!(peak_a <= MAX_ACTORS, "{peak_a} children were live at once");
     assert!(peak_w <= MAX_WRITERS, "{peak_w} writers were live at once");
-    assert!(peak_a >= 1 && created >= TASKS - TASKS / 5);
+    // Every fifth task (i = 0, 5, …) may be refused: ceil(TASKS / 5) of them.
+    assert!(peak_a >= 1 && created >= TASKS - TASKS.div_ceil(5));
     let dump = sched.dump();
     assert_eq!((dump.slots.actors, dump.slots.writers), (0, 0));
     assert!(dump.is_idle(), "{dump}");

@@ -29,13 +29,24 @@
 //! a file created just before the walk (the run's `TASK.md`), so it has the
 //! file system's own granularity. Racy files are always compared by hash.
 //!
+//! The walk goes through folder handles (`openat`, `fstatat` with no-follow,
+//! one folder open per level), never through full paths, so no path length
+//! hides a file. An entry it cannot examine (permissions, too many open
+//! folders) is counted and named in the report's notes, and the report says
+//! the scan is incomplete — never a silent skip.
+//!
 //! `.git` directories are not walked (commits are read with `git` instead).
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, Metadata};
+use std::ffi::{OsStr, OsString};
+use std::fs;
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 
 use sha2::{Digest, Sha256};
 
@@ -75,14 +86,15 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    fn new(meta: &Metadata, kind: Kind) -> Self {
+    #[allow(clippy::unnecessary_cast)] // the field types differ between targets
+    fn from_stat(stat: &rustix::fs::Stat, kind: Kind) -> Self {
         Entry {
             kind,
-            size: meta.size(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
-            dev: meta.dev(),
-            ino: meta.ino(),
+            size: stat.st_size as u64,
+            mtime: (stat.st_mtime as i64, stat.st_mtime_nsec as i64),
+            ctime: (stat.st_ctime as i64, stat.st_ctime_nsec as i64),
+            dev: stat.st_dev as u64,
+            ino: stat.st_ino as u64,
             hash: None,
             racy: false,
         }
@@ -110,8 +122,10 @@ pub(crate) struct Manifest {
     pub(crate) visited: usize,
     /// Content bytes hashed.
     pub(crate) hashed: u64,
-    /// Directories or files that could not be read.
+    /// Directories or files that could not be examined.
     pub(crate) unreadable: usize,
+    /// The first few of them, with the reason (relative paths).
+    pub(crate) unexamined: Vec<String>,
 }
 
 /// One walk over the fenced trees.
@@ -121,8 +135,11 @@ pub(crate) struct Walker<'a> {
     pub(crate) root: &'a Path,
     /// The trees, relative to `root`: sorted, none inside another.
     pub(crate) trees: &'a [PathBuf],
-    /// Paths never recorded (the run's bookkeeping files).
-    pub(crate) skip: &'a [PathBuf],
+    /// The run's bookkeeping files: a path with the (device, inode) the
+    /// runner created there. Skipped only while both match — a child that
+    /// replaces `output.log` by a folder or another file has made an
+    /// artifact like any other.
+    pub(crate) skip: &'a [(PathBuf, (u64, u64))],
     pub(crate) limits: Limits,
 }
 
@@ -167,10 +184,28 @@ impl Walker<'_> {
         hash: Option<Option<Stamp>>,
         stop_after: Option<&Path>,
     ) -> Result<(), Stop> {
-        let mut stack: Vec<std::vec::IntoIter<PathBuf>> =
-            vec![vec![tree.to_path_buf()].into_iter()];
-        while let Some(top) = stack.last_mut() {
-            let Some(rel) = top.next() else {
+        if stop_after.is_some_and(|s| tree > s) {
+            return Err(Stop);
+        }
+        // The tree itself is opened by path (a short one: a project folder
+        // or the run folder); everything under it through folder handles.
+        let Ok(top) = rustix::fs::open(self.root.join(tree), dir_flags(), Mode::empty()) else {
+            return Ok(()); // not there, or not a folder: nothing to record
+        };
+        if m.visited >= self.limits.entries {
+            m.frontier = Some(last.clone());
+            return Err(Stop);
+        }
+        m.visited += 1;
+        *last = tree.to_path_buf();
+        let Some(children) = self.children(tree, &top, m) else {
+            m.frontier = Some(last.clone());
+            return Err(Stop);
+        };
+        let mut stack: Vec<(OwnedFd, std::vec::IntoIter<(PathBuf, OsString)>)> =
+            vec![(top, children.into_iter())];
+        while let Some((dir, names)) = stack.last_mut() {
+            let Some((rel, name)) = names.next() else {
                 stack.pop();
                 continue;
             };
@@ -178,23 +213,36 @@ impl Walker<'_> {
                 // Walk order is increasing: everything left lies past it too.
                 return Err(Stop);
             }
-            if self.skip.contains(&rel) {
+            let stat = match rustix::fs::statat(&*dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => stat,
+                Err(Errno::NOENT) => continue, // vanished
+                Err(e) => {
+                    m.cannot_examine(&rel, e);
+                    continue;
+                }
+            };
+            let id = (stat.st_dev as u64, stat.st_ino as u64);
+            if self.skip.iter().any(|(path, at)| *path == rel && *at == id) {
                 continue;
             }
-            let abs = self.root.join(&rel);
-            let Ok(meta) = fs::symlink_metadata(&abs) else {
-                continue; // vanished, or not there at all
-            };
             if m.visited >= self.limits.entries {
                 m.frontier = Some(last.clone());
                 return Err(Stop);
             }
             m.visited += 1;
-            let file_type = meta.file_type();
-            if file_type.is_dir() {
+            let file_type = FileType::from_raw_mode(stat.st_mode as _);
+            if file_type == FileType::Directory {
                 *last = rel.clone();
-                match self.children(&rel, &abs, m) {
-                    Some(children) => stack.push(children.into_iter()),
+                let sub = match rustix::fs::openat(&*dir, &name, dir_flags(), Mode::empty()) {
+                    Ok(sub) => sub,
+                    Err(Errno::NOENT) => continue,
+                    Err(e) => {
+                        m.cannot_examine(&rel, e);
+                        continue;
+                    }
+                };
+                match self.children(&rel, &sub, m) {
+                    Some(children) => stack.push((sub, children.into_iter())),
                     None => {
                         // Too many entries to read within the bound: nothing
                         // inside this directory counts as seen.
@@ -204,19 +252,19 @@ impl Walker<'_> {
                 }
                 continue;
             }
-            let kind = if file_type.is_file() {
-                Kind::File
-            } else if file_type.is_symlink() {
-                Kind::Symlink
-            } else {
-                *last = rel; // sockets, pipes, devices: not artifacts
-                continue;
+            let kind = match file_type {
+                FileType::RegularFile => Kind::File,
+                FileType::Symlink => Kind::Symlink,
+                _ => {
+                    *last = rel; // sockets, pipes, devices: not artifacts
+                    continue;
+                }
             };
-            let mut entry = Entry::new(&meta, kind);
+            let mut entry = Entry::from_stat(&stat, kind);
             if let Some(clock) = hash {
                 entry.racy = clock.is_none_or(|c| entry.mtime >= c || entry.ctime >= c);
                 let room = self.limits.bytes.saturating_sub(m.hashed);
-                match content_hash(&abs, kind, room) {
+                match content_hash(&*dir, &name, kind, room) {
                     Hashed::Done(digest, read) => {
                         m.hashed += read;
                         entry.hash = Some(digest);
@@ -228,7 +276,7 @@ impl Walker<'_> {
                         m.frontier = Some(last.clone());
                         return Err(Stop);
                     }
-                    Hashed::Unreadable => m.unreadable += 1,
+                    Hashed::Unreadable(e) => m.cannot_examine(&rel, e),
                 }
             }
             m.entries.insert(rel.clone(), entry);
@@ -237,51 +285,82 @@ impl Walker<'_> {
         Ok(())
     }
 
-    /// The sorted child paths of a directory, or `None` when reading them
-    /// would pass the entry bound. An unreadable directory has none.
-    fn children(&self, rel: &Path, abs: &Path, m: &mut Manifest) -> Option<Vec<PathBuf>> {
-        let Ok(read) = fs::read_dir(abs) else {
-            m.unreadable += 1;
-            return Some(Vec::new());
+    /// The sorted children of an open directory (relative path and name),
+    /// or `None` when reading them would pass the entry bound. An
+    /// unreadable directory has none, and says so.
+    fn children(
+        &self,
+        rel: &Path,
+        dir: &OwnedFd,
+        m: &mut Manifest,
+    ) -> Option<Vec<(PathBuf, OsString)>> {
+        let mut read = match rustix::fs::Dir::read_from(dir) {
+            Ok(read) => read,
+            Err(e) => {
+                m.cannot_examine(rel, e);
+                return Some(Vec::new());
+            }
         };
         let room = self.limits.entries.saturating_sub(m.visited);
         let mut names = Vec::new();
-        for entry in read {
-            let Ok(entry) = entry else {
-                m.unreadable += 1;
-                continue;
+        while let Some(entry) = read.read() {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    m.cannot_examine(rel, e);
+                    break;
+                }
             };
-            let name = entry.file_name();
-            if name == ".git" {
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name == "." || name == ".." || name == ".git" {
                 continue;
             }
             if names.len() >= room {
                 return None;
             }
-            names.push(name);
+            names.push(name.to_os_string());
         }
         names.sort();
-        Some(names.into_iter().map(|n| rel.join(n)).collect())
+        Some(names.into_iter().map(|n| (rel.join(&n), n)).collect())
     }
 }
+
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+impl Manifest {
+    /// Records an entry the walk could not examine: never a silent skip.
+    fn cannot_examine(&mut self, rel: &Path, e: Errno) {
+        self.unreadable += 1;
+        if self.unexamined.len() < UNEXAMINED_NAMED {
+            self.unexamined.push(format!("{} ({e})", rel.display()));
+        }
+    }
+}
+
+/// How many unexaminable paths a manifest names (the rest are counted).
+const UNEXAMINED_NAMED: usize = 8;
 
 enum Hashed {
     Done([u8; 32], u64),
     OverBudget,
-    Unreadable,
+    Unreadable(Errno),
 }
 
-/// Hashes a file's content (or a link's target), reading at most `room`
-/// bytes. The file is opened without following a link swapped in since it
-/// was listed.
-fn content_hash(abs: &Path, kind: Kind, room: u64) -> Hashed {
+/// Hashes a file's content (or a link's target), named `name` in the open
+/// folder `dir`, reading at most `room` bytes. The file is opened without
+/// following a link swapped in since it was listed, and without blocking on
+/// a fifo swapped in.
+fn content_hash(dir: &OwnedFd, name: &OsStr, kind: Kind, room: u64) -> Hashed {
     let mut hasher = Sha256::new();
     match kind {
         Kind::Symlink => {
-            let Ok(target) = fs::read_link(abs) else {
-                return Hashed::Unreadable;
+            let target = match rustix::fs::readlinkat(dir, name, Vec::new()) {
+                Ok(target) => target,
+                Err(e) => return Hashed::Unreadable(e),
             };
-            let bytes = target.as_os_str().as_encoded_bytes();
+            let bytes = target.as_bytes();
             if bytes.len() as u64 > room {
                 return Hashed::OverBudget;
             }
@@ -289,13 +368,10 @@ fn content_hash(abs: &Path, kind: Kind, room: u64) -> Hashed {
             Hashed::Done(hasher.finalize().into(), bytes.len() as u64)
         }
         Kind::File => {
-            let flags = (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits();
-            let Ok(file) = fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(flags as i32)
-                .open(abs)
-            else {
-                return Hashed::Unreadable;
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let file = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+                Ok(fd) => fs::File::from(fd),
+                Err(e) => return Hashed::Unreadable(e),
             };
             // One byte past the room tells "exactly full" from "too big".
             let mut reader = file.take(room.saturating_add(1));
@@ -312,12 +388,28 @@ fn content_hash(abs: &Path, kind: Kind, room: u64) -> Hashed {
                         hasher.update(&buf[..n]);
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => return Hashed::Unreadable,
+                    Err(e) => {
+                        return Hashed::Unreadable(Errno::from_io_error(&e).unwrap_or(Errno::IO));
+                    }
                 }
             }
             Hashed::Done(hasher.finalize().into(), read)
         }
     }
+}
+
+/// Opens the folder holding `rel` (relative to `root`) one component at a
+/// time, so no path length limits it; returns it and the last name.
+fn open_parent(root: &Path, rel: &Path) -> Option<(OwnedFd, OsString)> {
+    let name = rel.file_name()?.to_os_string();
+    let mut dir = rustix::fs::open(root, dir_flags(), Mode::empty()).ok()?;
+    for part in rel.parent()?.components() {
+        let std::path::Component::Normal(part) = part else {
+            return None;
+        };
+        dir = rustix::fs::openat(&dir, part, dir_flags(), Mode::empty()).ok()?;
+    }
+    Some((dir, name))
 }
 
 /// Hashes files of the walk after, on demand and once, within a byte budget.
@@ -348,7 +440,11 @@ impl<'a> Rehash<'a> {
             return *known;
         }
         let room = self.budget.saturating_sub(self.used);
-        let digest = match content_hash(&self.root.join(rel), entry.kind, room) {
+        let hashed = match open_parent(self.root, rel) {
+            Some((dir, name)) => content_hash(&dir, &name, entry.kind, room),
+            None => Hashed::Unreadable(Errno::NOENT),
+        };
+        let digest = match hashed {
             Hashed::Done(digest, read) => {
                 self.used += read;
                 Some(digest)
@@ -357,7 +453,7 @@ impl<'a> Rehash<'a> {
                 self.exhausted = true;
                 None
             }
-            Hashed::Unreadable => None,
+            Hashed::Unreadable(_) => None,
         };
         self.cache.insert(rel.to_path_buf(), digest);
         digest

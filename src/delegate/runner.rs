@@ -40,7 +40,9 @@ use tokio::io::AsyncWriteExt;
 use super::manifest::{self, Limits, Walker};
 use super::output::{self, Tail};
 use super::process::{self, Tree};
-use super::{Artifact, Report, Run, ScanStats, Status, git, relative, spawn_error};
+use super::{
+    Artifact, Report, Run, Sandbox, ScanStats, Status, git, relative, sandbox, spawn_error,
+};
 use crate::core::key::{Mode, Target};
 use crate::error::{Error, Result};
 use crate::sched::actor::{Actor, Grant};
@@ -191,10 +193,12 @@ fn hide_root(message: &str, root: &Path) -> String {
     message.replace(root.to_string_lossy().as_ref(), ".")
 }
 
-/// Appends a line to the log; best effort (the log is a record, not a
-/// channel anyone waits on).
-fn append_log(log: &Path, line: &str) {
-    if let Ok(mut file) = fs::OpenOptions::new().append(true).open(log) {
+/// Appends a line to the log through the handle the runner opened, never
+/// by its path: the child may have replaced `output.log` by a symlink to a
+/// file elsewhere, or by a fifo an `open` would block on. Best effort (the
+/// log is a record, not a channel anyone waits on).
+fn append_log(log: Option<&fs::File>, line: &str) {
+    if let Some(mut file) = log {
         let _ = writeln!(file, "{line}");
     }
 }
@@ -206,7 +210,8 @@ struct RunGuard {
     tree: Option<Tree>,
     actor: Option<Actor>,
     run_dir: PathBuf,
-    log: PathBuf,
+    /// A second handle on the log the runner created (shares its offset).
+    log: Option<fs::File>,
     grace: Duration,
     /// Set when the run was finished or abandoned properly.
     done: bool,
@@ -234,7 +239,7 @@ impl Drop for RunGuard {
             tree: self.tree.take(),
             marker: None,
             actor: self.actor.take(),
-            log: self.log.clone(),
+            log: self.log.take(),
             grace: self.grace,
         };
         let Some(tree) = &cancel.tree else {
@@ -268,7 +273,7 @@ struct Cancel {
     /// The dump's sign that the run was cancelled; released before the fence.
     marker: Option<Reservation>,
     actor: Option<Actor>,
-    log: PathBuf,
+    log: Option<fs::File>,
     grace: Duration,
 }
 
@@ -296,7 +301,7 @@ impl Drop for Cancel {
                 Status::Cancelled
             ),
         };
-        append_log(&self.log, &line);
+        append_log(self.log.as_ref(), &line);
         drop(self.marker.take());
         drop(self.actor.take());
     }
@@ -375,6 +380,10 @@ struct Checked {
     env: Vec<(OsString, OsString)>,
     program: PathBuf,
     projects: Vec<PathBuf>,
+    /// `Run::writable`, resolved.
+    writable: Vec<PathBuf>,
+    /// The working bwrap to run in, or why the run is not sandboxed.
+    sandbox: std::result::Result<&'static Path, String>,
 }
 
 /// Step 1: checks the input; nothing is held or created.
@@ -407,16 +416,52 @@ fn check(actor: &Actor, run: &Run) -> Result<Checked> {
             Err(_) => return Err(Error::invalid(dir, "the project folder does not exist")),
         }
     }
+    let mut writable = Vec::with_capacity(run.writable.len());
+    for dir in &run.writable {
+        let path = actor.root().join(dir);
+        match fs::canonicalize(&path) {
+            Ok(path) if path.is_dir() => writable.push(path),
+            _ => {
+                return Err(spawn_error(
+                    &run.program,
+                    format!(
+                        "the writable folder {} is not an existing folder; create it first",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
+    }
+    let sandbox = match run.sandbox {
+        Sandbox::Off => Err("the run asked for no sandbox (Sandbox::Off)".to_string()),
+        Sandbox::Auto => sandbox::bwrap().map_err(str::to_string),
+        Sandbox::Required => Ok(sandbox::bwrap().map_err(|why| {
+            spawn_error(
+                &run.program,
+                format!("the run requires the sandbox, but {why}"),
+            )
+        })?),
+    };
     Ok(Checked {
         env,
         program,
         projects,
+        writable,
+        sandbox,
     })
 }
 
-/// Writes `TASK.md` and creates `output.log`; returns the log and the file
-/// system's clock (the ctime of `TASK.md`) for the racy-file rule.
-fn write_run_files(run_dir: &Path, task: &str) -> io::Result<(fs::File, manifest::Stamp)> {
+/// Writes `TASK.md` and creates `output.log`; returns the log, the file
+/// system's clock (the ctime of `TASK.md`) for the racy-file rule, and the
+/// two files' identities (device, inode): the manifest recognizes the
+/// bookkeeping files by them, never by their names alone. The caller keeps
+/// both handles open for the whole run, so that no file the child creates
+/// can be given one of those inode numbers again.
+#[allow(clippy::type_complexity)]
+fn write_run_files(
+    run_dir: &Path,
+    task: &str,
+) -> io::Result<(fs::File, fs::File, manifest::Stamp, [(u64, u64); 2])> {
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -427,7 +472,13 @@ fn write_run_files(run_dir: &Path, task: &str) -> io::Result<(fs::File, manifest
         .write(true)
         .create_new(true)
         .open(run_dir.join("output.log"))?;
-    Ok((log, (meta.ctime(), meta.ctime_nsec())))
+    let log_meta = log.metadata()?;
+    Ok((
+        log,
+        file,
+        (meta.ctime(), meta.ctime_nsec()),
+        [(meta.dev(), meta.ino()), (log_meta.dev(), log_meta.ino())],
+    ))
 }
 
 /// How step 6 went.
@@ -525,6 +576,7 @@ struct Scanned {
     truncated: bool,
     stats: ScanStats,
     unreadable: usize,
+    unexamined: Vec<String>,
 }
 
 /// Step 7: the walk after the run, compared with the walk before.
@@ -535,7 +587,11 @@ fn scan_after(walker: &Walker<'_>, before: &manifest::Manifest) -> Scanned {
     Scanned {
         changes,
         uncertain,
-        truncated: before.frontier.is_some() || after.frontier.is_some() || rehash.exhausted,
+        // An entry the walks could not examine makes the scan incomplete.
+        truncated: before.frontier.is_some()
+            || after.frontier.is_some()
+            || rehash.exhausted
+            || before.unreadable + after.unreadable > 0,
         stats: ScanStats {
             entries_before: before.visited,
             entries_after: after.visited,
@@ -543,6 +599,12 @@ fn scan_after(walker: &Walker<'_>, before: &manifest::Manifest) -> Scanned {
             hashed_after: rehash.used,
         },
         unreadable: before.unreadable + after.unreadable,
+        unexamined: before
+            .unexamined
+            .iter()
+            .chain(&after.unexamined)
+            .cloned()
+            .collect(),
     }
 }
 
@@ -574,7 +636,7 @@ async fn walk<T: Send + 'static>(
 struct Scope {
     root: PathBuf,
     trees: Vec<PathBuf>,
-    skip: Vec<PathBuf>,
+    skip: Vec<(PathBuf, (u64, u64))>,
     limits: Limits,
 }
 
@@ -584,6 +646,8 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
         env,
         program,
         projects,
+        writable,
+        sandbox,
     } = check(actor, &run)?;
     let root = actor.root().to_path_buf();
     let base = base_of(actor)?;
@@ -606,17 +670,18 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
         tree: None,
         actor: Some(run_actor),
         run_dir: run_dir.clone(),
-        log: log_path.clone(),
+        log: None,
         grace: run.grace,
         done: false,
     };
-    let (log_file, clock) = match write_run_files(&run_dir, &run.task) {
+    let (log_file, task_file, clock, bookkeeping) = match write_run_files(&run_dir, &run.task) {
         Ok(files) => files,
         Err(e) => {
             guard.abandon(&opened);
             return Err(Error::io("write the run files in", &run_dir, e));
         }
     };
+    guard.log = log_file.try_clone().ok();
 
     // 4. Before.
     let rel_run_dir = relative(&root, &run_dir);
@@ -626,7 +691,10 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
                 .chain(projects.iter().map(|p| relative(&root, p)))
                 .collect(),
         ),
-        skip: vec![rel_run_dir.join("TASK.md"), rel_run_dir.join("output.log")],
+        skip: vec![
+            (rel_run_dir.join("TASK.md"), bookkeeping[0]),
+            (rel_run_dir.join("output.log"), bookkeeping[1]),
+        ],
         limits: Limits {
             entries: run.scan_entries,
             bytes: run.scan_bytes,
@@ -657,8 +725,38 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
         }
     };
 
-    // 5. Spawn.
-    let spawned = match process::spawn(&program, &run.program, &run.args, &env, &run_dir) {
+    // 5. Spawn (inside the sandbox when there is one).
+    let sandboxed = sandbox.is_ok();
+    let spawned = match &sandbox {
+        Ok(bwrap) => {
+            let open: Vec<PathBuf> = projects.iter().chain(&writable).cloned().collect();
+            let wrapped = sandbox::wrap(
+                bwrap,
+                &root,
+                &run_dir,
+                &open,
+                run.network,
+                &program,
+                &run.args,
+            );
+            process::spawn(
+                &wrapped.program,
+                std::ffi::OsStr::new("bwrap"),
+                &wrapped.args,
+                &env,
+                &run_dir,
+            )
+        }
+        Err(why) => {
+            if run.sandbox == Sandbox::Auto {
+                notes.push(format!(
+                    "not sandboxed: {why}; only the process group was stopped, and the run could write outside its fenced folders"
+                ));
+            }
+            process::spawn(&program, &run.program, &run.args, &env, &run_dir)
+        }
+    };
+    let spawned = match spawned {
         Ok(spawned) => spawned,
         Err(e) => {
             guard.abandon(&opened);
@@ -748,6 +846,7 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
                 truncated: true,
                 stats: ScanStats::default(),
                 unreadable: 0,
+                unexamined: Vec::new(),
             }
         }
     };
@@ -759,8 +858,9 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
     }
     if scanned.unreadable > 0 {
         notes.push(format!(
-            "{} file(s) or folder(s) could not be read during the scans",
-            scanned.unreadable
+            "{} file(s) or folder(s) could not be examined during the scans, so changes there may be missing: {}",
+            scanned.unreadable,
+            scanned.unexamined.join(", ")
         ));
     }
     let commits = match git::commits_since(&heads, &env).await {
@@ -774,6 +874,7 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
             Vec::new()
         }
     };
+    drop(task_file); // the walks are done: its inode may be reused now
     guard.done = true;
     drop(guard.actor.take());
     tracing::debug!(run = %run_name, %status, "delegated run finished");
@@ -798,6 +899,7 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
         duration,
         notes,
         scan: scanned.stats,
+        sandboxed,
     })
 }
 

@@ -185,6 +185,11 @@ pub const ERROR_KINDS: &[ErrorKind] = &[
     kind("invalid_plan", 1022, "a plan is malformed"),
     kind("spawn", 1023, "a delegated command could not start"),
     kind("io", 1024, "an operating-system error on a path"),
+    kind(
+        "too_large",
+        1025,
+        "a whole read would exceed `max_read_bytes`",
+    ),
 ];
 
 fn secs(d: &Duration) -> Value {
@@ -229,6 +234,7 @@ impl Error {
             Error::NotRead { .. } => "not_read",
             Error::Stale { .. } => "stale",
             Error::NotFound { .. } => "not_found",
+            Error::TooLarge { .. } => "too_large",
             Error::NoMatch { .. } => "no_match",
             Error::AmbiguousMatch { .. } => "ambiguous_match",
             Error::RewindConflict { .. } => "rewind_conflict",
@@ -285,6 +291,9 @@ impl Error {
                 json!({"path": path, "writer": writer, "ago": ago.as_ref().map(secs)})
             }
             Error::AmbiguousMatch { path, count } => json!({"path": path, "count": count}),
+            Error::TooLarge { path, size, limit } => {
+                json!({"path": path, "size": size, "limit": limit})
+            }
             Error::RewindConflict { conflicts } => json!({ "conflicts": conflicts }),
             Error::UnknownTurn { turn } => json!({ "turn": turn }),
             Error::History { reason }
@@ -422,6 +431,11 @@ impl Error {
                 ago: duration("ago"),
             },
             "not_found" => Error::NotFound { path: path("path") },
+            "too_large" => Error::TooLarge {
+                path: path("path"),
+                size: d.get("size").and_then(Value::as_u64).unwrap_or(0),
+                limit: d.get("limit").and_then(Value::as_u64).unwrap_or(0),
+            },
             "no_match" => Error::NoMatch { path: path("path") },
             "ambiguous_match" => Error::AmbiguousMatch {
                 path: path("path"),

@@ -146,6 +146,50 @@ pub(crate) fn open_parent(
     Ok(Some((Dir { fd, path }, file_name.to_os_string())))
 }
 
+/// The permission bits new content keeps from the file it replaces: all
+/// but set-user-id and set-group-id (an agent's content must never become
+/// a privileged program).
+const KEPT_BITS: u32 = 0o1777;
+
+/// The process's umask, for the mode of a new file. Read from
+/// `/proc/self/status` where it is available (reading it with `umask(2)`
+/// means setting it, which races with other threads); else the usual 022.
+fn umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| {
+                let line = status.lines().find(|l| l.starts_with("Umask:"))?;
+                u32::from_str_radix(line.trim_start_matches("Umask:").trim(), 8).ok()
+            })
+            .unwrap_or(0o022)
+            & 0o777
+    })
+}
+
+/// Renames `from` in `from_dir` to `to` in `to_dir` unless `to` exists
+/// (`AlreadyExists`), atomically.
+fn rename_noreplace(from_dir: &Dir, from: &OsStr, to_dir: &Dir, to: &OsStr) -> io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    match rustix::fs::renameat_with(
+        &*from_dir.fd,
+        from,
+        &*to_dir.fd,
+        to,
+        rustix::fs::RenameFlags::NOREPLACE,
+    ) {
+        Ok(()) => return Ok(()),
+        // The file system does not support the flag: link + unlink.
+        Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // `linkat` never replaces an existing name; the old name then goes.
+    rustix::fs::linkat(&*from_dir.fd, from, &*to_dir.fd, to, AtFlags::empty())?;
+    let _ = rustix::fs::unlinkat(&*from_dir.fd, from, AtFlags::empty());
+    Ok(())
+}
+
 /// A process-wide counter that keeps temp names unique between threads.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -202,7 +246,9 @@ impl Dir {
             // Relaxed: the counter only has to hand out distinct numbers.
             let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
             let name = OsString::from(format!("{TEMP_PREFIX}{}-{n}", std::process::id()));
-            match rustix::fs::openat(&*self.fd, &name, flags, Mode::from_raw_mode(0o666)) {
+            // 0600: the new content is nobody else's to read until it has
+            // its final mode, given just before the rename.
+            match rustix::fs::openat(&*self.fd, &name, flags, Mode::from_raw_mode(0o600)) {
                 Ok(fd) => return Ok((File::from(fd), name)),
                 Err(Errno::EXIST) if attempts < 16 => attempts += 1,
                 Err(e) => return Err(e.into()),
@@ -212,8 +258,13 @@ impl Dir {
 
     /// Replaces `name` with `data` atomically: temp file in this folder,
     /// write, (fsync), `renameat` over the target, (fsync the folder).
-    /// `mode` is the mode to keep (the old file's); a new file gets the
-    /// default mode under the umask. Returns the new file's mode.
+    /// `mode` is the mode to keep (the old file's, without its set-user-id
+    /// and set-group-id bits: new content never inherits them); a new file
+    /// gets the default mode under the umask. Returns the new file's mode.
+    ///
+    /// `mode: None` means the file did not exist: then the rename never
+    /// replaces a file that appeared meanwhile (`RENAME_NOREPLACE`, or link +
+    /// unlink where that is missing) and such a file is `Error::NotRead`.
     ///
     /// Any failure before the rename removes the temp file and leaves the
     /// target as it was. A failed folder fsync after the rename is reported
@@ -242,19 +293,11 @@ impl Dir {
                 file.write_all(data).map_err(write)?;
             }
             let new_mode = match mode {
-                Some(mode) => {
-                    rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))
-                        .map_err(|e| ("keep the mode of", e.into()))?;
-                    mode & 0o7777
-                }
-                None => {
-                    use std::os::unix::fs::PermissionsExt;
-                    let meta = file
-                        .metadata()
-                        .map_err(|e| ("inspect the temporary file for", e))?;
-                    meta.permissions().mode() & 0o7777
-                }
+                Some(mode) => mode & KEPT_BITS,
+                None => 0o666 & !umask(),
             };
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(new_mode))
+                .map_err(|e| ("give the mode to", e.into()))?;
             if durable {
                 let sync = |e| ("sync the temporary file for", e);
                 step(hook, WriteStep::SyncFile).map_err(sync)?;
@@ -262,8 +305,12 @@ impl Dir {
             }
             let rename = |e| ("replace", e);
             step(hook, WriteStep::Rename).map_err(rename)?;
-            rustix::fs::renameat(&*self.fd, &temp, &*self.fd, name)
-                .map_err(|e| rename(e.into()))?;
+            if mode.is_some() {
+                rustix::fs::renameat(&*self.fd, &temp, &*self.fd, name)
+                    .map_err(|e| rename(e.into()))?;
+            } else {
+                rename_noreplace(self, &temp, self, name).map_err(rename)?;
+            }
             Ok(new_mode)
         })();
         drop(file);
@@ -272,6 +319,11 @@ impl Dir {
             Err((op, e)) => {
                 // Best effort: the error that matters is the one above.
                 let _ = rustix::fs::unlinkat(&*self.fd, &temp, AtFlags::empty());
+                if e.kind() == io::ErrorKind::AlreadyExists {
+                    // Someone created the file while we were creating it:
+                    // their content is unread, so it is not ours to replace.
+                    return Err(Error::NotRead { path: target });
+                }
                 return Err(Error::io(op, target, e));
             }
         };
@@ -310,21 +362,36 @@ impl Dir {
         self.sync(durable, hook, name)
     }
 
-    /// Renames `name` in this folder to `to_name` in `to` (replacing what is
-    /// there, a symlink itself rather than its target).
+    /// Renames `name` in this folder to `to_name` in `to` (a symlink itself
+    /// rather than its target). `replace`: the destination existed and may
+    /// be replaced; otherwise one that appeared meanwhile is never replaced
+    /// (`Error::NotRead`).
     pub(crate) fn rename_to(
         &self,
         name: &OsStr,
         to: &Dir,
         to_name: &OsStr,
+        replace: bool,
         durable: bool,
         hook: Option<&StepHook>,
     ) -> Result<()> {
         step(hook, WriteStep::Rename)
             .and_then(|()| {
-                rustix::fs::renameat(&*self.fd, name, &*to.fd, to_name).map_err(io::Error::from)
+                if replace {
+                    rustix::fs::renameat(&*self.fd, name, &*to.fd, to_name).map_err(io::Error::from)
+                } else {
+                    rename_noreplace(self, name, to, to_name)
+                }
             })
-            .map_err(|e| Error::io("rename", self.at(name), e))?;
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::AlreadyExists && !replace {
+                    Error::NotRead {
+                        path: to.at(to_name),
+                    }
+                } else {
+                    Error::io("rename", self.at(name), e)
+                }
+            })?;
         to.sync(durable, hook, to_name)?;
         if to.path != self.path {
             self.sync(durable, hook, name)?;

@@ -337,15 +337,28 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Reads a whole open file from its start (positioned reads, so the file
 /// offset does not matter). `stat` sizes the buffer; a file that grew while
-/// being read is read to its new end.
-pub(crate) fn read_all(file: &File, stat: &StatKey) -> io::Result<Vec<u8>> {
+/// being read is read to its new end, but never past `limit` bytes (then
+/// the error's kind is `FileTooLarge`, carrying a [`TooLargeAt`]).
+pub(crate) fn read_all(file: &File, stat: &StatKey, limit: u64) -> io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
+    if stat.size > limit {
+        return Err(too_large(stat.size));
+    }
     // One spare byte, so that the read that finds the end needs no regrowth.
     let mut bytes = vec![0u8; usize::try_from(stat.size).unwrap_or(0).saturating_add(1)];
     let mut filled = 0usize;
     loop {
+        if filled as u64 > limit {
+            // It grew past the limit while we read: stop, do not follow it.
+            return Err(too_large(filled as u64));
+        }
         if filled == bytes.len() {
-            bytes.resize(bytes.len() * 2, 0);
+            let grown = (bytes.len() * 2).min(
+                usize::try_from(limit)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(1),
+            );
+            bytes.resize(grown.max(filled + 1), 0);
         }
         match file.read_at(&mut bytes[filled..], filled as u64) {
             Ok(0) => break,
@@ -357,6 +370,23 @@ pub(crate) fn read_all(file: &File, stat: &StatKey) -> io::Result<Vec<u8>> {
     bytes.truncate(filled);
     Ok(bytes)
 }
+
+/// The error [`read_all`] gives past its limit; `size` is what was seen.
+fn too_large(size: u64) -> io::Error {
+    io::Error::new(io::ErrorKind::FileTooLarge, TooLargeAt(size))
+}
+
+/// The size carried by a [`too_large`] error.
+#[derive(Debug)]
+pub(crate) struct TooLargeAt(pub(crate) u64);
+
+impl std::fmt::Display for TooLargeAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "at least {} bytes", self.0)
+    }
+}
+
+impl std::error::Error for TooLargeAt {}
 
 /// Hashes a whole open file without keeping its bytes.
 pub(crate) fn hash_file(file: &File, stat: &StatKey) -> io::Result<String> {
@@ -456,11 +486,11 @@ mod tests {
             .unwrap()
             .write_all(&[8u8; 5_000])
             .unwrap();
-        let bytes = read_all(&file, &stat).unwrap();
+        let bytes = read_all(&file, &stat, u64::MAX).unwrap();
         assert_eq!(bytes.len(), 15_000);
         assert_eq!(hash_file(&file, &stat).unwrap(), sha256_hex(&bytes));
         let empty = StatKey { size: 0, ..stat };
-        assert_eq!(read_all(&file, &empty).unwrap(), bytes);
+        assert_eq!(read_all(&file, &empty, u64::MAX).unwrap(), bytes);
     }
 
     #[test]

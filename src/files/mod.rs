@@ -274,7 +274,9 @@ fn io_err<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -
     move |e| Error::io(op, path, e)
 }
 
-/// The bytes of lines `lines` (0-based, each with its terminator).
+/// The bytes of lines `lines` (0-based, each with its terminator): the
+/// in-memory model `range_of` is tested against.
+#[cfg(test)]
 fn line_slice<'b>(bytes: &'b [u8], lines: &impl RangeBounds<usize>) -> &'b [u8] {
     let first = match lines.start_bound() {
         Bound::Included(&n) => n,
@@ -298,6 +300,63 @@ fn line_slice<'b>(bytes: &'b [u8], lines: &impl RangeBounds<usize>) -> &'b [u8] 
     let start = offset(first);
     let stop = offset(end).max(start);
     &bytes[start..stop]
+}
+
+/// What [`range_of`] read: the kept bytes, the hash of all of them, and how
+/// many there were.
+type Ranged = (Vec<u8>, String, u64);
+
+/// Streams the first `size` bytes of `file` (what it held when opened: a
+/// file that keeps growing cannot keep the read going), hashing them all
+/// and keeping only the bytes of `lines` (0-based, as [`line_slice`]).
+/// `Ok(Err(n))` when the kept bytes would pass `limit` (`n` of them seen).
+fn range_of(
+    file: &std::fs::File,
+    size: u64,
+    lines: &impl RangeBounds<usize>,
+    limit: u64,
+) -> std::io::Result<std::result::Result<Ranged, u64>> {
+    use sha2::Digest;
+    use std::os::unix::fs::FileExt;
+    let first = match lines.start_bound() {
+        Bound::Included(&n) => n,
+        Bound::Excluded(&n) => n.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match lines.end_bound() {
+        Bound::Included(&n) => n.saturating_add(1),
+        Bound::Excluded(&n) => n,
+        Bound::Unbounded => usize::MAX,
+    };
+    let mut hasher = sha2::Sha256::new();
+    let mut kept = Vec::new();
+    let mut line = 0usize;
+    let mut chunk = vec![0u8; (size.saturating_add(1)).clamp(4096, 256 * 1024) as usize];
+    let mut offset = 0u64;
+    while offset < size {
+        let want = usize::try_from(size - offset).map_or(chunk.len(), |left| left.min(chunk.len()));
+        let n = match file.read_at(&mut chunk[..want], offset) {
+            Ok(0) => break, // it shrank
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&chunk[..n]);
+        offset += n as u64;
+        for piece in chunk[..n].split_inclusive(|&b| b == b'\n') {
+            if line >= first && line < end {
+                if (kept.len() + piece.len()) as u64 > limit {
+                    return Ok(Err((kept.len() + piece.len()) as u64));
+                }
+                kept.extend_from_slice(piece);
+            }
+            if piece.last() == Some(&b'\n') {
+                line += 1;
+            }
+        }
+    }
+    let sha256 = gate::hex(&hasher.finalize());
+    Ok(Ok((kept, sha256, offset)))
 }
 
 /// Non-overlapping occurrences of `needle` in `hay`: the first offset and the count.
@@ -471,7 +530,22 @@ impl<'a> Files<'a> {
         stat: StatKey,
     ) -> Result<(Vec<u8>, String)> {
         let recorded = gate::now_ns();
-        let bytes = gate::read_all(file, &stat).map_err(io_err("read", &place.key.path))?;
+        let limit = self.actor.sched.shared.config.max_read_bytes;
+        let bytes = gate::read_all(file, &stat, limit).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::FileTooLarge {
+                let size = e
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<gate::TooLargeAt>())
+                    .map_or(stat.size, |at| at.0);
+                Error::TooLarge {
+                    path: place.key.path.clone(),
+                    size,
+                    limit,
+                }
+            } else {
+                Error::io("read", &place.key.path, e)
+            }
+        })?;
         let hash = gate::sha256_hex(&bytes);
         self.remember_if_unchanged(file, stat, &hash, recorded);
         Ok((bytes, hash))
@@ -564,8 +638,42 @@ impl<'a> Files<'a> {
         path: impl AsRef<Path>,
         lines: impl RangeBounds<usize>,
     ) -> Result<(Vec<u8>, ReadMark)> {
-        let (bytes, mark) = self.read(path)?;
-        Ok((line_slice(&bytes, &lines).to_vec(), mark))
+        let place = self.place(path.as_ref(), true, Access::Read)?;
+        let _hold = self.admit(
+            &[(&place, Mode::Shared)],
+            format!("read {}", place.rel.display()),
+        )?;
+        let read_at = SystemTime::now();
+        let not_found = || Error::NotFound {
+            path: place.key.path.clone(),
+        };
+        let (dir, name) = self.folder(&place, false)?.ok_or_else(not_found)?;
+        let (file, meta) = match dir.entry(&name)? {
+            Entry::File(file, meta) => (file, meta),
+            Entry::Missing => return Err(not_found()),
+            other => return Err(Self::not_a_file(&place, &other)),
+        };
+        let stat = StatKey::of(&meta);
+        let recorded = gate::now_ns();
+        let limit = self.actor.sched.shared.config.max_read_bytes;
+        let (slice, sha256, len) = range_of(&file, stat.size, &lines, limit)
+            .map_err(io_err("read", &place.key.path))?
+            .map_err(|size| Error::TooLarge {
+                path: place.key.path.clone(),
+                size,
+                limit,
+            })?;
+        if len == stat.size {
+            self.remember_if_unchanged(&file, stat, &sha256, recorded);
+        }
+        let mark = ReadMark {
+            path: place.key.path.clone(),
+            sha256,
+            len,
+            read_at,
+        };
+        MarkStore::of(self.meta()).put(place.key.norm.clone(), mark.clone());
+        Ok((slice, mark))
     }
 
     /// Checks that this actor's mark of `path` is current (under a shared
@@ -863,6 +971,7 @@ impl<'a> Files<'a> {
             &src_name,
             &dst_dir,
             &dst_name,
+            replaced.is_some(),
             self.durable(),
             self.steps.as_ref(),
         )?;
@@ -1070,6 +1179,26 @@ mod tests {
         );
         let receipt = agent.files().unprotected().write("m.txt", "x").unwrap();
         assert_eq!(receipt.history, HistoryStatus::Unprotected);
+    }
+
+    #[test]
+    fn the_streamed_range_is_the_slice_of_the_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        for text in [&b"a\nb\nc\n"[..], b"a\nb", b"", b"\n\n", b"x"] {
+            std::fs::write(&path, text).unwrap();
+            let file = std::fs::File::open(&path).unwrap();
+            for (a, b) in [(0, 1), (1, 3), (2, 9), (5, 9), (0, 0)] {
+                let (kept, sha, len) = range_of(&file, text.len() as u64, &(a..b), u64::MAX)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(kept, line_slice(text, &(a..b)), "{text:?} {a}..{b}");
+                assert_eq!(sha, gate::sha256_hex(text));
+                assert_eq!(len, text.len() as u64);
+            }
+            let over = range_of(&file, text.len() as u64, &(..), 0).unwrap();
+            assert_eq!(over.is_err(), !text.is_empty());
+        }
     }
 
     #[test]

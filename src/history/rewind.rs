@@ -240,6 +240,19 @@ fn prepare(
     let mut conflicts = Vec::new();
     for step in steps {
         if step.skip.is_none() && !step.settled {
+            // Nothing read back is trusted: the record's root must be a
+            // grant root of this session and its path must resolve inside
+            // it under today's policy, or the step is a conflict.
+            if let Some(why) = untrusted(sched, &step) {
+                conflicts.push(Conflict {
+                    path: step.path.clone(),
+                    expected: describe(&step.from),
+                    found: "not checked".to_string(),
+                    summary: why,
+                    turn: None,
+                });
+                continue;
+            }
             if !roots.contains(&step.root) {
                 check_root(&step.root)?;
                 roots.insert(step.root.clone());
@@ -418,6 +431,30 @@ fn overlay<'a>(
         }
     }
     steps
+}
+
+/// Why a journal record cannot be restored where it points, if it cannot:
+/// its root is not a grant root of this session, or its path does not
+/// resolve inside that root today.
+fn untrusted(sched: &Scheduler, step: &Step) -> Option<String> {
+    if !sched.is_grant_root(&step.root) {
+        return Some(format!(
+            "the journal names the root {}, which is not a grant root of this session; \
+             a record pointing outside the workspace is never written",
+            step.root.display()
+        ));
+    }
+    let config = sched.config();
+    let resolver = Resolver::new(step.root.clone(), Vec::new(), config.case, false);
+    match resolver.resolve(&Target::file(&step.path)) {
+        Ok(_) => None,
+        Err(Error::OutsideGrant { .. }) => Some(format!(
+            "it resolves outside the grant root {} today; a record pointing outside the \
+             workspace is never written",
+            step.root.display()
+        )),
+        Err(_) => None, // reported by the policy check that follows
+    }
 }
 
 /// The grant root a write was recorded under must still be itself: a root

@@ -10,20 +10,22 @@ use crate::history::Handle;
 use crate::sched::actor::{Actor, Grant};
 use crate::sched::scheduler::Scheduler;
 
-fn setup() -> (tempfile::TempDir, Scheduler, Actor) {
+/// A workspace and, outside it, a history directory.
+fn setup() -> ((tempfile::TempDir, tempfile::TempDir), Scheduler, Actor) {
     let dir = tempfile::tempdir().unwrap();
+    let history = tempfile::tempdir().unwrap();
     let sched = Scheduler::new(
         Config::default()
-            .history_dir(dir.path().join("h"))
+            .history_dir(history.path().join("h"))
             .durability(Durability::Process),
     );
     let actor = sched.actor("agent", Grant::workspace(dir.path())).unwrap();
-    (dir, sched, actor)
+    ((dir, history), sched, actor)
 }
 
 #[test]
 fn a_record_without_its_snapshot_is_an_error_not_a_guess() {
-    let (dir, sched, actor) = setup();
+    let ((dir, _history), sched, actor) = setup();
     let path = dir.path().join("a.txt");
     let post = [Post {
         path: &path,
@@ -35,7 +37,7 @@ fn a_record_without_its_snapshot_is_an_error_not_a_guess() {
 
 #[test]
 fn a_path_that_is_not_utf8_cannot_be_journaled_so_it_is_not_written() {
-    let (dir, sched, actor) = setup();
+    let ((dir, _history), sched, actor) = setup();
     let path = dir.path().join(OsStr::from_bytes(b"bad\xff.txt"));
     let pre = [Pre {
         path: &path,
@@ -47,7 +49,7 @@ fn a_path_that_is_not_utf8_cannot_be_journaled_so_it_is_not_written() {
 
 #[test]
 fn a_snapshot_pairs_with_the_record_of_the_same_actor_and_paths() {
-    let (dir, sched, actor) = setup();
+    let ((dir, _history), sched, actor) = setup();
     let other = sched.actor("other", Grant::workspace(dir.path())).unwrap();
     let path = dir.path().join("a.txt");
     let pre = [Pre {

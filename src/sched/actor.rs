@@ -288,6 +288,7 @@ impl Actor {
             .iter()
             .map(|r| resolve::canonical_root(r))
             .collect::<Result<Vec<_>>>()?;
+        sched.admit_grant_root(&root)?;
         let resolver = Resolver::new(root.clone(), read_roots, config.case, config.portable_names);
         let read_only = matches!(grant.scope, GrantScope::ReadOnly);
         if let Some(parent) = parent {

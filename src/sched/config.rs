@@ -63,10 +63,14 @@ pub struct Config {
     pub(crate) file_op_wait: Option<Duration>,
     pub(crate) history_dir: Option<PathBuf>,
     pub(crate) snapshot_limit: u64,
+    pub(crate) max_read_bytes: u64,
     pub(crate) durability: Durability,
     pub(crate) refresh_mark_on_write: bool,
     pub(crate) sensitive: Vec<String>,
 }
+
+/// The default of [`Config::max_read_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_READ_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The sensitive-name patterns refused by default (`*` matches any run of
 /// characters within one name; a pattern ending in `/` names a folder, and
@@ -103,6 +107,7 @@ impl Default for Config {
             file_op_wait: None,
             history_dir: None,
             snapshot_limit: 16 * 1024 * 1024,
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
             durability: Durability::Machine,
             refresh_mark_on_write: false,
             sensitive: DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect(),
@@ -172,6 +177,27 @@ impl Config {
         self
     }
 
+    /// The most bytes a file operation reads into memory (default 64 MiB):
+    /// a whole read, an edit's pre-image, or the lines `read_range`
+    /// returns. Past it the operation is `Error::TooLarge` and nothing is
+    /// read, so a huge or endlessly growing file cannot exhaust memory.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::write(dir.path().join("big.log"), "line\n".repeat(100)).unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().max_read_bytes(64));
+    /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+    /// assert!(matches!(agent.files().read("big.log"), Err(writ::Error::TooLarge { .. })));
+    /// let (tail, _mark) = agent.files().read_range("big.log", 98..)?;
+    /// assert_eq!(tail, b"line\nline\n");
+    /// # Ok(()) }
+    /// ```
+    pub fn max_read_bytes(mut self, bytes: u64) -> Self {
+        self.max_read_bytes = bytes;
+        self
+    }
+
     /// fsync policy (default [`Durability::Machine`]).
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
@@ -208,6 +234,7 @@ impl fmt::Debug for Config {
             .field("file_op_wait", &self.file_op_wait)
             .field("history_dir", &self.history_dir)
             .field("snapshot_limit", &self.snapshot_limit)
+            .field("max_read_bytes", &self.max_read_bytes)
             .field("durability", &self.durability)
             .field("refresh_mark_on_write", &self.refresh_mark_on_write)
             .field("sensitive", &self.sensitive)

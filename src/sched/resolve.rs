@@ -224,14 +224,21 @@ impl Resolver {
         }
     }
 
-    /// Whether the key lies in the grant root or a read-only root.
+    /// Whether the key lies in the grant root or a read-only root. The most
+    /// specific root decides: a read-only root inside the grant root makes
+    /// its tree read-only.
     pub(crate) fn area(&self, key: &Key) -> Option<Area> {
-        if key.norm.starts_with(&self.root_norm) {
-            Some(Area::Writable)
-        } else if self
+        let read_only = self
             .read_roots
             .iter()
-            .any(|(norm, _)| key.norm.starts_with(norm))
+            .any(|(norm, _)| key.norm.starts_with(norm) && norm.starts_with(&self.root_norm));
+        if key.norm.starts_with(&self.root_norm) && !read_only {
+            Some(Area::Writable)
+        } else if read_only
+            || self
+                .read_roots
+                .iter()
+                .any(|(norm, _)| key.norm.starts_with(norm))
         {
             Some(Area::ReadOnly)
         } else {

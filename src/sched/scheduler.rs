@@ -14,13 +14,13 @@ use std::fmt;
 use std::task::Waker;
 use std::time::Instant;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc as StdArc;
 
 use crate::core::key::{CaseMode, Target};
 use crate::core::state::State;
 use crate::core::table::ActorId;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sched::actor::{Actor, ActorMeta, Grant, Scope};
 use crate::sched::config::Config;
 use crate::sched::dump::Dump;
@@ -40,6 +40,9 @@ pub(crate) struct Shared {
     /// while `state` is locked, so file operations do not lengthen the
     /// admission critical section.
     pub(crate) extensions: Extensions,
+    /// Every grant root an actor of this session was created with: the only
+    /// roots a rewind writes under. A leaf lock.
+    grant_roots: parking_lot::Mutex<std::collections::BTreeSet<PathBuf>>,
     /// Actor ids are allocated outside the lock (ids only need uniqueness).
     next_actor: AtomicU64,
     /// The session's own identity, for holds no actor owns (rewinds).
@@ -112,6 +115,7 @@ impl Scheduler {
                 state: Mutex::new(state),
                 config,
                 extensions: Extensions::default(),
+                grant_roots: parking_lot::Mutex::new(std::collections::BTreeSet::new()),
                 next_actor: AtomicU64::new(0),
                 session: std::sync::OnceLock::new(),
             }),
@@ -158,6 +162,37 @@ impl Scheduler {
             Some(wait) => request.admit_blocking_timeout(wait),
             None => request.try_admit(),
         }
+    }
+
+    /// Admits `root` (canonical) as a grant root of this session: refused
+    /// when the history directory lies inside it, where an agent's file
+    /// tools could reach — and forge — the journal.
+    pub(crate) fn admit_grant_root(&self, root: &Path) -> Result<()> {
+        if let Some(dir) = &self.shared.config.history_dir {
+            let dir = if dir.is_absolute() {
+                dir.clone()
+            } else {
+                std::env::current_dir().unwrap_or_default().join(dir)
+            };
+            let resolved = crate::sched::resolve::resolve(&dir).unwrap_or(dir);
+            if resolved.starts_with(root) {
+                return Err(Error::InvalidPath {
+                    path: root.to_path_buf(),
+                    reason: format!(
+                        "the history directory {} lies inside this grant root, where file tools could \
+                         rewrite the journal; put Config::history_dir outside every workspace",
+                        resolved.display()
+                    ),
+                });
+            }
+        }
+        self.shared.grant_roots.lock().insert(root.to_path_buf());
+        Ok(())
+    }
+
+    /// Whether `root` is a grant root of this session.
+    pub(crate) fn is_grant_root(&self, root: &Path) -> bool {
+        self.shared.grant_roots.lock().contains(root)
     }
 
     /// The value of type `T` that a layer above keeps for this session,

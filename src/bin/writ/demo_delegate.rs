@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use writ::delegate::Run;
+use writ::delegate::{Run, Sandbox};
 use writ::{Config, Grant, Scheduler};
 
 /// The fake agent. Its working directory is its run folder,
@@ -67,7 +67,10 @@ pub async fn run() -> std::io::Result<String> {
         .task("Fix the lexer and rename util.rs to helpers.rs")
         .project_dir("src")
         .timeout(Duration::from_secs(30))
-        .grace(Duration::from_millis(500));
+        .grace(Duration::from_millis(500))
+        // Sandboxed when bubblewrap works here (the report says which): the
+        // leftover helper then ends with the run, escapees included.
+        .sandbox(Sandbox::Auto);
 
     // While the run is live: wait (bounded) for the agent's `ready`, dump,
     // then let the agent go on.
@@ -107,6 +110,11 @@ mod tests {
         assert!(dump.contains("lead/run-"), "{dump}");
         assert!(dump.contains(".writ-runs/demo-lead-"), "{dump}");
         assert!(report.contains("completed with exit code 0"), "{report}");
+        // The machines the checks run on have bubblewrap (.ci/run installs it).
+        assert!(
+            report.contains("Sandboxed (bubblewrap)"),
+            "the demo run must be sandboxed (install bubblewrap): {report}"
+        );
         for line in [
             "modified  src/lexer.rs",
             "created   src/tokens.rs",

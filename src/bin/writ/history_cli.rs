@@ -33,6 +33,11 @@ pub struct Common {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// A workspace a rewind or redo may write in (repeat for several;
+    /// default: the current folder). Journal records that point anywhere
+    /// else are reported as conflicts and never written.
+    #[arg(long)]
+    pub workspace: Vec<PathBuf>,
 }
 
 /// What to do with the history.
@@ -257,9 +262,19 @@ fn session_of(history: &History, turn: &str, given: Option<String>) -> Result<St
 fn scheduler(common: &Common, turn: &str, session: Option<String>) -> Result<Scheduler, Error> {
     let history = History::open(&common.dir)?;
     let session = session_of(&history, turn, session)?;
-    Ok(Scheduler::new(
-        Config::default().history_dir(&common.dir).session(session),
-    ))
+    let sched = Scheduler::new(Config::default().history_dir(&common.dir).session(session));
+    let here = [PathBuf::from(".")];
+    let workspaces = if common.workspace.is_empty() {
+        &here[..]
+    } else {
+        &common.workspace[..]
+    };
+    for ws in workspaces {
+        // Creating an actor makes its root a grant root of this session:
+        // the only places the rewind may write.
+        drop(sched.actor("writ-history", writ::Grant::workspace(ws))?);
+    }
+    Ok(sched)
 }
 
 /// Milliseconds since the epoch as `YYYY-MM-DD hh:mm:ss` UTC.
