@@ -899,3 +899,66 @@ fn the_serve_demo_loses_no_update() {
     );
     assert!(text.contains("the server's dump mid-run"), "{text}");
 }
+
+/// A ticket given up before its grant: the grant that arrives later is
+/// released at once and its `admit` answers `unknown_hold`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_given_up_before_its_grant_releases_the_grant_on_arrival() {
+    let (_dir, root) = workspace();
+    let server = start(&root, Duration::from_secs(30)).await;
+    let token = server.token().to_string();
+    let (_, made) = rpc(
+        &server,
+        &token,
+        "actor.create",
+        json!({"name": "holder", "grant": {"workspace": true}}),
+    )
+    .await;
+    let holder = made["result"]["actor"].as_str().unwrap().to_string();
+    let (_, made) = rpc(
+        &server,
+        &token,
+        "actor.create",
+        json!({"name": "w", "grant": {"workspace": true}}),
+    )
+    .await;
+    let w = made["result"]["actor"].as_str().unwrap().to_string();
+    let (_, held) = rpc(
+        &server,
+        &token,
+        "admit",
+        json!({"actor": holder, "targets": ["t.rs"], "wait": false}),
+    )
+    .await;
+    let waiting = rpc(
+        &server,
+        &token,
+        "admit",
+        json!({"actor": w, "targets": ["t.rs"], "ticket": "T1"}),
+    );
+    let (answer, ()) = tokio::join!(waiting, async {
+        until(&server, "the waiter", |d| d.waiters.len() == 1).await;
+        let (_, gave_up) = rpc(
+            &server,
+            &token,
+            "release",
+            json!({"actor": w, "ticket": "T1"}),
+        )
+        .await;
+        assert!(gave_up["result"]["released"].is_null(), "{gave_up}");
+        let (_, released) = rpc(
+            &server,
+            &token,
+            "release",
+            json!({"hold": held["result"]["hold"]}),
+        )
+        .await;
+        assert!(released["result"]["released"].is_string(), "{released}");
+    });
+    assert_eq!(kind(&answer.1), "unknown_hold", "{}", answer.1);
+    until(&server, "nothing held", |d| {
+        d.holds.is_empty() && d.waiters.is_empty()
+    })
+    .await;
+    server.shutdown().await;
+}

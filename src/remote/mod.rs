@@ -518,47 +518,31 @@ impl Request<'_> {
         p
     }
 
-    /// Asks for a hold. The call runs in its own task with a ticket, and
-    /// the task hands over a `Held`, whose drop releases it: so a grant
-    /// that arrives as the caller drops this future is released wherever it
-    /// is dropped. When the caller leaves first, the task drops the request
-    /// (closing its connection, which cancels the wait on the server) and
-    /// releases the ticket, so a grant already on its way back is handed
-    /// back too.
+    /// Asks for a hold, with a ticket. If the caller drops this future
+    /// before the answer is in, the dropped request closes its connection
+    /// (which cancels a wait on the server) and a `release {actor, ticket}`
+    /// is sent in the background, so a grant already made, or still on its
+    /// way, is handed back, never leaked. Once the answer is in, the `Held`
+    /// is built in the same poll: there is no moment where it can be lost.
     async fn hold(&self, method: &str, wait: bool, timeout: Option<Duration>) -> Result<Held> {
-        let inner = self.actor.inner.clone();
-        let http = inner.http.clone();
-        let method = method.to_string();
-        let ticket = http.ticket();
+        let inner = &self.actor.inner;
+        let ticket = inner.http.ticket();
         let mut params = self.params(wait, timeout);
         params["ticket"] = Value::from(ticket.as_str());
-        let actor = self.actor.handle.clone();
-        let name = self.actor.name.clone();
-        let (mut tx, rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let answer = tokio::select! {
-                biased;
-                answer = http.call(&method, params) => answer,
-                () = tx.closed() => {
-                    let _ = http.call("release", json!({"actor": actor, "ticket": ticket})).await;
-                    return;
-                }
-            };
-            let held = answer.and_then(|got| {
-                Ok(Held {
-                    inner: Some(inner),
-                    hold: text(&got, "hold")?,
-                    paths: paths(&got),
-                    actor: name,
-                })
-            });
-            // If the caller is gone, the `Held` is dropped here or with the
-            // channel, and released.
-            let _ = tx.send(held);
-        });
-        rx.await.map_err(|_| Error::Unavailable {
-            reason: "the request task ended without an answer".into(),
-        })?
+        let mut pending = PendingTicket {
+            http: Some(inner.http.clone()),
+            actor: self.actor.handle.clone(),
+            ticket,
+        };
+        let answer = inner.http.call(method, params).await;
+        pending.http = None;
+        let got = answer?;
+        Ok(Held {
+            inner: Some(inner.clone()),
+            hold: text(&got, "hold")?,
+            paths: paths(&got),
+            actor: self.actor.name.clone(),
+        })
     }
 
     /// Reserves every target at once, or `Err(Busy)` immediately.
@@ -586,6 +570,26 @@ impl Request<'_> {
     /// A fence, waiting.
     pub async fn fence_wait(self) -> Result<Fence> {
         self.hold("fence", true, None).await.map(Fence)
+    }
+}
+
+/// A request for a hold still in flight; dropped before its answer is in,
+/// it gives the ticket up on the server in the background.
+struct PendingTicket {
+    /// `None` once the answer is in.
+    http: Option<http::Client>,
+    actor: String,
+    ticket: String,
+}
+
+impl Drop for PendingTicket {
+    fn drop(&mut self) {
+        if let Some(http) = self.http.take() {
+            let params = json!({"actor": self.actor, "ticket": self.ticket});
+            spawn_detached(async move {
+                let _ = http.call("release", params).await;
+            });
+        }
     }
 }
 
