@@ -100,10 +100,10 @@ RETRIED = (writ_client.Busy, writ_client.Stale, writ_client.NotRead)
 def edit(files: Files, path: str, line: str, think: float, rng: random.Random, refusals: Counter[str]) -> None:
     """Read, think, append one line, write the whole file back; on a refusal read again."""
     for _attempt in range(1000):
-        text = files.read(path) or HEADER
-        # The model's think time: another worker can write in between.
-        time.sleep(rng.uniform(0, think))
         try:
+            text = files.read(path) or HEADER  # a read waits for no one but a write in progress
+            # The model's think time: another worker can write in between.
+            time.sleep(rng.uniform(0, think))
             files.write(path, text + line + "\n")
             return
         except RETRIED as refusal:

@@ -53,7 +53,7 @@ def wait_until(what: str, condition: Callable[[], Any], deadline: float = DEADLI
 class Server:
     """One ``writ serve`` process on ``root``."""
 
-    def __init__(self, tmp: Path, *extra: str, lease_ttl: float = LEASE_TTL) -> None:
+    def __init__(self, tmp: Path, *extra: str, lease_ttl: float = LEASE_TTL, history: bool = True) -> None:
         self.root = tmp / "ws"
         self.root.mkdir(exist_ok=True)
         state = tmp / "state"
@@ -69,8 +69,7 @@ class Server:
             str(self.root),
             "--lease-ttl",
             str(lease_ttl),
-            "--history-dir",
-            str(state / "history"),
+            *(["--history-dir", str(state / "history")] if history else []),
             *extra,
         ]
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=env)

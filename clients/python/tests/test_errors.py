@@ -70,8 +70,11 @@ def test_timeout(session: Session) -> None:
 
 
 def test_deadlock(session: Session) -> None:
-    a = session.actor("alpha", fenced=["a/"])
-    b = session.actor("beta", fenced=["b/"])
+    # Workspace actors holding extra fences: each may wait on the other's.
+    a = session.actor("alpha")
+    b = session.actor("beta")
+    a.fence(["a/"])
+    b.fence(["b/"])
     outcome: Dict[str, Any] = {}
 
     def alpha_waits() -> None:
@@ -82,7 +85,8 @@ def test_deadlock(session: Session) -> None:
 
     t = threading.Thread(target=alpha_waits)
     t.start()
-    wait_until("alpha to wait", lambda: waiters_of(session, "alpha"))
+    wait_until("alpha to wait", lambda: waiters_of(session, "alpha") or outcome)
+    assert not outcome, outcome
     with pytest.raises(writ_client.Deadlock) as err:
         b.admit(["a/y.txt"], timeout=20)
     check(err.value, writ_client.Deadlock)
@@ -170,7 +174,9 @@ def test_not_found_no_match_ambiguous(session: Session, server: Server) -> None:
 
 
 def test_no_slot(tmp_path: Path) -> None:
-    srv = Server(tmp_path, "--max-actors", "1")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"max_actors": 1}))
+    srv = Server(tmp_path, "--config", str(config))
     try:
         with srv.connect() as s:
             lead = s.actor("lead")
@@ -195,6 +201,18 @@ def test_rewind_conflict_and_unknown_turn(session: Session, server: Server) -> N
     with pytest.raises(writ_client.UnknownTurn) as ut:
         session.rewind("no-such-turn")
     check(ut.value, writ_client.UnknownTurn, turn="no-such-turn")
+
+
+def test_history_unavailable(tmp_path: Path) -> None:
+    srv = Server(tmp_path, "--no-history", history=False)
+    try:
+        with srv.connect() as s:
+            with pytest.raises(writ_client.History) as err:
+                s.rewind("t1")
+            check(err.value, writ_client.History)
+            assert err.value.reason
+    finally:
+        srv.stop()
 
 
 def test_plan_errors(session: Session) -> None:
@@ -230,18 +248,25 @@ def test_forbidden(session: Session, server: Server) -> None:
 
 def test_unknown_ids(session: Session) -> None:
     a = session.actor("a")
+    hold = a.try_admit(["x"])
+    hold.release()
     with pytest.raises(writ_client.UnknownHold) as uh:
-        session.call("release", {"hold": 987654})
-    check(uh.value, writ_client.UnknownHold)
+        session.call("release", {"hold": hold.id})
+    check(uh.value, writ_client.UnknownHold, hold=hold.id)
+    gone = session.actor("gone")
+    gone.drop()
     with pytest.raises(writ_client.UnknownActor) as ua:
-        session.attach(987654).try_admit(["x"])
-    check(ua.value, writ_client.UnknownActor)
+        gone.try_admit(["x"])
+    check(ua.value, writ_client.UnknownActor, actor=gone.id)
+    session.revoke(gone.lease)
     with pytest.raises(writ_client.UnknownLease) as ul:
-        session.call("lease.keepalive", {"lease": "no-such-lease"})
-    check(ul.value, writ_client.UnknownLease)
+        session.call("lease.keepalive", {"lease": gone.lease})
+    check(ul.value, writ_client.UnknownLease, lease=gone.lease)
     a.drop()
     with pytest.raises(writ_client.UnknownActor):
         a.try_admit(["x"])
+    # Releasing a hold the server no longer knows is not an error for the client.
+    writ_client.Hold(a, hold.id, "call").release()
 
 
 def test_protocol_errors(server: Server, session: Session) -> None:

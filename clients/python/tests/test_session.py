@@ -221,8 +221,11 @@ def test_file_operations(session: Session, server: Server) -> None:
 def test_line_ranges_and_bytes(session: Session, server: Server) -> None:
     (server.root / "lines.txt").write_text("l1\nl2\nl3\nl4\n")
     a = session.actor("a")
-    part = a.read("lines.txt", lines=(2, 3))
-    assert "l2" in part and "l3" in part and "l1" not in part and "l4" not in part
+    assert a.read("lines.txt", lines=(1, 3)) == "l2\nl3\n"
+    assert a.read("lines.txt", lines=(3, None)) == "l4\n"
+    # The mark of a range covers the whole file: an append may follow.
+    a.append("lines.txt", "l5\n")
+    assert (server.root / "lines.txt").read_text() == "l1\nl2\nl3\nl4\nl5\n"
     blob = bytes(range(256))
     a.write("blob.bin", blob)
     assert (server.root / "blob.bin").read_bytes() == blob
@@ -317,3 +320,14 @@ def test_keepalive_outlives_the_ttl(server: Server) -> None:
     finally:
         s.close()
         observer.close()
+
+
+def test_the_token_never_goes_through_a_proxy(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A proxy that would receive the bearer token: nothing listens on port 9,
+    # so a client that honoured it would fail to connect.
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    with server.connect() as s:
+        assert s.dump()["actors"] is not None

@@ -7,8 +7,6 @@ import base64
 import json
 import os
 import threading
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -70,6 +68,8 @@ def tree(path: Union[str, "os.PathLike[str]"], shared: bool = False) -> Target:
     """A target covering ``path`` and everything beneath it."""
     return Target(os.fspath(path), tree=True, shared=shared)
 
+
+Lines = Tuple[int, Optional[int]]
 
 TargetLike = Union[str, "os.PathLike[str]", Target]
 Paths = Union[TargetLike, Iterable[TargetLike]]
@@ -402,17 +402,12 @@ class Session:
         return _dict(self.call("dump"))
 
     def dump_table(self) -> str:
-        """The dump as the server's aligned text table (``GET /dump?format=table``)."""
-        request = urllib.request.Request(
-            self.url + "/dump?format=table",
-            headers={"Authorization": f"Bearer {self.token}"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=CALL_TIMEOUT) as response:
-                body: bytes = response.read()
-        except (urllib.error.URLError, OSError) as err:
-            raise Unavailable(f"GET /dump: {err}", {"kind": "unavailable"}) from None
-        return body.decode("utf-8", errors="replace")
+        """The dump as the server's aligned text table."""
+        result = self.call("dump", {"format": "table"})
+        table = result.get("table") if isinstance(result, Mapping) else result
+        if not isinstance(table, str):
+            raise Unavailable(f"dump returned {result!r:.100}", {"kind": "unavailable"})
+        return table
 
     # -- closing ----------------------------------------------------------------
 
@@ -659,8 +654,13 @@ class Actor:
 
     # -- files ----------------------------------------------------------------------
 
-    def read_with_mark(self, path: str, lines: Optional[Tuple[int, int]] = None) -> ReadResult:
-        """Read a file (or the 1-based inclusive line range ``lines``) and its read mark."""
+    def read_with_mark(self, path: str, lines: Optional[Lines] = None) -> ReadResult:
+        """Read a file and the mark the gate checks.
+
+        ``lines=(start, end)`` returns only those lines, numbered from 0 with
+        ``end`` excluded, as a Python slice (``end=None``: to the end); the
+        mark still covers the whole file, so a tail is enough before an append.
+        """
         params: Dict[str, Any] = {"path": path}
         if lines is not None:
             params["lines"] = list(lines)
@@ -670,14 +670,14 @@ class Actor:
         mark = result.get("mark")
         return ReadResult(_content_from_wire(result.get("content")), dict(mark) if isinstance(mark, Mapping) else {})
 
-    def read(self, path: str, lines: Optional[Tuple[int, int]] = None) -> str:
+    def read(self, path: str, lines: Optional[Lines] = None) -> str:
         """Read a text file; the read is what allows a later write (SPEC §6)."""
         content = self.read_with_mark(path, lines).content
         if isinstance(content, bytes):
             return content.decode("utf-8")
         return content
 
-    def read_bytes(self, path: str, lines: Optional[Tuple[int, int]] = None) -> bytes:
+    def read_bytes(self, path: str, lines: Optional[Lines] = None) -> bytes:
         """Read a file as bytes."""
         content = self.read_with_mark(path, lines).content
         return content.encode("utf-8") if isinstance(content, str) else content
