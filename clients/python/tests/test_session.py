@@ -331,3 +331,31 @@ def test_the_token_never_goes_through_a_proxy(server: Server, monkeypatch: pytes
     monkeypatch.delenv("NO_PROXY", raising=False)
     with server.connect() as s:
         assert s.dump()["actors"] is not None
+
+
+def test_cancel_abandons_a_wait_from_another_thread(session: Session) -> None:
+    holder = session.actor("holder")
+    waiter = session.actor("waiter")
+    held = holder.try_admit(["c.txt"])
+    cancel = writ_client.Cancel()
+    outcome: List[BaseException] = []
+
+    def wait() -> None:
+        try:
+            waiter.admit(["c.txt"], cancel=cancel)
+        except writ_client.WritError as err:
+            outcome.append(err)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    wait_until("the admit to wait", lambda: waiters_of(session, "waiter"))
+    cancel.cancel()
+    t.join(20)
+    assert outcome and isinstance(outcome[0], writ_client.Unavailable)
+    wait_until("the wait to leave the queue", lambda: not waiters_of(session, "waiter"))
+    held.release()
+    assert holds_of(session, "waiter") == []
+    # A cancelled Cancel fails the next call at once, before it reaches the server.
+    with pytest.raises(writ_client.Unavailable):
+        waiter.admit(["c.txt"], cancel=cancel)
+    assert holds_of(session, "waiter") == []

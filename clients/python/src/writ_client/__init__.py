@@ -49,7 +49,9 @@ from ._errors import (
     UnknownTurn,
     WritError,
     error_class,
+    error_from_wire,
 )
+from ._transport import Cancel
 from ._session import (
     Actor,
     Fence,
@@ -105,6 +107,7 @@ __all__ = [
     "Task",
     "Timeout",
     "BodyTooLarge",
+    "Cancel",
     "Unauthorized",
     "UnknownActor",
     "UnknownHold",
@@ -113,6 +116,7 @@ __all__ = [
     "WritError",
     "discover",
     "error_class",
+    "error_from_wire",
     "shared",
     "tree",
 ]

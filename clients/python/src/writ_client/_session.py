@@ -25,7 +25,7 @@ from typing import (
 )
 
 from ._errors import Unavailable, UnknownActor, UnknownHold, UnknownLease, WritError
-from ._transport import CALL_TIMEOUT, Transport
+from ._transport import CALL_TIMEOUT, Cancel, Transport
 
 __all__ = [
     "Session",
@@ -271,7 +271,9 @@ class Session:
         explicit fence held for the actor's life (``Busy`` when contested), or
         ``read_only=True``. ``root`` is a folder inside the server's root.
         """
-        return self._create(name, None, _grant(fenced, read_only, root), wait=False, timeout=None)
+        return self._create(
+            name, None, _grant(fenced, read_only, root), wait=False, timeout=None, cancel=None
+        )
 
     def attach(self, actor_id: Any, token: Optional[str] = None, name: str = "") -> "Actor":
         """An :class:`Actor` handle for an existing actor, e.g. in a worker process.
@@ -290,6 +292,7 @@ class Session:
         *,
         wait: bool,
         timeout: Optional[float],
+        cancel: Optional[Cancel],
     ) -> "Actor":
         params: Dict[str, Any] = {"name": name, "grant": grant}
         if parent is not None:
@@ -298,7 +301,7 @@ class Session:
         if wait:
             if timeout is not None:
                 params["timeout_ms"] = _millis(timeout)
-            result = transport.call("actor.child_wait", params, wait=timeout)
+            result = transport.call("actor.child_wait", params, wait=timeout, cancel=cancel)
         else:
             result = transport.call("actor.create", params)
         if not isinstance(result, Mapping):
@@ -565,9 +568,15 @@ class Actor:
     def __repr__(self) -> str:
         return f"<Actor {self.name!r} id={self.id!r}>"
 
-    def _call(self, method: str, params: Dict[str, Any], wait: Optional[float] = 0.0) -> Any:
+    def _call(
+        self,
+        method: str,
+        params: Dict[str, Any],
+        wait: Optional[float] = 0.0,
+        cancel: Optional[Cancel] = None,
+    ) -> Any:
         params["actor"] = self.id
-        return self._transport.call(method, params, wait)
+        return self._transport.call(method, params, wait, cancel)
 
     # -- children -----------------------------------------------------------------
 
@@ -580,10 +589,11 @@ class Actor:
         root: Union[str, "os.PathLike[str]", None] = None,
         wait: bool = False,
         timeout: Optional[float] = None,
+        cancel: Optional[Cancel] = None,
     ) -> "Actor":
         """Create a child actor (same lease). ``wait=True`` waits for a slot or its fence."""
         return self.session._create(
-            name, self, _grant(fenced, read_only, root), wait=wait, timeout=timeout
+            name, self, _grant(fenced, read_only, root), wait=wait, timeout=timeout, cancel=cancel
         )
 
     def drop(self) -> None:
@@ -616,13 +626,17 @@ class Actor:
         *,
         priority: Optional[int] = None,
         label: Optional[str] = None,
+        cancel: Optional[Cancel] = None,
     ) -> Hold:
-        """Wait until every path is free and reserve them all (``Timeout`` after ``timeout`` s)."""
+        """Wait until every path is free and reserve them all (``Timeout`` after ``timeout`` s).
+
+        ``cancel`` (a :class:`Cancel`) abandons the wait from another thread.
+        """
         params: Dict[str, Any] = {"targets": _targets(paths), "wait": True}
         if timeout is not None:
             params["timeout_ms"] = _millis(timeout)
         _request_options(params, priority, label)
-        return self._hold(self._call("admit", params, wait=timeout), "call", Hold)
+        return self._hold(self._call("admit", params, wait=timeout, cancel=cancel), "call", Hold)
 
     def try_admit(
         self,
@@ -636,13 +650,20 @@ class Actor:
         _request_options(params, priority, label)
         return self._hold(self._call("admit", params), "call", Hold)
 
-    def fence(self, paths: Paths, *, wait: bool = False, timeout: Optional[float] = None) -> Fence:
-        """Take a fence (long-lived hold); try-only unless ``wait=True``."""
+    def fence(
+        self,
+        paths: Paths,
+        *,
+        wait: bool = False,
+        timeout: Optional[float] = None,
+        cancel: Optional[Cancel] = None,
+    ) -> Fence:
+        """Take a fence (long-lived hold); try-only (``Busy``) unless ``wait=True``."""
         params: Dict[str, Any] = {"targets": _targets(paths), "wait": wait}
         if timeout is not None:
             params["timeout_ms"] = _millis(timeout)
         waited: Optional[float] = timeout if wait else 0.0
-        fence = self._hold(self._call("fence", params, wait=waited), "fence", Fence)
+        fence = self._hold(self._call("fence", params, wait=waited, cancel=cancel), "fence", Fence)
         assert isinstance(fence, Fence)
         return fence
 
