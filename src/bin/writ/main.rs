@@ -6,6 +6,8 @@ mod demo_files;
 mod demo_plan;
 mod history_cli;
 mod rng;
+#[cfg(all(feature = "server", feature = "remote"))]
+mod serve_cli;
 
 use std::process::ExitCode;
 
@@ -44,12 +46,33 @@ enum Command {
     },
     /// Recorded file history: list, show, rewind, redo, prune.
     History(history_cli::HistoryCmd),
+    /// One scheduler for every process of a session, over loopback HTTP.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Serve(serve_cli::ServeCmd),
+    /// Print a running server's table.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Dump {
+        #[command(flatten)]
+        target: serve_cli::TargetArgs,
+        /// Print the dump as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Say whether a server is running, and its URL.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Status(serve_cli::TargetArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::History(cmd) => history_cli::run(cmd),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Serve(cmd) => serve_cli::serve(cmd),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Dump { target, json } => serve_cli::dump(target, json),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Status(target) => serve_cli::status(target),
         Command::Demo { plan: true, .. } => run_plan_demo(),
         Command::Demo { delegate: true, .. } => run_delegate_demo(),
         Command::Demo {
