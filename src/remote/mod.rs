@@ -330,6 +330,9 @@ pub struct Actor {
 
 impl Drop for Actor {
     fn drop(&mut self) {
+        if self.handle.is_empty() {
+            return; // closed already
+        }
         let http = self.inner.http.clone();
         let actor = std::mem::take(&mut self.handle);
         spawn_detached(async move {
@@ -462,6 +465,17 @@ impl Actor {
     /// This actor's file tools.
     pub fn files(&self) -> Files<'_> {
         Files { actor: self }
+    }
+
+    /// Drops the actor on the server now (releasing its fences) and reports
+    /// how that went; dropping an `Actor` does the same in the background.
+    pub async fn close(mut self) -> Result<()> {
+        let actor = std::mem::take(&mut self.handle);
+        self.inner
+            .http
+            .call("actor.drop", json!({ "actor": actor }))
+            .await
+            .map(drop)
     }
 }
 

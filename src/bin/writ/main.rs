@@ -61,6 +61,17 @@ enum Command {
     /// Say whether a server is running, and its URL.
     #[cfg(all(feature = "server", feature = "remote"))]
     Status(serve_cli::TargetArgs),
+    /// A client that takes a fence and then waits to be killed (for tests).
+    #[cfg(all(feature = "server", feature = "remote"))]
+    #[command(name = "__hold", hide = true)]
+    Hold {
+        /// The server's URL.
+        url: String,
+        /// The session token.
+        token: String,
+        /// The target to fence.
+        target: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -73,6 +84,8 @@ fn main() -> ExitCode {
         Command::Dump { target, json } => serve_cli::dump(target, json),
         #[cfg(all(feature = "server", feature = "remote"))]
         Command::Status(target) => serve_cli::status(target),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Hold { url, token, target } => serve_cli::hold(&url, &token, &target),
         Command::Demo { plan: true, .. } => run_plan_demo(),
         Command::Demo { delegate: true, .. } => run_delegate_demo(),
         Command::Demo {

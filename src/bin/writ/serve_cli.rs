@@ -261,3 +261,36 @@ pub fn status(target: TargetArgs) -> ExitCode {
         }
     }
 }
+
+/// `writ __hold URL TOKEN TARGET`: fences TARGET, says "held", then keeps
+/// its lease alive until the process is killed. The reliability tests kill
+/// it with SIGKILL and expect the server to free the fence within the TTL.
+pub fn hold(url: &str, token: &str, target: &str) -> ExitCode {
+    let result = runtime().and_then(|rt| {
+        rt.block_on(async {
+            let session = writ::remote::Session::connect(url, token)
+                .await
+                .map_err(|e| e.to_string())?;
+            let info = session.info().await.map_err(|e| e.to_string())?;
+            let root = PathBuf::from(info["root"].as_str().unwrap_or("."));
+            let actor = session
+                .actor("held", writ::Grant::workspace(root))
+                .await
+                .map_err(|e| e.to_string())?;
+            let fence = actor.fence([target]).await.map_err(|e| e.to_string())?;
+            println!("held {}", fence.id());
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            std::future::pending::<()>().await;
+            drop((fence, actor));
+            Ok::<_, String>(())
+        })
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("writ __hold: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
