@@ -59,9 +59,10 @@ def test_sigkilled_client_frees_its_holds_within_the_ttl(server: Server, session
     t.join(DEADLINE)
     freed_after = time.monotonic() - killed_at
     assert got, "the waiter was not admitted after the holder was killed"
-    # Freed by the lease's expiry: after silence of one TTL, with room for the
-    # server's sweep interval and a loaded machine, never unbounded.
-    assert freed_after < LEASE_TTL * 3 + 2, f"freed after {freed_after:.2f}s"
+    # Freed by the lease's expiry: at most one TTL after the last renewal,
+    # with room for a loaded machine.
+    print(f"killed client: waiter admitted {freed_after:.2f}s after SIGKILL (lease TTL {LEASE_TTL}s)")
+    assert freed_after < LEASE_TTL + 3, f"freed after {freed_after:.2f}s"
     assert holds_of(session, "victim") == []
     assert "victim" not in [a["name"] for a in session.dump()["actors"]]
     got[0].release()
