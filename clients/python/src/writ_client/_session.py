@@ -232,7 +232,11 @@ class Session:
                     )
                 token = found_token
         session = cls(url, token, keepalive=keepalive)
-        session.info()
+        try:
+            session.info()
+        except BaseException:
+            session.close()
+            raise
         return session
 
     def call(self, method: str, params: Optional[Mapping[str, Any]] = None, wait: Optional[float] = 0.0) -> Any:
@@ -339,7 +343,11 @@ class Session:
     def _interval(self) -> float:
         if self._keepalive is not None:
             return self._keepalive
-        return max(0.05, self.lease_ttl / 3.0)
+        try:
+            ttl = self.lease_ttl
+        except WritError:
+            ttl = DEFAULT_LEASE_TTL
+        return max(0.05, ttl / 3.0)
 
     def _keep_alive(self) -> None:
         interval = self._interval()
