@@ -123,8 +123,7 @@ def worker_main(args: argparse.Namespace) -> int:
         # The lead hands over this actor's token in the environment, not argv
         # (other users can read a process's arguments).
         session = writ_client.Session.connect(os.environ["WRIT_URL"], os.environ["WRIT_TOKEN"])
-        me = session.attach(json.loads(os.environ["WRIT_ACTOR"]), os.environ["WRIT_TOKEN"], f"w{args.worker}")
-        files = WritFiles(me)
+        files = WritFiles(session.me(f"w{args.worker}"))
     print("ready", flush=True)
     sys.stdin.readline()  # the lead's "go": every worker starts at once
     for k, line in enumerate(expected_lines(args.worker, args.edits)):
@@ -182,7 +181,7 @@ def lead_main(args: argparse.Namespace) -> int:
         env = dict(os.environ)
         if session is not None:
             actor = actors[w]
-            env.update(WRIT_URL=session.url, WRIT_TOKEN=actor.token or "", WRIT_ACTOR=json.dumps(actor.id))
+            env.update(WRIT_URL=session.url, WRIT_TOKEN=actor.token or "")
         cmd = [
             sys.executable,
             os.path.abspath(__file__),

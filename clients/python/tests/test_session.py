@@ -274,6 +274,8 @@ def test_attach_with_an_actor_token_acts_as_that_actor(session: Session, server:
     assert lead.token is not None
     worker_session = Session.connect(server.url, lead.token)
     try:
+        me = worker_session.me("lead")
+        assert me.id == lead.id
         me = worker_session.attach(lead.id, lead.token, name="lead")
         me.write("w.txt", "hi\n")
         with me.try_admit(["w.txt"]):
@@ -282,6 +284,8 @@ def test_attach_with_an_actor_token_acts_as_that_actor(session: Session, server:
         kid.write("k.txt", "k\n")
     finally:
         worker_session.close()
+    with pytest.raises(writ_client.Forbidden):
+        session.me()  # the session token is no actor
     # The worker's session owns no lease, so closing it leaves the lead alive.
     assert "lead" in [a["name"] for a in session.dump()["actors"]]
 

@@ -24,7 +24,7 @@ from typing import (
     Union,
 )
 
-from ._errors import Unavailable, UnknownActor, UnknownHold, UnknownLease, WritError
+from ._errors import Forbidden, Unavailable, UnknownActor, UnknownHold, UnknownLease, WritError
 from ._transport import CALL_TIMEOUT, Cancel, Transport
 
 __all__ = [
@@ -287,6 +287,22 @@ class Session:
         """
         transport = Transport(self.url, token) if token is not None else self._transport
         return Actor(self, actor_id, name, token, None, transport)
+
+    def me(self, name: str = "") -> "Actor":
+        """The actor this session's token acts as, when it is an actor token.
+
+        A worker handed only an actor token and the URL needs nothing else:
+        ``Session.connect(url, token).me()``. With the session token this is
+        ``Forbidden`` (the session token is no actor).
+        """
+        caller = self.info().get("caller")
+        if not isinstance(caller, str) or caller == "session":
+            raise Forbidden(
+                "this session was opened with the session token, which acts as no actor; "
+                "connect with an actor's token, or create an actor with session.actor(..)",
+                {"kind": "forbidden", "reason": "the session token is no actor"},
+            )
+        return self.attach(caller, None, name)
 
     def _create(
         self,
@@ -552,7 +568,7 @@ class Actor:
     """One agent of the session: admits calls, takes fences, reads and writes files.
 
     ``token`` is the actor's own token: hand it to the process that acts as
-    this actor (``Session.connect(url, token).attach(actor.id, token)``); it
+    this actor (``Session.connect(url, token).me()``); it
     can act only as this actor and its descendants.
     """
 
