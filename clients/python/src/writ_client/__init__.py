@@ -3,7 +3,7 @@
 >>> from writ_client import Session, Busy            # doctest: +SKIP
 >>> session = Session.connect()                       # doctest: +SKIP
 >>> lead = session.actor("lead")                      # doctest: +SKIP
->>> with lead.admit(["src/a.py"], timeout=5):         # doctest: +SKIP
+>>> with lead.fence(["src/"], wait=True, timeout=5):  # doctest: +SKIP
 ...     lead.write("src/a.py", "print('hi')\\n")
 
 Standard library only. See README.md for the whole API and the error table.

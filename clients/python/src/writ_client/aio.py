@@ -8,7 +8,7 @@ dropped) in the background, never leaked.
 
 >>> async with await AsyncSession.connect() as session:       # doctest: +SKIP
 ...     lead = await session.actor("lead")
-...     async with await lead.admit(["src/a.py"], timeout=5):
+...     async with await lead.fence(["src/"], wait=True, timeout=5):
 ...         await lead.write("src/a.py", "print('hi')\\n")
 """
 
