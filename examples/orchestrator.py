@@ -210,6 +210,7 @@ def lead_main(args: argparse.Namespace) -> int:
         proc.stdin.flush()
 
     dump_table = None
+    dump_when = "taken while the workers ran"
     if session is not None:
         # A dump taken while the workers run shows who holds and waits for what.
         deadline = time.monotonic() + 10
@@ -242,6 +243,9 @@ def lead_main(args: argparse.Namespace) -> int:
         # The plan's last wave: the lead's own summary, once the workers are done.
         lead.write(f"{run_dir}/SUMMARY.md", f"{made} updates made, {lost} lost\n")
         report["counters"] = session.dump()["counters"]
+        if dump_table is None:  # the workers finished before a dump caught one at work
+            dump_table = session.dump_table()
+            dump_when = "after the run"
         session.close()
     else:
         direct = DirectFiles(base)
@@ -263,7 +267,7 @@ def lead_main(args: argparse.Namespace) -> int:
     if "counters" in report:
         print(f"scheduler:      {report['counters']}")
     if dump_table is not None:
-        print("\ndump taken while the workers ran:\n" + dump_table)
+        print(f"\nthe dump ({dump_when}):\n" + dump_table)
     return 0
 
 
