@@ -94,7 +94,11 @@ fn state(server: &Server) -> Value {
 async fn until(server: &Server, what: &str, pred: impl Fn(&writ::Dump) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pred(&server.scheduler().dump()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}:\n{}",
+            server.scheduler().dump()
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -783,5 +787,95 @@ async fn dump_and_health_endpoints() {
     assert_eq!(dump["holds"][0]["label"], "edit");
     let table = session.dump_table().await.unwrap();
     assert!(table.contains("lead") && table.contains("a.rs"), "{table}");
+    server.shutdown().await;
+}
+
+/// docs/PROTOCOL.md carries the table of error kinds and codes exactly as
+/// `writ::ERROR_KINDS` has it, and documents every method.
+#[test]
+fn the_protocol_document_matches_the_code() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md")).unwrap();
+    let mut table = String::from("| kind | code | meaning |\n|---|---|---|\n");
+    for k in writ::ERROR_KINDS {
+        table.push_str(&format!("| `{}` | {} | {} |\n", k.kind, k.code, k.meaning));
+    }
+    assert!(
+        doc.contains(&table),
+        "docs/PROTOCOL.md must contain this table:\n{table}"
+    );
+    assert!(doc.contains(&format!("protocol version: `{}`", writ::PROTOCOL_VERSION)));
+    for method in [
+        "session.info",
+        "session.stop",
+        "actor.create",
+        "actor.child_wait",
+        "actor.drop",
+        "admit",
+        "fence",
+        "fence.extend",
+        "fence.narrow",
+        "release",
+        "dump",
+        "lease.keepalive",
+        "lease.revoke",
+        "files.read",
+        "files.write",
+        "files.append",
+        "files.replace",
+        "files.delete",
+        "files.rename",
+        "turn.set",
+        "history.rewind",
+        "history.redo",
+        "plan.validate",
+    ] {
+        assert!(
+            doc.contains(&format!("### `{method}`")),
+            "{method} is not documented"
+        );
+    }
+}
+
+/// A remote admit dropped at the moment its grant arrives leaves nothing
+/// behind: the grant is either never made (the wait was cancelled) or
+/// handed back by the client. Run many times so both orders occur.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_racing_with_a_dropped_admit_is_released_not_leaked() {
+    let (_dir, root) = workspace();
+    let server = start(&root, Duration::from_secs(30)).await;
+    let session = Session::connect(server.url(), server.token())
+        .await
+        .unwrap();
+    let holder = session
+        .actor("holder", Grant::workspace(&root))
+        .await
+        .unwrap();
+    let waiter = session
+        .actor("waiter", Grant::workspace(&root))
+        .await
+        .unwrap();
+    for _round in 0..30 {
+        let held = holder.try_admit(["r.rs"]).await.unwrap();
+        let sched = server.scheduler().clone();
+        tokio::select! {
+            // Admitted once the holder let go: dropped here, released in the
+            // background.
+            got = waiter.admit(["r.rs"]) => drop(got.unwrap()),
+            () = async {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while sched.dump().waiters.is_empty() {
+                    assert!(Instant::now() < deadline);
+                    tokio::task::yield_now().await;
+                }
+                // Release and give up in the same breath.
+                held.release().await.unwrap();
+            } => {}
+        }
+        until(&server, "nothing held or waiting", |d| {
+            d.holds.is_empty() && d.waiters.is_empty()
+        })
+        .await;
+    }
     server.shutdown().await;
 }

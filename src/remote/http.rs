@@ -25,6 +25,9 @@ pub(crate) struct Client {
     rpc: Uri,
     authorization: Arc<str>,
     next_id: Arc<AtomicU64>,
+    /// Makes this client's tickets differ from another client's that acts
+    /// for the same actor.
+    nonce: u64,
 }
 
 fn unavailable(reason: impl Into<String>) -> Error {
@@ -51,7 +54,19 @@ impl Client {
             rpc,
             authorization: Arc::from(format!("Bearer {token}")),
             next_id: Arc::new(AtomicU64::new(1)),
+            nonce: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+                ^ (u64::from(std::process::id()) << 32),
         })
+    }
+
+    /// A ticket naming one wait, so that it can be given up from another
+    /// connection (see `Request::hold`).
+    pub(crate) fn ticket(&self) -> String {
+        // Relaxed: tickets only need to differ.
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        format!("{:016x}-{n}", self.nonce)
     }
 
     /// Calls `method`; a JSON-RPC error comes back as the `writ::Error` it

@@ -518,19 +518,47 @@ impl Request<'_> {
         p
     }
 
+    /// Asks for a hold. The call runs in its own task with a ticket, and
+    /// the task hands over a `Held`, whose drop releases it: so a grant
+    /// that arrives as the caller drops this future is released wherever it
+    /// is dropped. When the caller leaves first, the task drops the request
+    /// (closing its connection, which cancels the wait on the server) and
+    /// releases the ticket, so a grant already on its way back is handed
+    /// back too.
     async fn hold(&self, method: &str, wait: bool, timeout: Option<Duration>) -> Result<Held> {
-        let got = self
-            .actor
-            .inner
-            .http
-            .call(method, self.params(wait, timeout))
-            .await?;
-        Ok(Held {
-            inner: Some(self.actor.inner.clone()),
-            hold: text(&got, "hold")?,
-            paths: paths(&got),
-            actor: self.actor.name.clone(),
-        })
+        let inner = self.actor.inner.clone();
+        let http = inner.http.clone();
+        let method = method.to_string();
+        let ticket = http.ticket();
+        let mut params = self.params(wait, timeout);
+        params["ticket"] = Value::from(ticket.as_str());
+        let actor = self.actor.handle.clone();
+        let name = self.actor.name.clone();
+        let (mut tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let answer = tokio::select! {
+                biased;
+                answer = http.call(&method, params) => answer,
+                () = tx.closed() => {
+                    let _ = http.call("release", json!({"actor": actor, "ticket": ticket})).await;
+                    return;
+                }
+            };
+            let held = answer.and_then(|got| {
+                Ok(Held {
+                    inner: Some(inner),
+                    hold: text(&got, "hold")?,
+                    paths: paths(&got),
+                    actor: name,
+                })
+            });
+            // If the caller is gone, the `Held` is dropped here or with the
+            // channel, and released.
+            let _ = tx.send(held);
+        });
+        rx.await.map_err(|_| Error::Unavailable {
+            reason: "the request task ended without an answer".into(),
+        })?
     }
 
     /// Reserves every target at once, or `Err(Busy)` immediately.

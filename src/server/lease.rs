@@ -56,10 +56,21 @@ pub(crate) struct ActorSlot {
     pub(crate) secret: String,
 }
 
+/// What became of a wait a client named with a ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ticket {
+    /// Granted as this hold.
+    Granted(u64),
+    /// The client gave up: a grant arriving later is released at once.
+    Abandoned,
+}
+
 /// A hold made over the wire.
 #[derive(Debug)]
 pub(crate) struct HoldSlot {
     pub(crate) guard: Guard,
+    /// The ticket its request carried, if any.
+    pub(crate) ticket: Option<(u64, String)>,
     pub(crate) lineage: Arc<[u64]>,
     pub(crate) lease: u64,
 }
@@ -80,6 +91,9 @@ pub(crate) struct Registry {
     pub(crate) leases: HashMap<u64, Lease>,
     pub(crate) actors: HashMap<u64, ActorSlot>,
     pub(crate) holds: HashMap<u64, HoldSlot>,
+    /// Tickets by (actor, ticket); removed with their hold, their late
+    /// grant, or their lease.
+    pub(crate) tickets: HashMap<(u64, String), (Ticket, u64)>,
     next_lease: u64,
 }
 
@@ -136,6 +150,7 @@ impl Registry {
             .filter(|(_, h)| h.lease == lease)
             .map(|(id, _)| *id)
             .collect();
+        self.tickets.retain(|_, (_, l)| *l != lease);
         let actors: Vec<u64> = self
             .actors
             .iter()
@@ -162,10 +177,20 @@ impl Registry {
             let _ = lease.revoked.send(true);
         }
         self.leases.clear();
+        self.tickets.clear();
         Dropped {
             actors: self.actors.drain().map(|(_, a)| a.actor).collect(),
             holds: self.holds.drain().map(|(_, h)| h.guard).collect(),
         }
+    }
+
+    /// Removes a hold (and its ticket).
+    pub(crate) fn remove_hold(&mut self, hold: u64) -> Option<HoldSlot> {
+        let slot = self.holds.remove(&hold)?;
+        if let Some(ticket) = &slot.ticket {
+            self.tickets.remove(ticket);
+        }
+        Some(slot)
     }
 
     /// Leases past their deadline with no open poll, and the earliest

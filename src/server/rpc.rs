@@ -14,7 +14,7 @@ use tokio::sync::{Notify, watch};
 
 use super::Options;
 use super::auth::{self, Caller};
-use super::lease::{ActorSlot, Guard, HoldSlot, Registry};
+use super::lease::{ActorSlot, Guard, HoldSlot, Registry, Ticket};
 use crate::wire::{self, PROTOCOL_VERSION};
 use crate::{Actor, Error, Grant, ProtocolError, Result, Scheduler, Target};
 
@@ -108,12 +108,15 @@ struct AdmitParams {
     #[serde(default)]
     priority: i32,
     label: Option<String>,
+    ticket: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HoldParams {
-    hold: String,
+    hold: Option<String>,
+    actor: Option<String>,
+    ticket: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -415,7 +418,13 @@ impl App {
 
     /// Files a granted guard under its lease; a lease that ended meanwhile
     /// gets the guard dropped (released), never leaked.
-    fn keep_hold(&self, guard: Guard, lineage: Arc<[u64]>, lease: u64) -> Result<Value> {
+    fn keep_hold(
+        &self,
+        guard: Guard,
+        lineage: Arc<[u64]>,
+        lease: u64,
+        ticket: Option<(u64, String)>,
+    ) -> Result<Value> {
         let (id, kind) = match &guard {
             Guard::Reservation(r) => (r.id().0, "call"),
             Guard::Fence(f) => (f.id().0, "fence"),
@@ -429,10 +438,24 @@ impl App {
                 lease: self.handle('l', lease),
             });
         }
+        if let Some(key) = &ticket {
+            if let Some((Ticket::Abandoned, _)) = reg.tickets.get(key) {
+                // The client gave up before this grant: hand it back.
+                reg.tickets.remove(key);
+                drop(reg);
+                drop(guard);
+                return Err(Error::UnknownHold {
+                    hold: self.handle('h', id),
+                });
+            }
+            reg.tickets
+                .insert(key.clone(), (Ticket::Granted(id), lease));
+        }
         reg.holds.insert(
             id,
             HoldSlot {
                 guard,
+                ticket,
                 lineage,
                 lease,
             },
@@ -440,6 +463,26 @@ impl App {
         reg.renew(lease, self.ttl);
         drop(reg);
         Ok(json!({"hold": self.handle('h', id), "kind": kind, "paths": paths}))
+    }
+
+    /// The hold a ticket was granted as, or `None` after marking the ticket
+    /// abandoned, so that a grant still on its way is released on arrival.
+    fn release_ticket(&self, caller: &Caller, actor: &str, ticket: &str) -> Result<Option<u64>> {
+        let n = self.parse('a', "an actor", actor)?;
+        let mut reg = self.reg.lock();
+        let slot = reg.actors.get(&n).ok_or_else(|| Error::UnknownActor {
+            actor: actor.to_string(),
+        })?;
+        self.may(caller, &slot.lineage, actor)?;
+        let lease = slot.lease;
+        let key = (n, ticket.to_string());
+        match reg.tickets.get(&key) {
+            Some((Ticket::Granted(hold), _)) => Ok(Some(*hold)),
+            _ => {
+                reg.tickets.insert(key, (Ticket::Abandoned, lease));
+                Ok(None)
+            }
+        }
     }
 
     /// Files a new actor; its token's secret is made here.
@@ -669,6 +712,7 @@ impl App {
                 let p: AdmitParams = params(p)?;
                 let targets = targets(&p.targets)?;
                 let (actor, lease, lineage) = self.actor_for(caller, &p.actor)?;
+                let ticket = p.ticket.map(|t| (actor.id().0, t));
                 let mut request = actor.request(targets).priority(p.priority);
                 if let Some(label) = p.label {
                     request = request.label(label);
@@ -693,7 +737,7 @@ impl App {
                 } else {
                     Guard::Fence(request.fence()?)
                 };
-                self.keep_hold(guard, lineage, lease)
+                self.keep_hold(guard, lineage, lease, ticket)
             }
             "fence.extend" | "fence.narrow" => {
                 let p: HoldTargetsParams = params(p)?;
@@ -722,19 +766,30 @@ impl App {
             }
             "release" => {
                 let p: HoldParams = params(p)?;
-                let n = self.parse('h', "a hold", &p.hold)?;
+                let (n, named) = match (&p.hold, &p.actor, &p.ticket) {
+                    (Some(hold), None, None) => (self.parse('h', "a hold", hold)?, hold.clone()),
+                    (None, Some(actor), Some(ticket)) => {
+                        match self.release_ticket(caller, actor, ticket)? {
+                            Some(hold) => (hold, self.handle('h', hold)),
+                            None => return Ok(json!({"released": null, "ticket": ticket})),
+                        }
+                    }
+                    _ => {
+                        return Err(invalid("release takes {hold} or {actor, ticket}"));
+                    }
+                };
                 let slot = {
                     let mut reg = self.reg.lock();
                     let slot = reg.holds.get(&n).ok_or_else(|| Error::UnknownHold {
-                        hold: p.hold.clone(),
+                        hold: named.clone(),
                     })?;
-                    self.may(caller, &slot.lineage, &p.hold)?;
+                    self.may(caller, &slot.lineage, &named)?;
                     let lease = slot.lease;
                     reg.renew(lease, self.ttl);
-                    reg.holds.remove(&n)
+                    reg.remove_hold(n)
                 };
                 drop(slot);
-                Ok(json!({"released": p.hold}))
+                Ok(json!({"released": named}))
             }
             "dump" => {
                 let p: DumpParams = params(p)?;
