@@ -879,3 +879,23 @@ async fn a_grant_racing_with_a_dropped_admit_is_released_not_leaked() {
     }
     server.shutdown().await;
 }
+
+/// `writ demo --serve`: agent processes through one server lose no update.
+#[test]
+fn the_serve_demo_loses_no_update() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["demo", "--serve", "--agents", "3", "--calls", "20"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("writes 60, lost updates 0, failed workers 0"),
+        "{text}"
+    );
+    assert!(text.contains("the server's dump mid-run"), "{text}");
+}

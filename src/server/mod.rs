@@ -1,16 +1,16 @@
-//! `writ serve`: one [`Scheduler`](crate::Scheduler) for every process of a
+//! `writ serve`: one [`Scheduler`] for every process of a
 //! session, over loopback HTTP (feature `server`).
 //!
 //! The server adds no semantics of its own: every JSON-RPC method parses its
 //! parameters into the types the in-process API takes and calls that API.
 //! What it adds is bookkeeping for things a process boundary needs:
 //!
-//! - **Leases** ([`lease`]): every actor made over the wire belongs to a lease
+//! - **Leases**: every actor made over the wire belongs to a lease
 //!   with a TTL; any request touching the lease, an open long-poll, or
 //!   `lease.keepalive` renews it. When it lapses (or on `lease.revoke`), its
 //!   actors and every guard they made are dropped exactly as in process. One
 //!   reaper task sleeps until the earliest deadline.
-//! - **Tokens** ([`auth`]): the session token may do everything; an actor
+//! - **Tokens**: the session token may do everything; an actor
 //!   token acts only for its actor and its descendants.
 //! - **Handles**: actors, holds and leases are named on the wire by strings
 //!   that carry the server instance (`a-<instance>-<n>`), so a handle from a

@@ -4,6 +4,8 @@ mod demo;
 mod demo_delegate;
 mod demo_files;
 mod demo_plan;
+#[cfg(all(feature = "server", feature = "remote"))]
+mod demo_serve;
 mod history_cli;
 mod rng;
 #[cfg(all(feature = "server", feature = "remote"))]
@@ -43,6 +45,14 @@ enum Command {
         /// Instead: run a fake coding agent as a fenced delegated writer.
         #[arg(long, conflicts_with = "json")]
         delegate: bool,
+        /// Instead: the same workload run by agent processes through one `writ serve`.
+        #[cfg(all(feature = "server", feature = "remote"))]
+        #[arg(long, conflicts_with_all = ["json", "plan", "delegate"])]
+        serve: bool,
+        /// With --serve: leave the server up afterwards (Ctrl-C stops it).
+        #[cfg(all(feature = "server", feature = "remote"))]
+        #[arg(long, requires = "serve")]
+        keep: bool,
     },
     /// Recorded file history: list, show, rewind, redo, prune.
     History(history_cli::HistoryCmd),
@@ -72,6 +82,21 @@ enum Command {
         /// The target to fence.
         target: String,
     },
+    /// One agent process of `writ demo --serve`.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    #[command(name = "__demo-worker", hide = true)]
+    DemoWorker {
+        /// The server's URL.
+        url: String,
+        /// The session token.
+        token: String,
+        /// This agent's number.
+        agent: usize,
+        /// Tool calls to make.
+        calls: usize,
+        /// The demo's seed.
+        seed: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -86,6 +111,29 @@ fn main() -> ExitCode {
         Command::Status(target) => serve_cli::status(target),
         #[cfg(all(feature = "server", feature = "remote"))]
         Command::Hold { url, token, target } => serve_cli::hold(&url, &token, &target),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::DemoWorker {
+            url,
+            token,
+            agent,
+            calls,
+            seed,
+        } => demo_serve::worker(&url, &token, agent, calls, seed),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Demo {
+            serve: true,
+            agents,
+            calls,
+            seed,
+            keep,
+            ..
+        } => {
+            if agents == 0 || calls == 0 {
+                eprintln!("writ demo: --agents and --calls must be at least 1");
+                return ExitCode::from(2);
+            }
+            demo_serve::run(agents, calls, seed, keep)
+        }
         Command::Demo { plan: true, .. } => run_plan_demo(),
         Command::Demo { delegate: true, .. } => run_delegate_demo(),
         Command::Demo {

@@ -1,0 +1,225 @@
+//! `writ demo --serve`: the lost-update workload run by several OS
+//! processes through one `writ serve`.
+//!
+//! This process starts the server; each agent is a `writ __demo-worker`
+//! process that, per call, admits one shared file over the wire, reads it,
+//! thinks, and writes it back with its record appended. The count of lost
+//! updates comes from the files' contents.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use writ::server::{Options, Server};
+
+use crate::rng::Rng;
+
+const SHARED_FILES: usize = 4;
+
+fn shared(root: &Path, i: usize) -> PathBuf {
+    root.join("shared").join(format!("notes-{i}.txt"))
+}
+
+fn record(agent: usize, call: usize) -> String {
+    format!("agent-{agent} call-{call}")
+}
+
+/// Runs the demo; `keep` leaves the server up afterwards (until Ctrl-C).
+pub fn run(agents: usize, calls: usize, seed: u64, keep: bool) -> ExitCode {
+    let result = tempfile::tempdir()
+        .map_err(|e| e.to_string())
+        .and_then(|dir| {
+            let root = std::fs::canonicalize(dir.path()).map_err(|e| e.to_string())?;
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?
+                .block_on(drive(&root, agents, calls, seed, keep))
+        });
+    match result {
+        Ok((text, lost)) => {
+            print!("{text}");
+            if lost == 0 {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "writ demo --serve: updates were lost through the server — this is a bug"
+                );
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("writ demo --serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn drive(
+    root: &Path,
+    agents: usize,
+    calls: usize,
+    seed: u64,
+    keep: bool,
+) -> Result<(String, u64), String> {
+    std::fs::create_dir_all(root.join("shared")).map_err(|e| e.to_string())?;
+    for i in 0..SHARED_FILES {
+        std::fs::write(shared(root, i), "").map_err(|e| e.to_string())?;
+    }
+    let config = writ::Config::default().durability(writ::Durability::Process);
+    let server = Server::start(Options::new(root).config(config))
+        .await
+        .map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for agent in 0..agents {
+        let child = tokio::process::Command::new(&exe)
+            .args([
+                "__demo-worker",
+                server.url(),
+                server.token(),
+                &agent.to_string(),
+                &calls.to_string(),
+                &seed.to_string(),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start a worker: {e}"))?;
+        children.push(child);
+    }
+    // The dump mid-run: the first one that shows a hold and a waiter.
+    let mut mid_run = None;
+    let waiting = async {
+        let mut outputs = Vec::new();
+        for child in children {
+            outputs.push(child.wait_with_output().await);
+        }
+        outputs
+    };
+    tokio::pin!(waiting);
+    let outputs = loop {
+        tokio::select! {
+            outputs = &mut waiting => break outputs,
+            () = tokio::time::sleep(Duration::from_millis(3)), if mid_run.is_none() => {
+                let dump = server.scheduler().dump();
+                if !dump.holds.is_empty() && !dump.waiters.is_empty() {
+                    mid_run = Some(dump.to_string());
+                }
+            }
+        }
+    };
+    let elapsed = started.elapsed();
+    let mut writes = 0u64;
+    let mut failed = 0usize;
+    for output in outputs {
+        match output {
+            Ok(out) if out.status.success() => {
+                writes += String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
+            }
+            _ => failed += 1,
+        }
+    }
+    let mut content = String::new();
+    for i in 0..SHARED_FILES {
+        content.push_str(&std::fs::read_to_string(shared(root, i)).map_err(|e| e.to_string())?);
+    }
+    let present: std::collections::HashSet<&str> = content.lines().collect();
+    let lost = (0..agents)
+        .flat_map(|a| (0..calls).map(move |c| record(a, c)))
+        .filter(|r| !present.contains(r.as_str()))
+        .count() as u64;
+    let counters = server.scheduler().dump().counters;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "writ demo --serve: {agents} agent processes x {calls} calls through one server at {}",
+        server.url()
+    );
+    let _ = writeln!(
+        text,
+        "  writes {writes}, lost updates {lost}, failed workers {failed}, {:.1}s; admitted {}, waited {}",
+        elapsed.as_secs_f64(),
+        counters.admitted,
+        counters.waited
+    );
+    let _ = writeln!(text, "\nthe server's dump mid-run:");
+    let _ = writeln!(
+        text,
+        "{}",
+        mid_run
+            .as_deref()
+            .unwrap_or("(the run ended before a hold and a waiter were seen together)")
+    );
+    if keep {
+        print!("{text}");
+        println!(
+            "\n--keep: the server stays up at {} (token {}); Ctrl-C to stop.",
+            server.url(),
+            server.token()
+        );
+        server.wait().await;
+        return Ok((String::new(), lost + failed as u64));
+    }
+    server.shutdown().await;
+    Ok((text, lost + failed as u64))
+}
+
+/// One agent process: admits a shared file, reads it, thinks, writes it
+/// back with its record appended; prints how many writes it made.
+pub fn worker(url: &str, token: &str, agent: usize, calls: usize, seed: u64) -> ExitCode {
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(async {
+                let session = writ::remote::Session::connect(url, token)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let info = session.info().await.map_err(|e| e.to_string())?;
+                let root = PathBuf::from(info["root"].as_str().unwrap_or("."));
+                let actor = session
+                    .actor(format!("agent-{agent}"), writ::Grant::workspace(&root))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut rng = Rng::new(seed ^ (agent as u64 + 1).wrapping_mul(0x9E37_79B9));
+                let mut writes = 0u64;
+                for call in 0..calls {
+                    let file = shared(&root, rng.below(SHARED_FILES as u64) as usize);
+                    let held = actor
+                        .request([file.as_path()])
+                        .label(format!("append {}", record(agent, call)))
+                        .admit()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let mut text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+                    // The model "thinks" between its read and its write.
+                    tokio::time::sleep(Duration::from_micros(200 + rng.below(800))).await;
+                    text.push_str(&record(agent, call));
+                    text.push('\n');
+                    std::fs::write(&file, text).map_err(|e| e.to_string())?;
+                    held.release().await.map_err(|e| e.to_string())?;
+                    writes += 1;
+                }
+                session.close().await.map_err(|e| e.to_string())?;
+                Ok::<_, String>(writes)
+            })
+        });
+    match result {
+        Ok(writes) => {
+            println!("{writes}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("writ __demo-worker {agent}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
