@@ -172,6 +172,29 @@ mod tests {
     }
 
     #[test]
+    fn folder_patterns_refuse_everything_beneath_and_match_no_file_name() {
+        let patterns: Vec<String> = DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect();
+        let key = Key::exact("/ws/.writ/serve.json", false);
+        for inside in [".writ/serve.json", "a/.writ/b/c", ".WRIT/x"] {
+            assert!(
+                check_folders(&patterns, &[], Path::new(inside), &key).is_err(),
+                "{inside}"
+            );
+        }
+        for outside in [".writ", "writ/x", ".writing/x", "src/lib.rs"] {
+            assert!(
+                check_folders(&patterns, &[], Path::new(outside), &key).is_ok(),
+                "{outside}"
+            );
+        }
+        // Allowing the folder pattern lets it through.
+        let allowed = vec![".writ/".to_string()];
+        assert!(check_folders(&patterns, &allowed, Path::new(".writ/x"), &key).is_ok());
+        // A folder pattern never matches a file name.
+        assert!(first_match(&patterns, OsStr::new(".writ")).is_none());
+    }
+
+    #[test]
     fn default_patterns_cover_the_usual_secrets() {
         let patterns: Vec<String> = DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect();
         for secret in [
