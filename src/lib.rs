@@ -82,6 +82,8 @@ pub mod delegate;
 mod files;
 mod gate;
 pub mod history;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod plan;
 mod policy;
 

@@ -1,10 +1,12 @@
-//! The `writ` command: the demo and the history tools.
+//! The `writ` command: the demo, the history tools and the MCP server.
 
 mod demo;
 mod demo_delegate;
 mod demo_files;
 mod demo_plan;
 mod history_cli;
+#[cfg(feature = "mcp")]
+mod mcp_cli;
 mod rng;
 
 use std::process::ExitCode;
@@ -44,12 +46,17 @@ enum Command {
     },
     /// Recorded file history: list, show, rewind, redo, prune.
     History(history_cli::HistoryCmd),
+    /// writ's file tools for an agent over MCP on stdio.
+    #[cfg(feature = "mcp")]
+    Mcp(mcp_cli::McpCmd),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::History(cmd) => history_cli::run(cmd),
+        #[cfg(feature = "mcp")]
+        Command::Mcp(cmd) => mcp_cli::run(cmd),
         Command::Demo { plan: true, .. } => run_plan_demo(),
         Command::Demo { delegate: true, .. } => run_delegate_demo(),
         Command::Demo {

@@ -1,0 +1,96 @@
+//! `writ mcp`: writ's file tools for one agent over MCP on stdio.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use rmcp::ServiceExt;
+use sha2::{Digest, Sha256};
+use writ::mcp::{Identity, ToolOptions, ToolServer};
+use writ::{Config, Grant, Scheduler};
+
+/// Serve writ's file tools over MCP on stdin/stdout.
+#[derive(Debug, Args)]
+pub struct McpCmd {
+    /// The workspace the agent works in (default: the current folder).
+    root: Option<PathBuf>,
+    /// Seconds a write to a contested path waits before it is refused.
+    #[arg(long, default_value_t = 5.0, value_name = "SECS")]
+    call_wait: f64,
+    /// Where file history goes (default: the user's state folder, outside
+    /// the workspace).
+    #[arg(long, value_name = "DIR")]
+    history_dir: Option<PathBuf>,
+}
+
+/// A duration from seconds given on the command line.
+fn seconds(value: f64, flag: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| format!("{flag} must be a number of seconds of 0 or more, got {value}"))
+}
+
+/// `$XDG_STATE_HOME/writ/<hash of root>/history`, else under
+/// `~/.local/state`: per workspace, outside it.
+pub fn default_history_dir(root: &Path) -> Option<PathBuf> {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|home| PathBuf::from(home).join(".local/state"))
+        })?;
+    let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
+    let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Some(state.join("writ").join(hash).join("history"))
+}
+
+pub fn run(cmd: McpCmd) -> ExitCode {
+    match serve(cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("writ mcp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(cmd: McpCmd) -> Result<(), String> {
+    let call_wait = seconds(cmd.call_wait, "--call-wait")?;
+    let root = cmd.root.unwrap_or_else(|| PathBuf::from("."));
+    let root = root
+        .canonicalize()
+        .map_err(|e| format!("cannot use {} as the workspace: {e}", root.display()))?;
+    let mut config = Config::default();
+    if let Some(dir) = cmd.history_dir.or_else(|| default_history_dir(&root)) {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create the history folder {}: {e}", dir.display()))?;
+        config = config.history_dir(dir);
+    }
+    let sched = Scheduler::new(config);
+    let lead = sched
+        .actor("mcp", Grant::workspace(&root))
+        .map_err(|e| e.to_string())?;
+    let server = ToolServer::new(
+        Identity::children_of(Arc::new(lead)),
+        ToolOptions::default().call_wait(call_wait),
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(async move {
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| format!("the MCP session did not start: {e}"))?;
+        running
+            .waiting()
+            .await
+            .map(drop)
+            .map_err(|e| format!("the MCP session failed: {e}"))
+    })
+}
