@@ -42,12 +42,24 @@ fn tools_are_listed_with_schemas_for_every_input() {
     assert_eq!(
         names,
         [
-            "read_file", "write_file", "edit_file", "append_file", "delete_file", "move_file",
-            "list_dir", "reserve", "release", "writ_status"
+            "read_file",
+            "write_file",
+            "edit_file",
+            "append_file",
+            "delete_file",
+            "move_file",
+            "list_dir",
+            "reserve",
+            "release",
+            "writ_status"
         ]
     );
     let props = |name: &str| -> Vec<String> {
-        let tool = tools.iter().find(|t| t["name"] == name).cloned().unwrap_or_default();
+        let tool = tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap_or_default();
         let mut keys: Vec<String> = tool["input_schema"]["properties"]
             .as_object()
             .map(|o| o.keys().cloned().collect())
@@ -56,7 +68,10 @@ fn tools_are_listed_with_schemas_for_every_input() {
         keys
     };
     assert_eq!(props("read_file"), ["limit", "offset", "path"]);
-    assert_eq!(props("edit_file"), ["new_string", "old_string", "path", "replace_all"]);
+    assert_eq!(
+        props("edit_file"),
+        ["new_string", "old_string", "path", "replace_all"]
+    );
     assert_eq!(props("move_file"), ["from", "to"]);
     assert_eq!(props("reserve"), ["note", "paths"]);
     assert_eq!(props("release"), ["paths"]);
@@ -65,7 +80,11 @@ fn tools_are_listed_with_schemas_for_every_input() {
         let description = tool["description"].as_str().unwrap_or_default();
         assert!(description.len() > 80, "{description}");
     }
-    let write = tools.iter().find(|t| t["name"] == "write_file").cloned().unwrap_or_default();
+    let write = tools
+        .iter()
+        .find(|t| t["name"] == "write_file")
+        .cloned()
+        .unwrap_or_default();
     let text = write["description"].as_str().unwrap_or_default();
     assert!(text.contains("read it first"), "{text}");
     assert!(text.contains("read_file on it again"), "{text}");
@@ -100,8 +119,11 @@ fn writes_need_a_current_read_and_refusals_change_nothing() {
         ],
     });
     let r = driver::run(&script, scratch.path());
-    refused(&r[0], &["has not been read"]);
-    assert_eq!(ok(&r[1]), "     2\tfn b() {}\n[Showing lines 2-2 of 3. To read on, call read_file with offset=3.]\n");
+    refused(&r[0], &["you have not read it"]);
+    assert_eq!(
+        ok(&r[1]),
+        "     2\tfn b() {}\n[Showing lines 2-2 of 3. To read on, call read_file with offset=3.]\n"
+    );
     ok(&r[2]);
     refused(&r[3], &["changed since you read it", "read it again"]);
     assert!(ok(&r[4]).contains("     2\tfn beta() {}\n"));
@@ -115,7 +137,10 @@ fn writes_need_a_current_read_and_refusals_change_nothing() {
     ok(&r[12]);
     ok(&r[13]);
     let listing = ok(&r[14]);
-    assert!(listing.contains("docs/") && listing.contains("src/"), "{listing}");
+    assert!(
+        listing.contains("docs/") && listing.contains("src/"),
+        "{listing}"
+    );
     refused(&r[15], &["docs/moved.md"]);
     assert_eq!(
         fs::read_to_string(&file).unwrap_or_default(),
@@ -157,12 +182,21 @@ fn sensitive_files_and_escapes_are_refused() {
     for (i, result) in r.iter().enumerate() {
         let (err, text) = driver::outcome(result);
         assert!(err, "step {i} should be refused: {text}");
-        assert!(!text.contains("TOKEN=secret"), "step {i} leaked the secret: {text}");
-        assert!(!text.contains("keep"), "step {i} leaked the outside file: {text}");
+        assert!(
+            !text.contains("TOKEN=secret"),
+            "step {i} leaked the secret: {text}"
+        );
+        assert!(
+            !text.contains("keep"),
+            "step {i} leaked the outside file: {text}"
+        );
     }
     refused(&r[0], &[".env"]);
     refused(&r[3], &["outside the workspace"]);
-    assert_eq!(fs::read_to_string(root.join(".env")).unwrap_or_default(), "TOKEN=secret\n");
+    assert_eq!(
+        fs::read_to_string(root.join(".env")).unwrap_or_default(),
+        "TOKEN=secret\n"
+    );
     assert_eq!(fs::read_to_string(&victim).unwrap_or_default(), "keep\n");
     assert!(!outside.path().join("new.txt").exists());
     assert!(!root.join("id_rsa").exists());
@@ -209,12 +243,15 @@ fn bad_input_is_a_tool_error_and_the_server_survives() {
     refused(&r[7], &["must be a string"]);
     refused(&r[8], &["no tool named", "read_file"]);
     refused(&r[9], &["binary"]);
-    refused(&r[10], &["has not been read"]);
+    refused(&r[10], &["you have not read it"]);
     refused(&r[11], &["folder"]);
     refused(&r[12], &["is a file"]);
     refused(&r[13], &["missing.txt"]);
     driver::outcome(&r[14]);
     refused(&r[15], &["no reservation"]);
     assert_eq!(ok(&r[16]), "     1\tone\n");
-    assert_eq!(fs::read(root.join("blob.bin")).unwrap_or_default(), [0u8, 159, 146, 150, 0, 1]);
+    assert_eq!(
+        fs::read(root.join("blob.bin")).unwrap_or_default(),
+        [0u8, 159, 146, 150, 0, 1]
+    );
 }

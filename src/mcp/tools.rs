@@ -32,7 +32,7 @@ const PATH: &str =
 
 const REFUSALS: &str = "If the tool refuses, nothing was changed; its message says why and what to do: \
 'being written by <agent>' means another agent is working on the file — retry in a moment or work on \
-another file; 'has not been read' or 'changed since you read it' means call read_file on it again, \
+another file; 'you have not read it' or 'changed since you read it' means call read_file on it again, \
 check the current content (another agent may have changed it) and redo your change on top of it; a \
 protected or outside-the-workspace path cannot be used at all.";
 
@@ -292,10 +292,7 @@ type FileCall<T> = Arc<dyn Fn(&Actor) -> crate::Result<T> + Send + Sync>;
 
 /// Runs a `Files` operation on a blocking thread (file operations block on
 /// I/O and, with `Config::file_op_wait`, on admission).
-async fn blocking<T: Send + 'static>(
-    actor: &Arc<Actor>,
-    op: &FileCall<T>,
-) -> crate::Result<T> {
+async fn blocking<T: Send + 'static>(actor: &Arc<Actor>, op: &FileCall<T>) -> crate::Result<T> {
     let (actor, op) = (actor.clone(), op.clone());
     match tokio::task::spawn_blocking(move || op(&actor)).await {
         Ok(result) => result,

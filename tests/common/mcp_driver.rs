@@ -49,7 +49,9 @@ pub fn call(agent: &str, tool: &str, args: Value) -> Value {
 pub fn outcome(result: &Value) -> (bool, &str) {
     assert!(result.get("error").is_none(), "the step raised: {result}");
     (
-        result["is_error"].as_bool().unwrap_or_else(|| panic!("not a call result: {result}")),
+        result["is_error"]
+            .as_bool()
+            .unwrap_or_else(|| panic!("not a call result: {result}")),
         result["text"].as_str().unwrap_or_default(),
     )
 }

@@ -41,11 +41,17 @@ pub fn venv_python(packages: &[&str]) -> PathBuf {
         install(&python, &missing);
         let mut file = match OpenOptions::new().create(true).append(true).open(&stamp) {
             Ok(file) => file,
-            Err(e) => panic!("cannot record installed packages in {}: {e}", stamp.display()),
+            Err(e) => panic!(
+                "cannot record installed packages in {}: {e}",
+                stamp.display()
+            ),
         };
         for p in &missing {
             if let Err(e) = writeln!(file, "{p}") {
-                panic!("cannot record installed packages in {}: {e}", stamp.display());
+                panic!(
+                    "cannot record installed packages in {}: {e}",
+                    stamp.display()
+                );
             }
         }
     }
@@ -54,7 +60,12 @@ pub fn venv_python(packages: &[&str]) -> PathBuf {
 }
 
 fn create(venv: &Path) {
-    let out = match Command::new("python3").arg("-m").arg("venv").arg(venv).output() {
+    let out = match Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(venv)
+        .output()
+    {
         Ok(out) => out,
         Err(_) => panic!(
             "python3 is not installed: install Python 3.9 or newer with its venv module (Debian/Ubuntu: apt-get install python3 python3-venv)"
@@ -72,7 +83,13 @@ fn create(venv: &Path) {
 
 fn install(python: &Path, packages: &[&str]) {
     let out = Command::new(python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
         .args(packages)
         .output();
     match out {
