@@ -92,6 +92,21 @@ impl Grant {
     pub fn is_read_only(&self) -> bool {
         matches!(self.scope, GrantScope::ReadOnly)
     }
+
+    /// A fenced grant's targets (`None` for the other kinds), for the wire.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn fenced_targets(&self) -> Option<&[Target]> {
+        match &self.scope {
+            GrantScope::Fenced(targets) => Some(targets),
+            _ => None,
+        }
+    }
+
+    /// The read-only roots added with [`Grant::read_root`].
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    pub(crate) fn read_roots(&self) -> &[PathBuf] {
+        &self.read_roots
+    }
 }
 
 /// An actor's resolved scope.

@@ -69,7 +69,8 @@ pub struct Config {
 }
 
 /// The sensitive-name patterns refused by default (`*` matches any run of
-/// characters within one name).
+/// characters within one name; a pattern ending in `/` names a folder, and
+/// refuses everything beneath it).
 pub const DEFAULT_SENSITIVE: &[&str] = &[
     ".env",
     ".env.*",
@@ -87,6 +88,7 @@ pub const DEFAULT_SENSITIVE: &[&str] = &[
     ".git-credentials",
     "*.p12",
     "*.pfx",
+    ".writ/",
 ];
 
 impl Default for Config {

@@ -11,6 +11,9 @@ use serde::Serialize;
 
 use crate::table::HoldKind;
 
+mod wire;
+pub use wire::{ERROR_KINDS, ErrorKind, ProtocolError};
+
 /// A result whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -267,6 +270,53 @@ pub enum Error {
     Spawn {
         /// The program.
         program: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// A request to `writ serve` broke the protocol (malformed JSON, an
+    /// unknown method, wrong parameters, a body too large, no valid token).
+    #[error("{detail}")]
+    Protocol {
+        /// Which rule was broken; each is its own kind on the wire.
+        kind: ProtocolError,
+        /// What exactly was wrong.
+        detail: String,
+    },
+
+    /// The caller's token may not act for this actor, hold or lease.
+    #[error("forbidden: {reason}; nothing was changed.")]
+    Forbidden {
+        /// What the token tried to do.
+        reason: String,
+    },
+
+    /// The server does not know this lease.
+    #[error(
+        "lease '{lease}' is unknown: it expired, was revoked, or the server restarted; create your actors again."
+    )]
+    UnknownLease {
+        /// The lease as named by the caller.
+        lease: String,
+    },
+
+    /// The server does not know this actor.
+    #[error("actor '{actor}' is unknown: it was dropped or its lease ended.")]
+    UnknownActor {
+        /// The actor as named by the caller.
+        actor: String,
+    },
+
+    /// The server does not know this hold.
+    #[error("hold '{hold}' is unknown: it was released or its lease ended.")]
+    UnknownHold {
+        /// The hold as named by the caller.
+        hold: String,
+    },
+
+    /// The server cannot be reached or is shutting down.
+    #[error("the writ server is unavailable: {reason}.")]
+    Unavailable {
         /// Why.
         reason: String,
     },

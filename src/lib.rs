@@ -86,12 +86,20 @@ pub mod history;
 pub mod mcp;
 pub mod plan;
 mod policy;
+#[cfg(feature = "remote")]
+pub mod remote;
+#[cfg(feature = "server")]
+pub mod server;
+#[cfg(any(feature = "server", feature = "remote"))]
+mod wire;
+#[cfg(any(feature = "server", feature = "remote"))]
+pub use wire::PROTOCOL_VERSION;
 
 pub use actor::{Actor, Grant};
 pub use config::{Approval, Config, DEFAULT_SENSITIVE, Durability};
 pub use deadlock::WaitEdge;
 pub use dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slots, WaiterEntry};
-pub use error::{Busy, Error, Result, SlotLimit};
+pub use error::{Busy, ERROR_KINDS, Error, ErrorKind, ProtocolError, Result, SlotLimit};
 #[doc(hidden)]
 pub use files::WriteStep;
 pub use files::{FileOp, Files, HistoryStatus, Receipt};

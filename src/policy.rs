@@ -112,6 +112,43 @@ pub(crate) fn check(
     Ok(())
 }
 
+/// Checks the folders of a path (relative to its grant root) against the
+/// folder patterns (those ending in `/`, like `.writ/`): everything beneath a
+/// sensitive folder is refused like a sensitive file.
+pub(crate) fn check_folders(
+    sensitive: &[String],
+    allowed: &[String],
+    relative: &Path,
+    key: &Key,
+) -> Result<()> {
+    let Some(folders) = relative.parent() else {
+        return Ok(());
+    };
+    for folder in folders.components() {
+        let name = folder.as_os_str().to_string_lossy();
+        let hit = |patterns: &[String]| {
+            patterns.iter().position(|p| {
+                p.strip_suffix('/')
+                    .is_some_and(|folder| matches(folder, &name))
+            })
+        };
+        if let Some(i) = hit(sensitive) {
+            let pattern = &sensitive[i];
+            if hit(allowed).is_some() {
+                continue;
+            }
+            return Err(Error::Policy {
+                path: key.path.clone(),
+                reason: format!(
+                    "it lies in the folder '{name}', which matches the sensitive-name pattern '{pattern}'; \
+                     work without it, or ask a person to allow it explicitly"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use atomic::WriteStep;
 use atomic::{Dir, Entry, StepHook};
@@ -42,7 +42,7 @@ use crate::key::{Key, Mode, Target};
 use crate::policy::{self, Access};
 
 /// Which file operation produced a [`Receipt`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum FileOp {
@@ -71,7 +71,7 @@ impl fmt::Display for FileOp {
 }
 
 /// Whether a change is covered by file history.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "status")]
 #[non_exhaustive]
 pub enum HistoryStatus {
@@ -104,7 +104,7 @@ pub enum HistoryStatus {
 /// println!("{receipt}");
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Receipt {
     /// The operation.
@@ -401,10 +401,9 @@ impl<'a> Files<'a> {
         let (key, area) = meta.resolver.resolve(&target)?;
         let config = &self.actor.sched.shared.config;
         policy::check(&config.sensitive, &self.allowed, path, &key, area, access)?;
-        Ok(Place {
-            rel: meta.resolver.relative(&key.path),
-            key,
-        })
+        let rel = meta.resolver.relative(&key.path);
+        policy::check_folders(&config.sensitive, &self.allowed, &rel, &key)?;
+        Ok(Place { rel, key })
     }
 
     /// Step 2: the call hold, on exactly the keys step 1 resolved (named as

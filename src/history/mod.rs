@@ -346,7 +346,7 @@ impl fmt::Display for RewindReport {
 /// println!("{}", conflicts[0]); // …/a.txt: expected 3f0e…, found e3b0…: 0 line(s) added, 1 removed; …
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Conflict {
     /// The file.

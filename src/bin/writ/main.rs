@@ -8,6 +8,8 @@ mod history_cli;
 #[cfg(feature = "mcp")]
 mod mcp_cli;
 mod rng;
+#[cfg(all(feature = "server", feature = "remote"))]
+mod serve_cli;
 
 use std::process::ExitCode;
 
@@ -49,6 +51,32 @@ enum Command {
     /// writ's file tools for an agent over MCP on stdio.
     #[cfg(feature = "mcp")]
     Mcp(mcp_cli::McpCmd),
+    /// One scheduler for every process of a session, over loopback HTTP.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Serve(serve_cli::ServeCmd),
+    /// Print a running server's table.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Dump {
+        #[command(flatten)]
+        target: serve_cli::TargetArgs,
+        /// Print the dump as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Say whether a server is running, and its URL.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Status(serve_cli::TargetArgs),
+    /// A client that takes a fence and then waits to be killed (for tests).
+    #[cfg(all(feature = "server", feature = "remote"))]
+    #[command(name = "__hold", hide = true)]
+    Hold {
+        /// The server's URL.
+        url: String,
+        /// The session token.
+        token: String,
+        /// The target to fence.
+        target: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -57,6 +85,14 @@ fn main() -> ExitCode {
         Command::History(cmd) => history_cli::run(cmd),
         #[cfg(feature = "mcp")]
         Command::Mcp(cmd) => mcp_cli::run(cmd),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Serve(cmd) => serve_cli::serve(cmd),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Dump { target, json } => serve_cli::dump(target, json),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Status(target) => serve_cli::status(target),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Hold { url, token, target } => serve_cli::hold(&url, &token, &target),
         Command::Demo { plan: true, .. } => run_plan_demo(),
         Command::Demo { delegate: true, .. } => run_delegate_demo(),
         Command::Demo {

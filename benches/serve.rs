@@ -1,0 +1,3 @@
+//! Benchmarks of `writ serve` (filled in below).
+
+fn main() {}

@@ -1,0 +1,296 @@
+//! `writ serve`, `writ dump` and `writ status`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use writ::server::{self, ConfigFile, Options, Server};
+
+/// A duration in seconds on the command line (decimals allowed).
+fn seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("'{text}' is not a duration"))
+}
+
+/// `writ serve`.
+#[derive(Debug, Args)]
+pub struct ServeCmd {
+    /// The workspace (default: the current folder).
+    root: Option<PathBuf>,
+    /// Address to listen on (loopback).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// A Unix socket to listen on too (not supported yet: refused).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Where the discovery file goes (default: ROOT/.writ).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Seconds a lease lives without a renewal.
+    #[arg(long, default_value = "15", value_parser = seconds)]
+    lease_ttl: Duration,
+    /// Seconds a tool call may wait for a contested path.
+    #[arg(long, default_value = "5", value_parser = seconds)]
+    call_wait: Duration,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    max_body: usize,
+    /// Where file history is kept (default: the user's state folder).
+    #[arg(long)]
+    history_dir: Option<PathBuf>,
+    /// Keep no file history.
+    #[arg(long, conflicts_with = "history_dir")]
+    no_history: bool,
+    /// A JSON file of Config knobs: max_actors, max_writers, case,
+    /// portable_names, sensitive_names, read_roots, file_op_wait_ms, session.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Skip fsync (for tests and demos).
+    #[arg(long, hide = true)]
+    no_fsync: bool,
+    /// Stop the server running for ROOT instead.
+    #[arg(long)]
+    stop: bool,
+}
+
+/// Where a command finds a running server.
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// The workspace whose server to ask (default: the current folder).
+    root: Option<PathBuf>,
+    /// The server's URL instead of the discovery file.
+    #[arg(long, conflicts_with = "root")]
+    url: Option<String>,
+    /// The token to use with --url (default: $WRIT_TOKEN).
+    #[arg(long, requires = "url")]
+    token: Option<String>,
+    /// Where the discovery file is (default: ROOT/.writ).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+}
+
+fn root_or_cwd(root: Option<PathBuf>) -> Result<PathBuf, String> {
+    let root = match root {
+        Some(r) => r,
+        None => std::env::current_dir().map_err(|e| format!("no current folder: {e}"))?,
+    };
+    std::fs::canonicalize(&root).map_err(|e| format!("{}: {e}", root.display()))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+/// Runs `writ serve`.
+pub fn serve(cmd: ServeCmd) -> ExitCode {
+    match serve_inner(cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("writ serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
+    let root = root_or_cwd(cmd.root.clone())?;
+    let discovery = server::discovery_path(&root, cmd.state_dir.as_deref());
+    if cmd.stop {
+        return stop(&discovery);
+    }
+    if cmd.socket.is_some() {
+        return Err("--socket is not supported yet; use the loopback URL".into());
+    }
+    if let Ok(found) = server::read_discovery(&discovery) {
+        if rustix::process::Pid::from_raw(found.pid as i32)
+            .is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
+            && found.pid != std::process::id()
+        {
+            return Err(format!(
+                "a server already runs for {} at {} (pid {}); stop it with `writ serve --stop`",
+                root.display(),
+                found.url,
+                found.pid
+            ));
+        }
+    }
+    let mut config = writ::Config::default();
+    if cmd.no_fsync {
+        config = config.durability(writ::Durability::Process);
+    }
+    let state = server::state_dir(&root).map_err(|e| e.to_string())?;
+    if !cmd.no_history {
+        let history = match cmd.history_dir {
+            Some(dir) => dir,
+            None => state.join("history"),
+        };
+        std::fs::create_dir_all(&history).map_err(|e| format!("{}: {e}", history.display()))?;
+        config = config.history_dir(history);
+    }
+    let mut options = Options::new(&root)
+        .listen(cmd.listen)
+        .lease_ttl(cmd.lease_ttl)
+        .call_wait(cmd.call_wait)
+        .max_body(cmd.max_body)
+        .config(config)
+        .discovery_file(&discovery)
+        .token_file(state.join("session-token"));
+    if let Some(file) = &cmd.config {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let parsed: ConfigFile =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        options = options.config_file(parsed);
+    }
+    runtime()?.block_on(async move {
+        let server = Server::start(options).await.map_err(|e| e.to_string())?;
+        println!("writ serve: {} for {}", server.url(), root.display());
+        println!("discovery file: {}", discovery.display());
+        server.wait().await;
+        println!("writ serve: stopped; every hold released");
+        Ok(())
+    })
+}
+
+fn stop(discovery: &Path) -> Result<(), String> {
+    let found = server::read_discovery(discovery).map_err(|_| {
+        format!(
+            "no server is running here (no {}); nothing to stop",
+            discovery.display()
+        )
+    })?;
+    runtime()?.block_on(async {
+        let session = writ::remote::Session::connect(&found.url, &found.token)
+            .await
+            .map_err(|e| e.to_string())?;
+        session
+            .call("session.stop", serde_json::json!({}))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(())
+    })?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while discovery.exists() {
+        if Instant::now() > deadline {
+            return Err("the server did not stop within 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("writ serve: stopped the server at {}", found.url);
+    Ok(())
+}
+
+fn locate(target: TargetArgs) -> Result<(String, String), String> {
+    if let Some(url) = target.url {
+        let token = match target.token.or_else(|| std::env::var("WRIT_TOKEN").ok()) {
+            Some(t) => t,
+            None => return Err("--url needs --token or $WRIT_TOKEN".into()),
+        };
+        return Ok((url, token));
+    }
+    let root = root_or_cwd(target.root)?;
+    let path = server::discovery_path(&root, target.state_dir.as_deref());
+    let found = server::read_discovery(&path).map_err(|_| {
+        format!(
+            "no server is running for {} (no {})",
+            root.display(),
+            path.display()
+        )
+    })?;
+    Ok((found.url, found.token))
+}
+
+/// Runs `writ dump`.
+pub fn dump(target: TargetArgs, json: bool) -> ExitCode {
+    let result = locate(target).and_then(|(url, token)| {
+        runtime()?.block_on(async move {
+            let session = writ::remote::Session::connect(&url, &token)
+                .await
+                .map_err(|e| e.to_string())?;
+            if json {
+                let dump = session.dump().await.map_err(|e| e.to_string())?;
+                serde_json::to_string_pretty(&dump).map_err(|e| e.to_string())
+            } else {
+                session.dump_table().await.map_err(|e| e.to_string())
+            }
+        })
+    });
+    match result {
+        Ok(text) => {
+            println!("{}", text.trim_end());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("writ dump: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `writ status`: exit 0 and the URL when a server answers, else 1.
+pub fn status(target: TargetArgs) -> ExitCode {
+    let result = locate(target).and_then(|(url, token)| {
+        runtime()?.block_on(async move {
+            let session = writ::remote::Session::connect(&url, &token)
+                .await
+                .map_err(|e| e.to_string())?;
+            let info = session.info().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((url, info))
+        })
+    });
+    match result {
+        Ok((url, info)) => {
+            println!(
+                "running at {url} (root {}, protocol {}, version {})",
+                info["root"].as_str().unwrap_or("?"),
+                info["protocol"].as_str().unwrap_or("?"),
+                info["version"].as_str().unwrap_or("?"),
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("not running: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `writ __hold URL TOKEN TARGET`: fences TARGET, says "held", then keeps
+/// its lease alive until the process is killed. The reliability tests kill
+/// it with SIGKILL and expect the server to free the fence within the TTL.
+pub fn hold(url: &str, token: &str, target: &str) -> ExitCode {
+    let result = runtime().and_then(|rt| {
+        rt.block_on(async {
+            let session = writ::remote::Session::connect(url, token)
+                .await
+                .map_err(|e| e.to_string())?;
+            let info = session.info().await.map_err(|e| e.to_string())?;
+            let root = PathBuf::from(info["root"].as_str().unwrap_or("."));
+            let actor = session
+                .actor("held", writ::Grant::workspace(root))
+                .await
+                .map_err(|e| e.to_string())?;
+            let fence = actor.fence([target]).await.map_err(|e| e.to_string())?;
+            println!("held {}", fence.id());
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            std::future::pending::<()>().await;
+            drop((fence, actor));
+            Ok::<_, String>(())
+        })
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("writ __hold: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

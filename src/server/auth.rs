@@ -1,0 +1,138 @@
+//! Tokens and origins.
+//!
+//! The session token is 64 hex digits. An actor token is the actor's handle,
+//! a dot and 64 hex digits of its own secret: the handle finds the actor
+//! (a lookup that reveals nothing secret), then the secret is compared in
+//! constant time, so response timing tells an attacker nothing about how
+//! much of a guess was right.
+
+use std::io::Read as _;
+
+use axum::http::HeaderMap;
+use subtle::ConstantTimeEq as _;
+
+use crate::{Error, ProtocolError, Result};
+
+/// Who is calling.
+#[derive(Debug, Clone)]
+pub(crate) enum Caller {
+    /// The session token: may do everything.
+    Session,
+    /// An actor token: acts only for this actor (its wire number) and its
+    /// descendants.
+    Actor(u64),
+}
+
+/// `n` random bytes from the OS, as hex.
+pub(crate) fn random_hex(n: usize) -> Result<String> {
+    let mut bytes = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| Error::io("read", "/dev/urandom", e))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A token given on the command line or by a caller must be plain text that
+/// fits in a header.
+pub(crate) fn check_token_shape(token: &str) -> Result<()> {
+    if token.len() < 16
+        || !token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(Error::Protocol {
+            kind: ProtocolError::InvalidParams,
+            detail: "a session token is at least 16 letters, digits or dashes".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Constant-time equality of two secrets (the length is not secret).
+pub(crate) fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+/// The bearer token of a request, if any.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// True when the request has no `Origin`, or a loopback one. Browsers send
+/// `Origin` on cross-site requests; a page on another site (or a DNS name
+/// rebound to 127.0.0.1) never has a loopback origin.
+pub(crate) fn origin_allowed(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(axum::http::header::ORIGIN) else {
+        return true;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let host = if let Some(v6) = rest.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((host, after)) if after.is_empty() || after.starts_with(':') => host,
+            _ => return false,
+        }
+    } else {
+        let host = rest.split(':').next().unwrap_or("");
+        if rest.contains('/') {
+            return false;
+        }
+        host
+    };
+    matches!(host, "localhost" | "127.0.0.1" | "::1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_origin(origin: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(axum::http::header::ORIGIN, origin.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn origins() {
+        assert!(origin_allowed(&HeaderMap::new()));
+        for ok in [
+            "http://localhost:3000",
+            "http://127.0.0.1",
+            "https://[::1]:8080",
+        ] {
+            assert!(origin_allowed(&with_origin(ok)), "{ok}");
+        }
+        for bad in [
+            "http://evil.example",
+            "null",
+            "http://127.0.0.1.evil.example",
+            "http://localhost.evil.example:80",
+            "file://",
+            "http://[::1].evil",
+        ] {
+            assert!(!origin_allowed(&with_origin(bad)), "{bad}");
+        }
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret("abcd", "abcd"));
+        assert!(!same_secret("abcd", "abce"));
+        assert!(!same_secret("abcd", "abc"));
+    }
+}

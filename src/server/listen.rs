@@ -1,0 +1,258 @@
+//! The HTTP side: routes, the JSON-RPC envelope, and shutdown.
+//!
+//! Each connection is served by its own task (hyper, through axum), so a
+//! slow or stuck client never blocks another; a request body must arrive
+//! within [`BODY_DEADLINE`]. When a client disconnects, hyper drops the
+//! handler's future, which drops a waiting `Acquire`: the wait is cancelled
+//! exactly as in process.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::auth::{self, Caller};
+use super::rpc::App;
+use crate::{Error, ProtocolError};
+
+/// How long a request body may take to arrive.
+const BODY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long shutdown waits for in-flight requests after failing the waiters.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
+
+fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/rpc", post(rpc))
+        .route("/dump", get(dump))
+        .route("/health", get(health))
+        .with_state(app)
+}
+
+/// Serves until `stop` turns true, then shuts down: the waiters have been
+/// failed by then (they watch `stop` too), in-flight requests get a short
+/// drain, every lease is dropped and the discovery file removed.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    stop: watch::Receiver<bool>,
+    discovery: Option<PathBuf>,
+) {
+    let reaper = tokio::spawn(super::lease::reap(app.clone(), app.poke()));
+    let mut stopped = stop.clone();
+    let server = axum::serve(listener, router(app.clone())).with_graceful_shutdown(async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    });
+    let mut stopped = stop.clone();
+    let serving = tokio::spawn(async move { server.await });
+    let _ = stopped.wait_for(|s| *s).await;
+    if tokio::time::timeout(DRAIN_DEADLINE, serving).await.is_err() {
+        tracing::warn!("requests still open after the drain deadline; closing");
+    }
+    reaper.abort();
+    let (actors, holds) = app.drop_all();
+    tracing::info!(actors, holds, "writ serve stopped; everything released");
+    if let Some(path) = discovery {
+        super::discovery::remove(&path, app.token());
+    }
+}
+
+/// SIGINT or SIGTERM.
+pub(crate) async fn signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot listen for signals; stop the server with `writ serve --stop`");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+fn error_body(id: &Value, e: &Error) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": e.code(), "message": e.to_string(), "data": e.data()},
+    })
+}
+
+fn protocol(kind: ProtocolError, detail: impl Into<String>) -> Error {
+    Error::Protocol {
+        kind,
+        detail: detail.into(),
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The checks every authenticated route makes, in order: a foreign origin
+/// is 403, a missing or unknown token 401; nothing runs before both pass.
+fn admit_caller(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
+    if !auth::origin_allowed(headers) {
+        let e = Error::Forbidden {
+            reason: "requests from a non-loopback Origin are refused".into(),
+        };
+        return Err(Box::new(json_response(
+            StatusCode::FORBIDDEN,
+            &error_body(&Value::Null, &e),
+        )));
+    }
+    app.authenticate(auth::bearer(headers)).map_err(|e| {
+        Box::new(json_response(
+            StatusCode::UNAUTHORIZED,
+            &error_body(&Value::Null, &e),
+        ))
+    })
+}
+
+async fn rpc(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let caller = match admit_caller(&app, &headers) {
+        Ok(c) => c,
+        Err(response) => return *response,
+    };
+    let bytes =
+        match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, app.max_body)).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(_)) => {
+                let e = protocol(
+                    ProtocolError::BodyTooLarge,
+                    format!(
+                        "the request body is larger than {} bytes (--max-body) or broken",
+                        app.max_body
+                    ),
+                );
+                return json_response(StatusCode::PAYLOAD_TOO_LARGE, &error_body(&Value::Null, &e));
+            }
+            Err(_) => {
+                let e = protocol(
+                    ProtocolError::InvalidRequest,
+                    format!("the request body did not arrive within {BODY_DEADLINE:?}"),
+                );
+                return json_response(StatusCode::REQUEST_TIMEOUT, &error_body(&Value::Null, &e));
+            }
+        };
+    let request: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            let e = protocol(
+                ProtocolError::ParseError,
+                format!("the body is not JSON: {e}"),
+            );
+            return json_response(StatusCode::OK, &error_body(&Value::Null, &e));
+        }
+    };
+    let Value::Object(mut request) = request else {
+        let e = protocol(
+            ProtocolError::InvalidRequest,
+            "a request is one JSON-RPC 2.0 object (batches are not supported)",
+        );
+        return json_response(StatusCode::OK, &error_body(&Value::Null, &e));
+    };
+    let id = request.remove("id");
+    let reply_id = id.clone().unwrap_or(Value::Null);
+    if !matches!(reply_id, Value::Null | Value::String(_) | Value::Number(_)) {
+        let e = protocol(
+            ProtocolError::InvalidRequest,
+            "'id' must be a string or a number",
+        );
+        return json_response(StatusCode::OK, &error_body(&Value::Null, &e));
+    }
+    let method = match (request.get("jsonrpc"), request.get("method")) {
+        (Some(Value::String(v)), Some(Value::String(m))) if v == "2.0" => m.clone(),
+        _ => {
+            let e = protocol(
+                ProtocolError::InvalidRequest,
+                "a request needs \"jsonrpc\": \"2.0\" and a string \"method\"",
+            );
+            return json_response(StatusCode::OK, &error_body(&reply_id, &e));
+        }
+    };
+    let params = match request.remove("params") {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(p @ Value::Object(_)) => p,
+        Some(_) => {
+            let e = protocol(ProtocolError::InvalidParams, "'params' must be an object");
+            return json_response(StatusCode::OK, &error_body(&reply_id, &e));
+        }
+    };
+    let outcome = app.call(&caller, &method, params).await;
+    if id.is_none() {
+        // A notification: done, and nothing to say.
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    match outcome {
+        Ok(result) => json_response(
+            StatusCode::OK,
+            &json!({"jsonrpc": "2.0", "id": reply_id, "result": result}),
+        ),
+        Err(e) => {
+            tracing::debug!(%method, kind = e.kind(), "refused");
+            json_response(StatusCode::OK, &error_body(&reply_id, &e))
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct DumpQuery {
+    format: Option<String>,
+}
+
+async fn dump(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(query): Query<DumpQuery>,
+) -> Response {
+    if let Err(response) = admit_caller(&app, &headers) {
+        return *response;
+    }
+    let dump = app.sched.dump();
+    match query.format.as_deref() {
+        Some("table") => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            dump.to_string(),
+        )
+            .into_response(),
+        None | Some("json") => match serde_json::to_value(&dump) {
+            Ok(v) => json_response(StatusCode::OK, &v),
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        },
+        Some(other) => (
+            StatusCode::BAD_REQUEST,
+            format!("unknown format '{other}' (json or table)"),
+        )
+            .into_response(),
+    }
+}
+
+/// Liveness, without a token; it tells nothing about the workspace.
+async fn health() -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "status": "ok",
+            "protocol": crate::wire::PROTOCOL_VERSION,
+            "version": env!("CARGO_PKG_VERSION"),
+        }),
+    )
+}

@@ -1,0 +1,333 @@
+//! `writ serve`: one [`Scheduler`](crate::Scheduler) for every process of a
+//! session, over loopback HTTP (feature `server`).
+//!
+//! The server adds no semantics of its own: every JSON-RPC method parses its
+//! parameters into the types the in-process API takes and calls that API.
+//! What it adds is bookkeeping for things a process boundary needs:
+//!
+//! - **Leases** ([`lease`]): every actor made over the wire belongs to a lease
+//!   with a TTL; any request touching the lease, an open long-poll, or
+//!   `lease.keepalive` renews it. When it lapses (or on `lease.revoke`), its
+//!   actors and every guard they made are dropped exactly as in process. One
+//!   reaper task sleeps until the earliest deadline.
+//! - **Tokens** ([`auth`]): the session token may do everything; an actor
+//!   token acts only for its actor and its descendants.
+//! - **Handles**: actors, holds and leases are named on the wire by strings
+//!   that carry the server instance (`a-<instance>-<n>`), so a handle from a
+//!   previous run of the server is never mistaken for a live one: it is
+//!   `unknown_lease`.
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), writ::Error> {
+//! let server = writ::server::Server::start(writ::server::Options::new("/path/to/repo")).await?;
+//! println!("listening on {} (token {})", server.url(), server.token());
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! The protocol is documented in docs/PROTOCOL.md.
+
+pub(crate) mod auth;
+mod discovery;
+pub(crate) mod lease;
+mod listen;
+mod rpc;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+pub use discovery::{Discovery, default_history_dir, discovery_path, read_discovery, state_dir};
+
+use crate::{Config, Error, Result, Scheduler};
+
+/// How a server is set up: [`Options::new`] gives the defaults of
+/// `writ serve` except history, which the binary turns on.
+#[derive(Debug, Clone)]
+pub struct Options {
+    root: PathBuf,
+    listen: SocketAddr,
+    lease_ttl: Duration,
+    call_wait: Duration,
+    max_body: usize,
+    config: Config,
+    read_roots: Vec<PathBuf>,
+    discovery: Option<PathBuf>,
+    token: Option<String>,
+    token_file: Option<PathBuf>,
+}
+
+/// The `--config FILE` of `writ serve`: the [`Config`] knobs as JSON.
+///
+/// ```
+/// let file: writ::server::ConfigFile = serde_json::from_str(
+///     r#"{"max_actors": 6, "max_writers": 3, "case": "insensitive",
+///         "sensitive_names": [".env", "*.pem", ".writ/"], "read_roots": ["/usr/share/doc"]}"#,
+/// ).unwrap();
+/// let options = writ::server::Options::new(".").config_file(file);
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// `Config::max_actors`.
+    pub max_actors: Option<usize>,
+    /// `Config::max_writers`.
+    pub max_writers: Option<usize>,
+    /// `Config::case`: `"sensitive"`, `"insensitive"` or `"detect"`.
+    pub case: Option<CaseName>,
+    /// `Config::portable_names`.
+    pub portable_names: Option<bool>,
+    /// `Config::sensitive_names` (replaces the defaults).
+    pub sensitive_names: Option<Vec<String>>,
+    /// Read-only roots added to every actor's grant.
+    #[serde(default)]
+    pub read_roots: Vec<PathBuf>,
+    /// `Config::file_op_wait`, in milliseconds.
+    pub file_op_wait_ms: Option<u64>,
+    /// `Config::session`.
+    pub session: Option<String>,
+}
+
+/// A case mode as the config file spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaseName {
+    /// `CaseMode::Sensitive`.
+    Sensitive,
+    /// `CaseMode::Insensitive`.
+    Insensitive,
+    /// `CaseMode::Detect`.
+    Detect,
+}
+
+impl Options {
+    /// A server for `root`: `127.0.0.1:0`, a 15 s lease TTL, a 5 s call wait,
+    /// an 8 MiB body limit, the default [`Config`], no discovery file and a
+    /// fresh random session token.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Options {
+            root: root.into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            lease_ttl: Duration::from_secs(15),
+            call_wait: Duration::from_secs(5),
+            max_body: 8 * 1024 * 1024,
+            config: Config::default(),
+            read_roots: Vec::new(),
+            discovery: None,
+            token: None,
+            token_file: None,
+        }
+    }
+
+    /// Applies a `--config` file's knobs to the configuration.
+    pub fn config_file(mut self, file: ConfigFile) -> Self {
+        let mut c = self.config;
+        if let Some(n) = file.max_actors {
+            c = c.max_actors(n);
+        }
+        if let Some(n) = file.max_writers {
+            c = c.max_writers(n);
+        }
+        if let Some(case) = file.case {
+            c = c.case(match case {
+                CaseName::Sensitive => crate::CaseMode::Sensitive,
+                CaseName::Insensitive => crate::CaseMode::Insensitive,
+                CaseName::Detect => crate::CaseMode::Detect,
+            });
+        }
+        if let Some(on) = file.portable_names {
+            c = c.portable_names(on);
+        }
+        if let Some(names) = file.sensitive_names {
+            c = c.sensitive_names(names);
+        }
+        if let Some(ms) = file.file_op_wait_ms {
+            c = c.file_op_wait(Duration::from_millis(ms));
+        }
+        if let Some(session) = file.session {
+            c = c.session(session);
+        }
+        self.config = c;
+        self.read_roots.extend(file.read_roots);
+        self
+    }
+
+    /// Keep the session token in this file (mode 0600): read it when the
+    /// file exists, else make one and write it. A server restarted with the
+    /// same file keeps its clients' token.
+    pub fn token_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.token_file = Some(path.into());
+        self
+    }
+
+    /// The address to listen on (loopback only is the point; default `127.0.0.1:0`).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// How long a lease lives without being renewed.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// How long a tool call may wait for a contested path (used by MCP).
+    pub fn call_wait(mut self, wait: Duration) -> Self {
+        self.call_wait = wait;
+        self
+    }
+
+    /// The largest request body accepted, in bytes.
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// The scheduler's configuration (slots, case, sensitive names, history).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// A read-only root added to every actor's grant.
+    pub fn read_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.read_roots.push(root.into());
+        self
+    }
+
+    /// Write the discovery file here (mode 0600) and remove it on shutdown.
+    pub fn discovery_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.discovery = Some(path.into());
+        self
+    }
+
+    /// Use this session token instead of a random one (a restarted server
+    /// keeps its clients' token, so they learn of the restart from
+    /// `unknown_lease`, not from a 401).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+}
+
+/// A running server. Dropping it does not stop it; call
+/// [`Server::shutdown`] (or let [`Server::wait`] return on a signal or a
+/// `session.stop`).
+#[derive(Debug)]
+pub struct Server {
+    url: String,
+    token: String,
+    addr: SocketAddr,
+    app: Arc<rpc::App>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds, writes the discovery file (if asked) and starts serving on the
+    /// current tokio runtime.
+    pub async fn start(options: Options) -> Result<Server> {
+        let root = discovery::canonical_dir(&options.root)?;
+        let token = match (options.token.clone(), &options.token_file) {
+            (Some(t), _) => {
+                auth::check_token_shape(&t)?;
+                t
+            }
+            (None, Some(file)) => discovery::token_from_file(file)?,
+            (None, None) => auth::random_hex(32)?,
+        };
+        let listener = tokio::net::TcpListener::bind(options.listen)
+            .await
+            .map_err(|e| Error::io("listen on", options.listen.to_string(), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("listen on", options.listen.to_string(), e))?;
+        let url = format!("http://{addr}");
+        let (stop, stop_rx) = watch::channel(false);
+        let app = Arc::new(rpc::App::new(
+            &options,
+            root.clone(),
+            token.clone(),
+            stop.clone(),
+            stop_rx.clone(),
+        )?);
+        if let Some(path) = &options.discovery {
+            discovery::write(
+                path,
+                &Discovery {
+                    url: url.clone(),
+                    socket: None,
+                    pid: std::process::id(),
+                    token: token.clone(),
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                    protocol: crate::wire::PROTOCOL_VERSION.to_string(),
+                    root: root.clone(),
+                },
+            )?;
+        }
+        let task = tokio::spawn(listen::serve(
+            listener,
+            app.clone(),
+            stop_rx,
+            options.discovery.clone(),
+        ));
+        tracing::info!(%url, root = %root.display(), "writ serve listening");
+        Ok(Server {
+            url,
+            token,
+            addr,
+            app,
+            stop,
+            task,
+        })
+    }
+
+    /// The base URL, e.g. `http://127.0.0.1:40123`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The session token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The canonical workspace root.
+    pub fn root(&self) -> &Path {
+        &self.app.root
+    }
+
+    /// The server's scheduler (the same table every client sees).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.app.sched
+    }
+
+    /// Asks the server to stop: waiters fail with `unavailable`, every lease
+    /// is dropped, the discovery file is removed. Returns when that is done.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Serves until SIGINT, SIGTERM or a `session.stop` request, then shuts
+    /// down as [`Server::shutdown`] does.
+    pub async fn wait(self) {
+        let mut stopped = self.stop.subscribe();
+        tokio::select! {
+            _ = listen::signal() => {}
+            _ = stopped.wait_for(|s| *s) => {}
+        }
+        self.shutdown().await;
+    }
+}
