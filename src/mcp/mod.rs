@@ -36,7 +36,7 @@ mod tools;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -99,7 +99,48 @@ pub struct SessionStart<'a> {
     pub http: Option<&'a http::request::Parts>,
 }
 
-type Rule = dyn Fn(&SessionStart<'_>) -> Result<Arc<Actor>, String> + Send + Sync;
+type Rule = dyn Fn(&SessionStart<'_>) -> Result<SessionActor, String> + Send + Sync;
+
+/// The actor an MCP session acts as, and whether the session owns it.
+#[derive(Debug, Clone)]
+pub struct SessionActor {
+    held: ActorRef,
+}
+
+#[derive(Debug, Clone)]
+enum ActorRef {
+    Owned(Arc<Actor>),
+    Shared(Weak<Actor>),
+}
+
+impl SessionActor {
+    /// An actor that lives as long as the session (dropped when it ends).
+    pub fn owned(actor: Arc<Actor>) -> Self {
+        SessionActor {
+            held: ActorRef::Owned(actor),
+        }
+    }
+
+    /// An actor owned elsewhere (e.g. by a server lease): the session acts
+    /// as it while it lives and never keeps it alive.
+    pub fn shared(actor: &Arc<Actor>) -> Self {
+        SessionActor {
+            held: ActorRef::Shared(Arc::downgrade(actor)),
+        }
+    }
+
+    /// The actor, unless it is gone.
+    fn get(&self) -> Result<Arc<Actor>, String> {
+        match &self.held {
+            ActorRef::Owned(actor) => Ok(actor.clone()),
+            ActorRef::Shared(weak) => weak.upgrade().ok_or_else(|| {
+                "The actor this session acts as is gone (its lease ended or it was dropped); \
+                 start a new MCP session."
+                    .to_string()
+            }),
+        }
+    }
+}
 
 /// Decides which actor an MCP session acts as.
 #[derive(Clone)]
@@ -152,7 +193,7 @@ impl Identity {
     /// that opened the session to an actor. An `Err` refuses the session
     /// with that sentence.
     pub fn rule(
-        rule: impl Fn(&SessionStart<'_>) -> Result<Arc<Actor>, String> + Send + Sync + 'static,
+        rule: impl Fn(&SessionStart<'_>) -> Result<SessionActor, String> + Send + Sync + 'static,
     ) -> Self {
         Identity {
             how: How::Rule(Arc::new(rule)),
@@ -160,9 +201,9 @@ impl Identity {
     }
 
     /// The actor for a session that opens as `start` describes.
-    pub fn open(&self, start: &SessionStart<'_>) -> Result<Arc<Actor>, String> {
+    pub fn open(&self, start: &SessionStart<'_>) -> Result<SessionActor, String> {
         match &self.how {
-            How::Actor(actor) => Ok(actor.clone()),
+            How::Actor(actor) => Ok(SessionActor::owned(actor.clone())),
             How::Rule(rule) => rule(start),
             How::Children { parent, names } => {
                 let base = clean_name(start.client_name);
@@ -174,7 +215,7 @@ impl Identity {
                 };
                 parent
                     .child(name, Grant::workspace(parent.root()))
-                    .map(Arc::new)
+                    .map(|child| SessionActor::owned(Arc::new(child)))
                     .map_err(|e| e.to_string())
             }
         }
@@ -203,7 +244,7 @@ struct Held {
 struct Session {
     identity: Identity,
     opts: ToolOptions,
-    actor: OnceLock<Arc<Actor>>,
+    actor: OnceLock<SessionActor>,
     /// Serializes the first `open` (initialize and a racing first call).
     opening: Mutex<()>,
     /// Reservations of this session, released when it ends.
@@ -221,10 +262,7 @@ impl fmt::Debug for ToolServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolServer")
             .field("identity", &self.session.identity)
-            .field(
-                "actor",
-                &self.session.actor.get().map(|a| a.name().to_string()),
-            )
+            .field("actor", &self.actor().map(|a| a.name().to_string()))
             .finish()
     }
 }
@@ -249,21 +287,30 @@ impl ToolServer {
         TOOL_NAMES.to_vec()
     }
 
-    /// The session's actor, once the client has initialized.
-    pub fn actor(&self) -> Option<&Arc<Actor>> {
-        self.session.actor.get()
+    /// The session's actor, once the client has initialized (and while it
+    /// lives).
+    pub fn actor(&self) -> Option<Arc<Actor>> {
+        self.session.actor.get().and_then(|a| a.get().ok())
     }
 
     fn open(&self, start: &SessionStart<'_>) -> Result<Arc<Actor>, String> {
         if let Some(actor) = self.session.actor.get() {
-            return Ok(actor.clone());
+            return self.current(actor);
         }
         let _once = self.session.opening.lock();
         if let Some(actor) = self.session.actor.get() {
-            return Ok(actor.clone());
+            return self.current(actor);
         }
         let actor = self.session.identity.open(start)?;
-        Ok(self.session.actor.get_or_init(|| actor).clone())
+        let actor = self.session.actor.get_or_init(|| actor);
+        self.current(actor)
+    }
+
+    /// The live actor; when it is gone, so are this session's reservations.
+    fn current(&self, actor: &SessionActor) -> Result<Arc<Actor>, String> {
+        actor
+            .get()
+            .inspect_err(|_| self.session.held.lock().clear())
     }
 
     fn open_from(

@@ -27,77 +27,88 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
 
-class Agent:
-    def __init__(self, name, spec):
-        self.name = name
-        self.spec = spec
-        self.stack = None
-        self.session = None
-
-    async def open(self):
-        self.stack = contextlib.AsyncExitStack()
-        await self.stack.__aenter__()
-        if "stdio" in self.spec:
-            command, *args = self.spec["stdio"]
-            params = StdioServerParameters(command=command, args=args, env=self.spec.get("env"))
-            read, write = await self.stack.enter_async_context(stdio_client(params))
-        else:
-            headers = {}
-            if self.spec.get("token"):
-                headers["Authorization"] = "Bearer " + self.spec["token"]
-            client = await self.stack.enter_async_context(
-                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0))
-            )
-            read, write = await self.stack.enter_async_context(
-                streamable_http_client(self.spec["http"], http_client=client)
-            )
-        self.session = await self.stack.enter_async_context(
-            ClientSession(read, write, client_info=Implementation(name=self.name, version="1.0"))
+async def open_session(stack, name, spec):
+    """Enters the transport and the client session of one agent on `stack`."""
+    if "stdio" in spec:
+        command, *args = spec["stdio"]
+        params = StdioServerParameters(command=command, args=args, env=spec.get("env"))
+        read, write = await stack.enter_async_context(stdio_client(params))
+    else:
+        headers = {}
+        if spec.get("token"):
+            headers["Authorization"] = "Bearer " + spec["token"]
+        client = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0))
         )
-        await self.session.initialize()
+        read, write = await stack.enter_async_context(
+            streamable_http_client(spec["http"], http_client=client)
+        )
+    session = await stack.enter_async_context(
+        ClientSession(read, write, client_info=Implementation(name=name, version="1.0"))
+    )
+    await session.initialize()
+    return session
 
-    async def close(self):
-        if self.stack is not None:
-            await self.stack.__aexit__(None, None, None)
-        self.stack = None
-        self.session = None
+
+async def perform(session, step):
+    if step.get("list_tools"):
+        tools = await session.list_tools()
+        return {
+            "tools": [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in tools.tools
+            ]
+        }
+    result = await session.call_tool(step["tool"], step.get("args"))
+    text = "\n".join(c.text for c in result.content if c.type == "text")
+    return {"is_error": bool(result.is_error), "text": text}
+
+
+async def agent_task(name, spec, inbox, outbox):
+    """Runs one agent in its own task, so that its transport's cancel scopes
+    are entered and exited by the same task, whatever order agents close in."""
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            session = None
+            async for step in inbox:
+                if step.get("close"):
+                    break
+                try:
+                    if session is None:
+                        session = await open_session(stack, name, spec)
+                    out = await perform(session, step)
+                except Exception as e:  # the test asserts on what happened
+                    out = {"error": f"{type(e).__name__}: {e}"}
+                await outbox.send(out)
+    except Exception as e:
+        await outbox.send({"error": f"{type(e).__name__}: {e}"})
+        return
+    await outbox.send({"closed": True})
 
 
 async def run(script):
-    agents = {name: Agent(name, spec) for name, spec in script["agents"].items()}
-    try:
+    agents = {}
+    async with anyio.create_task_group() as tg:
+        for name, spec in script["agents"].items():
+            to_agent, inbox = anyio.create_memory_object_stream(1)
+            outbox, from_agent = anyio.create_memory_object_stream(1)
+            agents[name] = {"to": to_agent, "from": from_agent, "open": True}
+            tg.start_soon(agent_task, name, spec, inbox, outbox)
         for step in script["steps"]:
             agent = agents[step["agent"]]
-            try:
+            if not agent["open"]:
+                out = {"error": "this agent's session already ended"}
+            else:
+                await agent["to"].send(step)
+                out = await agent["from"].receive()
                 if step.get("close"):
-                    await agent.close()
-                    out = {"closed": True}
-                else:
-                    if agent.session is None:
-                        await agent.open()
-                    if step.get("list_tools"):
-                        tools = await agent.session.list_tools()
-                        out = {
-                            "tools": [
-                                {
-                                    "name": t.name,
-                                    "description": t.description,
-                                    "input_schema": t.input_schema,
-                                }
-                                for t in tools.tools
-                            ]
-                        }
-                    else:
-                        result = await agent.session.call_tool(step["tool"], step.get("args"))
-                        text = "\n".join(c.text for c in result.content if c.type == "text")
-                        out = {"is_error": bool(result.is_error), "text": text}
-            except Exception as e:  # the test asserts on what happened
-                out = {"error": f"{type(e).__name__}: {e}"}
+                    agent["open"] = False
             print(json.dumps(out), flush=True)
-    finally:
         for agent in agents.values():
-            with contextlib.suppress(Exception):
-                await agent.close()
+            if agent["open"]:
+                await agent["to"].send({"close": True})
+                await agent["from"].receive()
+            await agent["to"].aclose()
 
 
 def main():

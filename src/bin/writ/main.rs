@@ -5,6 +5,10 @@ mod demo_delegate;
 mod demo_files;
 mod demo_plan;
 mod history_cli;
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+mod hook_cli;
+#[cfg(all(feature = "mcp", feature = "remote"))]
+mod mcp_bridge;
 #[cfg(feature = "mcp")]
 mod mcp_cli;
 mod rng;
@@ -51,6 +55,9 @@ enum Command {
     /// writ's file tools for an agent over MCP on stdio.
     #[cfg(feature = "mcp")]
     Mcp(mcp_cli::McpCmd),
+    /// Hooks for coding agents' built-in file tools (through `writ serve`).
+    #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+    Hook(hook_cli::HookCmd),
     /// One scheduler for every process of a session, over loopback HTTP.
     #[cfg(all(feature = "server", feature = "remote"))]
     Serve(serve_cli::ServeCmd),
@@ -85,6 +92,8 @@ fn main() -> ExitCode {
         Command::History(cmd) => history_cli::run(cmd),
         #[cfg(feature = "mcp")]
         Command::Mcp(cmd) => mcp_cli::run(cmd),
+        #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+        Command::Hook(cmd) => hook_cli::run(cmd),
         #[cfg(all(feature = "server", feature = "remote"))]
         Command::Serve(cmd) => serve_cli::serve(cmd),
         #[cfg(all(feature = "server", feature = "remote"))]
