@@ -225,3 +225,190 @@ fn an_actor_token_session_is_fenced_like_its_actor() {
     );
     assert!(!root.join("src/c.rs").exists());
 }
+
+#[test]
+fn stdio_agents_bridged_to_one_server_share_its_scheduler() {
+    let (_dir, root) = workspace();
+    let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    fs::write(root.join("notes.md"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let config = writ::Config::default().durability(writ::Durability::Process);
+        let server = Server::start(
+            Options::new(&root)
+                .config(config)
+                .discovery_file(root.join(".writ/serve.json")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        // The command line docs/AGENTS.md gives: the discovery file finds the server.
+        let stdio = json!({"stdio": [env!("CARGO_BIN_EXE_writ"), "mcp", root]});
+        let script = json!({
+            "agents": {"alpha": stdio.clone(), "beta": stdio},
+            "steps": [
+                call("alpha", "read_file", json!({"path": "notes.md"})),
+                call("beta", "read_file", json!({"path": "notes.md"})),
+                call("alpha", "append_file", json!({"path": "notes.md", "content": "alpha\n"})),
+                call("beta", "append_file", json!({"path": "notes.md", "content": "beta\n"})),
+                call("beta", "reserve", json!({"paths": ["notes.md"]})),
+                call("alpha", "read_file", json!({"path": "notes.md"})),
+                call("alpha", "append_file", json!({"path": "notes.md", "content": "again\n"})),
+                {"agent": "beta", "close": true},
+                call("alpha", "read_file", json!({"path": "notes.md"})),
+                call("alpha", "append_file", json!({"path": "notes.md", "content": "again\n"})),
+            ],
+        });
+        let r = run(script, scratch.path().to_path_buf()).await;
+        ok(&r[0]);
+        ok(&r[1]);
+        ok(&r[2]);
+        refused(&r[3], &["changed since you read it", "'alpha'"]);
+        ok(&r[4]);
+        ok(&r[5]);
+        refused(&r[6], &["'beta'"]);
+        ok(&r[8]);
+        ok(&r[9]);
+        server.shutdown().await;
+    });
+    assert_eq!(
+        fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
+        "one\nalpha\nagain\n"
+    );
+}
+
+/// Runs `writ hook claude-code` on one event, as Claude Code would, and
+/// returns what it printed.
+fn hook(root: &Path, event: Value) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["hook", "claude-code"])
+        .current_dir(root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(event.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("stdin: {e}"));
+    }
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(
+        out.status.success(),
+        "the hook must never fail the tool call"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A hook event of the documented shape.
+fn event(root: &Path, session: &str, when: &str, tool: &str, id: &str, file: &str) -> Value {
+    json!({
+        "session_id": session,
+        "transcript_path": "/dev/null",
+        "cwd": root,
+        "permission_mode": "default",
+        "hook_event_name": when,
+        "tool_name": tool,
+        "tool_input": {"file_path": root.join(file), "old_string": "a", "new_string": "b"},
+        "tool_use_id": id,
+    })
+}
+
+#[test]
+fn claude_code_hook_reserves_edits_and_denies_busy_or_stale_files() {
+    let (_dir, root) = workspace();
+    fs::write(root.join("lib.rs"), "a\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let config = writ::Config::default().durability(writ::Durability::Process);
+        let server = Server::start(
+            Options::new(&root)
+                .config(config)
+                .discovery_file(root.join(".writ/serve.json")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        let r = root.clone();
+        let (deny_busy, allowed_after, deny_stale) = tokio::task::spawn_blocking(move || {
+            let root = r.as_path();
+            assert_eq!(
+                hook(
+                    root,
+                    event(root, "sess-aaaa1111", "PostToolUse", "Read", "t0", "lib.rs")
+                ),
+                ""
+            );
+            assert_eq!(
+                hook(
+                    root,
+                    event(root, "sess-aaaa1111", "PreToolUse", "Edit", "t1", "lib.rs")
+                ),
+                ""
+            );
+            let deny_busy = hook(
+                root,
+                event(root, "sess-bbbb2222", "PreToolUse", "Write", "t2", "lib.rs"),
+            );
+            fs::write(root.join("lib.rs"), "b\n").unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                hook(
+                    root,
+                    event(root, "sess-aaaa1111", "PostToolUse", "Edit", "t1", "lib.rs")
+                ),
+                ""
+            );
+            let allowed_after = hook(
+                root,
+                event(root, "sess-bbbb2222", "PreToolUse", "Write", "t3", "lib.rs"),
+            );
+            hook(
+                root,
+                event(
+                    root,
+                    "sess-bbbb2222",
+                    "PostToolUse",
+                    "Write",
+                    "t3",
+                    "lib.rs",
+                ),
+            );
+            hook(
+                root,
+                event(root, "sess-cccc3333", "PostToolUse", "Read", "t4", "lib.rs"),
+            );
+            fs::write(root.join("lib.rs"), "changed by a person\n")
+                .unwrap_or_else(|e| panic!("{e}"));
+            let deny_stale = hook(
+                root,
+                event(root, "sess-cccc3333", "PreToolUse", "Edit", "t5", "lib.rs"),
+            );
+            (deny_busy, allowed_after, deny_stale)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("hook thread: {e}"));
+        let busy: Value =
+            serde_json::from_str(&deny_busy).unwrap_or_else(|e| panic!("{e}: {deny_busy}"));
+        let out = &busy["hookSpecificOutput"];
+        assert_eq!(out["hookEventName"], "PreToolUse");
+        assert_eq!(out["permissionDecision"], "deny");
+        let reason = out["permissionDecisionReason"].as_str().unwrap_or_default();
+        assert!(reason.contains("claude-code-sess-aaa"), "{reason}");
+        assert_eq!(allowed_after, "");
+        let stale: Value =
+            serde_json::from_str(&deny_stale).unwrap_or_else(|e| panic!("{e}: {deny_stale}"));
+        let reason = stale["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            reason.contains("changed since you last read it"),
+            "{reason}"
+        );
+        // Every PreToolUse that was allowed had its PostToolUse: nothing is held.
+        let dump = server.scheduler().dump();
+        assert!(
+            dump.holds.iter().all(|h| h.kind != writ::HoldKind::Call),
+            "{dump}"
+        );
+        server.shutdown().await;
+    });
+}
