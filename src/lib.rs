@@ -84,6 +84,8 @@ mod sched;
 #[doc(hidden)]
 #[path = "bench_support.rs"]
 pub mod __bench;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 #[cfg(feature = "remote")]
 pub mod remote;
 #[cfg(feature = "server")]

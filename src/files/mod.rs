@@ -759,6 +759,49 @@ impl<'a> Files<'a> {
         })
     }
 
+    /// Replaces every non-overlapping occurrence of `old` with `new`, under
+    /// the same rules as [`Files::replace`] except that several matches are
+    /// fine; no match (or an empty `old`) is `NoMatch`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::write(dir.path().join("a.rs"), "x + x\n").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+    /// agent.files().read("a.rs")?;
+    /// agent.files().replace_all("a.rs", "x", "y")?;
+    /// assert_eq!(std::fs::read(dir.path().join("a.rs")).unwrap(), b"y + y\n");
+    /// # Ok(()) }
+    /// ```
+    pub fn replace_all(
+        &self,
+        path: impl AsRef<Path>,
+        old: impl AsRef<str>,
+        new: impl AsRef<str>,
+    ) -> Result<Receipt> {
+        let (old, new) = (old.as_ref().as_bytes(), new.as_ref().as_bytes());
+        let path = path.as_ref();
+        self.edit(path, FileOp::Replace, |pre| {
+            let pre = pre.unwrap_or_default();
+            if old.is_empty() || occurrences(pre, old).1 == 0 {
+                return Err(Error::NoMatch { path: path.into() });
+            }
+            let mut out = Vec::with_capacity(pre.len());
+            let mut at = 0;
+            while at < pre.len() {
+                if pre[at..].starts_with(old) {
+                    out.extend_from_slice(new);
+                    at += old.len();
+                } else {
+                    out.push(pre[at]);
+                    at += 1;
+                }
+            }
+            Ok(Cow::Owned(out))
+        })
+    }
+
     /// The shared pipeline of write, append and replace.
     fn edit<'d>(
         &self,

@@ -30,11 +30,19 @@ const BODY_DEADLINE: Duration = Duration::from_secs(10);
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 fn router(app: Arc<App>) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/rpc", post(rpc))
         .route("/dump", get(dump))
-        .route("/health", get(health))
-        .with_state(app)
+        .route("/health", get(health));
+    #[cfg(feature = "mcp")]
+    let routes = match super::mcp::mount(routes.clone(), &app) {
+        Ok(with_mcp) => with_mcp,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot serve /mcp; serving the rest");
+            routes
+        }
+    };
+    routes.with_state(app)
 }
 
 /// Serves until `stop` turns true, then shuts down: the waiters have been

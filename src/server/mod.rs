@@ -32,6 +32,8 @@ pub(crate) mod auth;
 mod discovery;
 pub(crate) mod lease;
 mod listen;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod rpc;
 
 use std::net::SocketAddr;

@@ -31,8 +31,8 @@ pub(crate) struct App {
     /// Random per run: wire handles carry it, so a handle from an earlier
     /// run of the server is recognized as such.
     instance: String,
-    ttl: Duration,
-    call_wait: Duration,
+    pub(crate) ttl: Duration,
+    pub(crate) call_wait: Duration,
     pub(crate) max_body: usize,
     history_dir: Option<PathBuf>,
     /// Only held for map lookups and inserts, never across an await or a

@@ -1,4 +1,4 @@
-//! The `writ` command: the demo and the history tools.
+//! The `writ` command: the demo, the history tools and the MCP server.
 
 mod demo;
 mod demo_delegate;
@@ -7,6 +7,12 @@ mod demo_plan;
 #[cfg(all(feature = "server", feature = "remote"))]
 mod demo_serve;
 mod history_cli;
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+mod hook_cli;
+#[cfg(all(feature = "mcp", feature = "remote"))]
+mod mcp_bridge;
+#[cfg(feature = "mcp")]
+mod mcp_cli;
 mod rng;
 #[cfg(all(feature = "server", feature = "remote"))]
 mod serve_cli;
@@ -56,6 +62,12 @@ enum Command {
     },
     /// Recorded file history: list, show, rewind, redo, prune.
     History(history_cli::HistoryCmd),
+    /// writ's file tools for an agent over MCP on stdio.
+    #[cfg(feature = "mcp")]
+    Mcp(mcp_cli::McpCmd),
+    /// Hooks for coding agents' built-in file tools (through `writ serve`).
+    #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+    Hook(hook_cli::HookCmd),
     /// One scheduler for every process of a session, over loopback HTTP.
     #[cfg(all(feature = "server", feature = "remote"))]
     Serve(serve_cli::ServeCmd),
@@ -103,6 +115,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::History(cmd) => history_cli::run(cmd),
+        #[cfg(feature = "mcp")]
+        Command::Mcp(cmd) => mcp_cli::run(cmd),
+        #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+        Command::Hook(cmd) => hook_cli::run(cmd),
         #[cfg(all(feature = "server", feature = "remote"))]
         Command::Serve(cmd) => serve_cli::serve(cmd),
         #[cfg(all(feature = "server", feature = "remote"))]

@@ -1,0 +1,370 @@
+//! `writ hook claude-code`: Claude Code's PreToolUse / PostToolUse hook for
+//! its built-in file tools, so that edits that bypass MCP are still admitted
+//! through the running `writ serve`.
+//!
+//! Each event is a fresh process, so what must outlive it lives elsewhere:
+//! the actor of a Claude Code session and its call reservations live on the
+//! server (under the actor's lease, renewed by every event); the session's
+//! read marks (sha256 of each file as its hooked `Read` saw it, or as its own
+//! write left it) and the handles of its open reservations live in a state
+//! file beside the discovery file (`<state dir>/hooks/<session>.json`, mode
+//! 0600).
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// Hooks for coding agents' built-in tools.
+#[derive(Debug, Args)]
+pub struct HookCmd {
+    #[command(subcommand)]
+    agent: HookAgent,
+}
+
+#[derive(Debug, Subcommand)]
+enum HookAgent {
+    /// Claude Code: PreToolUse/PostToolUse for Write|Edit|MultiEdit|NotebookEdit, and Read.
+    ClaudeCode(ClaudeCode),
+}
+
+#[derive(Debug, Args)]
+struct ClaudeCode {
+    /// The workspace whose server to use (default: the event's cwd).
+    root: Option<PathBuf>,
+    /// The server's URL instead of the discovery file.
+    #[arg(long)]
+    url: Option<String>,
+    /// The token for --url (default: $WRIT_TOKEN).
+    #[arg(long, requires = "url")]
+    token: Option<String>,
+    /// Where the discovery file is (default: ROOT/.writ).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Seconds after which a reservation whose PostToolUse never came is
+    /// released.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    hook_ttl: f64,
+}
+
+/// The fields of a hook event writ uses (Claude Code's documented shape).
+#[derive(Debug, Deserialize)]
+struct Event {
+    session_id: String,
+    hook_event_name: String,
+    tool_name: String,
+    #[serde(default)]
+    tool_input: Value,
+    #[serde(default)]
+    tool_use_id: Option<String>,
+    #[serde(default)]
+    cwd: Option<PathBuf>,
+}
+
+/// What one Claude Code session keeps between events.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct State {
+    actor: Option<String>,
+    token: Option<String>,
+    /// Absolute path → sha256 of the content this session last saw.
+    marks: BTreeMap<PathBuf, String>,
+    /// Open reservations by tool use: (hold handle, path, taken at, in ms).
+    holds: BTreeMap<String, (String, PathBuf, u64)>,
+}
+
+const WRITES: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit"];
+
+pub fn run(cmd: HookCmd) -> ExitCode {
+    let HookAgent::ClaudeCode(args) = cmd.agent;
+    let mut input = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut input) {
+        eprintln!("writ hook: cannot read the event: {e}");
+        return ExitCode::SUCCESS;
+    }
+    let event: Event = match serde_json::from_str(&input) {
+        Ok(e) => e,
+        Err(e) => {
+            // Not an event writ understands: stay out of the way.
+            eprintln!("writ hook: not a Claude Code hook event ({e}); allowing");
+            return ExitCode::SUCCESS;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("writ hook: {e}");
+            return ExitCode::SUCCESS;
+        }
+    };
+    match runtime.block_on(handle(&args, &event)) {
+        Ok(Some(reason)) => {
+            let out = json!({"hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "deny",
+                "permissionDecisionReason": reason,
+            }});
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Ok(None) => ExitCode::SUCCESS,
+        Err(e) => {
+            // writ being unreachable must not stop the agent's work; say why.
+            eprintln!("writ hook: {e}");
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn file_of(event: &Event) -> Option<PathBuf> {
+    let input = &event.tool_input;
+    let path = input
+        .get("file_path")
+        .or_else(|| input.get("notebook_path"))
+        .and_then(Value::as_str)?;
+    let path = PathBuf::from(path);
+    Some(match (&event.cwd, path.is_absolute()) {
+        (Some(cwd), false) => cwd.join(path),
+        _ => path,
+    })
+}
+
+fn sha256_of(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    Some(
+        Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    )
+}
+
+/// A name fit for a file and an actor: the session id's safe characters.
+fn short(session: &str) -> String {
+    let safe: String = session
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(36)
+        .collect();
+    if safe.is_empty() {
+        "session".into()
+    } else {
+        safe
+    }
+}
+
+/// Handles one event; `Some(reason)` denies the tool call.
+async fn handle(args: &ClaudeCode, event: &Event) -> Result<Option<String>, String> {
+    let is_write = WRITES.contains(&event.tool_name.as_str());
+    if !is_write && event.tool_name != "Read" {
+        return Ok(None);
+    }
+    let Some(path) = file_of(event) else {
+        return Ok(None);
+    };
+    let root = args
+        .root
+        .clone()
+        .or_else(|| event.cwd.clone())
+        .unwrap_or_else(|| PathBuf::from("."));
+    let root = root.canonicalize().unwrap_or(root);
+    let state_dir = args.state_dir.clone().unwrap_or_else(|| root.join(".writ"));
+    let (url, token) = match &args.url {
+        Some(url) => (
+            url.clone(),
+            args.token
+                .clone()
+                .or_else(|| std::env::var("WRIT_TOKEN").ok())
+                .unwrap_or_default(),
+        ),
+        None => {
+            let found = writ::server::read_discovery(&state_dir.join("serve.json"))
+                .map_err(|e| format!("no writ serve for {}: {e}", root.display()))?;
+            (found.url, found.token)
+        }
+    };
+    let store = state_dir
+        .join("hooks")
+        .join(format!("{}.json", short(&event.session_id)));
+    let mut state: State = std::fs::read_to_string(&store)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let session = writ::remote::Session::connect(&url, &token)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ttl = Duration::try_from_secs_f64(args.hook_ttl).unwrap_or(Duration::from_secs(60));
+    release_expired(&session, &mut state, ttl).await;
+    let decision = match (event.hook_event_name.as_str(), is_write) {
+        ("PreToolUse", true) => pre_write(&session, &mut state, event, &path, &root).await?,
+        ("PostToolUse", true) => {
+            post_write(&session, &mut state, event, &path).await;
+            None
+        }
+        ("PostToolUse", false) => {
+            match sha256_of(&path) {
+                Some(hash) => state.marks.insert(path, hash),
+                None => state.marks.remove(&path),
+            };
+            None
+        }
+        _ => None,
+    };
+    save(&store, &state)?;
+    Ok(decision)
+}
+
+fn save(store: &Path, state: &State) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    if let Some(dir) = store.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let text = serde_json::to_string(state).map_err(|e| e.to_string())?;
+    let tmp = store.with_extension("json.tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, store).map_err(|e| format!("cannot write {}: {e}", store.display()))
+}
+
+/// The session's actor on the server, made on first use (or again after
+/// its lease lapsed).
+async fn actor(
+    session: &writ::remote::Session,
+    state: &mut State,
+    event: &Event,
+    root: &Path,
+) -> Result<String, String> {
+    // A stored actor may have lapsed; the caller finds out from its next
+    // call (`unknown_actor`) and asks again with `state.actor` cleared.
+    if let Some(actor) = &state.actor {
+        return Ok(actor.clone());
+    }
+    let made = session
+        .call(
+            "actor.create",
+            json!({"name": name_of(event), "grant": {"workspace": true, "root": root}}),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let handle = made["actor"].as_str().unwrap_or_default().to_string();
+    state.actor = Some(handle.clone());
+    state.token = made["token"].as_str().map(str::to_string);
+    state.holds.clear();
+    Ok(handle)
+}
+
+fn name_of(event: &Event) -> String {
+    format!(
+        "claude-code-{}",
+        short(&event.session_id).chars().take(8).collect::<String>()
+    )
+}
+
+async fn pre_write(
+    session: &writ::remote::Session,
+    state: &mut State,
+    event: &Event,
+    path: &Path,
+    root: &Path,
+) -> Result<Option<String>, String> {
+    if let (Some(mark), Some(now)) = (state.marks.get(path), sha256_of(path)) {
+        if *mark != now {
+            return Ok(Some(format!(
+                "{} changed since you last read it (another agent or a person wrote it); read it again and redo your edit on the current content.",
+                path.display()
+            )));
+        }
+    }
+    let actor = actor(session, state, event, root).await?;
+    let label = format!("claude-code {}", event.tool_name);
+    let admitted = session
+        .call(
+            "admit",
+            json!({"actor": actor, "targets": [path], "wait": false, "label": label}),
+        )
+        .await;
+    match admitted {
+        Ok(hold) => {
+            let key = event
+                .tool_use_id
+                .clone()
+                .unwrap_or_else(|| path.display().to_string());
+            let handle = hold["hold"].as_str().unwrap_or_default().to_string();
+            state
+                .holds
+                .insert(key, (handle, path.to_path_buf(), now_ms()));
+            Ok(None)
+        }
+        Err(writ::Error::UnknownActor { .. } | writ::Error::UnknownLease { .. }) => {
+            // The lease lapsed between the check and the call: start over once.
+            state.actor = None;
+            let actor = self::actor(session, state, event, root).await?;
+            let retry = session
+                .call(
+                    "admit",
+                    json!({"actor": actor, "targets": [path], "wait": false}),
+                )
+                .await;
+            retry.map(|_| None).or_else(|e| Ok(Some(e.to_string())))
+        }
+        Err(e) => Ok(Some(e.to_string())),
+    }
+}
+
+async fn post_write(
+    session: &writ::remote::Session,
+    state: &mut State,
+    event: &Event,
+    path: &Path,
+) {
+    let key = event
+        .tool_use_id
+        .clone()
+        .unwrap_or_else(|| path.display().to_string());
+    if let Some((hold, _, _)) = state.holds.remove(&key) {
+        let _ = session.call("release", json!({"hold": hold})).await;
+    }
+    // The session's own write is what it now knows of the file.
+    match sha256_of(path) {
+        Some(hash) => state.marks.insert(path.to_path_buf(), hash),
+        None => state.marks.remove(path),
+    };
+}
+
+async fn release_expired(session: &writ::remote::Session, state: &mut State, ttl: Duration) {
+    let cutoff = now_ms().saturating_sub(ttl.as_millis() as u64);
+    let expired: Vec<String> = state
+        .holds
+        .iter()
+        .filter(|(_, (_, _, at))| *at < cutoff)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in expired {
+        if let Some((hold, _, _)) = state.holds.remove(&key) {
+            let _ = session.call("release", json!({"hold": hold})).await;
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! `writ mcp`: writ's file tools for one agent over MCP on stdio, bridged to
+//! a running `writ serve` or on a scheduler of its own.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use rmcp::ServiceExt;
+use writ::mcp::{Identity, ToolOptions, ToolServer};
+use writ::{Config, Grant, Scheduler};
+
+/// Serve writ's file tools over MCP on stdin/stdout.
+#[derive(Debug, Args)]
+pub struct McpCmd {
+    /// The workspace the agent works in (default: the current folder).
+    root: Option<PathBuf>,
+    /// Seconds a write to a contested path waits before it is refused.
+    #[arg(long, default_value_t = 5.0, value_name = "SECS")]
+    call_wait: f64,
+    /// Where file history goes (default: the user's state folder, outside
+    /// the workspace). Embedded mode only.
+    #[arg(long, value_name = "DIR")]
+    history_dir: Option<PathBuf>,
+    /// Bridge to the `writ serve` at this URL instead of reading
+    /// ROOT/.writ/serve.json.
+    #[cfg(feature = "remote")]
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+    /// The token for --url (an actor token acts as that actor; default:
+    /// $WRIT_TOKEN).
+    #[cfg(feature = "remote")]
+    #[arg(long, requires = "url", value_name = "TOKEN")]
+    token: Option<String>,
+    /// Never bridge: serve on a scheduler of this process even when a
+    /// server runs for ROOT.
+    #[arg(long)]
+    embedded: bool,
+}
+
+/// A duration from seconds given on the command line.
+fn seconds(value: f64, flag: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| format!("{flag} must be a number of seconds of 0 or more, got {value}"))
+}
+
+/// Where `writ serve` keeps the history of `root`, so that `writ history`
+/// finds both.
+#[cfg(feature = "server")]
+fn default_history_dir(root: &Path) -> Option<PathBuf> {
+    writ::server::default_history_dir(root).ok()
+}
+
+/// `$XDG_STATE_HOME/writ/<hash of root>/history`, else under
+/// `~/.local/state`: per workspace, outside it.
+#[cfg(not(feature = "server"))]
+fn default_history_dir(root: &Path) -> Option<PathBuf> {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|home| PathBuf::from(home).join(".local/state"))
+        })?;
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
+    let hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Some(state.join("writ").join(hash).join("history"))
+}
+
+pub fn run(cmd: McpCmd) -> ExitCode {
+    match serve(cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("writ mcp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+}
+
+/// The server to bridge to: `--url`, else a live server named by the
+/// discovery file of `root`.
+#[cfg(feature = "remote")]
+fn server_for(
+    cmd: &McpCmd,
+    root: &Path,
+    runtime: &tokio::runtime::Runtime,
+) -> Option<(String, String)> {
+    if let Some(url) = &cmd.url {
+        let token = cmd
+            .token
+            .clone()
+            .or_else(|| std::env::var("WRIT_TOKEN").ok())
+            .unwrap_or_default();
+        return Some((url.clone(), token));
+    }
+    if cmd.embedded {
+        return None;
+    }
+    let found = writ::server::read_discovery(&writ::server::discovery_path(root, None)).ok()?;
+    runtime
+        .block_on(crate::mcp_bridge::alive(&found.url))
+        .then_some((found.url, found.token))
+}
+
+fn serve(cmd: McpCmd) -> Result<(), String> {
+    let call_wait = seconds(cmd.call_wait, "--call-wait")?;
+    let root = cmd.root.clone().unwrap_or_else(|| PathBuf::from("."));
+    let root = root
+        .canonicalize()
+        .map_err(|e| format!("cannot use {} as the workspace: {e}", root.display()))?;
+    let runtime = runtime()?;
+    #[cfg(feature = "remote")]
+    if let Some((url, token)) = server_for(&cmd, &root, &runtime) {
+        return runtime.block_on(crate::mcp_bridge::run(&url, &token));
+    }
+    let mut config = Config::default();
+    if let Some(dir) = cmd.history_dir.or_else(|| default_history_dir(&root)) {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create the history folder {}: {e}", dir.display()))?;
+        config = config.history_dir(dir);
+    }
+    let sched = Scheduler::new(config);
+    let lead = sched
+        .actor("mcp", Grant::workspace(&root))
+        .map_err(|e| e.to_string())?;
+    let server = ToolServer::new(
+        Identity::children_of(Arc::new(lead)),
+        ToolOptions::default().call_wait(call_wait),
+    );
+    runtime.block_on(async move {
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| format!("the MCP session did not start: {e}"))?;
+        running
+            .waiting()
+            .await
+            .map(drop)
+            .map_err(|e| format!("the MCP session failed: {e}"))
+    })
+}

@@ -1,0 +1,389 @@
+//! writ's file tools over the Model Context Protocol (feature `mcp`).
+//!
+//! [`ToolServer`] is an MCP server (an [`rmcp::ServerHandler`]) whose tools
+//! are one agent's [`Files`](crate::Files): `read_file`, `write_file`,
+//! `edit_file`, `append_file`, `delete_file`, `move_file`, `list_dir`,
+//! `reserve`, `release` and `writ_status`. Every write is admitted, passes
+//! the read-before-write gate and the path policy, and lands atomically; a
+//! refusal is a tool result with `isError: true` whose text is the error's
+//! sentence, so the model reads it and acts.
+//!
+//! One `ToolServer` serves one MCP session. Which actor the session acts as
+//! is decided when the client initializes, by its [`Identity`]: a fresh
+//! workspace child named after the client (`clientInfo.name`), a given
+//! actor, or a custom rule (a server maps a bearer token to an actor). When
+//! the session ends the `ToolServer` is dropped, and with it the session's
+//! reservations and — when the session owns it — its actor.
+//!
+//! ```
+//! # fn main() -> Result<(), writ::Error> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! use std::sync::Arc;
+//! use writ::mcp::{Identity, ToolOptions, ToolServer};
+//!
+//! let sched = writ::Scheduler::new(writ::Config::default());
+//! let lead = Arc::new(sched.actor("lead", writ::Grant::workspace(dir.path()))?);
+//! // One ToolServer per session; each session gets its own child of `lead`.
+//! let identity = Identity::children_of(lead);
+//! let server = ToolServer::new(identity.clone(), ToolOptions::default());
+//! assert_eq!(server.tool_names().len(), 10);
+//! // Serve it: `rmcp::ServiceExt::serve(server, rmcp::transport::stdio())`.
+//! # Ok(()) }
+//! ```
+
+mod args;
+mod tools;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+
+use crate::{Actor, Fence, Grant, Target};
+
+pub use tools::TOOL_NAMES;
+
+/// Limits and waits of the tools.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ToolOptions {
+    /// How long a write to a contested path waits before it is refused
+    /// (`--call-wait`, default 5 s).
+    pub call_wait: Duration,
+    /// Lines `read_file` returns when no `limit` is given (default 2000).
+    pub read_lines: usize,
+    /// Characters of one line `read_file` shows before cutting it (default 2000).
+    pub line_chars: usize,
+    /// Bytes of text one `read_file` returns at most (default 256 KiB).
+    pub read_bytes: usize,
+    /// Entries `list_dir` returns at most (default 1000).
+    pub list_entries: usize,
+}
+
+impl Default for ToolOptions {
+    fn default() -> Self {
+        ToolOptions {
+            call_wait: Duration::from_secs(5),
+            read_lines: 2000,
+            line_chars: 2000,
+            read_bytes: 256 * 1024,
+            list_entries: 1000,
+        }
+    }
+}
+
+impl ToolOptions {
+    /// How long a contested write waits before it is refused.
+    pub fn call_wait(mut self, wait: Duration) -> Self {
+        self.call_wait = wait;
+        self
+    }
+}
+
+/// What a session opening looks like to an [`Identity`] rule.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct SessionStart<'a> {
+    /// The client's `clientInfo.name` (`"agent"` when it gave none).
+    pub client_name: &'a str,
+    /// The HTTP request that opened the session, when it came over HTTP.
+    pub http: Option<&'a http::request::Parts>,
+}
+
+type Rule = dyn Fn(&SessionStart<'_>) -> Result<SessionActor, String> + Send + Sync;
+
+/// The actor an MCP session acts as, and whether the session owns it.
+#[derive(Debug, Clone)]
+pub struct SessionActor {
+    held: ActorRef,
+}
+
+#[derive(Debug, Clone)]
+enum ActorRef {
+    Owned(Arc<Actor>),
+    Shared(Weak<Actor>),
+}
+
+impl SessionActor {
+    /// An actor that lives as long as the session (dropped when it ends).
+    pub fn owned(actor: Arc<Actor>) -> Self {
+        SessionActor {
+            held: ActorRef::Owned(actor),
+        }
+    }
+
+    /// An actor owned elsewhere (e.g. by a server lease): the session acts
+    /// as it while it lives and never keeps it alive.
+    pub fn shared(actor: &Arc<Actor>) -> Self {
+        SessionActor {
+            held: ActorRef::Shared(Arc::downgrade(actor)),
+        }
+    }
+
+    /// The actor, unless it is gone.
+    fn get(&self) -> Result<Arc<Actor>, String> {
+        match &self.held {
+            ActorRef::Owned(actor) => Ok(actor.clone()),
+            ActorRef::Shared(weak) => weak.upgrade().ok_or_else(|| {
+                "The actor this session acts as is gone (its lease ended or it was dropped); \
+                 start a new MCP session."
+                    .to_string()
+            }),
+        }
+    }
+}
+
+/// Decides which actor an MCP session acts as.
+#[derive(Clone)]
+pub struct Identity {
+    how: How,
+}
+
+#[derive(Clone)]
+enum How {
+    Children {
+        parent: Arc<Actor>,
+        names: Arc<Mutex<HashMap<String, usize>>>,
+    },
+    Actor(Arc<Actor>),
+    Rule(Arc<Rule>),
+}
+
+impl fmt::Debug for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.how {
+            How::Children { parent, .. } => write!(f, "Identity::children_of({:?})", parent.name()),
+            How::Actor(actor) => write!(f, "Identity::actor({:?})", actor.name()),
+            How::Rule(_) => f.write_str("Identity::rule(..)"),
+        }
+    }
+}
+
+impl Identity {
+    /// Every session gets a fresh workspace child of `parent`, named after
+    /// the client and made unique with a counter (`codex`, `codex-2`, …).
+    /// The session owns it: when the session ends, the actor is dropped.
+    pub fn children_of(parent: Arc<Actor>) -> Self {
+        Identity {
+            how: How::Children {
+                parent,
+                names: Arc::default(),
+            },
+        }
+    }
+
+    /// Every session acts as `actor` (shared; the session's reservations
+    /// are still its own and go when it ends).
+    pub fn actor(actor: Arc<Actor>) -> Self {
+        Identity {
+            how: How::Actor(actor),
+        }
+    }
+
+    /// A custom rule, e.g. a server mapping the bearer token of the request
+    /// that opened the session to an actor. An `Err` refuses the session
+    /// with that sentence.
+    pub fn rule(
+        rule: impl Fn(&SessionStart<'_>) -> Result<SessionActor, String> + Send + Sync + 'static,
+    ) -> Self {
+        Identity {
+            how: How::Rule(Arc::new(rule)),
+        }
+    }
+
+    /// The actor for a session that opens as `start` describes.
+    pub fn open(&self, start: &SessionStart<'_>) -> Result<SessionActor, String> {
+        match &self.how {
+            How::Actor(actor) => Ok(SessionActor::owned(actor.clone())),
+            How::Rule(rule) => rule(start),
+            How::Children { parent, names } => {
+                let base = clean_name(start.client_name);
+                let name = {
+                    let mut names = names.lock();
+                    let n = names.entry(base.clone()).or_insert(0);
+                    *n += 1;
+                    if *n == 1 { base } else { format!("{base}-{n}") }
+                };
+                parent
+                    .child(name, Grant::workspace(parent.root()))
+                    .map(|child| SessionActor::owned(Arc::new(child)))
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// A client name fit for an actor name: printable, bounded.
+fn clean_name(name: &str) -> String {
+    let cleaned: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+    let cleaned = cleaned.trim();
+    if cleaned.is_empty() {
+        "agent".to_string()
+    } else {
+        cleaned.to_string()
+    }
+}
+
+/// One reservation made with the `reserve` tool.
+struct Held {
+    fence: Fence,
+    /// The resolved targets, to match `release {paths}` against.
+    targets: Vec<Target>,
+}
+
+/// The state of one MCP session.
+struct Session {
+    identity: Identity,
+    opts: ToolOptions,
+    actor: OnceLock<SessionActor>,
+    /// Serializes the first `open` (initialize and a racing first call).
+    opening: Mutex<()>,
+    /// Reservations of this session, released when it ends.
+    held: Mutex<Vec<Held>>,
+}
+
+/// An MCP server whose tools are one agent's writ file tools (see the
+/// [module docs](self)). Create one per MCP session.
+#[derive(Clone)]
+pub struct ToolServer {
+    session: Arc<Session>,
+}
+
+impl fmt::Debug for ToolServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolServer")
+            .field("identity", &self.session.identity)
+            .field("actor", &self.actor().map(|a| a.name().to_string()))
+            .finish()
+    }
+}
+
+impl ToolServer {
+    /// A server for one session; its actor is chosen by `identity` when the
+    /// client initializes.
+    pub fn new(identity: Identity, opts: ToolOptions) -> Self {
+        ToolServer {
+            session: Arc::new(Session {
+                identity,
+                opts,
+                actor: OnceLock::new(),
+                opening: Mutex::new(()),
+                held: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The names of the tools this server offers.
+    pub fn tool_names(&self) -> Vec<&'static str> {
+        TOOL_NAMES.to_vec()
+    }
+
+    /// The session's actor, once the client has initialized (and while it
+    /// lives).
+    pub fn actor(&self) -> Option<Arc<Actor>> {
+        self.session.actor.get().and_then(|a| a.get().ok())
+    }
+
+    fn open(&self, start: &SessionStart<'_>) -> Result<Arc<Actor>, String> {
+        if let Some(actor) = self.session.actor.get() {
+            return self.current(actor);
+        }
+        let _once = self.session.opening.lock();
+        if let Some(actor) = self.session.actor.get() {
+            return self.current(actor);
+        }
+        let actor = self.session.identity.open(start)?;
+        let actor = self.session.actor.get_or_init(|| actor);
+        self.current(actor)
+    }
+
+    /// The live actor; when it is gone, so are this session's reservations.
+    fn current(&self, actor: &SessionActor) -> Result<Arc<Actor>, String> {
+        actor
+            .get()
+            .inspect_err(|_| self.session.held.lock().clear())
+    }
+
+    fn open_from(
+        &self,
+        client_name: Option<&str>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Arc<Actor>, String> {
+        let peer = context.peer.peer_info();
+        let name = client_name
+            .map(str::to_string)
+            .or_else(|| peer.map(|p| p.client_info.name.clone()))
+            .unwrap_or_else(|| "agent".to_string());
+        let http = context.extensions.get::<http::request::Parts>();
+        self.open(&SessionStart {
+            client_name: &name,
+            http,
+        })
+    }
+}
+
+fn tool_error(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+fn tool_ok(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text)])
+}
+
+const INSTRUCTIONS: &str = "These file tools are shared with other agents working in the same \
+folder at the same time; they keep you from overwriting each other's work. Read a file with \
+read_file before you change it, and read it again after each change before the next one. When \
+a tool refuses, its message says why (another agent is writing there, the file changed since \
+you read it, a protected file) and what to do next: usually read the file again, wait and \
+retry, or work on another file. Use reserve for multi-step work on several files and release \
+when done; writ_status shows who works where.";
+
+impl ServerHandler for ToolServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("writ", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let name = request.client_info.name.clone();
+        self.open_from(Some(&name), &context)
+            .map_err(|reason| ErrorData::invalid_request(reason, None))?;
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools::definitions()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let actor = match self.open_from(None, &context) {
+            Ok(actor) => actor,
+            Err(reason) => return Ok(tool_error(reason).into()),
+        };
+        let result = tools::call(self, &actor, &request.name, request.arguments).await;
+        Ok(result.into())
+    }
+}

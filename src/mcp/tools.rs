@@ -1,0 +1,905 @@
+//! The tools: their schemas and descriptions (written for a model), and what
+//! each call does with the session's actor.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
+use serde_json::{Value, json};
+
+use super::args::{Args, Bad};
+use super::{Held, ToolServer, tool_error, tool_ok};
+use crate::{Actor, Error, HoldKind, Receipt, Target};
+
+/// The tools of [`ToolServer`](super::ToolServer), in the order `tools/list`
+/// gives them.
+pub const TOOL_NAMES: [&str; 10] = [
+    "read_file",
+    "write_file",
+    "edit_file",
+    "append_file",
+    "delete_file",
+    "move_file",
+    "list_dir",
+    "reserve",
+    "release",
+    "writ_status",
+];
+
+const PATH: &str =
+    "A file path relative to the workspace root (an absolute path inside the root also works).";
+
+const REFUSALS: &str = "If the tool refuses, nothing was changed; its message says why and what to do: \
+'being written by <agent>' means another agent is working on the file — retry in a moment or work on \
+another file; 'you have not read it' or 'changed since you read it' means call read_file on it again, \
+check the current content (another agent may have changed it) and redo your change on top of it; a \
+protected or outside-the-workspace path cannot be used at all.";
+
+fn schema(properties: Value, required: &[&str]) -> Arc<JsonObject> {
+    let mut object = JsonObject::new();
+    object.insert("type".into(), json!("object"));
+    object.insert("properties".into(), properties);
+    object.insert("required".into(), json!(required));
+    object.insert("additionalProperties".into(), json!(false));
+    Arc::new(object)
+}
+
+fn tool(
+    name: &'static str,
+    description: String,
+    input: Arc<JsonObject>,
+    read_only: bool,
+    destructive: bool,
+) -> Tool {
+    let mut annotations = ToolAnnotations::new();
+    annotations.read_only_hint = Some(read_only);
+    annotations.destructive_hint = Some(destructive);
+    annotations.open_world_hint = Some(false);
+    Tool::new(name, description, input).annotate(annotations)
+}
+
+/// The tool definitions `tools/list` returns.
+pub(super) fn definitions() -> Vec<Tool> {
+    vec![
+        tool(
+            "read_file",
+            "Reads a text file and returns its lines numbered from 1, as `     N\\tline`. \
+             Reading a file (even part of it) is what allows you to change it afterwards with \
+             write_file, edit_file, append_file, delete_file or move_file; read it again after \
+             each change, and whenever a tool says it changed since you read it. Long files \
+             come in pieces: pass `offset` (the first line number to show) and `limit` (how \
+             many lines); the result ends with a note telling you how to read on. Binary files \
+             and protected files (secrets such as .env or keys) are refused."
+                .to_string(),
+            schema(
+                json!({
+                    "path": {"type": "string", "description": PATH},
+                    "offset": {"type": "integer", "minimum": 1, "description": "The first line to show, counting from 1 (default 1)."},
+                    "limit": {"type": "integer", "minimum": 1, "description": "How many lines to show (default 2000)."}
+                }),
+                &["path"],
+            ),
+            true,
+            false,
+        ),
+        tool(
+            "write_file",
+            format!(
+                "Writes a file's whole content, creating the file (and missing folders) when it \
+                 does not exist. Overwriting an existing file requires that you read it first \
+                 with read_file and that nobody changed it since. {REFUSALS}"
+            ),
+            schema(
+                json!({
+                    "path": {"type": "string", "description": PATH},
+                    "content": {"type": "string", "description": "The complete new content of the file."}
+                }),
+                &["path", "content"],
+            ),
+            false,
+            true,
+        ),
+        tool(
+            "edit_file",
+            format!(
+                "Replaces `old_string` with `new_string` in a file. `old_string` must match the \
+                 file exactly (including indentation) and occur exactly once, unless \
+                 `replace_all` is true; include enough surrounding lines to make it unique. You \
+                 must have read the file with read_file since it last changed. {REFUSALS}"
+            ),
+            schema(
+                json!({
+                    "path": {"type": "string", "description": PATH},
+                    "old_string": {"type": "string", "description": "The exact text to replace."},
+                    "new_string": {"type": "string", "description": "The text to put in its place."},
+                    "replace_all": {"type": "boolean", "description": "Replace every occurrence instead of exactly one (default false)."}
+                }),
+                &["path", "old_string", "new_string"],
+            ),
+            false,
+            true,
+        ),
+        tool(
+            "append_file",
+            format!(
+                "Appends text to the end of a file, creating it when it does not exist. For an \
+                 existing file, read it first (reading just its last lines with read_file's \
+                 `offset` is enough). {REFUSALS}"
+            ),
+            schema(
+                json!({
+                    "path": {"type": "string", "description": PATH},
+                    "content": {"type": "string", "description": "The text to add at the end (include a trailing newline if you want one)."}
+                }),
+                &["path", "content"],
+            ),
+            false,
+            false,
+        ),
+        tool(
+            "delete_file",
+            format!(
+                "Deletes a file (not a folder). Read it first with read_file, so you know what \
+                 you delete. {REFUSALS}"
+            ),
+            schema(
+                json!({"path": {"type": "string", "description": PATH}}),
+                &["path"],
+            ),
+            false,
+            true,
+        ),
+        tool(
+            "move_file",
+            format!(
+                "Moves or renames a file from `from` to `to` (missing folders are created). Read \
+                 `from` first with read_file; if `to` already exists it is replaced, so read it \
+                 first too. {REFUSALS}"
+            ),
+            schema(
+                json!({
+                    "from": {"type": "string", "description": "The file to move. ".to_string() + PATH},
+                    "to": {"type": "string", "description": "Where to put it. ".to_string() + PATH}
+                }),
+                &["from", "to"],
+            ),
+            false,
+            true,
+        ),
+        tool(
+            "list_dir",
+            "Lists a folder of the workspace: one entry per line, folders ending in `/`, files \
+             with their size in bytes. Without `path`, lists the workspace root."
+                .to_string(),
+            schema(
+                json!({"path": {"type": "string", "description": "A folder relative to the workspace root (default: the root)."}}),
+                &[],
+            ),
+            true,
+            false,
+        ),
+        tool(
+            "reserve",
+            "Reserves files or folders (a path ending in `/` is a whole folder) for you alone \
+             until you call release: other agents' writes there are refused while you work, \
+             though they can still read. Use it before multi-step work that must not be \
+             interleaved (a refactor across several files). All or nothing: if another agent is \
+             writing or has reserved any of the paths, the tool waits a few seconds and then \
+             refuses, naming that agent; reserve fewer paths, work elsewhere, or retry later. \
+             Reserving does not replace reading: you still read a file before changing it."
+                .to_string(),
+            schema(
+                json!({
+                    "paths": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Files, or folders ending in `/`, relative to the workspace root."},
+                    "note": {"type": "string", "description": "What you are doing, shown to other agents (e.g. 'renaming the parser API')."}
+                }),
+                &["paths"],
+            ),
+            false,
+            false,
+        ),
+        tool(
+            "release",
+            "Releases your reservations made with reserve: those covering the given paths, or \
+             all of them when `paths` is empty or missing. Release as soon as your multi-step \
+             work is done, so other agents can continue."
+                .to_string(),
+            schema(
+                json!({"paths": {"type": "array", "items": {"type": "string"}, "description": "Paths you reserved; empty or missing releases everything."}}),
+                &[],
+            ),
+            false,
+            false,
+        ),
+        tool(
+            "writ_status",
+            "Shows your reservations, what you are waiting for, and which other agents are \
+             writing or have reserved which paths right now. Use it when a tool said a file is \
+             busy, to decide what to work on instead."
+                .to_string(),
+            schema(json!({}), &[]),
+            true,
+            false,
+        ),
+    ]
+}
+
+/// Runs one tool call; every failure is a tool result with `isError: true`.
+pub(super) async fn call(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    name: &str,
+    arguments: Option<JsonObject>,
+) -> CallToolResult {
+    let outcome = match name {
+        "read_file" => read_file(server, actor, arguments).await,
+        "write_file" => write_file(server, actor, arguments).await,
+        "edit_file" => edit_file(server, actor, arguments).await,
+        "append_file" => append_file(server, actor, arguments).await,
+        "delete_file" => delete_file(server, actor, arguments).await,
+        "move_file" => move_file(server, actor, arguments).await,
+        "list_dir" => list_dir(server, actor, arguments).await,
+        "reserve" => reserve(server, actor, arguments).await,
+        "release" => release(server, actor, arguments),
+        "writ_status" => writ_status(actor, arguments),
+        other => Err(Failure::Bad(format!(
+            "There is no tool named '{}'; the tools are {}.",
+            other.chars().take(100).collect::<String>(),
+            TOOL_NAMES.join(", ")
+        ))),
+    };
+    match outcome {
+        Ok(text) => tool_ok(text),
+        Err(Failure::Bad(text)) => tool_error(text),
+        Err(Failure::Refused(e)) => tool_error(e.to_string()),
+    }
+}
+
+/// Why a call did nothing.
+pub(super) enum Failure {
+    /// Bad arguments.
+    Bad(Bad),
+    /// writ refused (busy, stale, policy, …): the error's own sentence.
+    Refused(Error),
+}
+
+impl From<Bad> for Failure {
+    fn from(b: Bad) -> Self {
+        Failure::Bad(b)
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Refused(e)
+    }
+}
+
+type Outcome = Result<String, Failure>;
+
+/// A path for messages: relative to the actor's root when inside it.
+fn shown(actor: &Actor, path: &Path) -> String {
+    match path.strip_prefix(actor.root()) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => path.display().to_string(),
+    }
+}
+
+/// A file operation as the tools run it, perhaps twice (after a wait).
+type FileCall<T> = Arc<dyn Fn(&Actor) -> crate::Result<T> + Send + Sync>;
+
+/// Runs a `Files` operation on a blocking thread (file operations block on
+/// I/O and, with `Config::file_op_wait`, on admission).
+async fn blocking<T: Send + 'static>(actor: &Arc<Actor>, op: &FileCall<T>) -> crate::Result<T> {
+    let (actor, op) = (actor.clone(), op.clone());
+    match tokio::task::spawn_blocking(move || op(&actor)).await {
+        Ok(result) => result,
+        Err(e) => Err(Error::io(
+            "run the tool",
+            Path::new(""),
+            std::io::Error::other(e.to_string()),
+        )),
+    }
+}
+
+/// Runs a file operation; when it finds a path busy, waits up to the call
+/// wait for the paths and tries again.
+///
+/// A write waits by taking a fence on its paths (`fence_wait`): the fence
+/// covers this actor's own call, so once it is granted nobody can slip in
+/// between the wait and the write, and the wait is fair and joins deadlock
+/// detection like any other. A read waits for a shared call hold and drops
+/// it before reading again: it only ever waits for a write in progress.
+async fn with_wait<T: Send + 'static>(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    paths: &[&str],
+    write: bool,
+    op: impl Fn(&Actor) -> crate::Result<T> + Send + Sync + 'static,
+) -> crate::Result<T> {
+    let op: FileCall<T> = Arc::new(op);
+    let wait = server.session.opts.call_wait;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let busy = match blocking(actor, &op).await {
+            Err(Error::Busy(busy)) => busy,
+            other => return other,
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(Error::Busy(busy));
+        }
+        if write {
+            let fence = actor
+                .request(paths.iter().copied())
+                .label("waiting to write")
+                .fence_wait_timeout(left)
+                .await;
+            return match fence {
+                Ok(fence) => {
+                    let result = blocking(actor, &op).await;
+                    drop(fence);
+                    result
+                }
+                Err(Error::Timeout { .. }) => Err(Error::Busy(busy)),
+                Err(e) => Err(e),
+            };
+        }
+        let targets: Vec<Target> = paths.iter().map(|p| Target::file(*p).shared()).collect();
+        match actor.request(targets).admit_timeout(left).await {
+            Ok(hold) => drop(hold),
+            Err(Error::Timeout { .. }) => return Err(Error::Busy(busy)),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What a model needs to know after a write.
+fn done(actor: &Actor, receipt: &Receipt) -> String {
+    let path = shown(actor, &receipt.path);
+    let what = match (&receipt.from, receipt.op) {
+        (Some(from), _) => format!("Moved {} to {path}.", shown(actor, from)),
+        (None, crate::FileOp::Delete) => format!("Deleted {path}."),
+        (None, crate::FileOp::Append) => {
+            format!("Appended to {path} (now {} bytes).", receipt.size)
+        }
+        (None, crate::FileOp::Replace) => format!("Edited {path} (now {} bytes).", receipt.size),
+        (None, _) if receipt.before.is_none() => {
+            format!("Created {path} ({} bytes).", receipt.size)
+        }
+        (None, _) => format!("Wrote {path} ({} bytes).", receipt.size),
+    };
+    let mut text = what;
+    if receipt.op != crate::FileOp::Delete {
+        text.push_str(" Read it again before changing it further.");
+    }
+    match &receipt.history {
+        crate::HistoryStatus::Incomplete { reason } => {
+            let _ = write!(text, " (Written, but history is incomplete: {reason}.)");
+        }
+        crate::HistoryStatus::Unprotected => text.push_str(" (Written without a snapshot.)"),
+        _ => {}
+    }
+    text
+}
+
+fn is_binary(bytes: &[u8]) -> bool {
+    bytes.iter().take(8192).any(|b| *b == 0) || std::str::from_utf8(bytes).is_err()
+}
+
+async fn read_file(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    arguments: Option<JsonObject>,
+) -> Outcome {
+    let args = Args::new("read_file", arguments, &["path", "offset", "limit"])?;
+    let path = args.path("path")?;
+    let offset = args.opt_count("offset", 1)?.unwrap_or(1);
+    let opts = &server.session.opts;
+    let limit = args
+        .opt_count("limit", 1)?
+        .unwrap_or(opts.read_lines as u64);
+    let p = path.clone();
+    let (bytes, mark) =
+        with_wait(server, actor, &[&path], false, move |a| a.files().read(&p)).await?;
+    let shown_path = shown(actor, &mark.path);
+    if is_binary(&bytes) {
+        // The model saw none of it: no mark, so it cannot overwrite what it never read.
+        actor.forget_mark(&mark.path);
+        return Err(Failure::Bad(format!(
+            "{shown_path} is a binary file ({} bytes); read_file shows text only, and these tools \
+             cannot change it.",
+            bytes.len()
+        )));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    Ok(numbered(&shown_path, &text, offset, limit, opts))
+}
+
+/// `cat -n`-style lines `offset..offset+limit` (1-based) of `text`, bounded
+/// in bytes, with a note on what was left out.
+fn numbered(path: &str, text: &str, offset: u64, limit: u64, opts: &super::ToolOptions) -> String {
+    if text.is_empty() {
+        return format!("{path} is empty (0 bytes).");
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let total = lines.len() as u64;
+    if offset > total {
+        return format!(
+            "{path} has {total} lines; offset {offset} is past the end. Nothing to show."
+        );
+    }
+    let mut out = String::new();
+    let first = offset;
+    let mut last = first - 1;
+    let mut cut_lines = 0;
+    for (i, line) in lines
+        .iter()
+        .enumerate()
+        .skip((offset - 1) as usize)
+        .take(limit.min(usize::MAX as u64) as usize)
+    {
+        let mut shown_line: String = line.chars().take(opts.line_chars).collect();
+        let extra = line.chars().count().saturating_sub(opts.line_chars);
+        if extra > 0 {
+            cut_lines += 1;
+            let _ = write!(shown_line, "… [{extra} more characters]");
+        }
+        let row = format!("{:>6}\t{}\n", i + 1, shown_line.trim_end_matches('\r'));
+        if !out.is_empty() && out.len() + row.len() > opts.read_bytes {
+            break;
+        }
+        out.push_str(&row);
+        last = i as u64 + 1;
+    }
+    if cut_lines > 0 {
+        let _ = writeln!(
+            out,
+            "[{cut_lines} line(s) longer than {} characters were cut short.]",
+            opts.line_chars
+        );
+    }
+    if last < total {
+        let _ = writeln!(
+            out,
+            "[Showing lines {first}-{last} of {total}. To read on, call read_file with offset={}.]",
+            last + 1
+        );
+    } else if first > 1 {
+        let _ = writeln!(out, "[Showing lines {first}-{last} of {total}.]");
+    }
+    out
+}
+
+async fn write_file(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    arguments: Option<JsonObject>,
+) -> Outcome {
+    let args = Args::new("write_file", arguments, &["path", "content"])?;
+    let path = args.path("path")?;
+    let content = args.string("content")?;
+    let p = path.clone();
+    let receipt = with_wait(server, actor, &[&path], true, move |a| {
+        a.files().write(&p, content.as_bytes())
+    })
+    .await?;
+    Ok(done(actor, &receipt))
+}
+
+async fn edit_file(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    arguments: Option<JsonObject>,
+) -> Outcome {
+    let args = Args::new(
+        "edit_file",
+        arguments,
+        &["path", "old_string", "new_string", "replace_all"],
+    )?;
+    let path = args.path("path")?;
+    let old = args.string("old_string")?;
+    let new = args.string("new_string")?;
+    let all = args.opt_bool("replace_all")?.unwrap_or(false);
+    if old.is_empty() {
+        return Err(Failure::Bad(
+            "edit_file: `old_string` is empty; give the exact text to replace (to write a whole \
+             file use write_file, to add at the end use append_file). Nothing was done."
+                .to_string(),
+        ));
+    }
+    if old == new {
+        return Err(Failure::Bad(
+            "edit_file: `old_string` and `new_string` are the same; nothing would change. Nothing was done."
+                .to_string(),
+        ));
+    }
+    let p = path.clone();
+    let receipt = with_wait(server, actor, &[&path], true, move |a| {
+        if all {
+            a.files().replace_all(&p, &old, &new)
+        } else {
+            a.files().replace(&p, &old, &new)
+        }
+    })
+    .await?;
+    Ok(done(actor, &receipt))
+}
+
+async fn append_file(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    arguments: Option<JsonObject>,
+) -> Outcome {
+    let args = Args::new("append_file", arguments, &["path", "content"])?;
+    let path = args.path("path")?;
+    let content = args.string("content")?;
+    let p = path.clone();
+    let receipt = with_wait(server, actor, &[&path], true, move |a| {
+        a.files().append(&p, content.as_bytes())
+    })
+    .await?;
+    Ok(done(actor, &receipt))
+}
+
+async fn delete_file(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    arguments: Option<JsonObject>,
+) -> Outcome {
+    let args = Args::new("delete_file", arguments, &["path"])?;
+    let path = args.path("path")?;
+    let p = path.clone();
+    let receipt = with_wait(server, actor, &[&path], true, move |a| a.files().delete(&p)).await?;
+    Ok(done(actor, &receipt))
+}
+
+async fn move_file(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    arguments: Option<JsonObject>,
+) -> Outcome {
+    let args = Args::new("move_file", arguments, &["from", "to"])?;
+    let from = args.path("from")?;
+    let to = args.path("to")?;
+    let (f, t) = (from.clone(), to.clone());
+    let receipt = with_wait(server, actor, &[&from, &to], true, move |a| {
+        a.files().rename(&f, &t)
+    })
+    .await?;
+    Ok(done(actor, &receipt))
+}
+
+async fn list_dir(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    arguments: Option<JsonObject>,
+) -> Outcome {
+    let args = Args::new("list_dir", arguments, &["path"])?;
+    let path = args.opt_string("path")?.filter(|p| !p.is_empty());
+    let path = path.unwrap_or_else(|| ".".to_string());
+    let resolved = actor.resolve([Target::file(path.as_str()).shared()])?;
+    let dir: PathBuf = match resolved.targets().first() {
+        Some(target) => target.path().to_path_buf(),
+        None => return Err(Failure::Bad(format!("list_dir: cannot resolve {path}."))),
+    };
+    let limit = server.session.opts.list_entries;
+    let shown_dir = shown(actor, &dir);
+    let listing = tokio::task::spawn_blocking(move || list(&dir, limit))
+        .await
+        .map_err(|e| Failure::Bad(format!("list_dir failed: {e}")))?;
+    match listing {
+        Ok((entries, more)) => {
+            let mut out = String::new();
+            if entries.is_empty() {
+                let _ = writeln!(out, "{shown_dir} is an empty folder.");
+            }
+            for entry in &entries {
+                out.push_str(entry);
+                out.push('\n');
+            }
+            if more > 0 {
+                let _ = writeln!(
+                    out,
+                    "[{more} more entries not shown; list a subfolder to narrow it down.]"
+                );
+            }
+            Ok(out)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Failure::Bad(format!(
+            "{shown_dir} does not exist; call list_dir without a path to see the workspace root."
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(Failure::Bad(format!(
+            "{shown_dir} is a file, not a folder; use read_file to read it."
+        ))),
+        Err(e) => Err(Failure::Bad(format!("Cannot list {shown_dir}: {e}."))),
+    }
+}
+
+/// The entries of `dir`, sorted, at most `limit`, and how many were left out.
+fn list(dir: &Path, limit: usize) -> std::io::Result<(Vec<String>, usize)> {
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let line = match entry.file_type() {
+            Ok(t) if t.is_dir() => format!("{name}/"),
+            Ok(t) if t.is_symlink() => format!("{name} (symlink)"),
+            Ok(t) if t.is_file() => {
+                let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                format!("{name}  {size} bytes")
+            }
+            _ => format!("{name} (special file)"),
+        };
+        entries.push(line);
+    }
+    entries.sort_unstable();
+    let more = entries.len().saturating_sub(limit);
+    entries.truncate(limit);
+    Ok((entries, more))
+}
+
+async fn reserve(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    arguments: Option<JsonObject>,
+) -> Outcome {
+    let args = Args::new("reserve", arguments, &["paths", "note"])?;
+    let paths = args.paths("paths")?;
+    let note = args.opt_string("note")?.filter(|n| !n.trim().is_empty());
+    let label = match &note {
+        Some(note) => format!("reserve: {}", note.chars().take(200).collect::<String>()),
+        None => "reserve".to_string(),
+    };
+    let targets = actor.resolve(paths.iter().map(String::as_str))?;
+    let request = || {
+        actor
+            .request(paths.iter().map(String::as_str))
+            .label(label.clone())
+    };
+    let fence = match request().fence() {
+        Ok(fence) => fence,
+        Err(Error::Busy(busy)) => {
+            match request()
+                .fence_wait_timeout(server.session.opts.call_wait)
+                .await
+            {
+                Ok(fence) => fence,
+                Err(Error::Timeout { .. }) => match request().fence() {
+                    Ok(fence) => fence,
+                    Err(Error::Busy(now)) => return Err(Error::Busy(now).into()),
+                    Err(e) => return Err(e.into()),
+                },
+                Err(Error::Busy(_)) => return Err(Error::Busy(busy).into()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let names: Vec<String> = targets
+        .targets()
+        .iter()
+        .map(|t| target_name(actor, t))
+        .collect();
+    server.session.held.lock().push(Held {
+        fence,
+        targets: targets.targets().to_vec(),
+    });
+    Ok(format!(
+        "Reserved {} for you: other agents' writes there are refused until you call release. \
+         Read files before changing them, as always.",
+        names.join(", ")
+    ))
+}
+
+fn target_name(actor: &Actor, target: &Target) -> String {
+    let mut name = shown(actor, target.path());
+    if target.is_tree() && !name.ends_with('/') {
+        name.push('/');
+    }
+    name
+}
+
+fn release(server: &ToolServer, actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outcome {
+    let args = Args::new("release", arguments, &["paths"])?;
+    let paths = args.opt_paths("paths")?.unwrap_or_default();
+    let mut held = server.session.held.lock();
+    if paths.is_empty() {
+        let count = held.len();
+        held.clear();
+        return Ok(match count {
+            0 => "You had no reservations.".to_string(),
+            1 => "Released your reservation.".to_string(),
+            n => format!("Released your {n} reservations."),
+        });
+    }
+    let wanted = actor.resolve(paths.iter().map(String::as_str))?;
+    let wanted: Vec<&Path> = wanted.targets().iter().map(Target::path).collect();
+    let unknown: Vec<&Path> = wanted
+        .iter()
+        .copied()
+        .filter(|w| {
+            !held
+                .iter()
+                .any(|h| h.targets.iter().any(|t| t.path() == *w))
+        })
+        .collect();
+    if !unknown.is_empty() {
+        let names: Vec<String> = unknown.iter().map(|p| shown(actor, p)).collect();
+        let mine: Vec<String> = held
+            .iter()
+            .flat_map(|h| h.targets.iter().map(|t| target_name(actor, t)))
+            .collect();
+        return Err(Failure::Bad(format!(
+            "You have no reservation on {}; your reservations: {}. Nothing was released.",
+            names.join(", "),
+            if mine.is_empty() {
+                "none".to_string()
+            } else {
+                mine.join(", ")
+            }
+        )));
+    }
+    let mut released = Vec::new();
+    let mut kept = Vec::with_capacity(held.len());
+    for mut h in held.drain(..) {
+        let (gone, rest): (Vec<Target>, Vec<Target>) = h
+            .targets
+            .iter()
+            .cloned()
+            .partition(|t| wanted.contains(&t.path()));
+        released.extend(gone.iter().map(|t| target_name(actor, t)));
+        if gone.is_empty() {
+            kept.push(h);
+        } else if !rest.is_empty()
+            && h.fence
+                .narrow(rest.iter().map(|t| t.clone().resolved()))
+                .is_ok()
+        {
+            h.targets = rest;
+            kept.push(h);
+        }
+        // Otherwise the whole fence drops here.
+    }
+    *held = kept;
+    Ok(format!("Released {}.", released.join(", ")))
+}
+
+fn writ_status(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outcome {
+    Args::new("writ_status", arguments, &[])?;
+    let dump = actor.scheduler().dump();
+    let me = actor.id();
+    let paths = |entries: &[crate::PathEntry]| -> String {
+        entries
+            .iter()
+            .map(|p| {
+                let mut name = shown(actor, &p.path);
+                if p.tree && !name.ends_with('/') {
+                    name.push('/');
+                }
+                if p.mode == crate::Mode::Shared {
+                    name.push_str(" (reading)");
+                }
+                name
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let kind = |k: HoldKind| match k {
+        HoldKind::Fence => "reserved",
+        HoldKind::Call => "writing now",
+    };
+    let mut out = format!(
+        "You are '{}' in {}.\n",
+        actor.name(),
+        actor.root().display()
+    );
+    let mine: Vec<_> = dump.holds.iter().filter(|h| h.actor_id == me).collect();
+    let _ = writeln!(
+        out,
+        "Your holds:{}",
+        if mine.is_empty() { " none" } else { "" }
+    );
+    for h in &mine {
+        let label = h
+            .label
+            .as_deref()
+            .map(|l| format!(" — {l}"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "  {} {}{label}", kind(h.kind), paths(&h.paths));
+    }
+    let waits: Vec<_> = dump.waiters.iter().filter(|w| w.actor_id == me).collect();
+    if !waits.is_empty() {
+        let _ = writeln!(out, "You are waiting for:");
+        for w in waits {
+            let cause = match &w.cause {
+                Some(crate::WaitCause::Path { holder, .. }) => format!(" (held by '{holder}')"),
+                _ => String::new(),
+            };
+            let _ = writeln!(out, "  {}{cause}", paths(&w.paths));
+        }
+    }
+    let others: Vec<_> = dump.holds.iter().filter(|h| h.actor_id != me).collect();
+    let _ = writeln!(
+        out,
+        "Other agents:{}",
+        if others.is_empty() {
+            " nobody holds anything"
+        } else {
+            ""
+        }
+    );
+    for h in others {
+        let label = h
+            .label
+            .as_deref()
+            .map(|l| format!(" — {l}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  '{}' {} {}{label}",
+            h.actor,
+            kind(h.kind),
+            paths(&h.paths)
+        );
+    }
+    let queued: Vec<_> = dump.waiters.iter().filter(|w| w.actor_id != me).collect();
+    for w in queued {
+        let _ = writeln!(out, "  '{}' waits for {}", w.actor, paths(&w.paths));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbered_lines_are_one_based_and_bounded() {
+        let opts = super::super::ToolOptions::default();
+        let text = "a\nb\nc\nd\n";
+        let all = numbered("f", text, 1, 2000, &opts);
+        assert!(all.starts_with("     1\ta\n     2\tb\n"), "{all}");
+        assert!(!all.contains("Showing"), "{all}");
+        let part = numbered("f", text, 2, 2, &opts);
+        assert!(part.starts_with("     2\tb\n     3\tc\n"), "{part}");
+        assert!(part.contains("offset=4"), "{part}");
+        assert!(numbered("f", text, 9, 1, &opts).contains("past the end"));
+        assert!(numbered("f", "", 1, 1, &opts).contains("empty"));
+    }
+
+    #[test]
+    fn long_lines_and_big_outputs_are_cut_with_a_note() {
+        let opts = super::super::ToolOptions {
+            line_chars: 4,
+            read_bytes: 30,
+            ..Default::default()
+        };
+        let out = numbered("f", "abcdefgh\nx\ny\nz\nw\n", 1, 100, &opts);
+        assert!(out.contains("abcd… [4 more characters]"), "{out}");
+        assert!(out.contains("cut short"), "{out}");
+        assert!(out.contains("To read on"), "{out}");
+    }
+
+    #[test]
+    fn every_tool_has_a_schema_and_a_description() {
+        let defs = definitions();
+        let names: Vec<&str> = defs.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names, TOOL_NAMES);
+        for t in defs {
+            assert_eq!(
+                t.input_schema.get("type"),
+                Some(&json!("object")),
+                "{}",
+                t.name
+            );
+            assert!(
+                t.description.as_deref().is_some_and(|d| d.len() > 80),
+                "{}",
+                t.name
+            );
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! `/mcp` on `writ serve` (Streamable HTTP), driven by the official MCP
+//! Python SDK: several agents share one scheduler.
+//!
+//! Needs python3 with its venv module; the SDK is installed into a venv
+//! under `target/` on first run (network needed once).
+
+#![cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+
+#[path = "common/mcp_driver.rs"]
+mod driver;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use driver::{call, ok, refused};
+use serde_json::{Value, json};
+use writ::server::{Options, Server};
+
+fn workspace() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let root = fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    (dir, root)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"))
+}
+
+async fn start(root: &Path) -> Server {
+    let config = writ::Config::default().durability(writ::Durability::Process);
+    Server::start(
+        Options::new(root)
+            .config(config)
+            .call_wait(Duration::from_millis(300))
+            .lease_ttl(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("start: {e}"))
+}
+
+/// The URL and header docs/AGENTS.md gives for an HTTP agent.
+fn http_agent(server: &Server, token: &str) -> Value {
+    json!({"http": format!("{}/mcp", server.url()), "token": token})
+}
+
+/// Runs the driver off the runtime's threads (it blocks on the Python
+/// process while the server keeps serving).
+async fn run(script: Value, scratch: PathBuf) -> Vec<Value> {
+    tokio::task::spawn_blocking(move || driver::run(&script, &scratch))
+        .await
+        .unwrap_or_else(|e| panic!("driver thread: {e}"))
+}
+
+#[test]
+fn two_agents_editing_one_file_second_is_refused_until_it_rereads() {
+    let (_dir, root) = workspace();
+    let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    fs::write(root.join("plan.md"), "# Plan\n- a\n- b\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let token = server.token().to_string();
+        let script = json!({
+            "agents": {"alpha": http_agent(&server, &token), "beta": http_agent(&server, &token)},
+            "steps": [
+                call("alpha", "read_file", json!({"path": "plan.md"})),
+                call("beta", "read_file", json!({"path": "plan.md"})),
+                call("alpha", "edit_file", json!({"path": "plan.md", "old_string": "- a", "new_string": "- a (alpha)"})),
+                call("beta", "edit_file", json!({"path": "plan.md", "old_string": "- b", "new_string": "- b (beta)"})),
+                call("beta", "write_file", json!({"path": "plan.md", "content": "beta only\n"})),
+                call("beta", "read_file", json!({"path": "plan.md"})),
+                call("beta", "edit_file", json!({"path": "plan.md", "old_string": "- b", "new_string": "- b (beta)"})),
+            ],
+        });
+        let r = run(script, scratch.path().to_path_buf()).await;
+        ok(&r[0]);
+        ok(&r[1]);
+        ok(&r[2]);
+        refused(&r[3], &["changed since you read it", "'alpha'"]);
+        refused(&r[4], &["changed since you read it", "'alpha'"]);
+        assert!(ok(&r[5]).contains("- a (alpha)"));
+        ok(&r[6]);
+        server.shutdown().await;
+    });
+    assert_eq!(
+        fs::read_to_string(root.join("plan.md")).unwrap_or_default(),
+        "# Plan\n- a (alpha)\n- b (beta)\n"
+    );
+}
+
+#[test]
+fn reserve_blocks_another_agent_and_release_frees_it() {
+    let (_dir, root) = workspace();
+    let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let token = server.token().to_string();
+        let script = json!({
+            "agents": {"alpha": http_agent(&server, &token), "beta": http_agent(&server, &token)},
+            "steps": [
+                call("alpha", "reserve", json!({"paths": ["src/"], "note": "renaming the parser API"})),
+                call("beta", "write_file", json!({"path": "src/lex.rs", "content": "// beta\n"})),
+                call("beta", "reserve", json!({"paths": ["src/lex.rs", "docs/"]})),
+                call("beta", "writ_status", json!({})),
+                call("alpha", "write_file", json!({"path": "src/lex.rs", "content": "// alpha\n"})),
+                call("alpha", "release", json!({})),
+                call("beta", "read_file", json!({"path": "src/lex.rs"})),
+                call("beta", "write_file", json!({"path": "src/lex.rs", "content": "// beta\n"})),
+                call("beta", "reserve", json!({"paths": ["docs/"]})),
+                call("beta", "release", json!({"paths": ["docs/"]})),
+                call("beta", "release", json!({"paths": ["docs/"]})),
+            ],
+        });
+        let r = run(script, scratch.path().to_path_buf()).await;
+        assert!(ok(&r[0]).contains("Reserved src/"));
+        refused(&r[1], &["'alpha'", "src/lex.rs"]);
+        refused(&r[2], &["'alpha'"]);
+        let status = ok(&r[3]);
+        assert!(status.contains("'alpha' reserved src/"), "{status}");
+        assert!(status.contains("renaming the parser API"), "{status}");
+        ok(&r[4]);
+        ok(&r[5]);
+        ok(&r[6]);
+        ok(&r[7]);
+        ok(&r[8]);
+        ok(&r[9]);
+        refused(&r[10], &["no reservation"]);
+        // beta's refused `reserve` left nothing behind: src/lex.rs and docs/ are free.
+        let dump = server.scheduler().dump();
+        assert!(dump.holds.is_empty(), "{dump}");
+        server.shutdown().await;
+    });
+    assert_eq!(
+        fs::read_to_string(root.join("src/lex.rs")).unwrap_or_default(),
+        "// beta\n"
+    );
+}
+
+#[test]
+fn a_closed_session_frees_its_reservations_and_its_actor() {
+    let (_dir, root) = workspace();
+    let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let token = server.token().to_string();
+        let script = json!({
+            "agents": {"alpha": http_agent(&server, &token), "beta": http_agent(&server, &token)},
+            "steps": [
+                call("alpha", "reserve", json!({"paths": ["src/"]})),
+                call("beta", "write_file", json!({"path": "src/a.rs", "content": "// beta\n"})),
+                {"agent": "alpha", "close": true},
+                call("beta", "write_file", json!({"path": "src/a.rs", "content": "// beta\n"})),
+                call("beta", "writ_status", json!({})),
+            ],
+        });
+        let r = run(script, scratch.path().to_path_buf()).await;
+        ok(&r[0]);
+        refused(&r[1], &["'alpha'"]);
+        assert_eq!(r[2]["closed"], true);
+        ok(&r[3]);
+        let status = ok(&r[4]);
+        assert!(!status.contains("alpha"), "{status}");
+        let dump = server.scheduler().dump();
+        assert!(!dump.actors.iter().any(|a| a.name == "alpha"), "{dump}");
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn an_actor_token_session_is_fenced_like_its_actor() {
+    let (_dir, root) = workspace();
+    let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let session = writ::remote::Session::connect(server.url(), server.token())
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let worker = session
+            .actor("worker", writ::Grant::fenced(&root, ["src/"]))
+            .await
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        let token = server.token().to_string();
+        let script = json!({
+            "agents": {
+                "claude-code": http_agent(&server, worker.token()),
+                "other": http_agent(&server, &token),
+                "intruder": http_agent(&server, "a-0-1.not-a-secret"),
+                "anonymous": {"http": format!("{}/mcp", server.url())},
+            },
+            "steps": [
+                call("claude-code", "write_file", json!({"path": "src/a.rs", "content": "// worker\n"})),
+                call("claude-code", "write_file", json!({"path": "docs/b.md", "content": "no\n"})),
+                call("claude-code", "writ_status", json!({})),
+                call("other", "write_file", json!({"path": "src/c.rs", "content": "no\n"})),
+                call("other", "write_file", json!({"path": "docs/b.md", "content": "yes\n"})),
+                call("intruder", "writ_status", json!({})),
+                call("anonymous", "writ_status", json!({})),
+            ],
+        });
+        let r = run(script, scratch.path().to_path_buf()).await;
+        ok(&r[0]);
+        refused(&r[1], &["docs/b.md"]);
+        assert!(ok(&r[2]).contains("You are 'worker'"));
+        refused(&r[3], &["'worker'"]);
+        ok(&r[4]);
+        for (i, result) in r[5..].iter().enumerate() {
+            let error = result["error"].as_str().unwrap_or_default();
+            assert!(!error.is_empty(), "step {} should fail to connect: {result}", i + 5);
+        }
+        worker.close().await.unwrap_or_else(|e| panic!("close: {e}"));
+        session.close().await.unwrap_or_else(|e| panic!("close: {e}"));
+        server.shutdown().await;
+    });
+    assert_eq!(
+        fs::read_to_string(root.join("src/a.rs")).unwrap_or_default(),
+        "// worker\n"
+    );
+    assert_eq!(
+        fs::read_to_string(root.join("docs/b.md")).unwrap_or_default(),
+        "yes\n"
+    );
+    assert!(!root.join("src/c.rs").exists());
+}
+
+#[test]
+fn stdio_agents_bridged_to_one_server_share_its_scheduler() {
+    let (_dir, root) = workspace();
+    let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    fs::write(root.join("notes.md"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let config = writ::Config::default().durability(writ::Durability::Process);
+        let server = Server::start(
+            Options::new(&root)
+                .config(config)
+                .discovery_file(root.join(".writ/serve.json")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        // The command line docs/AGENTS.md gives: the discovery file finds the server.
+        let stdio = json!({"stdio": [env!("CARGO_BIN_EXE_writ"), "mcp", root]});
+        let script = json!({
+            "agents": {"alpha": stdio.clone(), "beta": stdio},
+            "steps": [
+                call("alpha", "read_file", json!({"path": "notes.md"})),
+                call("beta", "read_file", json!({"path": "notes.md"})),
+                call("alpha", "append_file", json!({"path": "notes.md", "content": "alpha\n"})),
+                call("beta", "append_file", json!({"path": "notes.md", "content": "beta\n"})),
+                call("beta", "reserve", json!({"paths": ["notes.md"]})),
+                call("alpha", "read_file", json!({"path": "notes.md"})),
+                call("alpha", "append_file", json!({"path": "notes.md", "content": "again\n"})),
+                {"agent": "beta", "close": true},
+                call("alpha", "read_file", json!({"path": "notes.md"})),
+                call("alpha", "append_file", json!({"path": "notes.md", "content": "again\n"})),
+            ],
+        });
+        let r = run(script, scratch.path().to_path_buf()).await;
+        ok(&r[0]);
+        ok(&r[1]);
+        ok(&r[2]);
+        refused(&r[3], &["changed since you read it", "'alpha'"]);
+        ok(&r[4]);
+        ok(&r[5]);
+        refused(&r[6], &["'beta'"]);
+        ok(&r[8]);
+        ok(&r[9]);
+        server.shutdown().await;
+    });
+    assert_eq!(
+        fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
+        "one\nalpha\nagain\n"
+    );
+}
+
+/// Runs `writ hook claude-code` on one event, as Claude Code would, and
+/// returns what it printed.
+fn hook(root: &Path, event: Value) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["hook", "claude-code"])
+        .current_dir(root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(event.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("stdin: {e}"));
+    }
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(
+        out.status.success(),
+        "the hook must never fail the tool call"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A hook event of the documented shape.
+fn event(root: &Path, session: &str, when: &str, tool: &str, id: &str, file: &str) -> Value {
+    json!({
+        "session_id": session,
+        "transcript_path": "/dev/null",
+        "cwd": root,
+        "permission_mode": "default",
+        "hook_event_name": when,
+        "tool_name": tool,
+        "tool_input": {"file_path": root.join(file), "old_string": "a", "new_string": "b"},
+        "tool_use_id": id,
+    })
+}
+
+#[test]
+fn claude_code_hook_reserves_edits_and_denies_busy_or_stale_files() {
+    let (_dir, root) = workspace();
+    fs::write(root.join("lib.rs"), "a\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let config = writ::Config::default().durability(writ::Durability::Process);
+        let server = Server::start(
+            Options::new(&root)
+                .config(config)
+                .discovery_file(root.join(".writ/serve.json")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        let r = root.clone();
+        let (deny_busy, allowed_after, deny_stale) = tokio::task::spawn_blocking(move || {
+            let root = r.as_path();
+            assert_eq!(
+                hook(
+                    root,
+                    event(root, "sess-aaaa1111", "PostToolUse", "Read", "t0", "lib.rs")
+                ),
+                ""
+            );
+            assert_eq!(
+                hook(
+                    root,
+                    event(root, "sess-aaaa1111", "PreToolUse", "Edit", "t1", "lib.rs")
+                ),
+                ""
+            );
+            let deny_busy = hook(
+                root,
+                event(root, "sess-bbbb2222", "PreToolUse", "Write", "t2", "lib.rs"),
+            );
+            fs::write(root.join("lib.rs"), "b\n").unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                hook(
+                    root,
+                    event(root, "sess-aaaa1111", "PostToolUse", "Edit", "t1", "lib.rs")
+                ),
+                ""
+            );
+            let allowed_after = hook(
+                root,
+                event(root, "sess-bbbb2222", "PreToolUse", "Write", "t3", "lib.rs"),
+            );
+            hook(
+                root,
+                event(
+                    root,
+                    "sess-bbbb2222",
+                    "PostToolUse",
+                    "Write",
+                    "t3",
+                    "lib.rs",
+                ),
+            );
+            hook(
+                root,
+                event(root, "sess-cccc3333", "PostToolUse", "Read", "t4", "lib.rs"),
+            );
+            fs::write(root.join("lib.rs"), "changed by a person\n")
+                .unwrap_or_else(|e| panic!("{e}"));
+            let deny_stale = hook(
+                root,
+                event(root, "sess-cccc3333", "PreToolUse", "Edit", "t5", "lib.rs"),
+            );
+            (deny_busy, allowed_after, deny_stale)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("hook thread: {e}"));
+        let busy: Value =
+            serde_json::from_str(&deny_busy).unwrap_or_else(|e| panic!("{e}: {deny_busy}"));
+        let out = &busy["hookSpecificOutput"];
+        assert_eq!(out["hookEventName"], "PreToolUse");
+        assert_eq!(out["permissionDecision"], "deny");
+        let reason = out["permissionDecisionReason"].as_str().unwrap_or_default();
+        assert!(reason.contains("claude-code-sess-aaa"), "{reason}");
+        assert_eq!(allowed_after, "");
+        let stale: Value =
+            serde_json::from_str(&deny_stale).unwrap_or_else(|e| panic!("{e}: {deny_stale}"));
+        let reason = stale["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            reason.contains("changed since you last read it"),
+            "{reason}"
+        );
+        // Every PreToolUse that was allowed had its PostToolUse: nothing is held.
+        let dump = server.scheduler().dump();
+        assert!(
+            dump.holds.iter().all(|h| h.kind != writ::HoldKind::Call),
+            "{dump}"
+        );
+        server.shutdown().await;
+    });
+}

@@ -1,0 +1,121 @@
+"""Drives writ's MCP tools with the official MCP Python SDK.
+
+Usage: python mcp_driver.py SCRIPT.json
+
+SCRIPT is {"agents": {NAME: AGENT}, "steps": [STEP, ...]} where AGENT is
+  {"stdio": [command, arg, ...], "env": {...}}   a server process on stdio, or
+  {"http": URL, "token": TOKEN}                  a Streamable HTTP endpoint,
+and STEP is
+  {"agent": NAME, "tool": TOOL, "args": {...}}   call a tool,
+  {"agent": NAME, "list_tools": true}            list the tools,
+  {"agent": NAME, "close": true}                 end that agent's session.
+Each agent's session opens at its first step, with clientInfo.name = NAME.
+Prints one JSON line per step: {"is_error": bool, "text": str} for a call,
+{"tools": [{"name", "description", "input_schema"}]} for a listing,
+{"closed": true} for a close, or {"error": str} when the step raised.
+"""
+
+import contextlib
+import json
+import sys
+
+import anyio
+import httpx2
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import Implementation
+
+
+async def open_session(stack, name, spec):
+    """Enters the transport and the client session of one agent on `stack`."""
+    if "stdio" in spec:
+        command, *args = spec["stdio"]
+        params = StdioServerParameters(command=command, args=args, env=spec.get("env"))
+        read, write = await stack.enter_async_context(stdio_client(params))
+    else:
+        headers = {}
+        if spec.get("token"):
+            headers["Authorization"] = "Bearer " + spec["token"]
+        client = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0))
+        )
+        read, write = await stack.enter_async_context(
+            streamable_http_client(spec["http"], http_client=client)
+        )
+    session = await stack.enter_async_context(
+        ClientSession(read, write, client_info=Implementation(name=name, version="1.0"))
+    )
+    await session.initialize()
+    return session
+
+
+async def perform(session, step):
+    if step.get("list_tools"):
+        tools = await session.list_tools()
+        return {
+            "tools": [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in tools.tools
+            ]
+        }
+    result = await session.call_tool(step["tool"], step.get("args"))
+    text = "\n".join(c.text for c in result.content if c.type == "text")
+    return {"is_error": bool(result.is_error), "text": text}
+
+
+async def agent_task(name, spec, inbox, outbox):
+    """Runs one agent in its own task, so that its transport's cancel scopes
+    are entered and exited by the same task, whatever order agents close in."""
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            session = None
+            async for step in inbox:
+                if step.get("close"):
+                    break
+                try:
+                    if session is None:
+                        session = await open_session(stack, name, spec)
+                    out = await perform(session, step)
+                except Exception as e:  # the test asserts on what happened
+                    out = {"error": f"{type(e).__name__}: {e}"}
+                await outbox.send(out)
+    except Exception as e:
+        await outbox.send({"error": f"{type(e).__name__}: {e}"})
+        return
+    await outbox.send({"closed": True})
+
+
+async def run(script):
+    agents = {}
+    async with anyio.create_task_group() as tg:
+        for name, spec in script["agents"].items():
+            to_agent, inbox = anyio.create_memory_object_stream(1)
+            outbox, from_agent = anyio.create_memory_object_stream(1)
+            agents[name] = {"to": to_agent, "from": from_agent, "open": True}
+            tg.start_soon(agent_task, name, spec, inbox, outbox)
+        for step in script["steps"]:
+            agent = agents[step["agent"]]
+            if not agent["open"]:
+                out = {"error": "this agent's session already ended"}
+            else:
+                await agent["to"].send(step)
+                out = await agent["from"].receive()
+                if step.get("close"):
+                    agent["open"] = False
+            print(json.dumps(out), flush=True)
+        for agent in agents.values():
+            if agent["open"]:
+                await agent["to"].send({"close": True})
+                await agent["from"].receive()
+            await agent["to"].aclose()
+
+
+def main():
+    with open(sys.argv[1], encoding="utf-8") as f:
+        script = json.load(f)
+    anyio.run(run, script)
+
+
+if __name__ == "__main__":
+    main()
