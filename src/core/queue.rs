@@ -277,6 +277,14 @@ impl Queue {
     }
 
     /// Waiting entries in queue order, with their places and slots.
+    pub(crate) fn waiting_slots(&self) -> impl Iterator<Item = (Pos, u32)> + '_ {
+        self.order
+            .iter()
+            .filter(|(_, slot)| self.waiting_at(**slot).is_some())
+            .map(|(pos, slot)| (*pos, *slot))
+    }
+
+    /// Waiting entries in queue order, with their places and slots.
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> impl Iterator<Item = (Pos, u32)> + '_ {
         self.order
@@ -316,26 +324,24 @@ impl Queue {
         out.extend(self.children.iter().map(|(pos, slot)| (*pos, *slot)));
     }
 
-    /// How many waiting entries before `limit` will take an actor slot and
-    /// a writer slot.
-    pub(crate) fn reserved_ahead(&self, limit: Pos) -> (usize, usize) {
-        let (mut actors, mut writers) = (0, 0);
-        for (_, &slot) in self.children.range(..limit) {
-            if let Some(Need::Child(child)) = self.slot(slot).map(|s| &s.waiter.need) {
-                actors += usize::from(child.counts_actor);
-                writers += usize::from(child.counts_writer);
-            }
-        }
-        (actors, writers)
+    /// The waiting entries before `limit` that need an actor slot, in
+    /// queue order.
+    pub(crate) fn children_ahead(&self, limit: Pos) -> impl Iterator<Item = (Pos, &Waiter)> {
+        self.children
+            .range(..limit)
+            .filter_map(|(pos, &slot)| Some((*pos, &self.slot(slot)?.waiter)))
     }
 
     /// Calls `f(pos, waiter, i)` for every waiting entry before `limit`
     /// that conflicts with `claim` through `claim.keys[i]` (possibly more
-    /// than once, in no particular order). Stops when `f` breaks.
+    /// than once, in no particular order), except those `claim` passes:
+    /// `passes(waiter's claim)` is the precedence rule, asked only of
+    /// entries that conflict. Stops when `f` breaks.
     fn scan<B>(
         &self,
         claim: &Claim,
         limit: Pos,
+        passes: &dyn Fn(&Claim) -> bool,
         mut f: impl FnMut(Pos, &Waiter, usize) -> ControlFlow<B>,
     ) -> ControlFlow<B> {
         if self.waiting == 0 {
@@ -350,6 +356,7 @@ impl Queue {
                 if s.pos >= limit
                     || covers(claim, &s.waiter.claim)
                     || covers(&s.waiter.claim, claim)
+                    || passes(&s.waiter.claim)
                 {
                     return ControlFlow::Continue(());
                 }
@@ -360,8 +367,13 @@ impl Queue {
     }
 
     /// Whether a waiting entry before `limit` conflicts with `claim`.
-    pub(crate) fn any_conflict_ahead(&self, claim: &Claim, limit: Pos) -> bool {
-        self.scan(claim, limit, |_, _, _| ControlFlow::Break(()))
+    pub(crate) fn any_conflict_ahead(
+        &self,
+        claim: &Claim,
+        limit: Pos,
+        passes: &dyn Fn(&Claim) -> bool,
+    ) -> bool {
+        self.scan(claim, limit, passes, |_, _, _| ControlFlow::Break(()))
             .is_break()
     }
 
@@ -372,9 +384,10 @@ impl Queue {
         &self,
         claim: &Claim,
         limit: Pos,
+        passes: &dyn Fn(&Claim) -> bool,
     ) -> Option<(WaiterId, usize)> {
         let mut first: Option<(Pos, WaiterId, usize)> = None;
-        let _ = self.scan(claim, limit, |pos, w, key| {
+        let _ = self.scan(claim, limit, passes, |pos, w, key| {
             if first.is_none_or(|(p, _, k)| (pos, key) < (p, k)) {
                 first = Some((pos, w.id, key));
             }
@@ -385,9 +398,14 @@ impl Queue {
 
     /// Every waiting entry before `limit` that conflicts with `claim`, in
     /// queue order.
-    pub(crate) fn conflicts_ahead(&self, claim: &Claim, limit: Pos) -> Vec<WaiterId> {
+    pub(crate) fn conflicts_ahead(
+        &self,
+        claim: &Claim,
+        limit: Pos,
+        passes: &dyn Fn(&Claim) -> bool,
+    ) -> Vec<WaiterId> {
         let mut found: Vec<(Pos, WaiterId)> = Vec::new();
-        let _ = self.scan(claim, limit, |pos, w, _| {
+        let _ = self.scan(claim, limit, passes, |pos, w, _| {
             found.push((pos, w.id));
             ControlFlow::<()>::Continue(())
         });
