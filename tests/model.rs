@@ -247,6 +247,15 @@ struct MWaiter {
     prio: i32,
     /// The hold a wake-up scan granted it, until the future picks it up.
     granted: Option<u64>,
+    /// Refused with `Deadlock` after it started waiting (a fence granted
+    /// or released closed a cycle through it), until the future sees it.
+    refused: bool,
+}
+
+impl MWaiter {
+    fn waiting(&self) -> bool {
+        self.granted.is_none() && !self.refused
+    }
 }
 
 /// What a request claims, for conflict checks.
@@ -399,7 +408,7 @@ impl Model {
         let waiters: Vec<_> = self
             .queue
             .iter()
-            .filter(|w| w.granted.is_none() && w.prio >= prio)
+            .filter(|w| w.waiting() && w.prio >= prio)
             .filter(|w| self.queued_behind(claim, &Self::waiter_claim(w)))
             .map(|w| (self.actors[w.owner].name.clone(), w.kind, true))
             .collect();
@@ -430,7 +439,7 @@ impl Model {
     /// hard winning, self-edges dropped.
     fn edges(&self) -> BTreeSet<(usize, usize, bool)> {
         let mut map: BTreeMap<(usize, usize), bool> = BTreeMap::new();
-        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.granted.is_none()).collect();
+        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.waiting()).collect();
         for (i, w) in waiting.iter().enumerate() {
             let c = Self::waiter_claim(w);
             for h in &self.holds {
@@ -459,7 +468,7 @@ impl Model {
     /// the fence's owner stops waiting (§3: a fence is held for its owner's
     /// life), so the earlier request gets that hard edge now.
     fn graph(&self) -> BTreeSet<(Node, Node)> {
-        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.granted.is_none()).collect();
+        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.waiting()).collect();
         let mut g = BTreeSet::new();
         for (i, w) in waiting.iter().enumerate() {
             let me = Node::Req(w.uid);
@@ -526,9 +535,7 @@ impl Model {
             .queue
             .iter()
             .filter(|w| {
-                w.granted.is_none()
-                    && w.owner != owner
-                    && self.conflict(&Self::waiter_claim(w), &claim)
+                w.waiting() && w.owner != owner && self.conflict(&Self::waiter_claim(w), &claim)
             })
             .map(|w| w.uid)
             .collect();
@@ -554,6 +561,7 @@ impl Model {
                 keys,
                 prio,
                 granted: None,
+                refused: false,
             },
         );
         uid
@@ -576,7 +584,7 @@ impl Model {
         let mut granted = Vec::new();
         let mut still: Vec<usize> = Vec::new();
         for i in 0..self.queue.len() {
-            if self.queue[i].granted.is_some() {
+            if !self.queue[i].waiting() {
                 continue;
             }
             let w = &self.queue[i];
@@ -609,7 +617,7 @@ impl Model {
                 );
             }
         }
-        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.granted.is_none()).collect();
+        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.waiting()).collect();
         for (i, w) in waiting.iter().enumerate() {
             let c = Self::waiter_claim(w);
             let free = self
@@ -682,6 +690,7 @@ struct Stats {
     deadlocks: AtomicU64,
     cancelled_waiting: AtomicU64,
     cancelled_granted: AtomicU64,
+    refused_while_waiting: AtomicU64,
     released: AtomicU64,
     validation_errors: AtomicU64,
     extended: AtomicU64,
@@ -943,19 +952,17 @@ impl Harness {
         let blocked = self.model.blockers(&claim, prio, None);
         if self.model.queue.iter().any(|w| {
             let wc = Model::waiter_claim(w);
-            w.granted.is_none()
+            w.waiting()
                 && w.prio >= prio
                 && self.model.conflict(&claim, &wc)
                 && self.model.yields(&wc, &claim)
         }) {
             bump(&stats().precedence_passes);
         }
-        if blocked.is_none() && self.model.queue.iter().any(|w| w.granted.is_none()) {
+        if blocked.is_none() && self.model.queue.iter().any(|w| w.waiting()) {
             // Granted past lower-priority waiters, or disjoint from all.
             if self.model.queue.iter().any(|w| {
-                w.granted.is_none()
-                    && w.prio < prio
-                    && self.model.conflict(&claim, &Model::waiter_claim(w))
+                w.waiting() && w.prio < prio && self.model.conflict(&claim, &Model::waiter_claim(w))
             }) {
                 bump(&stats().priority_jumps);
             }
@@ -1033,8 +1040,46 @@ impl Harness {
         }
     }
 
+    /// SPEC §4: every request that can be granted is; and a wait-for cycle
+    /// is never left standing — when an event other than a new wait closes
+    /// one (a fence granted or released changes the owner's precedence),
+    /// the newest waiting request on it is refused with `Deadlock`.
     fn model_wake(&mut self) {
         self.model.wake();
+        loop {
+            let g = self.model.graph();
+            let on_cycle = |uid: u64| {
+                let start = Node::Req(uid);
+                let mut seen = BTreeSet::new();
+                let mut todo = vec![start];
+                while let Some(n) = todo.pop() {
+                    for &(_, t) in g.iter().filter(|(f, _)| *f == n) {
+                        if t == start {
+                            return true;
+                        }
+                        if seen.insert(t) {
+                            todo.push(t);
+                        }
+                    }
+                }
+                false
+            };
+            let newest = self
+                .model
+                .queue
+                .iter()
+                .filter(|w| w.waiting() && on_cycle(w.uid))
+                .map(|w| w.uid)
+                .max();
+            let Some(uid) = newest else {
+                break;
+            };
+            if let Some(w) = self.model.queue.iter_mut().find(|w| w.uid == uid) {
+                w.refused = true;
+            }
+            bump(&stats().refused_while_waiting);
+            self.model.wake();
+        }
     }
 
     fn drop_guard(&mut self, i: usize) {
@@ -1057,6 +1102,9 @@ impl Harness {
             .position(|w| w.uid == p.waiter)
             .unwrap();
         let w = self.model.queue.remove(at);
+        if w.refused {
+            return self.model_wake();
+        }
         match w.granted {
             Some(h) => {
                 self.model.remove_hold(h);
@@ -1076,6 +1124,7 @@ impl Harness {
             .position(|w| w.uid == waiter)
             .unwrap();
         let granted = self.model.queue[at].granted;
+        let refused = self.model.queue[at].refused;
         let waker = Waker::from(self.pending[i].flag.clone());
         let mut cx = Context::from_waker(&waker);
         let real = match &mut self.pending[i].fut {
@@ -1084,11 +1133,23 @@ impl Harness {
         };
         let Poll::Ready(real) = real else {
             assert!(
-                granted.is_none(),
+                granted.is_none() && !refused,
                 "model granted waiter {waiter}, real still pending"
             );
             return;
         };
+        if refused {
+            match real {
+                Err(Error::Deadlock { .. }) => {}
+                other => panic!(
+                    "model refused waiter {waiter}, real: {:?}",
+                    other.map(|_| ()).map_err(|e| describe(&e))
+                ),
+            }
+            self.pending.remove(i);
+            self.model.queue.remove(at);
+            return;
+        }
         assert!(
             granted.is_some(),
             "real future ready but model still waits: {:?}",
@@ -1316,7 +1377,7 @@ impl Harness {
             let woken = p.flag.0.load(Ordering::SeqCst);
             assert_eq!(
                 woken,
-                w.granted.is_some(),
+                w.granted.is_some() || w.refused,
                 "waiter of {}: woken {woken}, model granted {:?}\n{}",
                 self.model.actors[p.owner].name,
                 w.granted,
@@ -1376,7 +1437,7 @@ impl Harness {
             .model
             .queue
             .iter()
-            .filter(|w| w.granted.is_none())
+            .filter(|w| w.waiting())
             .map(|w| {
                 (
                     self.model.actors[w.owner].name.clone(),
@@ -1468,6 +1529,7 @@ fn scheduler_matches_reference_model() {
         ("granted under a covering fence", get(&s.covered_grants)),
         ("waits", get(&s.waits)),
         ("granted after waiting", get(&s.granted_after_wait)),
+        ("refused while waiting", get(&s.refused_while_waiting)),
         ("deadlocks refused", get(&s.deadlocks)),
         ("cancelled while waiting", get(&s.cancelled_waiting)),
         ("cancelled after grant", get(&s.cancelled_granted)),

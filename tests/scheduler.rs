@@ -848,6 +848,77 @@ fn a_fence_taken_by_precedence_may_not_close_a_cycle() {
     assert!(kid.fence(["src/a.rs"]).is_ok());
 }
 
+/// The owner's precedence passes only a waiter its fence blocks: a shared
+/// call queued behind that waiter passes through the fence and still
+/// blocks the owner's exclusive request, and queuing there would close the
+/// cycle owner -> shared call -> waiter -> owner. The owner is refused with
+/// `Deadlock` when it asks, never left waiting.
+#[test]
+fn a_fence_owner_behind_a_shared_call_behind_its_blocked_waiter_is_refused() {
+    let (_dir, root) = workspace();
+    let s = sched();
+    let lead = s.actor("lead", Grant::workspace(&root)).unwrap();
+    let sib = s.actor("sib", Grant::workspace(&root)).unwrap();
+    let reader = s.actor("reader", Grant::workspace(&root)).unwrap();
+    let _fence = lead.fence(["src/"]).unwrap();
+    let mut sib_waits = pin!(sib.admit(["src/a.rs"]));
+    assert!(poll_once(sib_waits.as_mut()).is_pending());
+    let mut reader_waits = pin!(reader.admit([Target::from("src/a.rs").shared()]));
+    assert!(poll_once(reader_waits.as_mut()).is_pending());
+    let mut lead_waits = pin!(lead.admit(["src/a.rs"]));
+    match poll_once(lead_waits.as_mut()) {
+        Poll::Ready(Err(Error::Deadlock { cycle })) => {
+            assert_eq!(cycle, ["lead", "reader", "sib"]);
+        }
+        other => panic!("the owner must be admitted or refused, got {other:?}"),
+    }
+    assert_eq!(s.dump().counters.deadlocks, 1);
+    s.assert_invariants();
+}
+
+/// Releasing a fence ends the precedence it gave: a request of its owner
+/// that passed a waiter the fence blocked queues behind that waiter again.
+/// When that waiter still reaches the owner through others (here through
+/// `t`'s fence, and `t` waiting on the owner's other fence), that closes a
+/// cycle no new wait closed; the passing request is refused with
+/// `Deadlock` then, instead of hanging with everyone on the cycle.
+#[test]
+fn a_cycle_closed_by_releasing_a_fence_refuses_a_waiting_request() {
+    let (_dir, root) = workspace();
+    let s = sched();
+    let lead = s.actor("lead", Grant::workspace(&root)).unwrap();
+    let sib = s.actor("sib", Grant::workspace(&root)).unwrap();
+    let t = s.actor("t", Grant::workspace(&root)).unwrap();
+    let other = s.actor("other", Grant::workspace(&root)).unwrap();
+    let src = lead.fence(["src/"]).unwrap();
+    let _doc = lead.fence(["doc/"]).unwrap();
+    let _lib = t.fence(["lib/"]).unwrap();
+    let x = other.try_admit(["x.rs"]).unwrap();
+    let mut t_waits = pin!(t.admit(["doc/d.md"]));
+    assert!(poll_once(t_waits.as_mut()).is_pending());
+    let mut sib_waits = pin!(sib.admit(["src/a.rs", "lib/b.rs"]));
+    assert!(poll_once(sib_waits.as_mut()).is_pending());
+    // lead passes sib inside src/ and waits only for x.rs.
+    let mut lead_waits = pin!(lead.admit(["src/a.rs", "x.rs"]));
+    assert!(poll_once(lead_waits.as_mut()).is_pending());
+    assert_eq!(s.dump().counters.deadlocks, 0);
+    drop(src);
+    match poll_once(lead_waits.as_mut()) {
+        Poll::Ready(Err(Error::Deadlock { mut cycle })) => {
+            assert_eq!(cycle.first().map(String::as_str), Some("lead"));
+            cycle.sort();
+            assert_eq!(cycle, ["lead", "sib", "t"]);
+        }
+        other => panic!("expected Deadlock once src/ is gone, got {other:?}"),
+    }
+    assert_eq!(s.dump().counters.deadlocks, 1);
+    s.assert_invariants();
+    // The others still wait, each on a live fence.
+    drop(x);
+    assert!(poll_once(sib_waits.as_mut()).is_pending());
+    assert!(poll_once(t_waits.as_mut()).is_pending());
+}
+
 #[test]
 fn extend_is_judged_at_the_requests_own_priority() {
     let (_dir, root) = workspace();

@@ -25,7 +25,9 @@
 //! waiters is refused if their new hard edges would close one. Every other
 //! event (grants in the wake-up scan, releases, cancellations) only removes
 //! edges or turns a soft edge to a fence request into the hard edge it
-//! already stood for.
+//! already stood for — except that a fence granted or released changes whom
+//! the owner's precedence passes, so after those [`closed_cycle`] is asked
+//! and the newest waiting request on a cycle is refused.
 //!
 //! The dump shows the graph folded onto actors ([`WaitEdge`]).
 
@@ -358,6 +360,34 @@ pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Option<Vec<Actor
         return None;
     }
     find_cycle(&graph, state).map(|cycle| starting_with(cycle, claim.owner))
+}
+
+/// A cycle in the current wait-for graph (which a fence granted or
+/// released may have closed): the newest waiting request on it and the
+/// cycle as actor ids, that request's actor first.
+pub(crate) fn closed_cycle(state: &State) -> Option<(WaiterId, Vec<ActorId>)> {
+    if !state.queue.has_waiting() {
+        return None;
+    }
+    let graph = build(state, None);
+    if !petgraph::algo::is_cyclic_directed(&graph) {
+        return None;
+    }
+    let scc = petgraph::algo::tarjan_scc(&graph)
+        .into_iter()
+        .find(|component| component.len() > 1)?;
+    // Every component with an edge holds a request: actors only point at
+    // requests.
+    let newest = scc
+        .iter()
+        .filter_map(|node| match node {
+            Node::Request(id) => Some(*id),
+            Node::Actor(_) | Node::New => None,
+        })
+        .max()?;
+    let requester = state.queue.get(newest)?.requester;
+    let cycle = find_cycle(&graph, state)?;
+    Some((newest, starting_with(cycle, requester)))
 }
 
 /// Every edge of the current wait-for graph, folded onto actors.

@@ -15,6 +15,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::core::index::{Class, FastMap, Index, Mask, NodeList};
+use crate::core::key::{Key, Mode};
 use crate::core::table::ChildRecord;
 use crate::core::table::{ActorId, Claim, HoldId, covers};
 
@@ -32,6 +33,10 @@ pub(crate) enum Need {
     Child(ChildRecord),
 }
 
+/// What refusing a waiting request hands back: the keys it no longer
+/// waits for, and its waker.
+pub(crate) type Refusal = (Vec<(Key, Mode)>, Option<Waker>);
+
 /// Where a waiting request stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WaiterState {
@@ -41,6 +46,11 @@ pub(crate) enum WaiterState {
     /// table and waits for the future to pick it up, or to hand it back if
     /// the future is dropped first.
     Granted(Option<HoldId>),
+    /// Refused after it started waiting: an event other than a new wait
+    /// (a fence granted or released, which changes whom the fence owner's
+    /// precedence passes) closed a cycle through it. The entry waits for
+    /// the future to pick up the `Deadlock`.
+    Refused,
 }
 
 /// A request in the queue.
@@ -260,6 +270,20 @@ impl Queue {
             name,
             label: w.label.clone(),
         })
+    }
+
+    /// Refuses the waiting entry `id`: it leaves the index (it blocks no
+    /// one any more) and stays only for its future to pick up the refusal.
+    /// Returns its keys and waker.
+    pub(crate) fn refuse(&mut self, id: WaiterId) -> Option<Refusal> {
+        let slot = *self.ids.get(&id)?;
+        self.unindex(slot);
+        let s = self.slots.get_mut(slot as usize)?.as_mut()?;
+        s.waiter.state = WaiterState::Refused;
+        Some((
+            std::mem::take(&mut s.waiter.claim.keys),
+            s.waiter.waker.take(),
+        ))
     }
 
     /// Records the hold a granted entry became; returns its waker.

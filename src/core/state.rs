@@ -73,6 +73,9 @@ pub(crate) struct State {
     pub(crate) max_actors: Option<usize>,
     pub(crate) max_writers: Option<usize>,
     pub(crate) counters: Counters,
+    /// Waiting requests refused after they started waiting, with the cycle
+    /// each closed, until their futures pick the refusal up.
+    pub(crate) refused: BTreeMap<WaiterId, Vec<ActorId>>,
     /// Tests set this to make every wake-up a full scan, the reference the
     /// narrow scan is compared with.
     #[cfg(test)]
@@ -335,7 +338,9 @@ impl State {
             return Vec::new();
         }
         let candidates: Vec<(Pos, u32)> = self.queue.waiting_slots().collect();
-        self.wake_candidates(candidates, now)
+        let mut wakers = self.wake_candidates(candidates, now);
+        wakers.extend(self.refuse_cycles(now));
+        wakers
     }
 
     /// Judges `candidates` in queue order by the wake-up rule and grants
@@ -347,6 +352,41 @@ impl State {
             wakers.extend(self.wake_after_fence(now));
         }
         wakers
+    }
+
+    /// Refuses waiting requests, newest first, while the wait-for graph has
+    /// a cycle. A new wait is checked before it queues, but a fence granted
+    /// or released changes whom the fence owner's precedence (§4) passes:
+    /// a released fence no longer blocks the waiter its line passed, so
+    /// that line queues behind it again, and a granted one draws hard edges
+    /// and passes of its own. Either can close a cycle no new wait closed;
+    /// left in place it would hang every request on it, so one of them is
+    /// refused with `Deadlock` as if it had just asked.
+    fn refuse_cycles(&mut self, now: Instant) -> Vec<Waker> {
+        let mut wakers = Vec::new();
+        while let Some((id, cycle)) = crate::core::deadlock::closed_cycle(self) {
+            let slots = self
+                .queue
+                .get(id)
+                .is_some_and(|w| counts_actor(w) || counts_writer(w));
+            let Some((keys, waker)) = self.queue.refuse(id) else {
+                break;
+            };
+            self.counters.deadlocks += 1;
+            self.refused.insert(id, cycle);
+            wakers.extend(waker);
+            // It may have been soft-blocking requests behind it.
+            wakers.extend(self.wake_after(now, &keys, slots));
+        }
+        wakers
+    }
+
+    /// Picks up a refusal of a request that was waiting: removes its queue
+    /// entry and returns the cycle it closed.
+    pub(crate) fn take_refused(&mut self, id: WaiterId) -> Option<Vec<ActorId>> {
+        let cycle = self.refused.remove(&id)?;
+        self.queue.remove(id);
+        Some(cycle)
     }
 
     fn wake_pass(&mut self, mut candidates: Vec<(Pos, u32)>, now: Instant) -> (Vec<Waker>, bool) {
@@ -388,7 +428,7 @@ impl State {
                 self.queue.remove(id);
                 Some(hold)
             }
-            WaiterState::Waiting => None,
+            WaiterState::Waiting | WaiterState::Refused => None,
         }
     }
 
@@ -411,8 +451,20 @@ impl State {
                     Need::Child(child) => self.unregister(child.id),
                     Need::Hold => false,
                 };
+                let fence = released
+                    .as_ref()
+                    .is_some_and(|h| h.claim.kind == HoldKind::Fence);
                 let keys = released.map(|h| h.claim.keys).unwrap_or_default();
-                self.wake_after(now, &keys, slots)
+                let mut wakers = self.wake_after(now, &keys, slots);
+                if fence {
+                    wakers.extend(self.refuse_cycles(now));
+                }
+                wakers
+            }
+            WaiterState::Refused => {
+                // Its keys left the index when it was refused.
+                self.refused.remove(&id);
+                Vec::new()
             }
             WaiterState::Waiting => {
                 // It may have been soft-blocking requests behind it, or
@@ -435,8 +487,16 @@ impl State {
         let Some(old) = self.table.get(hold).map(|h| h.claim.keys.clone()) else {
             return Vec::new();
         };
+        let fence = self
+            .table
+            .get(hold)
+            .is_some_and(|h| h.claim.kind == HoldKind::Fence);
         self.table.set_keys(hold, kept);
-        self.wake_after(now, &old, false)
+        let mut wakers = self.wake_after(now, &old, false);
+        if fence {
+            wakers.extend(self.refuse_cycles(now));
+        }
+        wakers
     }
 
     /// Releases a hold and wakes whoever can now proceed.
@@ -444,7 +504,11 @@ impl State {
         let Some(hold) = self.table.remove(hold) else {
             return Vec::new();
         };
-        self.wake_after(now, &hold.claim.keys, false)
+        let mut wakers = self.wake_after(now, &hold.claim.keys, false);
+        if hold.claim.kind == HoldKind::Fence {
+            wakers.extend(self.refuse_cycles(now));
+        }
+        wakers
     }
 
     /// Forgets a live actor; true when it gave back a counted slot.
@@ -468,7 +532,11 @@ impl State {
                 released.extend(hold.claim.keys);
             }
         }
-        self.wake_after(now, &released, slots)
+        let mut wakers = self.wake_after(now, &released, slots);
+        if !released.is_empty() {
+            wakers.extend(self.refuse_cycles(now));
+        }
+        wakers
     }
 
     /// Whether an actor is still live.

@@ -322,6 +322,14 @@ impl<T> Acquire<T> {
                     self.phase = Phase::Done;
                     return Poll::Ready(Ok(hold));
                 }
+                if let Some(cycle) = state.take_refused(id) {
+                    let cycle: Vec<String> =
+                        cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                    drop(state);
+                    self.phase = Phase::Done;
+                    tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused while waiting");
+                    return Poll::Ready(Err(Error::Deadlock { cycle }));
+                }
                 state.set_waker(id, cx.waker());
                 drop(state);
                 self.poll_deadline(cx)
@@ -355,13 +363,17 @@ impl<T> Acquire<T> {
         self.phase = Phase::Done;
         let granted = self.sched.shared.with_state(|state, now| {
             if let Some(hold) = state.take_granted(id) {
-                return (Some(hold), Vec::new());
+                return (Some(Ok(hold)), Vec::new());
+            }
+            if let Some(cycle) = state.take_refused(id) {
+                let cycle = cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                return (Some(Err(Error::Deadlock { cycle })), Vec::new());
             }
             state.counters.timed_out += 1;
             (None, state.cancel(id, now))
         });
         match granted {
-            Some(hold) => Ok(hold),
+            Some(outcome) => outcome,
             None => {
                 tracing::debug!(actor = %self.requester.name, "timeout");
                 Err(Error::Timeout {
