@@ -449,3 +449,73 @@ fn case_folding_is_consistent() {
         },
     );
 }
+
+/// `CaseMode::Detect` probes once per scheduler, at the first actor's root,
+/// and every actor folds by that answer (§2). A hard link under a
+/// case-swapped name makes a root probe as case-insensitive on any file
+/// system; a second root without one probes sensitive. Were each root
+/// probed on its own, the two actors would fold one file two ways and both
+/// hold it exclusively.
+#[test]
+fn detect_probes_once_and_every_actor_folds_by_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::write(root.join("Probe"), "x").unwrap();
+    std::fs::hard_link(root.join("Probe"), root.join("pROBE")).unwrap();
+    let sub = root.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::write(sub.join("Plain"), "x").unwrap();
+    let s = Scheduler::new(Config::default().case(CaseMode::Detect));
+    let lead = s.actor("lead", Grant::workspace(&root)).unwrap();
+    let kid = lead.child("kid", Grant::workspace(&sub)).unwrap();
+    let other = s.actor("other", Grant::workspace(&sub)).unwrap();
+    let _held = lead.try_admit(["sub/F.rs"]).unwrap();
+    for actor in [&kid, &other] {
+        match actor.try_admit(["f.rs"]) {
+            Err(Error::Busy(busy)) => assert_eq!(busy.holder, "lead"),
+            other => panic!("one file, two keys: {other:?}"),
+        }
+    }
+    // The other way round: a first root that probes sensitive makes the
+    // whole scheduler sensitive.
+    let s = Scheduler::new(Config::default().case(CaseMode::Detect));
+    let first = s.actor("first", Grant::workspace(&sub)).unwrap();
+    let second = s.actor("second", Grant::workspace(&root)).unwrap();
+    let _a = first.try_admit(["F.rs"]).unwrap();
+    assert!(second.try_admit(["sub/f.rs"]).is_ok());
+}
+
+/// `Insensitive` folding is NFC plus full case folding (§2): composed and
+/// decomposed spellings, `ß`/`ss`, final sigma and the Kelvin sign are one
+/// key each, and the dump keeps the caller's spelling.
+#[test]
+fn insensitive_folding_is_unicode_correct() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let s = Scheduler::new(Config::default().case(CaseMode::Insensitive));
+    let a = s.actor("a", Grant::workspace(&root)).unwrap();
+    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    for (held, asked) in [
+        ("caf\u{e9}.md", "cafe\u{301}.md"),
+        ("CAFE\u{301}.md", "caf\u{e9}.md"),
+        ("stra\u{df}e.md", "STRASSE.md"),
+        (
+            "\u{3bf}\u{3c3}\u{3bf}\u{3c2}.md",
+            "\u{39f}\u{3a3}\u{39f}\u{3a3}.md",
+        ),
+        ("a\u{3c2}.md", "a\u{3c3}.md"),
+        ("\u{212a}elvin.md", "kelvin.md"),
+        ("\u{1e9e}.md", "ss.md"),
+    ] {
+        let held_call = a.try_admit([held]).unwrap();
+        match b.try_admit([asked]) {
+            Err(Error::Busy(busy)) => assert_eq!(busy.holder, "a"),
+            other => panic!("{held:?} and {asked:?} are one file: {other:?}"),
+        }
+        assert_eq!(s.dump().holds[0].paths[0].path, root.join(held));
+        drop(held_call);
+    }
+    // Different names stay different.
+    let _x = a.try_admit(["resume.md"]).unwrap();
+    assert!(b.try_admit(["r\u{e9}sum\u{e9}.md"]).is_ok());
+}

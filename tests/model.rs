@@ -247,6 +247,15 @@ struct MWaiter {
     prio: i32,
     /// The hold a wake-up scan granted it, until the future picks it up.
     granted: Option<u64>,
+    /// Refused with `Deadlock` after it started waiting (a fence granted
+    /// or released closed a cycle through it), until the future sees it.
+    refused: bool,
+}
+
+impl MWaiter {
+    fn waiting(&self) -> bool {
+        self.granted.is_none() && !self.refused
+    }
 }
 
 /// What a request claims, for conflict checks.
@@ -302,6 +311,24 @@ impl Model {
                 .iter()
                 .any(|(kb, mb)| overlap(ka, kb) && clash((a.kind, *ma), (b.kind, *mb)))
         })
+    }
+
+    /// SPEC §4, precedence of a fence's owner: does the waiting request
+    /// `earlier` stand aside for the newer `new`? It does when some live
+    /// fence blocks `earlier` (conflicts with it) and `new`'s actor is that
+    /// fence's owner or one of the owner's descendants.
+    fn yields(&self, earlier: &MClaim, new: &MClaim) -> bool {
+        self.holds.iter().any(|h| {
+            h.kind == HoldKind::Fence
+                && self.lineage(new.owner).contains(&h.owner)
+                && self.conflict(earlier, &Self::hold_claim(h))
+        })
+    }
+
+    /// Whether the waiting `earlier` is in `new`'s way: a conflict it does
+    /// not yield.
+    fn queued_behind(&self, new: &MClaim, earlier: &MClaim) -> bool {
+        self.conflict(new, earlier) && !self.yields(earlier, new)
     }
 
     fn hold_claim(h: &MHold) -> MClaim<'_> {
@@ -381,8 +408,8 @@ impl Model {
         let waiters: Vec<_> = self
             .queue
             .iter()
-            .filter(|w| w.granted.is_none() && w.prio >= prio)
-            .filter(|w| self.conflict(claim, &Self::waiter_claim(w)))
+            .filter(|w| w.waiting() && w.prio >= prio)
+            .filter(|w| self.queued_behind(claim, &Self::waiter_claim(w)))
             .map(|w| (self.actors[w.owner].name.clone(), w.kind, true))
             .collect();
         (!waiters.is_empty()).then_some(Expect::Busy(waiters))
@@ -412,7 +439,7 @@ impl Model {
     /// hard winning, self-edges dropped.
     fn edges(&self) -> BTreeSet<(usize, usize, bool)> {
         let mut map: BTreeMap<(usize, usize), bool> = BTreeMap::new();
-        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.granted.is_none()).collect();
+        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.waiting()).collect();
         for (i, w) in waiting.iter().enumerate() {
             let c = Self::waiter_claim(w);
             for h in &self.holds {
@@ -421,7 +448,7 @@ impl Model {
                 }
             }
             for e in &waiting[..i] {
-                if self.conflict(&c, &Self::waiter_claim(e)) {
+                if self.queued_behind(&c, &Self::waiter_claim(e)) {
                     map.entry((w.owner, e.owner)).or_insert(false);
                 }
             }
@@ -435,9 +462,13 @@ impl Model {
     /// The wait-for graph over actors and waiting requests: actor → each of
     /// its waiting requests; request → owner of each conflicting fence
     /// (hard); request → each conflicting request waiting ahead (soft), and
-    /// to that request's actor too when it asks for a fence.
+    /// to that request's actor too when it asks for a fence. A request that
+    /// an earlier one yields to (§4) gets no edge to it; but a fence it asks
+    /// for will, once granted, stand in that earlier request's way until
+    /// the fence's owner stops waiting (§3: a fence is held for its owner's
+    /// life), so the earlier request gets that hard edge now.
     fn graph(&self) -> BTreeSet<(Node, Node)> {
-        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.granted.is_none()).collect();
+        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.waiting()).collect();
         let mut g = BTreeSet::new();
         for (i, w) in waiting.iter().enumerate() {
             let me = Node::Req(w.uid);
@@ -452,11 +483,19 @@ impl Model {
                 }
             }
             for e in &waiting[..i] {
-                if self.conflict(&c, &Self::waiter_claim(e)) {
-                    g.insert((me, Node::Req(e.uid)));
-                    if e.kind == HoldKind::Fence && e.owner != w.owner {
-                        g.insert((me, Node::Actor(e.owner)));
+                let ec = Self::waiter_claim(e);
+                if !self.conflict(&c, &ec) {
+                    continue;
+                }
+                if self.yields(&ec, &c) {
+                    if w.kind == HoldKind::Fence && w.owner != e.owner {
+                        g.insert((Node::Req(e.uid), Node::Actor(w.owner)));
                     }
+                    continue;
+                }
+                g.insert((me, Node::Req(e.uid)));
+                if e.kind == HoldKind::Fence && e.owner != w.owner {
+                    g.insert((me, Node::Actor(e.owner)));
                 }
             }
         }
@@ -496,9 +535,7 @@ impl Model {
             .queue
             .iter()
             .filter(|w| {
-                w.granted.is_none()
-                    && w.owner != owner
-                    && self.conflict(&Self::waiter_claim(w), &claim)
+                w.waiting() && w.owner != owner && self.conflict(&Self::waiter_claim(w), &claim)
             })
             .map(|w| w.uid)
             .collect();
@@ -524,6 +561,7 @@ impl Model {
                 keys,
                 prio,
                 granted: None,
+                refused: false,
             },
         );
         uid
@@ -546,7 +584,7 @@ impl Model {
         let mut granted = Vec::new();
         let mut still: Vec<usize> = Vec::new();
         for i in 0..self.queue.len() {
-            if self.queue[i].granted.is_some() {
+            if !self.queue[i].waiting() {
                 continue;
             }
             let w = &self.queue[i];
@@ -557,7 +595,7 @@ impl Model {
                 .all(|h| !self.conflict(&c, &Self::hold_claim(h)))
                 && still
                     .iter()
-                    .all(|&j| !self.conflict(&c, &Self::waiter_claim(&self.queue[j])));
+                    .all(|&j| !self.queued_behind(&c, &Self::waiter_claim(&self.queue[j])));
             if !free {
                 still.push(i);
                 continue;
@@ -579,7 +617,7 @@ impl Model {
                 );
             }
         }
-        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.granted.is_none()).collect();
+        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.waiting()).collect();
         for (i, w) in waiting.iter().enumerate() {
             let c = Self::waiter_claim(w);
             let free = self
@@ -588,7 +626,7 @@ impl Model {
                 .all(|h| !self.conflict(&c, &Self::hold_claim(h)))
                 && waiting[..i]
                     .iter()
-                    .all(|e| !self.conflict(&c, &Self::waiter_claim(e)));
+                    .all(|e| !self.queued_behind(&c, &Self::waiter_claim(e)));
             assert!(!free, "model: waiter {w:?} is grantable");
         }
     }
@@ -635,6 +673,8 @@ struct Guard {
     real: RealGuard,
     hold: Option<u64>,
     owner: usize,
+    /// The request's priority; a widening is judged at it (§11).
+    prio: i32,
 }
 
 /// Counters over the whole run, to prove the strategy exercises the rules.
@@ -650,11 +690,13 @@ struct Stats {
     deadlocks: AtomicU64,
     cancelled_waiting: AtomicU64,
     cancelled_granted: AtomicU64,
+    refused_while_waiting: AtomicU64,
     released: AtomicU64,
     validation_errors: AtomicU64,
     extended: AtomicU64,
     narrowed: AtomicU64,
     priority_jumps: AtomicU64,
+    precedence_passes: AtomicU64,
 }
 
 fn stats() -> &'static Stats {
@@ -908,12 +950,19 @@ impl Harness {
             keys: &keys,
         };
         let blocked = self.model.blockers(&claim, prio, None);
-        if blocked.is_none() && self.model.queue.iter().any(|w| w.granted.is_none()) {
+        if self.model.queue.iter().any(|w| {
+            let wc = Model::waiter_claim(w);
+            w.waiting()
+                && w.prio >= prio
+                && self.model.conflict(&claim, &wc)
+                && self.model.yields(&wc, &claim)
+        }) {
+            bump(&stats().precedence_passes);
+        }
+        if blocked.is_none() && self.model.queue.iter().any(|w| w.waiting()) {
             // Granted past lower-priority waiters, or disjoint from all.
             if self.model.queue.iter().any(|w| {
-                w.granted.is_none()
-                    && w.prio < prio
-                    && self.model.conflict(&claim, &Model::waiter_claim(w))
+                w.waiting() && w.prio < prio && self.model.conflict(&claim, &Model::waiter_claim(w))
             }) {
                 bump(&stats().priority_jumps);
             }
@@ -944,6 +993,7 @@ impl Harness {
                             real,
                             hold,
                             owner: actor,
+                            prio,
                         });
                         bump(&stats().granted_at_once);
                         if covered {
@@ -990,8 +1040,46 @@ impl Harness {
         }
     }
 
+    /// SPEC §4: every request that can be granted is; and a wait-for cycle
+    /// is never left standing — when an event other than a new wait closes
+    /// one (a fence granted or released changes the owner's precedence),
+    /// the newest waiting request on it is refused with `Deadlock`.
     fn model_wake(&mut self) {
         self.model.wake();
+        loop {
+            let g = self.model.graph();
+            let on_cycle = |uid: u64| {
+                let start = Node::Req(uid);
+                let mut seen = BTreeSet::new();
+                let mut todo = vec![start];
+                while let Some(n) = todo.pop() {
+                    for &(_, t) in g.iter().filter(|(f, _)| *f == n) {
+                        if t == start {
+                            return true;
+                        }
+                        if seen.insert(t) {
+                            todo.push(t);
+                        }
+                    }
+                }
+                false
+            };
+            let newest = self
+                .model
+                .queue
+                .iter()
+                .filter(|w| w.waiting() && on_cycle(w.uid))
+                .map(|w| w.uid)
+                .max();
+            let Some(uid) = newest else {
+                break;
+            };
+            if let Some(w) = self.model.queue.iter_mut().find(|w| w.uid == uid) {
+                w.refused = true;
+            }
+            bump(&stats().refused_while_waiting);
+            self.model.wake();
+        }
     }
 
     fn drop_guard(&mut self, i: usize) {
@@ -1014,6 +1102,9 @@ impl Harness {
             .position(|w| w.uid == p.waiter)
             .unwrap();
         let w = self.model.queue.remove(at);
+        if w.refused {
+            return self.model_wake();
+        }
         match w.granted {
             Some(h) => {
                 self.model.remove_hold(h);
@@ -1033,6 +1124,7 @@ impl Harness {
             .position(|w| w.uid == waiter)
             .unwrap();
         let granted = self.model.queue[at].granted;
+        let refused = self.model.queue[at].refused;
         let waker = Waker::from(self.pending[i].flag.clone());
         let mut cx = Context::from_waker(&waker);
         let real = match &mut self.pending[i].fut {
@@ -1041,11 +1133,23 @@ impl Harness {
         };
         let Poll::Ready(real) = real else {
             assert!(
-                granted.is_none(),
+                granted.is_none() && !refused,
                 "model granted waiter {waiter}, real still pending"
             );
             return;
         };
+        if refused {
+            match real {
+                Err(Error::Deadlock { .. }) => {}
+                other => panic!(
+                    "model refused waiter {waiter}, real: {:?}",
+                    other.map(|_| ()).map_err(|e| describe(&e))
+                ),
+            }
+            self.pending.remove(i);
+            self.model.queue.remove(at);
+            return;
+        }
         assert!(
             granted.is_some(),
             "real future ready but model still waits: {:?}",
@@ -1076,6 +1180,7 @@ impl Harness {
                     real,
                     hold: w.granted,
                     owner: p.owner,
+                    prio: w.prio,
                 });
                 bump(&stats().granted_after_wait);
             }
@@ -1102,6 +1207,7 @@ impl Harness {
     fn extend(&mut self, i: usize, targets: &[TSpec]) {
         let g = &mut self.guards[i];
         let owner = g.owner;
+        let prio = g.prio;
         let (real, kind) = match &mut g.real {
             RealGuard::Res(r) => (r.extend(targets.iter().map(|t| t.target())), HoldKind::Call),
             RealGuard::Fence(f) => (
@@ -1148,7 +1254,7 @@ impl Harness {
             kind,
             keys: &added,
         };
-        match self.model.blockers(&claim, 0, Some(uid)) {
+        match self.model.blockers(&claim, prio, Some(uid)) {
             Some(busy) => {
                 let e = real.expect_err("model refuses the extension");
                 self.expect_err(&e, &busy, &grown, owner);
@@ -1253,6 +1359,11 @@ impl Harness {
             }
             _ => {}
         }
+        // SPEC §4: every request that can be granted is granted, after any
+        // event — under the precedence rule a new fence can free a waiter
+        // (one of its owner's line, queued behind a request the fence now
+        // blocks), not only a release.
+        self.model_wake();
         self.check();
     }
 
@@ -1266,7 +1377,7 @@ impl Harness {
             let woken = p.flag.0.load(Ordering::SeqCst);
             assert_eq!(
                 woken,
-                w.granted.is_some(),
+                w.granted.is_some() || w.refused,
                 "waiter of {}: woken {woken}, model granted {:?}\n{}",
                 self.model.actors[p.owner].name,
                 w.granted,
@@ -1301,6 +1412,12 @@ impl Harness {
                 )
             })
             .collect();
+        // As sets: when one event grants a fence that frees a waiter by
+        // precedence, the scheduler grants that waiter in a second pass,
+        // the model in queue order; the same holds result.
+        let (mut real_holds, mut model_holds) = (real_holds, model_holds);
+        real_holds.sort_by_key(|h| format!("{h:?}"));
+        model_holds.sort_by_key(|h| format!("{h:?}"));
         assert_eq!(real_holds, model_holds, "holds differ\n{dump}");
         // Waiters, in queue order.
         let real_waiters: Vec<_> = dump
@@ -1320,7 +1437,7 @@ impl Harness {
             .model
             .queue
             .iter()
-            .filter(|w| w.granted.is_none())
+            .filter(|w| w.waiting())
             .map(|w| {
                 (
                     self.model.actors[w.owner].name.clone(),
@@ -1412,6 +1529,7 @@ fn scheduler_matches_reference_model() {
         ("granted under a covering fence", get(&s.covered_grants)),
         ("waits", get(&s.waits)),
         ("granted after waiting", get(&s.granted_after_wait)),
+        ("refused while waiting", get(&s.refused_while_waiting)),
         ("deadlocks refused", get(&s.deadlocks)),
         ("cancelled while waiting", get(&s.cancelled_waiting)),
         ("cancelled after grant", get(&s.cancelled_granted)),
@@ -1422,6 +1540,10 @@ fn scheduler_matches_reference_model() {
         (
             "granted past a lower-priority waiter",
             get(&s.priority_jumps),
+        ),
+        (
+            "passed an earlier waiter by precedence",
+            get(&s.precedence_passes),
         ),
     ];
     eprintln!("model run statistics:");
@@ -1435,10 +1557,9 @@ fn scheduler_matches_reference_model() {
 }
 
 /// Regression: a higher-priority request queued ahead of a waiter whose
-/// actor holds a fence the request needs closes a cycle through the edge
-/// that waiter gains (B waits behind A, A waits for B's fence). It used to
-/// be missed, because only the new request's own edges were added to the
-/// graph, and both actors hung.
+/// actor holds a fence the request needs. Before the fence owner's
+/// precedence this closed a cycle (B waits behind A, A waits for B's fence)
+/// that used to be missed; now B passes A and nothing hangs.
 #[test]
 fn priority_jump_that_closes_a_cycle_is_refused() {
     let root = universe();
@@ -1452,13 +1573,13 @@ fn priority_jump_that_closes_a_cycle_is_refused() {
     let mut wb = Box::pin(b.admit(["a/x"]));
     assert!(wb.as_mut().poll(&mut cx).is_pending());
     let mut wa = Box::pin(a.request(["a/x", "b/y"]).priority(1).admit());
-    match wa.as_mut().poll(&mut cx) {
-        Poll::Ready(Err(Error::Deadlock { cycle })) => assert_eq!(cycle, ["a", "b"]),
-        Poll::Ready(other) => panic!("expected Deadlock, got {:?}", other.map(|_| ())),
-        Poll::Pending => panic!("a waits for b's fence while b waits behind a: deadlock"),
-    }
-    // With the cycle refused, b is admitted once z releases.
+    // Since the fence owner's precedence (SPEC §4), b does not queue behind
+    // a: a's request is blocked by b's fence, which covers b's request. So
+    // there is no cycle and a simply waits; b is admitted once z releases.
+    assert!(wa.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(sched.dump().counters.deadlocks, 0);
     drop(call_z);
     assert!(wb.as_mut().poll(&mut cx).is_ready());
+    assert!(wa.as_mut().poll(&mut cx).is_pending());
     sched.assert_invariants();
 }

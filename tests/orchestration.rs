@@ -675,8 +675,10 @@ fn widen_is_not_refused_by_a_waiter_on_the_part_already_held() {
     let mut w2 = other.admit(["x.rs"]);
     assert!(poll(&mut w2).is_pending());
     call.extend(["y.rs"]).unwrap();
-    // But a new path an earlier waiter asked for is refused (fairness).
-    let mut w3 = other.admit(["src/c.rs", "z.rs"]);
+    // But a new path an earlier waiter asked for is refused (fairness) —
+    // a waiter blocked by a call, not by a fence covering the call (that
+    // one the fence's owner would pass, SPEC §4).
+    let mut w3 = other.admit(["x.rs", "z.rs"]);
     assert!(poll(&mut w3).is_pending());
     let b = busy(call.extend(["z.rs"]));
     assert!(b.queued);
@@ -1031,4 +1033,94 @@ fn a_read_only_child_of_a_fenced_parent_needs_no_fence() {
         .unwrap();
     drop(r);
     assert_eq!(sched.dump().holds.len(), 1, "only the parser's grant fence");
+}
+
+#[test]
+fn a_child_wait_blocked_by_a_path_reserves_no_slot() {
+    let (_dir, root, sched) = setup(Config::default().max_actors(1));
+    std::fs::create_dir(root.join("docs")).unwrap();
+    let lead = sched.actor("lead", Grant::workspace(&root)).unwrap();
+    let sib = sched.actor("sib", Grant::workspace(&root)).unwrap();
+    let fence = sib.fence(["src/"]).unwrap();
+    let mut waits = lead.child_wait("w", Grant::fenced(&root, ["src/"]));
+    assert!(poll(&mut waits).is_pending());
+    let dump = sched.dump();
+    assert_eq!(causes(&dump), vec![path_cause(&root, "src", "sib")]);
+    // The slot is free and nobody else waits for one: a disjoint child
+    // takes it.
+    let disjoint = lead
+        .child("docs", Grant::workspace(root.join("docs")))
+        .expect("a path-blocked child_wait reserves no slot");
+    // Once its path is free, the child_wait waits for the slot...
+    drop(fence);
+    assert!(poll(&mut waits).is_pending());
+    assert_eq!(causes(&sched.dump()), vec![WaitCause::Slots]);
+    // ...and from then on it reserves the next free one.
+    drop(disjoint);
+    let w = ready(&mut waits).unwrap();
+    assert_eq!(w.name(), "w");
+    sched.assert_invariants();
+}
+
+#[test]
+fn a_slot_wait_that_every_slot_holder_waits_on_is_a_deadlock() {
+    let (_dir, root, sched) = setup(Config::default().max_actors(1));
+    let lead = sched.actor("lead", Grant::workspace(&root)).unwrap();
+    let other = sched.actor("other", Grant::workspace(&root)).unwrap();
+    let _fence = lead.fence(["src/"]).unwrap();
+    // k holds the only slot and waits on lead's fence.
+    let k = other.child("k", Grant::workspace(&root)).unwrap();
+    let mut k_waits = k.admit(["src/a.rs"]);
+    assert!(poll(&mut k_waits).is_pending());
+    // lead waiting for a slot would wait for k, which waits for lead.
+    let mut lead_waits = lead.child_wait("w", Grant::workspace(&root));
+    match poll(&mut lead_waits) {
+        Poll::Ready(Err(Error::Deadlock { cycle })) => assert_eq!(cycle, ["lead", "k"]),
+        other => panic!("expected Deadlock, got {other:?}"),
+    }
+    assert_eq!(
+        sched.dump().waiters.len(),
+        1,
+        "the refused wait did not queue"
+    );
+    // The other order: lead's slot wait first, then k starts waiting on
+    // lead — k's request is the one that closes it.
+    drop(k_waits);
+    let mut lead_waits = lead.child_wait("w", Grant::workspace(&root));
+    assert!(poll(&mut lead_waits).is_pending());
+    let mut k_waits = k.admit(["src/a.rs"]);
+    assert!(matches!(
+        poll(&mut k_waits),
+        Poll::Ready(Err(Error::Deadlock { .. }))
+    ));
+    // With a holder that does not wait on lead, the slot wait is fine.
+    drop(lead_waits);
+    let (_dir2, root2, sched2) = setup(Config::default().max_actors(1));
+    let lead2 = sched2.actor("lead", Grant::workspace(&root2)).unwrap();
+    let other2 = sched2.actor("other", Grant::workspace(&root2)).unwrap();
+    let k2 = other2.child("k", Grant::workspace(&root2)).unwrap();
+    let mut waits = lead2.child_wait("w", Grant::workspace(&root2));
+    assert!(poll(&mut waits).is_pending());
+    drop(k2);
+    assert!(ready(&mut waits).is_ok());
+}
+
+#[tokio::test]
+async fn child_wait_timeout_gives_up_and_leaves_nothing() {
+    let (_dir, root, sched) = setup(Config::default().max_actors(1));
+    let lead = sched.actor("lead", Grant::workspace(&root)).unwrap();
+    let first = lead.child("first", Grant::workspace(&root)).unwrap();
+    let late = lead
+        .child_wait_timeout("late", Grant::workspace(&root), Duration::from_millis(30))
+        .await;
+    assert!(matches!(late, Err(Error::Timeout { .. })), "{late:?}");
+    let dump = sched.dump();
+    assert!(dump.waiters.is_empty());
+    assert_eq!(dump.counters.timed_out, 1);
+    drop(first);
+    let next = lead
+        .child_wait_timeout("next", Grant::workspace(&root), Duration::from_secs(5))
+        .await;
+    assert!(next.is_ok(), "{next:?}");
+    sched.assert_invariants();
 }

@@ -194,3 +194,23 @@ fn malformed_paths_are_invalid() {
         Err(Error::InvalidPath { .. })
     ));
 }
+
+/// The attack: a name that a case-insensitive file system (or a tool that
+/// folds names) takes for a secret, spelled with characters an ASCII-only
+/// comparison does not fold. The check folds as keys do (§2, §8).
+#[test]
+fn unicode_spellings_of_a_sensitive_name_are_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    let sched = sched(Config::default());
+    let a = sched.actor("a", Grant::workspace(ws.path())).unwrap();
+    let files = a.files();
+    // `ſ` (long s) folds to `s`; `K` (the Kelvin sign) folds to `k`.
+    for name in ["id_rſa", "ID_RſA", "tls.\u{212A}ey"] {
+        let reason = policy_reason(files.write(name, "x"));
+        assert!(
+            reason.contains("sensitive-name pattern"),
+            "{name}: {reason}"
+        );
+        assert!(!ws.path().join(name).exists(), "{name} was written");
+    }
+}

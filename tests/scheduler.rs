@@ -756,18 +756,198 @@ fn soft_edges_close_cycles_too() {
     let s = sched();
     let a = s.actor("a", Grant::workspace(&root)).unwrap();
     let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let e = s.actor("e", Grant::workspace(&root)).unwrap();
     let c = s.actor("c", Grant::workspace(&root)).unwrap();
     let _fa = a.fence(["a/"]).unwrap();
+    let _fe = e.fence(["e/"]).unwrap();
     let _cx = c.try_admit(["x.rs"]).unwrap();
     // b waits on a's fence (hard edge b -> a) for a/ and x.rs.
     let mut b_waits = pin!(b.admit(["a/f", "x.rs"]));
     assert!(poll_once(b_waits.as_mut()).is_pending());
-    // a now wants x.rs: queued behind b's earlier request (soft edge a -> b).
-    let mut a_waits = pin!(a.admit(["x.rs"]));
+    // a waits on e's fence (hard edge a -> e).
+    let mut a_waits = pin!(a.admit(["e/g"]));
+    assert!(poll_once(a_waits.as_mut()).is_pending());
+    // e now wants x.rs: b's earlier request is blocked by a fence that does
+    // not cover e, so e queues behind it (soft edge e -> b): e -> b -> a -> e.
+    let mut e_waits = pin!(e.admit(["x.rs"]));
     assert!(matches!(
-        poll_once(a_waits.as_mut()),
+        poll_once(e_waits.as_mut()),
         Poll::Ready(Err(Error::Deadlock { .. }))
     ));
+}
+
+/// Precedence of a fence's owner (SPEC §4). This replaces the old
+/// expectation that the owner's own request queues behind a waiter its
+/// fence blocks (soft edge a -> b, refused as a deadlock): that waiter can
+/// only be granted once the fence goes, so it blocks neither the owner nor
+/// its children, and gives them no edge.
+#[test]
+fn a_fence_owner_and_its_children_pass_a_waiter_their_fence_blocks() {
+    let (_dir, root) = workspace();
+    let s = sched();
+    let lead = s.actor("lead", Grant::workspace(&root)).unwrap();
+    let sib = s.actor("sib", Grant::workspace(&root)).unwrap();
+    let other = s.actor("other", Grant::workspace(&root)).unwrap();
+    let fence = lead.fence(["src/"]).unwrap();
+    let kid = lead.child("kid", Grant::workspace(&root)).unwrap();
+    let mut sib_waits = pin!(sib.admit(["src/a.rs", "y.rs"]));
+    assert!(poll_once(sib_waits.as_mut()).is_pending());
+    // The owner and its child are not locked out of their own fence.
+    drop(
+        lead.try_admit(["src/a.rs"])
+            .expect("the owner passes the waiter"),
+    );
+    drop(
+        kid.try_admit(["src/a.rs"])
+            .expect("a child passes the waiter"),
+    );
+    let mut lead_waits = pin!(lead.admit(["src/a.rs"]));
+    let Poll::Ready(Ok(r)) = poll_once(lead_waits.as_mut()) else {
+        panic!("the owner's admit must be granted, not refused or queued");
+    };
+    drop(r);
+    let mut kid_waits = pin!(kid.admit(["src/a.rs"]));
+    let Poll::Ready(Ok(r)) = poll_once(kid_waits.as_mut()) else {
+        panic!("the child's admit must be granted, not queued forever");
+    };
+    // Outside the fence's line, fairness is unchanged: y.rs is free, but
+    // sib asked first.
+    let refused = busy(other.try_admit(["y.rs"]));
+    assert!(refused.queued, "{refused:?}");
+    assert_eq!(refused.holder, "sib");
+    assert_eq!(s.dump().counters.deadlocks, 0);
+    // Once the fence and the child's call go, sib is granted.
+    drop(r);
+    drop(fence);
+    assert!(matches!(poll_once(sib_waits.as_mut()), Poll::Ready(Ok(_))));
+    s.assert_invariants();
+}
+
+/// A fence that a child takes by precedence is in the passed waiter's way:
+/// when the child itself waits on that waiter, the grant would close a
+/// cycle and is refused.
+#[test]
+fn a_fence_taken_by_precedence_may_not_close_a_cycle() {
+    let (_dir, root) = workspace();
+    let s = sched();
+    let lead = s.actor("lead", Grant::workspace(&root)).unwrap();
+    let sib = s.actor("sib", Grant::workspace(&root)).unwrap();
+    let _fl = lead.fence(["src/"]).unwrap();
+    let _fs = sib.fence(["docs/"]).unwrap();
+    let kid = lead.child("kid", Grant::workspace(&root)).unwrap();
+    // sib waits on lead's fence; kid waits on sib's.
+    let mut sib_waits = pin!(sib.admit(["src/a.rs"]));
+    assert!(poll_once(sib_waits.as_mut()).is_pending());
+    let mut kid_waits = Box::pin(kid.admit(["docs/d.md"]));
+    assert!(poll_once(kid_waits.as_mut()).is_pending());
+    match kid.fence(["src/a.rs"]) {
+        Err(Error::Deadlock { cycle }) => assert_eq!(cycle, ["kid", "sib"]),
+        other => panic!("expected Deadlock, got {other:?}"),
+    }
+    drop(kid_waits);
+    assert!(kid.fence(["src/a.rs"]).is_ok());
+}
+
+/// The owner's precedence passes only a waiter its fence blocks: a shared
+/// call queued behind that waiter passes through the fence and still
+/// blocks the owner's exclusive request, and queuing there would close the
+/// cycle owner -> shared call -> waiter -> owner. The owner is refused with
+/// `Deadlock` when it asks, never left waiting.
+#[test]
+fn a_fence_owner_behind_a_shared_call_behind_its_blocked_waiter_is_refused() {
+    let (_dir, root) = workspace();
+    let s = sched();
+    let lead = s.actor("lead", Grant::workspace(&root)).unwrap();
+    let sib = s.actor("sib", Grant::workspace(&root)).unwrap();
+    let reader = s.actor("reader", Grant::workspace(&root)).unwrap();
+    let _fence = lead.fence(["src/"]).unwrap();
+    let mut sib_waits = pin!(sib.admit(["src/a.rs"]));
+    assert!(poll_once(sib_waits.as_mut()).is_pending());
+    let mut reader_waits = pin!(reader.admit([Target::from("src/a.rs").shared()]));
+    assert!(poll_once(reader_waits.as_mut()).is_pending());
+    let mut lead_waits = pin!(lead.admit(["src/a.rs"]));
+    match poll_once(lead_waits.as_mut()) {
+        Poll::Ready(Err(Error::Deadlock { cycle })) => {
+            assert_eq!(cycle, ["lead", "reader", "sib"]);
+        }
+        other => panic!("the owner must be admitted or refused, got {other:?}"),
+    }
+    assert_eq!(s.dump().counters.deadlocks, 1);
+    s.assert_invariants();
+}
+
+/// Releasing a fence ends the precedence it gave: a request of its owner
+/// that passed a waiter the fence blocked queues behind that waiter again.
+/// When that waiter still reaches the owner through others (here through
+/// `t`'s fence, and `t` waiting on the owner's other fence), that closes a
+/// cycle no new wait closed; the passing request is refused with
+/// `Deadlock` then, instead of hanging with everyone on the cycle.
+#[test]
+fn a_cycle_closed_by_releasing_a_fence_refuses_a_waiting_request() {
+    let (_dir, root) = workspace();
+    let s = sched();
+    let lead = s.actor("lead", Grant::workspace(&root)).unwrap();
+    let sib = s.actor("sib", Grant::workspace(&root)).unwrap();
+    let t = s.actor("t", Grant::workspace(&root)).unwrap();
+    let other = s.actor("other", Grant::workspace(&root)).unwrap();
+    let src = lead.fence(["src/"]).unwrap();
+    let _doc = lead.fence(["doc/"]).unwrap();
+    let _lib = t.fence(["lib/"]).unwrap();
+    let x = other.try_admit(["x.rs"]).unwrap();
+    let mut t_waits = pin!(t.admit(["doc/d.md"]));
+    assert!(poll_once(t_waits.as_mut()).is_pending());
+    let mut sib_waits = pin!(sib.admit(["src/a.rs", "lib/b.rs"]));
+    assert!(poll_once(sib_waits.as_mut()).is_pending());
+    // lead passes sib inside src/ and waits only for x.rs.
+    let mut lead_waits = pin!(lead.admit(["src/a.rs", "x.rs"]));
+    assert!(poll_once(lead_waits.as_mut()).is_pending());
+    assert_eq!(s.dump().counters.deadlocks, 0);
+    drop(src);
+    match poll_once(lead_waits.as_mut()) {
+        Poll::Ready(Err(Error::Deadlock { mut cycle })) => {
+            assert_eq!(cycle.first().map(String::as_str), Some("lead"));
+            cycle.sort();
+            assert_eq!(cycle, ["lead", "sib", "t"]);
+        }
+        other => panic!("expected Deadlock once src/ is gone, got {other:?}"),
+    }
+    assert_eq!(s.dump().counters.deadlocks, 1);
+    s.assert_invariants();
+    // The others still wait, each on a live fence.
+    drop(x);
+    assert!(poll_once(sib_waits.as_mut()).is_pending());
+    assert!(poll_once(t_waits.as_mut()).is_pending());
+}
+
+#[test]
+fn extend_is_judged_at_the_requests_own_priority() {
+    let (_dir, root) = workspace();
+    let s = sched();
+    let a = s.actor("a", Grant::workspace(&root)).unwrap();
+    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let c = s.actor("c", Grant::workspace(&root)).unwrap();
+    let _cz = c.try_admit(["z.rs"]).unwrap();
+    // b waits at priority -1 for y.rs (and z.rs, held).
+    let mut b_waits = pin!(b.request(["y.rs", "z.rs"]).priority(-1).admit());
+    assert!(poll_once(b_waits.as_mut()).is_pending());
+    // A priority -5 reservation may not widen past it...
+    let mut low = a.request(["a.rs"]).priority(-5).try_admit().unwrap();
+    let refused = busy(low.extend(["y.rs"]));
+    assert!(refused.queued, "{refused:?}");
+    let mut low_fence = a.request(["f/"]).priority(-5).fence().unwrap();
+    busy(low_fence.extend(["y.rs"]));
+    drop((low, low_fence));
+    // ...while a priority 10 one goes ahead of a priority 0 waiter.
+    let mut b0 = pin!(b.request(["w.rs", "z.rs"]).admit());
+    assert!(poll_once(b0.as_mut()).is_pending());
+    let mut high = a.request(["a.rs"]).priority(10).try_admit().unwrap();
+    high.extend(["w.rs"])
+        .expect("priority 10 is ahead of priority 0");
+    let mut high_fence = a.request(["g/"]).priority(10).fence().unwrap();
+    high_fence
+        .extend(["y.rs"])
+        .expect("priority 10 is ahead of priority -1");
+    s.assert_invariants();
 }
 
 #[test]

@@ -92,6 +92,15 @@ fn pick(rng: &mut Rng, allow_shared: bool) -> Pick {
     }
 }
 
+/// The target of one leaf (file).
+fn leaf_target(leaf: usize) -> Target {
+    Target::file(format!(
+        "d{}/f{}",
+        leaf / FILES_PER_DIR,
+        leaf % FILES_PER_DIR
+    ))
+}
+
 fn picks(rng: &mut Rng) -> Vec<Pick> {
     (0..1 + rng.below(2)).map(|_| pick(rng, true)).collect()
 }
@@ -216,6 +225,7 @@ struct Stats {
     deadlocks: AtomicU64,
     fences: AtomicU64,
     extended: AtomicU64,
+    owner_probes: AtomicU64,
 }
 
 struct World {
@@ -336,11 +346,40 @@ async fn fence_op(w: &World, group: usize, rng: &mut Rng) {
     };
     w.oracle.enter_fence(group, &leaves);
     bump(&w.stats.fences);
+    owner_probe(w, group, dir, rng).await;
     for _ in 0..rng.below(4) {
         call_op(w, group, lead, rng).await;
     }
     w.oracle.leave_fence(&leaves);
     drop(fence);
+}
+
+/// Precedence of a fence's owner (SPEC §4), checked from outside: inside
+/// its own fence, the owner's exclusive try may be refused by a hold or by a
+/// waiter of its own line, but never by an outsider's waiting request that
+/// the fence blocks — an exclusive call or a fence from outside overlapping
+/// a fenced file is always blocked by the fence. (An outsider's waiting
+/// shared call is not: reads pass through fences.)
+async fn owner_probe(w: &World, group: usize, dir: usize, rng: &mut Rng) {
+    let lead = &w.actors[group][0];
+    let leaf = dir * FILES_PER_DIR + rng.below(FILES_PER_DIR);
+    let modes = BTreeMap::from([(leaf, Mode::Exclusive)]);
+    bump(&w.stats.owner_probes);
+    match lead.try_admit([leaf_target(leaf)]) {
+        Ok(r) => hold_call(w, group, &modes, rng, r).await,
+        Err(Error::Busy(busy)) => {
+            let outsider = !busy.holder.starts_with(&format!("g{group}"));
+            let fence_blocks_it =
+                busy.kind == writ::HoldKind::Fence || busy.mode == Mode::Exclusive;
+            if busy.queued && outsider && fence_blocks_it {
+                w.oracle.violation(format!(
+                    "g{group} inside its own fence was refused behind a waiter its fence blocks: {busy}"
+                ));
+            }
+            bump(&w.stats.busy);
+        }
+        Err(e) => w.refused(e),
+    }
 }
 
 fn blocking_op(w: &World, group: usize, actor: &Actor, rng: &mut Rng) {
@@ -526,6 +565,7 @@ fn oracle_stress() {
         ("timeouts", get(&s.timeouts)),
         ("cancelled", get(&s.cancelled)),
         ("fences", get(&s.fences)),
+        ("owner probes", get(&s.owner_probes)),
         ("waited", dump.counters.waited),
     ] {
         assert!(n > 0, "the run never produced: {name}");

@@ -25,7 +25,9 @@
 //! waiters is refused if their new hard edges would close one. Every other
 //! event (grants in the wake-up scan, releases, cancellations) only removes
 //! edges or turns a soft edge to a fence request into the hard edge it
-//! already stood for.
+//! already stood for — except that a fence granted or released changes whom
+//! the owner's precedence passes, so after those [`closed_cycle`] is asked
+//! and the newest waiting request on a cycle is refused.
 //!
 //! The dump shows the graph folded onto actors ([`WaitEdge`]).
 
@@ -35,7 +37,7 @@ use petgraph::graphmap::DiGraphMap;
 use serde::Serialize;
 
 use crate::core::queue::{Need, Pos, WaiterId};
-use crate::core::state::State;
+use crate::core::state::{Blocker, State};
 use crate::core::table::{ActorId, Claim, HoldKind, conflict};
 
 /// One edge of the wait-for graph folded onto actors, as the dump shows it.
@@ -117,6 +119,37 @@ fn waiting(state: &State) -> Vec<(Pos, Req<'_>)> {
         .collect()
 }
 
+/// The conflicting waiters before `at`, split into those `req` queues
+/// behind and those it passes by the fence owner's precedence (§4).
+fn ahead_of(state: &State, claim: &Claim, at: Pos) -> (Vec<WaiterId>, Vec<WaiterId>) {
+    state
+        .queue
+        .conflicts_ahead(claim, at, &|_| false)
+        .into_iter()
+        .partition(|&id| {
+            state
+                .queue
+                .get(id)
+                .is_none_or(|earlier| !state.passes(&earlier.claim, claim))
+        })
+}
+
+/// A request that passes an earlier waiter gives it no edge; but when the
+/// passing request asks for a fence, that fence, once granted, is in the
+/// waiter's way until its owner's waits are over: the waiter's hard edge
+/// to the owner is drawn now, as a soft edge to a fence request stands for
+/// the hard edge it will become.
+fn add_passed(graph: &mut Graph, state: &State, req: &Req<'_>, passed: &[WaiterId]) {
+    let Some(owner) = req.fence_owner else {
+        return;
+    };
+    for earlier in passed.iter().filter_map(|&id| state.queue.get(id)) {
+        if earlier.requester != owner {
+            graph.add_edge(Node::Request(earlier.id), Node::Actor(owner), ());
+        }
+    }
+}
+
 /// The graph of the current queue, plus `new` (if any) as if queued at
 /// `Pos` — with the edges of the waiters behind it that it would block.
 /// Earlier conflicting waiters come from the queue's path index.
@@ -124,27 +157,32 @@ fn build(state: &State, new: Option<(Req<'_>, Pos)>) -> Graph {
     let reqs = waiting(state);
     let mut graph = Graph::new();
     for (pos, req) in &reqs {
-        add_request(
-            &mut graph,
-            state,
-            req,
-            &state.queue.conflicts_ahead(req.claim, *pos),
-        );
+        let (blocking, passed) = ahead_of(state, req.claim, *pos);
+        add_request(&mut graph, state, req, &blocking);
+        add_passed(&mut graph, state, req, &passed);
     }
     if let Some((new, at)) = new {
-        add_request(
-            &mut graph,
-            state,
-            &new,
-            &state.queue.conflicts_ahead(new.claim, at),
-        );
+        let (blocking, passed) = ahead_of(state, new.claim, at);
+        add_request(&mut graph, state, &new, &blocking);
+        add_passed(&mut graph, state, &new, &passed);
         for (_, behind) in reqs.iter().filter(|(pos, _)| *pos > at) {
-            if conflict(behind.claim, new.claim).is_some() {
-                graph.add_edge(behind.node, new.node, ());
-                if let Some(owner) = new.fence_owner {
-                    if owner != behind.requester {
-                        graph.add_edge(behind.node, Node::Actor(owner), ());
+            if conflict(behind.claim, new.claim).is_none() {
+                continue;
+            }
+            if state.passes(new.claim, behind.claim) {
+                // `behind` passes the new request; a fence it asks for
+                // will be in the new request's way.
+                if let Some(owner) = behind.fence_owner {
+                    if owner != new.requester {
+                        graph.add_edge(new.node, Node::Actor(owner), ());
                     }
+                }
+                continue;
+            }
+            graph.add_edge(behind.node, new.node, ());
+            if let Some(owner) = new.fence_owner {
+                if owner != behind.requester {
+                    graph.add_edge(behind.node, Node::Actor(owner), ());
                 }
             }
         }
@@ -225,11 +263,79 @@ pub(crate) fn cycle_if_waiting(
         claim,
         fence_owner: fence_owner(claim, need),
     };
-    let graph = build(state, Some((new, Pos::end_of(priority))));
+    let at = Pos::end_of(priority);
+    let graph = build(state, Some((new, at)));
+    if let Some(slot) = state.slot_wait(claim, need, at) {
+        if let Some(cycle) = slot_cycle(state, &graph, requester, slot) {
+            return Some(cycle);
+        }
+    }
+    // A holder of a slot that starts waiting may catch a slot wait queued
+    // earlier.
+    for (pos, waiter) in state.queue.children_ahead(Pos::end_of(i32::MIN)) {
+        if let Some(slot) = state.slot_wait(&waiter.claim, &waiter.need, pos) {
+            if slot_holders(state, slot).contains(&requester) {
+                if let Some(cycle) = slot_cycle(state, &graph, waiter.requester, slot) {
+                    return Some(starting_with(cycle, requester));
+                }
+            }
+        }
+    }
     if !petgraph::algo::is_cyclic_directed(&graph) {
         return None;
     }
     find_cycle(&graph, state).map(|cycle| starting_with(cycle, requester))
+}
+
+/// A slot wait that can never end (§11): the new request (a `child_wait`
+/// of `requester` at `at`) waits for a slot, and every live child holding a
+/// slot of that limit waits, directly or through others, on `requester` —
+/// so none of them can give a slot back before the requester stops
+/// waiting. A slot wait is an "any of them" wait, so it is a deadlock only
+/// when *every* holder is caught; one holder on its own is not a cycle.
+/// Returns the requester followed by the holders (`slot` is the limit the
+/// requester waits on).
+fn slot_cycle(
+    state: &State,
+    graph: &Graph,
+    requester: ActorId,
+    slot: Blocker,
+) -> Option<Vec<ActorId>> {
+    let holders = slot_holders(state, slot);
+    if holders.is_empty() {
+        return None;
+    }
+    let caught = |holder: ActorId| {
+        holder == requester
+            || (graph.contains_node(Node::Actor(holder))
+                && petgraph::algo::has_path_connecting(
+                    graph,
+                    Node::Actor(holder),
+                    Node::Actor(requester),
+                    None,
+                ))
+    };
+    if !holders.iter().all(|&h| caught(h)) {
+        return None;
+    }
+    let mut cycle = vec![requester];
+    cycle.extend(holders.into_iter().filter(|&h| h != requester));
+    Some(cycle)
+}
+
+/// The live children holding a slot of the limit `slot` names.
+fn slot_holders(state: &State, slot: Blocker) -> Vec<ActorId> {
+    let counts = |c: &crate::core::table::ChildRecord| match slot {
+        Blocker::Slots => c.counts_actor,
+        Blocker::Writers => c.counts_writer,
+        Blocker::Hold(_) | Blocker::Waiter { .. } => false,
+    };
+    state
+        .actors
+        .values()
+        .filter(|(c, _)| counts(c))
+        .map(|(c, _)| c.id)
+        .collect()
 }
 
 /// The cycle that granting `claim` (a fence of `claim.owner`) now would
@@ -256,6 +362,34 @@ pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Option<Vec<Actor
     find_cycle(&graph, state).map(|cycle| starting_with(cycle, claim.owner))
 }
 
+/// A cycle in the current wait-for graph (which a fence granted or
+/// released may have closed): the newest waiting request on it and the
+/// cycle as actor ids, that request's actor first.
+pub(crate) fn closed_cycle(state: &State) -> Option<(WaiterId, Vec<ActorId>)> {
+    if !state.queue.has_waiting() {
+        return None;
+    }
+    let graph = build(state, None);
+    if !petgraph::algo::is_cyclic_directed(&graph) {
+        return None;
+    }
+    let scc = petgraph::algo::tarjan_scc(&graph)
+        .into_iter()
+        .find(|component| component.len() > 1)?;
+    // Every component with an edge holds a request: actors only point at
+    // requests.
+    let newest = scc
+        .iter()
+        .filter_map(|node| match node {
+            Node::Request(id) => Some(*id),
+            Node::Actor(_) | Node::New => None,
+        })
+        .max()?;
+    let requester = state.queue.get(newest)?.requester;
+    let cycle = find_cycle(&graph, state)?;
+    Some((newest, starting_with(cycle, requester)))
+}
+
 /// Every edge of the current wait-for graph, folded onto actors.
 pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
     let mut edges = Vec::new();
@@ -271,7 +405,8 @@ pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
                 }
             }
         }
-        for earlier in state.queue.conflicts_ahead(req.claim, pos) {
+        let passes = |earlier: &Claim| state.passes(earlier, req.claim);
+        for earlier in state.queue.conflicts_ahead(req.claim, pos, &passes) {
             if let Some(earlier) = state.queue.get(earlier) {
                 edges.push(WaitEdge {
                     from: req.requester,

@@ -279,9 +279,13 @@ impl IntoIterator for Resolved {
 pub enum CaseMode {
     /// Byte-exact comparison (Linux's default).
     Sensitive,
-    /// Case-folded comparison (macOS's and Windows' default).
+    /// Case-folded comparison (macOS's and Windows' default): NFC, then
+    /// full Unicode case folding, so composed and decomposed spellings and
+    /// `ß`/`ss` are one key.
     Insensitive,
-    /// Probe each grant root's file system; `Sensitive` if it cannot be probed.
+    /// Probe the file system once per scheduler, at the first actor's grant
+    /// root, and fold every key of the scheduler by that answer;
+    /// `Sensitive` if it cannot be probed.
     Detect,
 }
 
@@ -402,11 +406,29 @@ pub fn normalize_lexically(path: &Path) -> PathBuf {
     out
 }
 
+/// Folds a name the way a case-insensitive file system compares names:
+/// canonical caseless matching (Unicode D145) — decompose, apply full case
+/// folding (`ß` → `ss`, `ſ` → `s`, final `ς` → `σ`), and recompose to NFC.
+/// Composed and decomposed spellings of one name fold to one string. The
+/// decomposition before folding is what makes the result canonical for
+/// every input (folding a composed character can leave marks out of order);
+/// on NFC input it folds exactly what "NFC, then full case folding"
+/// compares equal.
+pub(crate) fn fold_str(s: &str) -> String {
+    use caseless::Caseless;
+    use unicode_normalization::UnicodeNormalization;
+    if s.is_ascii() {
+        // ASCII is already NFC, and its full case folding is lowercasing.
+        return s.to_ascii_lowercase();
+    }
+    s.nfd().default_case_fold().nfc().collect()
+}
+
 /// Case-folds a path for comparison.
 pub(crate) fn fold(path: &Path, case: CaseMode) -> PathBuf {
     match case {
         CaseMode::Insensitive => match path.to_str() {
-            Some(s) => PathBuf::from(s.to_lowercase()),
+            Some(s) => PathBuf::from(fold_str(s)),
             None => {
                 // Not UTF-8: fold the ASCII letters only, keeping every byte.
                 use std::os::unix::ffi::OsStringExt;

@@ -15,6 +15,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::core::index::{Class, FastMap, Index, Mask, NodeList};
+use crate::core::key::{Key, Mode};
 use crate::core::table::ChildRecord;
 use crate::core::table::{ActorId, Claim, HoldId, covers};
 
@@ -32,6 +33,10 @@ pub(crate) enum Need {
     Child(ChildRecord),
 }
 
+/// What refusing a waiting request hands back: the keys it no longer
+/// waits for, and its waker.
+pub(crate) type Refusal = (Vec<(Key, Mode)>, Option<Waker>);
+
 /// Where a waiting request stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WaiterState {
@@ -41,6 +46,11 @@ pub(crate) enum WaiterState {
     /// table and waits for the future to pick it up, or to hand it back if
     /// the future is dropped first.
     Granted(Option<HoldId>),
+    /// Refused after it started waiting: an event other than a new wait
+    /// (a fence granted or released, which changes whom the fence owner's
+    /// precedence passes) closed a cycle through it. The entry waits for
+    /// the future to pick up the `Deadlock`.
+    Refused,
 }
 
 /// A request in the queue.
@@ -262,6 +272,20 @@ impl Queue {
         })
     }
 
+    /// Refuses the waiting entry `id`: it leaves the index (it blocks no
+    /// one any more) and stays only for its future to pick up the refusal.
+    /// Returns its keys and waker.
+    pub(crate) fn refuse(&mut self, id: WaiterId) -> Option<Refusal> {
+        let slot = *self.ids.get(&id)?;
+        self.unindex(slot);
+        let s = self.slots.get_mut(slot as usize)?.as_mut()?;
+        s.waiter.state = WaiterState::Refused;
+        Some((
+            std::mem::take(&mut s.waiter.claim.keys),
+            s.waiter.waker.take(),
+        ))
+    }
+
     /// Records the hold a granted entry became; returns its waker.
     pub(crate) fn finish_grant(&mut self, slot: u32, hold: Option<HoldId>) -> Option<Waker> {
         let s = self.slots.get_mut(slot as usize)?.as_mut()?;
@@ -274,6 +298,14 @@ impl Queue {
         self.order
             .values()
             .filter_map(|&slot| Some(&self.slot(slot)?.waiter))
+    }
+
+    /// Waiting entries in queue order, with their places and slots.
+    pub(crate) fn waiting_slots(&self) -> impl Iterator<Item = (Pos, u32)> + '_ {
+        self.order
+            .iter()
+            .filter(|(_, slot)| self.waiting_at(**slot).is_some())
+            .map(|(pos, slot)| (*pos, *slot))
     }
 
     /// Waiting entries in queue order, with their places and slots.
@@ -316,26 +348,24 @@ impl Queue {
         out.extend(self.children.iter().map(|(pos, slot)| (*pos, *slot)));
     }
 
-    /// How many waiting entries before `limit` will take an actor slot and
-    /// a writer slot.
-    pub(crate) fn reserved_ahead(&self, limit: Pos) -> (usize, usize) {
-        let (mut actors, mut writers) = (0, 0);
-        for (_, &slot) in self.children.range(..limit) {
-            if let Some(Need::Child(child)) = self.slot(slot).map(|s| &s.waiter.need) {
-                actors += usize::from(child.counts_actor);
-                writers += usize::from(child.counts_writer);
-            }
-        }
-        (actors, writers)
+    /// The waiting entries before `limit` that need an actor slot, in
+    /// queue order.
+    pub(crate) fn children_ahead(&self, limit: Pos) -> impl Iterator<Item = (Pos, &Waiter)> {
+        self.children
+            .range(..limit)
+            .filter_map(|(pos, &slot)| Some((*pos, &self.slot(slot)?.waiter)))
     }
 
     /// Calls `f(pos, waiter, i)` for every waiting entry before `limit`
     /// that conflicts with `claim` through `claim.keys[i]` (possibly more
-    /// than once, in no particular order). Stops when `f` breaks.
+    /// than once, in no particular order), except those `claim` passes:
+    /// `passes(waiter's claim)` is the precedence rule, asked only of
+    /// entries that conflict. Stops when `f` breaks.
     fn scan<B>(
         &self,
         claim: &Claim,
         limit: Pos,
+        passes: &dyn Fn(&Claim) -> bool,
         mut f: impl FnMut(Pos, &Waiter, usize) -> ControlFlow<B>,
     ) -> ControlFlow<B> {
         if self.waiting == 0 {
@@ -350,6 +380,7 @@ impl Queue {
                 if s.pos >= limit
                     || covers(claim, &s.waiter.claim)
                     || covers(&s.waiter.claim, claim)
+                    || passes(&s.waiter.claim)
                 {
                     return ControlFlow::Continue(());
                 }
@@ -360,8 +391,13 @@ impl Queue {
     }
 
     /// Whether a waiting entry before `limit` conflicts with `claim`.
-    pub(crate) fn any_conflict_ahead(&self, claim: &Claim, limit: Pos) -> bool {
-        self.scan(claim, limit, |_, _, _| ControlFlow::Break(()))
+    pub(crate) fn any_conflict_ahead(
+        &self,
+        claim: &Claim,
+        limit: Pos,
+        passes: &dyn Fn(&Claim) -> bool,
+    ) -> bool {
+        self.scan(claim, limit, passes, |_, _, _| ControlFlow::Break(()))
             .is_break()
     }
 
@@ -372,9 +408,10 @@ impl Queue {
         &self,
         claim: &Claim,
         limit: Pos,
+        passes: &dyn Fn(&Claim) -> bool,
     ) -> Option<(WaiterId, usize)> {
         let mut first: Option<(Pos, WaiterId, usize)> = None;
-        let _ = self.scan(claim, limit, |pos, w, key| {
+        let _ = self.scan(claim, limit, passes, |pos, w, key| {
             if first.is_none_or(|(p, _, k)| (pos, key) < (p, k)) {
                 first = Some((pos, w.id, key));
             }
@@ -385,9 +422,14 @@ impl Queue {
 
     /// Every waiting entry before `limit` that conflicts with `claim`, in
     /// queue order.
-    pub(crate) fn conflicts_ahead(&self, claim: &Claim, limit: Pos) -> Vec<WaiterId> {
+    pub(crate) fn conflicts_ahead(
+        &self,
+        claim: &Claim,
+        limit: Pos,
+        passes: &dyn Fn(&Claim) -> bool,
+    ) -> Vec<WaiterId> {
         let mut found: Vec<(Pos, WaiterId)> = Vec::new();
-        let _ = self.scan(claim, limit, |pos, w, _| {
+        let _ = self.scan(claim, limit, passes, |pos, w, _| {
             found.push((pos, w.id));
             ControlFlow::<()>::Continue(())
         });

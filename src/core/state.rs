@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::core::key::{Key, Mode};
 use crate::core::queue::{Need, Pos, Queue, WaitCause, Waiter, WaiterId, WaiterState};
 use crate::core::table::{
-    ActorId, Blocking, ChildRecord, Claim, Hold, HoldId, HoldKind, Table, conflict,
+    ActorId, Blocking, ChildRecord, Claim, Hold, HoldId, HoldKind, Table, conflict, covers,
 };
 
 /// Admission counters since the scheduler was created.
@@ -73,6 +73,9 @@ pub(crate) struct State {
     pub(crate) max_actors: Option<usize>,
     pub(crate) max_writers: Option<usize>,
     pub(crate) counters: Counters,
+    /// Waiting requests refused after they started waiting, with the cycle
+    /// each closed, until their futures pick the refusal up.
+    pub(crate) refused: BTreeMap<WaiterId, Vec<ActorId>>,
     /// Tests set this to make every wake-up a full scan, the reference the
     /// narrow scan is compared with.
     #[cfg(test)]
@@ -133,7 +136,7 @@ impl State {
     ) -> Option<Blocker> {
         let limit = Pos::end_of(priority);
         if let Need::Child(child) = need {
-            let (reserved_actors, reserved_writers) = self.queue.reserved_ahead(limit);
+            let (reserved_actors, reserved_writers) = self.reserved_ahead(limit);
             if let Some(blocker) = self.slot_blocker(child, reserved_actors, reserved_writers) {
                 return Some(blocker);
             }
@@ -142,8 +145,54 @@ impl State {
             return Some(Blocker::Hold(blocking));
         }
         self.queue
-            .first_conflict_ahead(claim, limit)
+            .first_conflict_ahead(claim, limit, &|earlier| self.passes(earlier, claim))
             .map(|(waiter, key)| Blocker::Waiter { waiter, key })
+    }
+
+    /// Precedence of a fence's owner (§4): a request passes an earlier
+    /// waiting `earlier` that a live fence covering the request blocks —
+    /// that waiter cannot be granted before the fence goes anyway. Asked
+    /// only of earlier requests that conflict with `claim`.
+    pub(crate) fn passes(&self, earlier: &Claim, claim: &Claim) -> bool {
+        self.table.blocked_by_fence_covering(earlier, claim)
+    }
+
+    /// Whether a waiting request at `pos` has its paths free: no live hold
+    /// and no earlier waiting request it does not pass is in its way.
+    fn paths_free(&self, claim: &Claim, pos: Pos) -> bool {
+        !self.table.any_conflict(claim, None)
+            && !self
+                .queue
+                .any_conflict_ahead(claim, pos, &|earlier| self.passes(earlier, claim))
+    }
+
+    /// How many actor and writer slots the `child_wait`s queued before
+    /// `limit` reserve: only those whose paths are free wait for a slot
+    /// (§11); one still waiting for a path reserves nothing.
+    pub(crate) fn reserved_ahead(&self, limit: Pos) -> (usize, usize) {
+        let (mut actors, mut writers) = (0, 0);
+        for (pos, waiter) in self.queue.children_ahead(limit) {
+            if let Need::Child(child) = &waiter.need {
+                if self.paths_free(&waiter.claim, pos) {
+                    actors += usize::from(child.counts_actor);
+                    writers += usize::from(child.counts_writer);
+                }
+            }
+        }
+        (actors, writers)
+    }
+
+    /// The slot limit a `child_wait` at `pos` waits on, if it waits for a
+    /// slot: only once its paths are free (§11).
+    pub(crate) fn slot_wait(&self, claim: &Claim, need: &Need, pos: Pos) -> Option<Blocker> {
+        let Need::Child(child) = need else {
+            return None;
+        };
+        if !self.paths_free(claim, pos) {
+            return None;
+        }
+        let (reserved_actors, reserved_writers) = self.reserved_ahead(pos);
+        self.slot_blocker(child, reserved_actors, reserved_writers)
     }
 
     /// Inserts the hold a request becomes (if it has keys) and registers a
@@ -245,12 +294,15 @@ impl State {
     ///    keys; a slot given back can only unblock a request that needs a
     ///    slot. So a request outside the candidates is exactly as blocked
     ///    as before the change.
-    /// 3. Granting a request never unblocks another one: for requests
+    /// 3. Granting a call never unblocks another request: for requests
     ///    behind it, it turns from a waiting request ahead into a live hold
     ///    with the same claim (so it conflicts with the same requests), and
     ///    the slot it takes was already counted as reserved; for requests
-    ///    ahead of it, it adds a hold and takes a slot. So no request
-    ///    outside the candidates becomes grantable during the scan either.
+    ///    ahead of it, it adds a hold and takes a slot. Granting a *fence*
+    ///    can, through the precedence rule (a waiter it now blocks stops
+    ///    blocking the owner's line), so a scan that grants a fence judges
+    ///    every waiting request again ([`State::wake_after_fence`]). So no
+    ///    request outside the candidates stays grantable after the scan.
     /// 4. The candidates are judged in queue order against the current
     ///    state, as the full scan judges them, so each is granted iff the
     ///    full scan would grant it.
@@ -275,11 +327,72 @@ impl State {
         self.wake_candidates(candidates, now)
     }
 
+    /// The wake-up scan after a fence was granted or widened: under the
+    /// precedence rule (§4) a new fence can *unblock* a waiter — one of the
+    /// owner's line queued behind an earlier waiter that the fence now
+    /// blocks — and that waiter need not overlap the fence's keys. Fences
+    /// are granted far less often than calls, so this judges every waiting
+    /// request rather than narrowing.
+    pub(crate) fn wake_after_fence(&mut self, now: Instant) -> Vec<Waker> {
+        if !self.queue.has_waiting() {
+            return Vec::new();
+        }
+        let candidates: Vec<(Pos, u32)> = self.queue.waiting_slots().collect();
+        let mut wakers = self.wake_candidates(candidates, now);
+        wakers.extend(self.refuse_cycles(now));
+        wakers
+    }
+
     /// Judges `candidates` in queue order by the wake-up rule and grants
-    /// those that pass.
-    fn wake_candidates(&mut self, mut candidates: Vec<(Pos, u32)>, now: Instant) -> Vec<Waker> {
+    /// those that pass. A fence granted here may unblock a waiter that
+    /// passes by precedence, so then every waiting request is judged again.
+    fn wake_candidates(&mut self, candidates: Vec<(Pos, u32)>, now: Instant) -> Vec<Waker> {
+        let (mut wakers, fence_granted) = self.wake_pass(candidates, now);
+        if fence_granted {
+            wakers.extend(self.wake_after_fence(now));
+        }
+        wakers
+    }
+
+    /// Refuses waiting requests, newest first, while the wait-for graph has
+    /// a cycle. A new wait is checked before it queues, but a fence granted
+    /// or released changes whom the fence owner's precedence (§4) passes:
+    /// a released fence no longer blocks the waiter its line passed, so
+    /// that line queues behind it again, and a granted one draws hard edges
+    /// and passes of its own. Either can close a cycle no new wait closed;
+    /// left in place it would hang every request on it, so one of them is
+    /// refused with `Deadlock` as if it had just asked.
+    fn refuse_cycles(&mut self, now: Instant) -> Vec<Waker> {
+        let mut wakers = Vec::new();
+        while let Some((id, cycle)) = crate::core::deadlock::closed_cycle(self) {
+            let slots = self
+                .queue
+                .get(id)
+                .is_some_and(|w| counts_actor(w) || counts_writer(w));
+            let Some((keys, waker)) = self.queue.refuse(id) else {
+                break;
+            };
+            self.counters.deadlocks += 1;
+            self.refused.insert(id, cycle);
+            wakers.extend(waker);
+            // It may have been soft-blocking requests behind it.
+            wakers.extend(self.wake_after(now, &keys, slots));
+        }
+        wakers
+    }
+
+    /// Picks up a refusal of a request that was waiting: removes its queue
+    /// entry and returns the cycle it closed.
+    pub(crate) fn take_refused(&mut self, id: WaiterId) -> Option<Vec<ActorId>> {
+        let cycle = self.refused.remove(&id)?;
+        self.queue.remove(id);
+        Some(cycle)
+    }
+
+    fn wake_pass(&mut self, mut candidates: Vec<(Pos, u32)>, now: Instant) -> (Vec<Waker>, bool) {
         candidates.sort_unstable();
         candidates.dedup();
+        let mut fence_granted = false;
         let mut wakers = Vec::new();
         for (pos, slot) in candidates {
             let Some(waiter) = self.queue.waiting_at(slot) else {
@@ -287,25 +400,24 @@ impl State {
             };
             let slot_free = match &waiter.need {
                 Need::Child(child) => {
-                    let (reserved_actors, reserved_writers) = self.queue.reserved_ahead(pos);
+                    let (reserved_actors, reserved_writers) = self.reserved_ahead(pos);
                     self.slot_blocker(child, reserved_actors, reserved_writers)
                         .is_none()
                 }
                 Need::Hold => true,
             };
-            let grantable = slot_free
-                && !self.table.any_conflict(&waiter.claim, None)
-                && !self.queue.any_conflict_ahead(&waiter.claim, pos);
+            let grantable = slot_free && self.paths_free(&waiter.claim, pos);
             if !grantable {
                 continue;
             }
             let Some(g) = self.queue.begin_grant(slot) else {
                 continue;
             };
+            fence_granted |= g.claim.kind == HoldKind::Fence && !g.claim.keys.is_empty();
             let hold = self.grant(g.claim, g.need, g.name, g.label, now);
             wakers.extend(self.queue.finish_grant(slot, hold));
         }
-        wakers
+        (wakers, fence_granted)
     }
 
     /// Picks up a granted request: removes its queue entry and returns what
@@ -316,7 +428,7 @@ impl State {
                 self.queue.remove(id);
                 Some(hold)
             }
-            WaiterState::Waiting => None,
+            WaiterState::Waiting | WaiterState::Refused => None,
         }
     }
 
@@ -339,8 +451,20 @@ impl State {
                     Need::Child(child) => self.unregister(child.id),
                     Need::Hold => false,
                 };
+                let fence = released
+                    .as_ref()
+                    .is_some_and(|h| h.claim.kind == HoldKind::Fence);
                 let keys = released.map(|h| h.claim.keys).unwrap_or_default();
-                self.wake_after(now, &keys, slots)
+                let mut wakers = self.wake_after(now, &keys, slots);
+                if fence {
+                    wakers.extend(self.refuse_cycles(now));
+                }
+                wakers
+            }
+            WaiterState::Refused => {
+                // Its keys left the index when it was refused.
+                self.refused.remove(&id);
+                Vec::new()
             }
             WaiterState::Waiting => {
                 // It may have been soft-blocking requests behind it, or
@@ -363,8 +487,16 @@ impl State {
         let Some(old) = self.table.get(hold).map(|h| h.claim.keys.clone()) else {
             return Vec::new();
         };
+        let fence = self
+            .table
+            .get(hold)
+            .is_some_and(|h| h.claim.kind == HoldKind::Fence);
         self.table.set_keys(hold, kept);
-        self.wake_after(now, &old, false)
+        let mut wakers = self.wake_after(now, &old, false);
+        if fence {
+            wakers.extend(self.refuse_cycles(now));
+        }
+        wakers
     }
 
     /// Releases a hold and wakes whoever can now proceed.
@@ -372,7 +504,11 @@ impl State {
         let Some(hold) = self.table.remove(hold) else {
             return Vec::new();
         };
-        self.wake_after(now, &hold.claim.keys, false)
+        let mut wakers = self.wake_after(now, &hold.claim.keys, false);
+        if hold.claim.kind == HoldKind::Fence {
+            wakers.extend(self.refuse_cycles(now));
+        }
+        wakers
     }
 
     /// Forgets a live actor; true when it gave back a counted slot.
@@ -396,7 +532,11 @@ impl State {
                 released.extend(hold.claim.keys);
             }
         }
-        self.wake_after(now, &released, slots)
+        let mut wakers = self.wake_after(now, &released, slots);
+        if !released.is_empty() {
+            wakers.extend(self.refuse_cycles(now));
+        }
+        wakers
     }
 
     /// Whether an actor is still live.
@@ -493,10 +633,11 @@ impl State {
             .conflicts(&waiter.claim, None)
             .map(|b| b.hold)
             .collect();
-        let waiters = self.queue.conflicts_ahead(&waiter.claim, pos);
+        let passes = |earlier: &Claim| self.passes(earlier, &waiter.claim);
+        let waiters = self.queue.conflicts_ahead(&waiter.claim, pos, &passes);
         let cause = match &waiter.need {
             Need::Child(child) => {
-                let (ra, rw) = self.queue.reserved_ahead(pos);
+                let (ra, rw) = self.reserved_ahead(pos);
                 self.slot_blocker(child, ra, rw)
             }
             Need::Hold => None,
@@ -508,7 +649,7 @@ impl State {
         })
         .or_else(|| {
             self.queue
-                .first_conflict_ahead(&waiter.claim, pos)
+                .first_conflict_ahead(&waiter.claim, pos, &passes)
                 .map(|(waiter, key)| Blocker::Waiter { waiter, key })
         })
         .map(|b| self.cause(&waiter.claim, b));
@@ -535,25 +676,34 @@ impl State {
         let holds: Vec<&Hold> = self.table.iter().map(|(_, h)| h).collect();
         let mut still_waiting: Vec<&Waiter> = Vec::new();
         let (mut ra, mut rw) = (0, 0);
+        // The precedence rule, by brute force: `earlier` is blocked by a
+        // live fence that covers `claim`.
+        let passes = |earlier: &Claim, claim: &Claim| {
+            holds
+                .iter()
+                .any(|h| conflict(earlier, &h.claim).is_some() && covers(&h.claim, claim))
+        };
         for waiter in self.queue.entries().filter(|w| w.is_waiting()) {
             let slot_free = match &waiter.need {
                 Need::Child(child) => self.slot_blocker(child, ra, rw).is_none(),
                 Need::Hold => true,
             };
-            let grantable = slot_free
-                && holds
-                    .iter()
-                    .all(|h| conflict(&waiter.claim, &h.claim).is_none())
-                && still_waiting
-                    .iter()
-                    .all(|w| conflict(&waiter.claim, &w.claim).is_none());
+            let paths_free = holds
+                .iter()
+                .all(|h| conflict(&waiter.claim, &h.claim).is_none())
+                && still_waiting.iter().all(|w| {
+                    conflict(&waiter.claim, &w.claim).is_none() || passes(&w.claim, &waiter.claim)
+                });
             assert!(
-                !grantable,
+                !(slot_free && paths_free),
                 "waiter {:?} is grantable but still waits (lost wakeup)",
                 waiter.id
             );
-            ra += usize::from(counts_actor(waiter));
-            rw += usize::from(counts_writer(waiter));
+            // Only a child_wait whose paths are free reserves its slots.
+            if paths_free {
+                ra += usize::from(counts_actor(waiter));
+                rw += usize::from(counts_writer(waiter));
+            }
             still_waiting.push(waiter);
         }
     }
@@ -635,6 +785,9 @@ mod model {
             } => match state.blocker(claim, &Need::Hold, *priority, None) {
                 None => {
                     state.grant(claim.clone(), Need::Hold, "r".into(), None, now);
+                    if claim.kind == HoldKind::Fence && !claim.keys.is_empty() {
+                        return woken(state.wake_after_fence(now));
+                    }
                     0
                 }
                 Some(_) if *try_only => 0,
@@ -688,7 +841,11 @@ mod model {
                 });
                 match state.blocker(&claim, &need, 0, None) {
                     None => {
+                        let fenced = !claim.keys.is_empty();
                         state.grant(claim, need, "kid".into(), None, now);
+                        if fenced {
+                            return woken(state.wake_after_fence(now));
+                        }
                     }
                     Some(_) => {
                         let w = Waker::noop().clone();
@@ -748,8 +905,14 @@ mod model {
                     });
                 }
             }
+            // The precedence rule (§4), by brute force.
+            let passes = |earlier: &Claim| {
+                state.table.iter().any(|(_, h)| {
+                    conflict(earlier, &h.claim).is_some() && covers(&h.claim, &w.claim)
+                })
+            };
             for ahead in &waiting[..i] {
-                if conflict(&w.claim, &ahead.claim).is_some() {
+                if conflict(&w.claim, &ahead.claim).is_some() && !passes(&ahead.claim) {
                     // A fence (or child grant) request is folded onto the
                     // owner it will have.
                     let to = match ahead.need {

@@ -450,6 +450,21 @@ impl Table {
             .is_break()
     }
 
+    /// Whether a live fence that `claim` conflicts with covers `other`:
+    /// the precedence rule's test (§4) for a waiting `claim` and a newer
+    /// request `other`.
+    pub(crate) fn blocked_by_fence_covering(&self, claim: &Claim, other: &Claim) -> bool {
+        self.scan(claim, None, |hold, _| {
+            let covering = self.get(hold).is_some_and(|h| covers(&h.claim, other));
+            if covering {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .is_break()
+    }
+
     /// The first live hold (in grant order) `claim` conflicts with, skipping
     /// `except`, and the first key of `claim` in the way — what a scan of
     /// the holds in grant order would find.

@@ -16,14 +16,14 @@
 //!    name is checked as the caller spelled it AND as it resolved, because a
 //!    harmless-looking symlink may point at a secret.
 //!
-//! Patterns match one file name (the last component), ASCII
-//! case-insensitively; `*` matches any run of characters, nothing else is
-//! special.
+//! Patterns match one file name (the last component), case-insensitively by
+//! the same Unicode folding as keys (NFC, full case folding); `*` matches
+//! any run of characters, nothing else is special.
 
 use std::ffi::OsStr;
 use std::path::Path;
 
-use crate::core::key::{Area, Key};
+use crate::core::key::{Area, Key, fold_str};
 use crate::error::{Error, Result};
 
 /// What a file operation does with a path.
@@ -33,11 +33,14 @@ pub(crate) enum Access {
     Write,
 }
 
-/// Does `name` match the glob `pattern` (`*` only, ASCII case-insensitive)?
+/// Does `name` match the glob `pattern` (`*` only, compared under the
+/// case-insensitive key folding, so `id_rſa` and `ID_RSA` are `id_rsa`)?
 // Hand-written on purpose: sensitive-name patterns are one file name with `*`
 // and nothing else; a glob crate would add `?`, classes and escapes that a
 // policy file would then have to reason about.
 pub(crate) fn matches(pattern: &str, name: &str) -> bool {
+    let pattern = fold_str(pattern);
+    let name = fold_str(name);
     let p = pattern.as_bytes();
     let n = name.as_bytes();
     // Iterative wildcard matching with one backtrack point: linear enough for
@@ -48,7 +51,7 @@ pub(crate) fn matches(pattern: &str, name: &str) -> bool {
         if pi < p.len() && p[pi] == b'*' {
             star = Some((pi, ni));
             pi += 1;
-        } else if pi < p.len() && p[pi].eq_ignore_ascii_case(&n[ni]) {
+        } else if pi < p.len() && p[pi] == n[ni] {
             pi += 1;
             ni += 1;
         } else if let Some((sp, sn)) = star {

@@ -444,8 +444,12 @@ fn untrusted(sched: &Scheduler, step: &Step) -> Option<String> {
             step.root.display()
         ));
     }
-    let config = sched.config();
-    let resolver = Resolver::new(step.root.clone(), Vec::new(), config.case, false);
+    let resolver = Resolver::new(
+        step.root.clone(),
+        Vec::new(),
+        sched.case_mode(&step.root),
+        false,
+    );
     match resolver.resolve(&Target::file(&step.path)) {
         Ok(_) => None,
         Err(Error::OutsideGrant { .. }) => Some(format!(
@@ -479,7 +483,12 @@ fn check_root(root: &Path) -> Result<()> {
 /// allowance a file handle had when the turn wrote it does not carry over.
 fn check_policy(sched: &Scheduler, step: &Step) -> Result<()> {
     let config = sched.config();
-    let resolver = Resolver::new(step.root.clone(), Vec::new(), config.case, false);
+    let resolver = Resolver::new(
+        step.root.clone(),
+        Vec::new(),
+        sched.case_mode(&step.root),
+        false,
+    );
     let (key, area) = resolver.resolve(&Target::file(&step.path))?;
     policy::check(
         &config.sensitive,
@@ -842,7 +851,6 @@ fn execute(
         Some(intent.id.clone())
     };
     let failpoint = handle.failpoint();
-    let config = sched.config();
     let writer: std::sync::Arc<str> = format!("{kind} of {turn}").into();
     let total = writes.len();
     for (done, (at, target)) in writes.iter().rev().enumerate() {
@@ -868,8 +876,13 @@ fn execute(
         }
         // The gate names the rewind as the writer, so an agent whose mark
         // predates it is told why its read is stale.
-        let key = Resolver::new(step.root.clone(), Vec::new(), config.case, false)
-            .key_for(step.path.clone(), false);
+        let key = Resolver::new(
+            step.root.clone(),
+            Vec::new(),
+            sched.case_mode(&step.root),
+            false,
+        )
+        .key_for(step.path.clone(), false);
         let after = target.as_ref().map(|(bytes, _)| sha256_hex(bytes));
         Gate::of(sched).record_write(&key.norm, &writer, after.as_deref());
     }

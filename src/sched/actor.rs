@@ -289,7 +289,8 @@ impl Actor {
             .map(|r| resolve::canonical_root(r))
             .collect::<Result<Vec<_>>>()?;
         sched.admit_grant_root(&root)?;
-        let resolver = Resolver::new(root.clone(), read_roots, config.case, config.portable_names);
+        let case = sched.case_mode(&root);
+        let resolver = Resolver::new(root.clone(), read_roots, case, config.portable_names);
         let read_only = matches!(grant.scope, GrantScope::ReadOnly);
         if let Some(parent) = parent {
             let root_key = parent.resolver.key_for(root.clone(), true);
@@ -381,10 +382,11 @@ impl Actor {
             claim,
             record,
         } = prepared;
-        sched.shared.with_state(|state, now| {
+        let created = sched.shared.with_state(|state, now| {
             let need = Need::Child(record);
             match state.blocker(&claim, &need, 0, None) {
                 None => {
+                    let fenced = !claim.keys.is_empty();
                     state.grant(
                         claim,
                         need,
@@ -392,8 +394,12 @@ impl Actor {
                         Some("grant fence".into()),
                         now,
                     );
-                    tracing::debug!(actor = %meta.name, "actor created");
-                    (Ok(()), Vec::new())
+                    let wakers = if fenced {
+                        state.wake_after_fence(now)
+                    } else {
+                        Vec::new()
+                    };
+                    (Ok(()), wakers)
                 }
                 Some(blocker) => {
                     state.counters.refused += 1;
@@ -403,7 +409,12 @@ impl Actor {
                     )
                 }
             }
-        })?;
+        });
+        match &created {
+            Ok(()) => tracing::debug!(actor = %meta.name, "actor created"),
+            Err(e) => tracing::debug!(actor = %meta.name, error = %e, "actor refused"),
+        }
+        created?;
         Ok(Actor {
             sched: sched.clone(),
             meta,
@@ -462,7 +473,37 @@ impl Actor {
     /// A child actor, waiting (fairly, cancel-safely) for a slot and its fence.
     pub fn child_wait(&self, name: impl Into<String>, grant: Grant) -> Acquire<Actor> {
         let prepared = Actor::prepare(&self.sched, Some(&self.meta), name.into(), grant);
-        Acquire::child(self, prepared)
+        Acquire::child(self, prepared, None)
+    }
+
+    /// [`Actor::child_wait`], giving up with `Error::Timeout` after
+    /// `timeout` (whether it waited for its fence or for a slot).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::create_dir(dir.path().join("a")).unwrap();
+    /// # std::fs::create_dir(dir.path().join("b")).unwrap();
+    /// use std::time::Duration;
+    /// let sched = writ::Scheduler::new(writ::Config::default().max_actors(1));
+    /// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+    /// let first = lead.child("first", writ::Grant::workspace(dir.path().join("a")))?;
+    /// let late = lead
+    ///     .child_wait_timeout("late", writ::Grant::workspace(dir.path().join("b")), Duration::from_millis(20))
+    ///     .await;
+    /// assert!(matches!(late, Err(writ::Error::Timeout { .. })));
+    /// # drop(first);
+    /// # Ok(()) }
+    /// ```
+    pub fn child_wait_timeout(
+        &self,
+        name: impl Into<String>,
+        grant: Grant,
+        timeout: Duration,
+    ) -> Acquire<Actor> {
+        let prepared = Actor::prepare(&self.sched, Some(&self.meta), name.into(), grant);
+        Acquire::child(self, prepared, Some(timeout))
     }
 
     /// Resolves targets once, so that they can be admitted many times
@@ -590,7 +631,8 @@ impl Drop for Actor {
     }
 }
 
-/// Turns a blocker into the error a try-only request returns.
+/// Turns a blocker into the error a try-only request returns. It runs under
+/// the state lock, so it logs nothing: callers log after unlocking.
 pub(crate) fn refusal(
     state: &State,
     resolver: &Resolver,
@@ -607,19 +649,16 @@ pub(crate) fn refusal(
             max: state.max_writers.unwrap_or(0),
         },
         other => match state.blocker_info(claim, other) {
-            Some(info) => {
-                tracing::debug!(path = %info.requested.display(), holder = %info.holder, "refused");
-                Error::Busy(crate::error::Busy {
-                    relative: resolver.relative(&info.requested),
-                    path: info.requested,
-                    holder: info.holder,
-                    kind: info.kind,
-                    mode: info.mode,
-                    label: info.label,
-                    age: Instant::now().saturating_duration_since(info.since),
-                    queued: info.queued,
-                })
-            }
+            Some(info) => Error::Busy(crate::error::Busy {
+                relative: resolver.relative(&info.requested),
+                path: info.requested,
+                holder: info.holder,
+                kind: info.kind,
+                mode: info.mode,
+                label: info.label,
+                age: Instant::now().saturating_duration_since(info.since),
+                queued: info.queued,
+            }),
             None => Error::invalid("", "the blocking hold vanished"),
         },
     }

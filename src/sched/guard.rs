@@ -37,9 +37,10 @@ fn grow(
     meta: &ActorMeta,
     hold: HoldId,
     extra: Claim,
+    priority: i32,
     what: &'static str,
 ) -> Result<()> {
-    sched.shared.with_state(|state, _| {
+    let result = sched.shared.with_state(|state, now| {
         let Some(current) = state.table.get(hold) else {
             return (
                 Err(Error::Released {
@@ -69,7 +70,7 @@ fn grow(
             keys: added,
             ..current.claim.clone()
         };
-        match state.blocker(&added, &Need::Hold, 0, Some(hold)) {
+        match state.blocker(&added, &Need::Hold, priority, Some(hold)) {
             Some(blocker) => {
                 state.counters.refused += 1;
                 (
@@ -84,10 +85,19 @@ fn grow(
                     return (Err(Error::Deadlock { cycle }), Vec::new());
                 }
                 state.table.set_keys(hold, key::merge(keys));
-                (Ok(()), Vec::new())
+                let wakers = if added.kind == HoldKind::Fence {
+                    state.wake_after_fence(now)
+                } else {
+                    Vec::new()
+                };
+                (Ok(()), wakers)
             }
         }
-    })
+    });
+    if let Err(e) = &result {
+        tracing::debug!(actor = %meta.name, error = %e, "extend refused");
+    }
+    result
 }
 
 /// One admitted tool call: an all-or-nothing hold on its paths, released
@@ -110,11 +120,23 @@ pub struct Reservation {
     sched: Scheduler,
     meta: StdArc<ActorMeta>,
     hold: HoldId,
+    /// The request's priority: a widening is judged at it (§11).
+    priority: i32,
 }
 
 impl Reservation {
-    pub(crate) fn new(sched: Scheduler, meta: StdArc<ActorMeta>, hold: HoldId) -> Self {
-        Reservation { sched, meta, hold }
+    pub(crate) fn new(
+        sched: Scheduler,
+        meta: StdArc<ActorMeta>,
+        hold: HoldId,
+        priority: i32,
+    ) -> Self {
+        Reservation {
+            sched,
+            meta,
+            hold,
+            priority,
+        }
     }
 
     /// The hold's id, as the dump shows it.
@@ -138,7 +160,14 @@ impl Reservation {
     {
         let targets: Vec<Target> = targets.into_iter().map(Into::into).collect();
         let extra = self.meta.claim(targets, HoldKind::Call)?;
-        grow(&self.sched, &self.meta, self.hold, extra, "reservation")
+        grow(
+            &self.sched,
+            &self.meta,
+            self.hold,
+            extra,
+            self.priority,
+            "reservation",
+        )
     }
 
     /// The name of the actor it belongs to.
@@ -195,6 +224,8 @@ pub struct Fence {
     /// The approval hook's answers, asked once per path (a key: its folded
     /// spelling and whether it is a tree) for the fence's life.
     answers: Vec<(Key, bool)>,
+    /// The request's priority: a widening is judged at it (§11).
+    priority: i32,
 }
 
 impl Fence {
@@ -203,6 +234,7 @@ impl Fence {
         meta: StdArc<ActorMeta>,
         hold: HoldId,
         _targets: Vec<Target>,
+        priority: i32,
     ) -> Self {
         let declared = match meta.grant_fence() {
             Some(fence) => fence.iter().map(|(k, _)| k.clone()).collect(),
@@ -221,6 +253,7 @@ impl Fence {
             hold,
             declared,
             answers: Vec::new(),
+            priority,
         }
     }
 
@@ -282,7 +315,14 @@ impl Fence {
                 }
             }
         }
-        grow(&self.sched, &self.meta, self.hold, extra, "fence")
+        grow(
+            &self.sched,
+            &self.meta,
+            self.hold,
+            extra,
+            self.priority,
+            "fence",
+        )
     }
 
     /// Narrows the fence to `targets`, each of which must lie inside it (a

@@ -202,6 +202,8 @@ pub struct Acquire<T> {
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     on_queued: Option<OnQueued>,
     paths: Vec<PathBuf>,
+    /// The request's priority, which its guard keeps for `extend` (§11).
+    priority: i32,
     _output: PhantomData<fn() -> T>,
 }
 
@@ -218,6 +220,7 @@ impl<T> Acquire<T> {
             Ok(ask) => ask.claim.keys.iter().map(|(k, _)| k.path.clone()).collect(),
             Err(_) => Vec::new(),
         };
+        let priority = ask.as_ref().map_or(0, |ask| ask.priority);
         Acquire {
             sched,
             requester,
@@ -227,6 +230,7 @@ impl<T> Acquire<T> {
             sleep: None,
             on_queued,
             paths,
+            priority,
             _output: PhantomData,
         }
     }
@@ -256,14 +260,23 @@ impl<T> Acquire<T> {
                 tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused");
                 return Poll::Ready(Err(Error::Deadlock { cycle }));
             }
+            let fence = ask.claim.kind == HoldKind::Fence && !ask.claim.keys.is_empty();
             let hold = state.grant(ask.claim, ask.need, name, ask.label, now);
+            let wakers = if fence {
+                state.wake_after_fence(now)
+            } else {
+                Vec::new()
+            };
             drop(state);
+            crate::sched::scheduler::wake_all(wakers);
             tracing::debug!(actor = %self.requester.name, "admit");
             return Poll::Ready(Ok(hold));
         };
         if ask.try_only {
             state.counters.refused += 1;
             let err = refusal(&state, &self.requester.resolver, &ask.claim, blocker);
+            drop(state);
+            tracing::debug!(actor = %self.requester.name, error = %err, "refused");
             return Poll::Ready(Err(err));
         }
         if let Some(cycle) = deadlock::cycle_if_waiting(
@@ -309,6 +322,14 @@ impl<T> Acquire<T> {
                     self.phase = Phase::Done;
                     return Poll::Ready(Ok(hold));
                 }
+                if let Some(cycle) = state.take_refused(id) {
+                    let cycle: Vec<String> =
+                        cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                    drop(state);
+                    self.phase = Phase::Done;
+                    tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused while waiting");
+                    return Poll::Ready(Err(Error::Deadlock { cycle }));
+                }
                 state.set_waker(id, cx.waker());
                 drop(state);
                 self.poll_deadline(cx)
@@ -342,13 +363,17 @@ impl<T> Acquire<T> {
         self.phase = Phase::Done;
         let granted = self.sched.shared.with_state(|state, now| {
             if let Some(hold) = state.take_granted(id) {
-                return (Some(hold), Vec::new());
+                return (Some(Ok(hold)), Vec::new());
+            }
+            if let Some(cycle) = state.take_refused(id) {
+                let cycle = cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                return (Some(Err(Error::Deadlock { cycle })), Vec::new());
             }
             state.counters.timed_out += 1;
             (None, state.cancel(id, now))
         });
         match granted {
-            Some(hold) => Ok(hold),
+            Some(outcome) => outcome,
             None => {
                 tracing::debug!(actor = %self.requester.name, "timeout");
                 Err(Error::Timeout {
@@ -367,10 +392,11 @@ impl<T> Acquire<T> {
                 sched,
                 meta,
                 hold.expect("a call always has keys"),
+                self.priority,
             )),
             Make::Fence(meta, targets) => {
                 let hold = hold.expect("a fence always has keys");
-                let fence = Fence::new(sched, meta, hold, targets);
+                let fence = Fence::new(sched, meta, hold, targets, self.priority);
                 // A fence granted after its actor was dropped would outlive
                 // the rule that an actor's drop releases its fences.
                 if !self.sched.shared.lock().is_live(self.requester.id) {
@@ -389,7 +415,11 @@ impl<T> Acquire<T> {
 }
 
 impl Acquire<Actor> {
-    pub(crate) fn child(parent: &Actor, prepared: Result<Prepared>) -> Self {
+    pub(crate) fn child(
+        parent: &Actor,
+        prepared: Result<Prepared>,
+        timeout: Option<Duration>,
+    ) -> Self {
         let (ask, make) = match prepared {
             Ok(Prepared {
                 meta,
@@ -412,7 +442,7 @@ impl Acquire<Actor> {
             parent.meta.clone(),
             ask,
             make,
-            None,
+            timeout,
             None,
         )
     }

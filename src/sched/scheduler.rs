@@ -47,6 +47,9 @@ pub(crate) struct Shared {
     next_actor: AtomicU64,
     /// The session's own identity, for holds no actor owns (rewinds).
     session: std::sync::OnceLock<StdArc<ActorMeta>>,
+    /// The one case rule every key of this scheduler is folded by (§2):
+    /// `Config::case`, with `Detect` probed once, at the first actor's root.
+    case: std::sync::OnceLock<CaseMode>,
 }
 
 impl Shared {
@@ -118,6 +121,7 @@ impl Scheduler {
                 grant_roots: parking_lot::Mutex::new(std::collections::BTreeSet::new()),
                 next_actor: AtomicU64::new(0),
                 session: std::sync::OnceLock::new(),
+                case: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -135,10 +139,9 @@ impl Scheduler {
         self.shared
             .session
             .get_or_init(|| {
-                let case = match self.shared.config.case {
-                    CaseMode::Detect => CaseMode::Sensitive,
-                    other => other,
-                };
+                // Before any actor there is no grant root to probe: the file
+                // system root stands in (and then holds for every actor).
+                let case = self.case_mode(std::path::Path::new("/"));
                 StdArc::new(ActorMeta {
                     id: ActorId(0),
                     name: StdArc::from("session"),
@@ -151,6 +154,20 @@ impl Scheduler {
                 })
             })
             .clone()
+    }
+
+    /// The case rule of this scheduler: `Config::case`, or for `Detect` the
+    /// answer of one probe — at `root` if nothing was probed yet, which is
+    /// the first actor's root. Two actors folding one file differently
+    /// would be two keys for one file (§2).
+    pub(crate) fn case_mode(&self, root: &std::path::Path) -> CaseMode {
+        *self
+            .shared
+            .case
+            .get_or_init(|| match self.shared.config.case {
+                CaseMode::Detect => crate::sched::resolve::detect_case(root),
+                other => other,
+            })
     }
 
     /// Reserves absolute, already-resolved paths exclusively for the session

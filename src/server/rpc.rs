@@ -899,7 +899,8 @@ impl App {
             }
             "plan.validate" => {
                 let p: PlanParams = params(p)?;
-                let mut plan = crate::plan::Plan::new(&self.root).case(self.sched.config().case);
+                let mut plan =
+                    crate::plan::Plan::new(&self.root).case(self.sched.case_mode(&self.root));
                 for task in &p.tasks {
                     plan = plan.task(
                         task.name.clone(),
