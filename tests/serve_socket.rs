@@ -164,6 +164,13 @@ async fn a_live_socket_is_never_taken_and_a_stale_one_is_replaced() {
     std::fs::write(&sock, "precious").unwrap();
     assert!(Server::start(options(&root).socket(&sock)).await.is_err());
     assert_eq!(std::fs::read_to_string(&sock).unwrap(), "precious");
+    // A socket in a folder that does not exist: a clear refusal, nothing made.
+    let nowhere = root.join("nowhere").join("writ.sock");
+    match Server::start(options(&root).socket(&nowhere)).await {
+        Err(e @ Error::InvalidPath { .. }) => assert!(e.to_string().contains("folder"), "{e}"),
+        other => panic!("expected invalid_path, got {:?}", other.map(drop)),
+    }
+    assert!(!root.join("nowhere").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

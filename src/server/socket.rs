@@ -135,6 +135,9 @@ pub(crate) fn bind(path: &Path, uid: u32) -> Result<(SameUid, SocketFile)> {
     let (Some(dir), Some(_)) = (path.parent(), path.file_name()) else {
         return Err(Error::invalid(&path, "a socket path names a file"));
     };
+    if !dir.is_dir() {
+        return Err(Error::invalid(&path, "its folder does not exist"));
+    }
     if path.as_os_str().len() > MAX_SOCKET_PATH {
         return Err(refuse(
             &path,
