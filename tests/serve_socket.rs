@@ -340,6 +340,25 @@ async fn discovery_prefers_the_socket() {
     let dumped: Value = serde_json::from_slice(&dump.stdout).unwrap();
     assert_eq!(dumped["actors"][0]["name"], "found", "{dumped}");
     drop((actor, session));
+
+    // A socket that does not answer: discover falls back to the URL.
+    found["url"] = json!(server.url());
+    found["socket"] = json!(root.join("gone.sock"));
+    std::fs::write(&discovery, found.to_string()).unwrap();
+    let session = Session::discover(&ws).await.unwrap();
+    let actor = session
+        .actor("by-url", Grant::workspace(&ws))
+        .await
+        .unwrap();
+    assert!(
+        server
+            .scheduler()
+            .dump()
+            .actors
+            .iter()
+            .any(|a| a.name == "by-url")
+    );
+    drop((actor, session));
     server.shutdown().await;
 }
 

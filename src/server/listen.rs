@@ -169,7 +169,15 @@ fn admit_caller(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Response>>
 async fn rpc(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let caller = match admit_caller(&app, &headers) {
         Ok(c) => c,
-        Err(response) => return *response,
+        Err(response) => {
+            // Read (and discard) the body before refusing: a client that
+            // sends its body after its headers would otherwise find the
+            // connection closed under it (EPIPE on a Unix socket, a reset
+            // over TCP) and never see the 401. Bounded like any body.
+            let _ =
+                tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, app.max_body)).await;
+            return *response;
+        }
     };
     let bytes =
         match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, app.max_body)).await {
