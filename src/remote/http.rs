@@ -4,25 +4,82 @@
 //! `writ serve`: one HTTP stack in the crate, keep-alive connections, and
 //! dropping a call's future drops its connection, which is how the server
 //! learns that a waiting `admit` was cancelled.
+//!
+//! A `unix:PATH` URL reaches the server's Unix socket through the same pool,
+//! with a connector that dials the socket instead of a TCP address, so
+//! keep-alive and cancellation behave as they do over TCP.
 
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 
 use http_body_util::{BodyExt as _, Full};
-use hyper::body::Bytes;
-use hyper::{Method, Request, Uri};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, Uri};
 use hyper_util::client::legacy::Client as Pool;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 
 use crate::{Error, Result};
 
+/// The `unix:` URL prefix: `unix:/run/user/1000/writ.sock`.
+pub(crate) const UNIX_SCHEME: &str = "unix:";
+
+/// Dials one Unix socket, whatever the request's URI says.
+#[derive(Debug, Clone)]
+struct UnixConnector {
+    path: Arc<Path>,
+}
+
+impl tower_service::Service<Uri> for UnixConnector {
+    type Response = TokioIo<tokio::net::UnixStream>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = std::io::Result<Self::Response>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let path = self.path.clone();
+        Box::pin(async move {
+            tokio::net::UnixStream::connect(&*path)
+                .await
+                .map(TokioIo::new)
+        })
+    }
+}
+
+/// The pool of one transport.
+#[derive(Debug, Clone)]
+enum Transport {
+    Tcp(Pool<HttpConnector, Full<Bytes>>),
+    Unix(Pool<UnixConnector, Full<Bytes>>),
+}
+
+impl Transport {
+    async fn request(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> std::result::Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+        match self {
+            Transport::Tcp(pool) => pool.request(request).await,
+            Transport::Unix(pool) => pool.request(request).await,
+        }
+    }
+}
+
 /// A cheap-to-clone JSON-RPC client bound to one server and one token.
 #[derive(Debug, Clone)]
 pub(crate) struct Client {
-    pool: Pool<HttpConnector, Full<Bytes>>,
+    pool: Transport,
     rpc: Uri,
+    /// The URL as given, for messages.
+    url: Arc<str>,
     authorization: Arc<str>,
     next_id: Arc<AtomicU64>,
     /// Makes this client's tickets differ from another client's that acts
@@ -37,21 +94,45 @@ fn unavailable(reason: impl Into<String>) -> Error {
 }
 
 impl Client {
+    /// A client of the server at `url`: `http://HOST:PORT` or `unix:PATH`.
     pub(crate) fn new(url: &str, token: &str) -> Result<Client> {
         let base = url.trim_end_matches('/');
-        let rpc: Uri = format!("{base}/rpc")
-            .parse()
-            .map_err(|e| unavailable(format!("'{url}' is not a URL ({e})")))?;
-        if rpc.scheme_str() != Some("http") {
-            return Err(unavailable(format!(
-                "'{url}' is not an http:// URL (writ serve listens on loopback HTTP)"
-            )));
-        }
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
+        let (pool, rpc) = if let Some(path) = base.strip_prefix(UNIX_SCHEME) {
+            if path.is_empty() {
+                return Err(unavailable(format!(
+                    "'{url}' names no socket (the form is unix:/path/to/writ.sock)"
+                )));
+            }
+            let connector = UnixConnector {
+                path: Arc::from(Path::new(path)),
+            };
+            // The authority only fills the Host header; the socket is the address.
+            let rpc = Uri::from_static("http://localhost/rpc");
+            (
+                Transport::Unix(Pool::builder(TokioExecutor::new()).build(connector)),
+                rpc,
+            )
+        } else {
+            let rpc: Uri = format!("{base}/rpc")
+                .parse()
+                .map_err(|e| unavailable(format!("'{url}' is not a URL ({e})")))?;
+            if rpc.scheme_str() != Some("http") {
+                return Err(unavailable(format!(
+                    "'{url}' is neither an http:// URL nor unix:PATH (writ serve listens \
+                     on loopback HTTP and, with --socket, a Unix socket)"
+                )));
+            }
+            let mut connector = HttpConnector::new();
+            connector.set_nodelay(true);
+            (
+                Transport::Tcp(Pool::builder(TokioExecutor::new()).build(connector)),
+                rpc,
+            )
+        };
         Ok(Client {
-            pool: Pool::builder(TokioExecutor::new()).build(connector),
+            pool,
             rpc,
+            url: Arc::from(base),
             authorization: Arc::from(format!("Bearer {token}")),
             next_id: Arc::new(AtomicU64::new(1)),
             nonce: std::time::SystemTime::now()
@@ -82,10 +163,18 @@ impl Client {
             .header(hyper::header::AUTHORIZATION, &*self.authorization)
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| unavailable(format!("cannot build the request ({e})")))?;
-        let response =
-            self.pool.request(request).await.map_err(|e| {
-                unavailable(format!("cannot reach the server at {} ({e})", self.rpc))
-            })?;
+        let response = self.pool.request(request).await.map_err(|e| {
+            // The pool's own message is generic ("client error (Connect)");
+            // the cause (refused, no such file, ...) is in its sources.
+            let mut why = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                why.push_str(": ");
+                why.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            unavailable(format!("cannot reach the server at {} ({why})", self.url))
+        })?;
         let status = response.status();
         let bytes = response
             .into_body()

@@ -154,8 +154,24 @@ fn decode<T: serde::de::DeserializeOwned>(value: Value) -> Result<T> {
 }
 
 impl Session {
-    /// Connects to a server at `url` (e.g. `http://127.0.0.1:40123`) with a
-    /// token, and checks both with `session.info`.
+    /// Connects to a server at `url` with a token, and checks both with
+    /// `session.info`.
+    ///
+    /// `url` is the loopback URL (`http://127.0.0.1:40123`) or, for a server
+    /// started with `--socket PATH`, `unix:PATH` (e.g.
+    /// `unix:/run/user/1000/writ.sock`; a relative PATH is taken from the
+    /// current folder). Over the socket the protocol, the token and every
+    /// answer are the same.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), writ::Error> {
+    /// use writ::remote::Session;
+    /// let token = std::env::var("WRIT_TOKEN").unwrap_or_default();
+    /// let session = Session::connect("unix:/run/user/1000/writ.sock", &token).await?;
+    /// println!("{}", session.dump_table().await?);
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(url: &str, token: &str) -> Result<Session> {
         let http = http::Client::new(url, token)?;
         let info = http.call("session.info", json!({})).await?;
@@ -175,7 +191,16 @@ impl Session {
     }
 
     /// Connects to the server of the workspace `root`, from its discovery
-    /// file (`ROOT/.writ/serve.json`).
+    /// file (`ROOT/.writ/serve.json`). When the file names a Unix socket the
+    /// socket is tried first, and the loopback URL if the socket cannot be
+    /// reached.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), writ::Error> {
+    /// let session = writ::remote::Session::discover("/path/to/repo").await?;
+    /// # let _ = session; Ok(()) }
+    /// ```
     pub async fn discover(root: impl AsRef<Path>) -> Result<Session> {
         let path = root.as_ref().join(".writ").join("serve.json");
         let text = std::fs::read_to_string(&path).map_err(|e| Error::Unavailable {
@@ -188,7 +213,16 @@ impl Session {
         let found: Value = serde_json::from_str(&text).map_err(|e| Error::Unavailable {
             reason: format!("{} is not a discovery file ({e})", path.display()),
         })?;
-        Session::connect(&text_of(&found, "url")?, &text_of(&found, "token")?).await
+        let token = text_of(&found, "token")?;
+        if let Some(socket) = found.get("socket").and_then(Value::as_str) {
+            match Session::connect(&format!("{}{socket}", http::UNIX_SCHEME), &token).await {
+                Err(Error::Unavailable { reason }) => {
+                    tracing::debug!(socket, %reason, "the socket did not answer; trying the URL");
+                }
+                other => return other,
+            }
+        }
+        Session::connect(&text_of(&found, "url")?, &token).await
     }
 
     /// The lease this session's actors belong to, once it has one.

@@ -1,5 +1,8 @@
 //! The HTTP side: routes, the JSON-RPC envelope, and shutdown.
 //!
+//! One router serves loopback TCP and, with `--socket`, a Unix socket:
+//! the routes, auth and limits are the same on both.
+//!
 //! Each connection is served by its own task (hyper, through axum), so a
 //! slow or stuck client never blocks another; a request body must arrive
 //! within [`BODY_DEADLINE`]. When a client disconnects, hyper drops the
@@ -21,6 +24,7 @@ use tokio::sync::watch;
 
 use super::auth::{self, Caller};
 use super::rpc::App;
+use super::socket::{SameUid, SocketFile};
 use crate::{Error, ProtocolError};
 
 /// How long a request body may take to arrive.
@@ -45,27 +49,56 @@ fn router(app: Arc<App>) -> Router {
     routes.with_state(app)
 }
 
+/// Serves `listener` with `router` until `stop` turns true, on a task of
+/// its own; the task ends once the listener's open requests are done.
+fn spawn_serving<L>(
+    listener: L,
+    router: Router,
+    stop: &watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<std::io::Result<()>>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let mut stopped = stop.clone();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    });
+    tokio::spawn(async move { server.await })
+}
+
 /// Serves until `stop` turns true, then shuts down: the waiters have been
 /// failed by then (they watch `stop` too), in-flight requests get a short
-/// drain, every lease is dropped and the discovery file removed.
+/// drain, every lease is dropped and the discovery file and the socket are
+/// removed.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
+    socket: Option<(SameUid, SocketFile)>,
     app: Arc<App>,
     stop: watch::Receiver<bool>,
     discovery: Option<PathBuf>,
 ) {
     let reaper = tokio::spawn(super::lease::reap(app.clone(), app.poke()));
+    let router = router(app.clone());
+    let tcp = spawn_serving(listener, router.clone(), &stop);
+    let (unix, socket_file) = match socket {
+        Some((listener, file)) => (Some(spawn_serving(listener, router, &stop)), Some(file)),
+        None => (None, None),
+    };
     let mut stopped = stop.clone();
-    let server = axum::serve(listener, router(app.clone())).with_graceful_shutdown(async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    });
-    let mut stopped = stop.clone();
-    let serving = tokio::spawn(async move { server.await });
     let _ = stopped.wait_for(|s| *s).await;
-    if tokio::time::timeout(DRAIN_DEADLINE, serving).await.is_err() {
+    let drained = tokio::time::timeout(DRAIN_DEADLINE, async {
+        let _ = tcp.await;
+        if let Some(unix) = unix {
+            let _ = unix.await;
+        }
+    });
+    if drained.await.is_err() {
         tracing::warn!("requests still open after the drain deadline; closing");
     }
     reaper.abort();
+    // No new client can arrive through the socket's name from here on.
+    drop(socket_file);
     let (actors, holds) = app.drop_all();
     tracing::info!(actors, holds, "writ serve stopped; everything released");
     if let Some(path) = discovery {
@@ -136,7 +169,15 @@ fn admit_caller(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Response>>
 async fn rpc(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let caller = match admit_caller(&app, &headers) {
         Ok(c) => c,
-        Err(response) => return *response,
+        Err(response) => {
+            // Read (and discard) the body before refusing: a client that
+            // sends its body after its headers would otherwise find the
+            // connection closed under it (EPIPE on a Unix socket, a reset
+            // over TCP) and never see the 401. Bounded like any body.
+            let _ =
+                tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, app.max_body)).await;
+            return *response;
+        }
     };
     let bytes =
         match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, app.max_body)).await {

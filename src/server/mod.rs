@@ -1,5 +1,6 @@
 //! `writ serve`: one [`Scheduler`] for every process of a
-//! session, over loopback HTTP (feature `server`).
+//! session, over loopback HTTP and optionally a Unix socket (feature
+//! `server`).
 //!
 //! The server adds no semantics of its own: every JSON-RPC method parses its
 //! parameters into the types the in-process API takes and calls that API.
@@ -16,6 +17,8 @@
 //!   that carry the server instance (`a-<instance>-<n>`), so a handle from a
 //!   previous run of the server is never mistaken for a live one: it is
 //!   `unknown_lease`.
+//! - **The socket** ([`Options::socket`]): the same routes and auth on a
+//!   Unix socket, mode 0600, whose peers of another uid are closed unread.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")]
@@ -35,6 +38,7 @@ mod listen;
 #[cfg(feature = "mcp")]
 mod mcp;
 mod rpc;
+mod socket;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -53,6 +57,7 @@ use crate::{Config, Error, Result, Scheduler};
 pub struct Options {
     root: PathBuf,
     listen: SocketAddr,
+    socket: Option<PathBuf>,
     lease_ttl: Duration,
     call_wait: Duration,
     max_body: usize,
@@ -115,6 +120,7 @@ impl Options {
         Options {
             root: root.into(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            socket: None,
             lease_ttl: Duration::from_secs(15),
             call_wait: Duration::from_secs(5),
             max_body: 8 * 1024 * 1024,
@@ -173,6 +179,27 @@ impl Options {
         self
     }
 
+    /// Listen on a Unix socket at `path` too, serving the same routes with
+    /// the same auth. The file is created with mode 0600, peers of another
+    /// uid are closed before anything they send is read, and it is removed
+    /// on shutdown. A stale socket left at `path` by a server that died is
+    /// replaced; anything else there (a live server's socket, a file) makes
+    /// [`Server::start`] fail and is left alone. Clients reach it as
+    /// `unix:PATH` (`writ::remote::Session::connect`, feature `remote`).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), writ::Error> {
+    /// use writ::server::{Options, Server};
+    /// let server = Server::start(Options::new("/path/to/repo").socket("/run/user/1000/writ.sock")).await?;
+    /// assert_eq!(server.socket(), Some(std::path::Path::new("/run/user/1000/writ.sock")));
+    /// # server.shutdown().await; Ok(()) }
+    /// ```
+    pub fn socket(mut self, path: impl Into<PathBuf>) -> Self {
+        self.socket = Some(path.into());
+        self
+    }
+
     /// How long a lease lives without being renewed.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
@@ -226,6 +253,7 @@ pub struct Server {
     url: String,
     token: String,
     addr: SocketAddr,
+    socket: Option<PathBuf>,
     app: Arc<rpc::App>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
@@ -251,6 +279,11 @@ impl Server {
             .local_addr()
             .map_err(|e| Error::io("listen on", options.listen.to_string(), e))?;
         let url = format!("http://{addr}");
+        let socket = match &options.socket {
+            Some(path) => Some(socket::bind(path, rustix::process::geteuid().as_raw())?),
+            None => None,
+        };
+        let socket_path = socket.as_ref().map(|(_, file)| file.path().to_path_buf());
         let (stop, stop_rx) = watch::channel(false);
         let app = Arc::new(rpc::App::new(
             &options,
@@ -264,7 +297,7 @@ impl Server {
                 path,
                 &Discovery {
                     url: url.clone(),
-                    socket: None,
+                    socket: socket_path.clone(),
                     pid: std::process::id(),
                     token: token.clone(),
                     version: env!("CARGO_PKG_VERSION").to_string(),
@@ -275,15 +308,17 @@ impl Server {
         }
         let task = tokio::spawn(listen::serve(
             listener,
+            socket,
             app.clone(),
             stop_rx,
             options.discovery.clone(),
         ));
-        tracing::info!(%url, root = %root.display(), "writ serve listening");
+        tracing::info!(%url, socket = ?socket_path, root = %root.display(), "writ serve listening");
         Ok(Server {
             url,
             token,
             addr,
+            socket: socket_path,
             app,
             stop,
             task,
@@ -293,6 +328,11 @@ impl Server {
     /// The base URL, e.g. `http://127.0.0.1:40123`.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The Unix socket's path (absolute), if it listens on one.
+    pub fn socket(&self) -> Option<&Path> {
+        self.socket.as_deref()
     }
 
     /// The session token.
@@ -316,7 +356,8 @@ impl Server {
     }
 
     /// Asks the server to stop: waiters fail with `unavailable`, every lease
-    /// is dropped, the discovery file is removed. Returns when that is done.
+    /// is dropped, the discovery file and the socket are removed. Returns
+    /// when that is done.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;

@@ -68,7 +68,8 @@ enum Command {
     /// Hooks for coding agents' built-in file tools (through `writ serve`).
     #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
     Hook(hook_cli::HookCmd),
-    /// One scheduler for every process of a session, over loopback HTTP.
+    /// One scheduler for every process of a session, over loopback HTTP (and
+    /// a Unix socket with --socket).
     #[cfg(all(feature = "server", feature = "remote"))]
     Serve(serve_cli::ServeCmd),
     /// Print a running server's table.

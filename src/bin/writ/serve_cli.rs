@@ -24,8 +24,14 @@ pub struct ServeCmd {
     /// Address to listen on (loopback).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// A Unix socket to listen on too (not supported yet: refused).
-    #[arg(long)]
+    /// A Unix socket to listen on too, with the same routes and token.
+    ///
+    /// The socket is created with mode 0600 and removed on shutdown, and a
+    /// connection from another user is closed unread. A stale socket left at
+    /// PATH by a killed server is replaced; anything else there (a running
+    /// server's socket, a file) is refused. Clients reach it as unix:PATH,
+    /// and the discovery file names it.
+    #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Where the discovery file goes (default: ROOT/.writ).
     #[arg(long)]
@@ -62,7 +68,8 @@ pub struct ServeCmd {
 pub struct TargetArgs {
     /// The workspace whose server to ask (default: the current folder).
     root: Option<PathBuf>,
-    /// The server's URL instead of the discovery file.
+    /// The server's URL (http://HOST:PORT or unix:PATH) instead of the
+    /// discovery file.
     #[arg(long, conflicts_with = "root")]
     url: Option<String>,
     /// The token to use with --url (default: $WRIT_TOKEN).
@@ -106,9 +113,6 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
     if cmd.stop {
         return stop(&discovery);
     }
-    if cmd.socket.is_some() {
-        return Err("--socket is not supported yet; use the loopback URL".into());
-    }
     if let Ok(found) = server::read_discovery(&discovery) {
         if rustix::process::Pid::from_raw(found.pid as i32)
             .is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
@@ -143,6 +147,9 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         .config(config)
         .discovery_file(&discovery)
         .token_file(state.join("session-token"));
+    if let Some(socket) = &cmd.socket {
+        options = options.socket(socket);
+    }
     if let Some(file) = &cmd.config {
         let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
         let parsed: ConfigFile =
@@ -152,6 +159,9 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
     runtime()?.block_on(async move {
         let server = Server::start(options).await.map_err(|e| e.to_string())?;
         println!("writ serve: {} for {}", server.url(), root.display());
+        if let Some(socket) = server.socket() {
+            println!("socket: {}", socket.display());
+        }
         println!("discovery file: {}", discovery.display());
         server.wait().await;
         println!("writ serve: stopped; every hold released");
@@ -167,7 +177,7 @@ fn stop(discovery: &Path) -> Result<(), String> {
         )
     })?;
     runtime()?.block_on(async {
-        let session = writ::remote::Session::connect(&found.url, &found.token)
+        let session = writ::remote::Session::connect(&endpoint(&found), &found.token)
             .await
             .map_err(|e| e.to_string())?;
         session
@@ -187,6 +197,15 @@ fn stop(discovery: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Where to reach a server found in a discovery file: its socket when it
+/// has one (no TCP, and only its user can connect), else its URL.
+fn endpoint(found: &server::Discovery) -> String {
+    match found.socket.as_deref().and_then(Path::to_str) {
+        Some(socket) => format!("unix:{socket}"),
+        None => found.url.clone(),
+    }
+}
+
 fn locate(target: TargetArgs) -> Result<(String, String), String> {
     if let Some(url) = target.url {
         let token = match target.token.or_else(|| std::env::var("WRIT_TOKEN").ok()) {
@@ -204,7 +223,7 @@ fn locate(target: TargetArgs) -> Result<(String, String), String> {
             path.display()
         )
     })?;
-    Ok((found.url, found.token))
+    Ok((endpoint(&found), found.token))
 }
 
 /// Runs `writ dump`.

@@ -25,7 +25,7 @@ from typing import (
 )
 
 from ._errors import Forbidden, Unavailable, UnknownActor, UnknownHold, UnknownLease, WritError
-from ._transport import CALL_TIMEOUT, Cancel, Transport
+from ._transport import CALL_TIMEOUT, UNIX_SCHEME, Cancel, Transport
 
 __all__ = [
     "Session",
@@ -165,6 +165,8 @@ def discover(root: Union[str, "os.PathLike[str]", None] = None) -> Dict[str, Any
 
 
 def _normalize_url(url: str) -> str:
+    if url.startswith(UNIX_SCHEME):
+        return url.rstrip("/")
     if "://" not in url:
         url = "http://" + url
     return url.rstrip("/")
@@ -210,19 +212,27 @@ class Session:
     ) -> "Session":
         """Connect to a running server.
 
-        ``url`` and ``token`` default to the discovery file of ``root`` (or of
-        the current folder or a parent). ``keepalive`` is the renewal interval
+        ``url`` is ``http://HOST:PORT`` or, for a server started with
+        ``--socket PATH``, ``unix:PATH``. ``url`` and ``token`` default to the
+        discovery file of ``root`` (or of the current folder or a parent);
+        when it names a socket, the socket is tried first and the loopback URL
+        if the socket does not answer. ``keepalive`` is the renewal interval
         in seconds (default: a third of the server's lease TTL).
         """
+        urls: List[str] = [] if url is None else [url]
         if url is None or token is None:
             found = discover(root)
             if url is None:
+                found_socket = found.get("socket")
+                if isinstance(found_socket, str) and found_socket:
+                    urls.append(UNIX_SCHEME + found_socket)
                 found_url = found.get("url")
-                if not isinstance(found_url, str):
+                if isinstance(found_url, str):
+                    urls.append(found_url)
+                if not urls:
                     raise Unavailable(
                         "the discovery file has no url; pass url=", {"kind": "unavailable"}
                     )
-                url = found_url
             if token is None:
                 found_token = found.get("token")
                 if not isinstance(found_token, str):
@@ -231,13 +241,20 @@ class Session:
                         {"kind": "unavailable"},
                     )
                 token = found_token
-        session = cls(url, token, keepalive=keepalive)
-        try:
-            session.info()
-        except BaseException:
-            session.close()
-            raise
-        return session
+        for i, candidate in enumerate(urls):
+            session = cls(candidate, token, keepalive=keepalive)
+            try:
+                session.info()
+            except Unavailable:
+                session.close()
+                if i + 1 < len(urls):
+                    continue  # the socket did not answer: try the URL
+                raise
+            except BaseException:
+                session.close()
+                raise
+            return session
+        raise AssertionError("unreachable: urls is never empty here")
 
     def call(self, method: str, params: Optional[Mapping[str, Any]] = None, wait: Optional[float] = 0.0) -> Any:
         """Call any control-API method; the typed methods are built on this."""

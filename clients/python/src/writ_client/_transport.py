@@ -1,4 +1,8 @@
-"""JSON-RPC 2.0 over HTTP with the standard library."""
+"""JSON-RPC 2.0 over HTTP with the standard library.
+
+The server is reached at an ``http://HOST:PORT`` URL, or at ``unix:PATH`` when
+it was started with ``writ serve --socket PATH``.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,27 @@ WAIT_MARGIN = 30.0
 
 #: Socket timeout for calls that do not wait on the scheduler.
 CALL_TIMEOUT = 60.0
+
+#: The prefix of a Unix socket URL: ``unix:/run/user/1000/writ.sock``.
+UNIX_SCHEME = "unix:"
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a Unix socket; the host name only fills the Host header."""
+
+    def __init__(self, path: str, timeout: Optional[float]) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self._socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
 
 
 class Cancel:
@@ -69,12 +94,27 @@ class Transport:
 
     def __init__(self, url: str, token: str) -> None:
         self.url = url.rstrip("/")
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise Unavailable(f"{url!r} is not an http:// URL of writ serve", {"kind": "unavailable"})
-        self._host = parts.hostname
-        self._port = parts.port or 80
-        self._path = parts.path.rstrip("/") + "/rpc"
+        self._socket: Optional[str] = None
+        if self.url.startswith(UNIX_SCHEME):
+            self._socket = self.url[len(UNIX_SCHEME) :]
+            if not self._socket:
+                raise Unavailable(
+                    f"{url!r} names no socket (the form is unix:/path/to/writ.sock)",
+                    {"kind": "unavailable"},
+                )
+            self._host = "localhost"
+            self._port = 80
+            self._path = "/rpc"
+        else:
+            parts = urllib.parse.urlsplit(self.url)
+            if parts.scheme != "http" or not parts.hostname:
+                raise Unavailable(
+                    f"{url!r} is neither an http:// URL nor unix:PATH of writ serve",
+                    {"kind": "unavailable"},
+                )
+            self._host = parts.hostname
+            self._port = parts.port or 80
+            self._path = parts.path.rstrip("/") + "/rpc"
         self.token = token
         self._ids = itertools.count(1)
         self._ids_lock = threading.Lock()
@@ -109,7 +149,11 @@ class Transport:
             "Authorization": f"Bearer {self.token}",
         }
         timeout = None if wait is None else CALL_TIMEOUT + wait + WAIT_MARGIN
-        conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        conn: http.client.HTTPConnection
+        if self._socket is not None:
+            conn = _UnixHTTPConnection(self._socket, timeout)
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
         try:
             if cancel is not None and not cancel._attach(conn):
                 raise Unavailable(f"{method}: cancelled before it started", {"kind": "unavailable"})
@@ -155,4 +199,4 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace").strip()
 
 
-__all__ = ["Cancel", "Transport"]
+__all__ = ["Cancel", "Transport", "UNIX_SCHEME"]
