@@ -1,4 +1,5 @@
-//! The conformance suite (SPEC §15): the scheduler's behaviours (§2–§5)
+//! The conformance suite (SPEC §15): the scheduler's behaviours (§2–§5,
+//! and the slots, priorities and fence changes of §11) and the file tools,
 //! written ONCE against a small trait, and run against the in-process
 //! `Scheduler` and against a `writ serve` through `writ::remote`. Both must
 //! pass the same assertions; each test may pick the `Config` it runs under,
@@ -6,7 +7,8 @@
 //!
 //! The suite uses only the public API. What only the in-process API can show
 //! (the drop timing of guards, a future polled by hand, blocking admits,
-//! type bounds) stays in tests/scheduler.rs.
+//! hooks in `Config`, type bounds) stays in tests/scheduler.rs and
+//! tests/orchestration.rs, whose headers say why.
 //!
 //! Guards are released through the trait (`release`), because a remote guard
 //! dropped without it is released in the background and a test must not race
@@ -21,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use writ::{Config, Error, Grant, HoldKind, Mode, Target};
+use writ::{Config, Error, Grant, HoldKind, Mode, SlotLimit, Target};
 
 /// A session that makes actors.
 trait Backend {
@@ -53,7 +55,9 @@ fn at(priority: i32) -> Ask {
 trait Agent: Sized {
     type Call;
     type Fence;
+    fn name(&self) -> &str;
     async fn child(&self, name: &str, grant: Grant) -> Result<Self, Error>;
+    async fn child_wait(&self, name: &str, grant: Grant) -> Result<Self, Error>;
     async fn try_admit(&self, t: Vec<Target>) -> Result<Self::Call, Error>;
     async fn admit(&self, t: Vec<Target>) -> Result<Self::Call, Error>;
     async fn admit_timeout(&self, t: Vec<Target>, d: Duration) -> Result<Self::Call, Error>;
@@ -64,6 +68,7 @@ trait Agent: Sized {
     async fn fence_with(&self, t: Vec<Target>, ask: Ask) -> Result<Self::Fence, Error>;
     async fn extend_call(&self, c: &mut Self::Call, t: Vec<Target>) -> Result<(), Error>;
     fn call_paths(c: &Self::Call) -> Vec<PathBuf>;
+    fn fence_paths(f: &Self::Fence) -> Vec<PathBuf>;
     async fn extend(&self, f: &mut Self::Fence, t: Vec<Target>) -> Result<(), Error>;
     async fn narrow(&self, f: &mut Self::Fence, t: Vec<Target>) -> Result<(), Error>;
     /// Releases a call; it goes by the hold, so any actor may hand it in.
@@ -115,8 +120,14 @@ fn in_process_request(a: &writ::Actor, t: Vec<Target>, ask: Ask) -> writ::Reques
 impl Agent for writ::Actor {
     type Call = writ::Reservation;
     type Fence = writ::Fence;
+    fn name(&self) -> &str {
+        writ::Actor::name(self)
+    }
     async fn child(&self, name: &str, grant: Grant) -> Result<Self, Error> {
         writ::Actor::child(self, name, grant)
+    }
+    async fn child_wait(&self, name: &str, grant: Grant) -> Result<Self, Error> {
+        writ::Actor::child_wait(self, name, grant).await
     }
     async fn try_admit(&self, t: Vec<Target>) -> Result<Self::Call, Error> {
         writ::Actor::try_admit(self, t)
@@ -147,6 +158,9 @@ impl Agent for writ::Actor {
     }
     fn call_paths(c: &Self::Call) -> Vec<PathBuf> {
         c.paths()
+    }
+    fn fence_paths(f: &Self::Fence) -> Vec<PathBuf> {
+        f.paths()
     }
     async fn extend(&self, f: &mut Self::Fence, t: Vec<Target>) -> Result<(), Error> {
         f.extend(t)
@@ -218,8 +232,14 @@ fn remote_request(a: &writ::remote::Actor, t: Vec<Target>, ask: Ask) -> writ::re
 impl Agent for writ::remote::Actor {
     type Call = writ::remote::Reservation;
     type Fence = writ::remote::Fence;
+    fn name(&self) -> &str {
+        writ::remote::Actor::name(self)
+    }
     async fn child(&self, name: &str, grant: Grant) -> Result<Self, Error> {
         writ::remote::Actor::child(self, name, grant).await
+    }
+    async fn child_wait(&self, name: &str, grant: Grant) -> Result<Self, Error> {
+        writ::remote::Actor::child_wait(self, name, grant).await
     }
     async fn try_admit(&self, t: Vec<Target>) -> Result<Self::Call, Error> {
         writ::remote::Actor::try_admit(self, t).await
@@ -250,6 +270,9 @@ impl Agent for writ::remote::Actor {
     }
     fn call_paths(c: &Self::Call) -> Vec<PathBuf> {
         c.paths()
+    }
+    fn fence_paths(f: &Self::Fence) -> Vec<PathBuf> {
+        f.paths()
     }
     async fn extend(&self, f: &mut Self::Fence, t: Vec<Target>) -> Result<(), Error> {
         f.extend(t).await
@@ -807,23 +830,141 @@ async fn children_of_fenced_actors_are_fenced_inside_or_read_only<B: Backend>(b:
     lead.child("reader", Grant::read_only(root)).await.unwrap();
 }
 
-async fn read_only_actors_take_shared_holds_only<B: Backend>(b: &B) {
+fn read_only_refused<T>(result: Result<T, Error>) {
+    match result {
+        Err(Error::ReadOnly { actor, .. }) => assert_eq!(actor, "reader"),
+        Err(other) => panic!("expected ReadOnly, got {other}"),
+        Ok(_) => panic!("expected ReadOnly, got a grant"),
+    }
+}
+
+async fn a_read_only_actor_takes_shared_holds_only<B: Backend>(b: &B) {
     let root = b.root();
     let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
     let reader = lead.child("reader", Grant::read_only(root)).await.unwrap();
-    match reader.try_admit(t(&["a.rs"])).await {
-        Err(Error::ReadOnly { actor, .. }) => assert_eq!(actor, "reader"),
-        other => panic!("expected ReadOnly, got {:?}", other.err()),
-    }
-    passes(&reader, shared("a.rs")).await;
-    match reader.child("writer", Grant::workspace(root)).await {
-        Err(Error::ReadOnly { .. }) => {}
-        other => panic!("expected ReadOnly, got {:?}", other.err()),
-    }
-    reader
-        .child("reader2", Grant::read_only(root))
+    read_only_refused(reader.try_admit(t(&["a.rs"])).await);
+    read_only_refused(reader.fence(t(&["src/"])).await);
+    read_only_refused(reader.try_admit(vec![Target::workspace()]).await);
+    read_only_refused(
+        reader
+            .try_admit(vec![Target::file("b.rs").shared(), Target::file("a.rs")])
+            .await,
+    );
+    assert_eq!(count(&b.dump().await, "holds"), 0);
+    let read = reader.try_admit(shared("a.rs")).await.unwrap();
+    let watch = reader
+        .fence(vec![Target::tree("src").shared()])
         .await
         .unwrap();
+    let all = reader
+        .try_admit(vec![Target::workspace().shared()])
+        .await
+        .unwrap();
+    reader.release(read).await;
+    reader.release_fence(watch).await;
+    reader.release(all).await;
+}
+
+async fn a_child_of_a_read_only_actor_must_be_read_only<B: Backend>(b: &B) {
+    let root = b.root();
+    let reader = b.actor("reader", Grant::read_only(root)).await.unwrap();
+    for grant in [Grant::workspace(root), Grant::fenced(root, ["src/"])] {
+        read_only_refused(reader.child("kid", grant.clone()).await);
+        read_only_refused(within("a child_wait", reader.child_wait("kid", grant)).await);
+    }
+    assert_eq!(count(&b.dump().await, "actors"), 1);
+    let kid = reader.child("kid", Grant::read_only(root)).await.unwrap();
+    kid.close().await;
+}
+
+async fn a_read_only_child_of_a_fenced_parent_needs_no_fence<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let parser = lead
+        .child("parser", Grant::fenced(root, ["src/"]))
+        .await
+        .unwrap();
+    // A writable child without a fence would exceed its parent's write scope.
+    match parser.child("helper", Grant::workspace(root)).await {
+        Err(Error::OutsideFence { .. }) => {}
+        other => panic!("expected OutsideFence, got {:?}", other.err()),
+    }
+    let reviewer = parser
+        .child("reviewer", Grant::read_only(root))
+        .await
+        .unwrap();
+    // It reads anywhere under its root, inside the fence or not.
+    let both = vec![
+        Target::file("src/lex.rs").shared(),
+        Target::file("README.md").shared(),
+    ];
+    passes(&reviewer, both).await;
+    assert_eq!(
+        count(&b.dump().await, "holds"),
+        1,
+        "only the parser's grant fence"
+    );
+}
+
+async fn workspace_target_reserves_the_grant_root_as_a_tree<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let shell = lead
+        .try_admit_with(
+            vec![Target::workspace()],
+            Ask {
+                priority: 0,
+                label: Some("bash: make"),
+            },
+        )
+        .await
+        .unwrap();
+    let dump = b.dump().await;
+    assert_eq!(count(&dump, "holds"), 1);
+    assert_eq!(
+        dump["holds"][0]["paths"],
+        json!([{"path": text(root), "tree": true, "mode": "exclusive"}])
+    );
+    let refused = busy(other.try_admit(t(&["deep/down/file.rs"])).await);
+    assert_eq!(refused.label.as_deref(), Some("bash: make"));
+    busy(other.try_admit(t(&[".env"])).await); // a shell covers every path
+    busy(other.try_admit(shared("README.md")).await);
+    lead.release(shell).await;
+    // Shared: an observing tool lets readers through, not writers.
+    let observe = lead
+        .try_admit(vec![Target::workspace().shared()])
+        .await
+        .unwrap();
+    passes(&other, shared("a.rs")).await;
+    busy(other.try_admit(t(&["a.rs"])).await);
+    lead.release(observe).await;
+}
+
+async fn workspace_target_of_a_fenced_actor_is_its_grant_fence<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let kid = lead
+        .child("kid", Grant::fenced(root, ["src/", "docs/"]))
+        .await
+        .unwrap();
+    let shell = kid.try_admit(vec![Target::workspace()]).await.unwrap();
+    let dump = b.dump().await;
+    let call = dump["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["kind"] == "call")
+        .unwrap();
+    let tree =
+        |rel: &str| json!({"path": text(&root.join(rel)), "tree": true, "mode": "exclusive"});
+    assert_eq!(call["paths"], json!([tree("docs"), tree("src")]));
+    // Outside the kid's fence the lead still works.
+    let readme = lead.try_admit(t(&["README.md"])).await.unwrap();
+    // A second opaque call of the same actor waits for the first.
+    busy(kid.try_admit(vec![Target::workspace()]).await);
+    kid.release(shell).await;
+    lead.release(readme).await;
 }
 
 async fn read_roots_are_shared_only<B: Backend>(b: &B) {
@@ -852,32 +993,6 @@ async fn read_roots_are_shared_only<B: Backend>(b: &B) {
         Err(Error::OutsideGrant { .. }) => {}
         other => panic!("expected OutsideGrant, got {:?}", other.err()),
     }
-}
-
-async fn workspace_target_is_the_whole_writable_scope<B: Backend>(b: &B) {
-    let root = b.root();
-    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
-    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
-    let shell = lead.try_admit(vec![Target::workspace()]).await.unwrap();
-    busy(other.try_admit(t(&[".env"])).await); // a shell covers every path
-    lead.release(shell).await;
-    let fenced = lead
-        .child("fenced", Grant::fenced(root, ["src/"]))
-        .await
-        .unwrap();
-    let shell = fenced.try_admit(vec![Target::workspace()]).await.unwrap();
-    let dump = b.dump().await;
-    let call = dump["holds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|h| h["kind"] == "call")
-        .unwrap();
-    assert_eq!(
-        call["paths"],
-        json!([{"path": text(&root.join("src")), "tree": true, "mode": "exclusive"}])
-    );
-    fenced.release(shell).await;
 }
 
 async fn dropping_an_actor_releases_its_fences_but_not_its_calls_or_children<B: Backend>(b: &B) {
@@ -1448,32 +1563,613 @@ async fn dump_shows_actors_holds_waiters_and_counters<B: Backend>(b: &B) {
     kid.release(call).await;
 }
 
-// ---- §3: fences ----
+// ---- §11: slots and child_wait ----
 
-async fn fences_extend_all_or_nothing_and_narrow<B: Backend>(b: &B) {
-    let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
-    let o = b.actor("o", Grant::workspace(b.root())).await.unwrap();
-    let mut f = a.fence(t(&["src/"])).await.unwrap();
-    let held = o.try_admit(t(&["docs/x.md"])).await.unwrap();
-    busy(a.extend(&mut f, t(&["lib/", "docs/"])).await);
-    // Nothing was added: lib/ is still free.
-    let lib = o.try_admit(t(&["lib/y.rs"])).await.unwrap();
-    o.release(lib).await;
-    o.release(held).await;
-    a.extend(&mut f, t(&["docs/"])).await.unwrap();
-    busy(o.try_admit(t(&["docs/x.md"])).await);
-    a.narrow(&mut f, t(&["src/lex.rs"])).await.unwrap();
-    let now_free = o
-        .try_admit(t(&["docs/x.md", "src/other.rs"]))
+fn no_slot<T>(result: Result<T, Error>) -> (SlotLimit, usize) {
+    match result {
+        Err(Error::NoSlot { limit, max }) => (limit, max),
+        Err(other) => panic!("expected NoSlot, got {other}"),
+        Ok(_) => panic!("expected NoSlot, got an actor"),
+    }
+}
+
+/// Live child actors and writers, from the dump.
+fn slots(dump: &Value) -> (u64, u64) {
+    let n = |k: &str| dump["slots"][k].as_u64().unwrap();
+    (n("actors"), n("writers"))
+}
+
+fn causes(dump: &Value) -> Vec<Value> {
+    let waiters = dump["waiters"].as_array().unwrap();
+    waiters.iter().map(|w| w["cause"].clone()).collect()
+}
+
+fn path_cause(path: &Path, holder: &str) -> Value {
+    json!({"cause": "path", "path": text(path), "holder": holder})
+}
+
+/// Runs under `max_actors(1)` and `max_writers(1)`.
+async fn root_actors_count_against_no_limit<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let _b = b.actor("b", Grant::fenced(root, ["src/"])).await.unwrap();
+    let _c = b.actor("c", Grant::read_only(root)).await.unwrap();
+    assert_eq!(slots(&b.dump().await), (0, 0));
+    // The one child slot is still free.
+    let _kid = a.child("kid", Grant::workspace(root)).await.unwrap();
+    assert_eq!(slots(&b.dump().await).0, 1);
+}
+
+/// Runs under `max_actors(2)`.
+async fn child_past_max_actors_is_no_slot_naming_the_limit<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let k1 = lead.child("k1", Grant::workspace(root)).await.unwrap();
+    let k2 = k1.child("k2", Grant::read_only(root)).await.unwrap(); // grandchildren count too
+    let err = lead
+        .child("k3", Grant::read_only(root))
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(err.to_string().contains("max_actors is 2"), "{err}");
+    assert_eq!(
+        no_slot(lead.child("k3", Grant::read_only(root)).await),
+        (SlotLimit::MaxActors, 2)
+    );
+    // A refused child leaves nothing behind.
+    let dump = b.dump().await;
+    assert_eq!(count(&dump, "actors"), 3);
+    assert_eq!(slots(&dump).0, 2);
+    // Closing a child frees its slot.
+    k2.close().await;
+    let k3 = lead.child("k3", Grant::read_only(root)).await.unwrap();
+    k1.close().await;
+    k3.close().await;
+    assert_eq!(slots(&b.dump().await).0, 0);
+}
+
+/// Runs under `max_writers(1)`.
+async fn read_only_children_do_not_count_as_writers<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let writer = lead.child("writer", Grant::workspace(root)).await.unwrap();
+    assert_eq!(
+        no_slot(lead.child("w2", Grant::fenced(root, ["src/"])).await),
+        (SlotLimit::MaxWriters, 1)
+    );
+    let _r1 = lead.child("r1", Grant::read_only(root)).await.unwrap();
+    let _r2 = lead.child("r2", Grant::read_only(root)).await.unwrap();
+    let dump = b.dump().await;
+    assert_eq!(slots(&dump), (3, 1));
+    assert_eq!(dump["slots"]["max_writers"], 1);
+    writer.close().await;
+    lead.child("w2", Grant::fenced(root, ["src/"]))
         .await
         .unwrap();
-    busy(o.try_admit(t(&["src/lex.rs"])).await);
-    match a.narrow(&mut f, t(&["elsewhere.rs"])).await {
+}
+
+/// Runs under `max_actors(1)` and `max_writers(5)`.
+async fn read_only_children_still_count_as_actors<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let _r1 = lead.child("r1", Grant::read_only(root)).await.unwrap();
+    assert_eq!(
+        no_slot(lead.child("r2", Grant::read_only(root)).await),
+        (SlotLimit::MaxActors, 1)
+    );
+}
+
+/// Runs under `max_actors(2)` and `max_writers(1)`: a queued writer holds
+/// its claim on the last actor slot, so a reader may not take it from
+/// under it.
+async fn child_is_refused_while_a_child_wait_is_queued_on_that_limit<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let w1 = lead.child("w1", Grant::workspace(root)).await.unwrap();
+    let mut w2 = Box::pin(lead.child_wait("w2", Grant::workspace(root)));
+    queued(b, &mut w2, 1).await;
+    assert_eq!(causes(&b.dump().await), [json!({"cause": "writers"})]);
+    assert_eq!(
+        no_slot(lead.child("reader", Grant::read_only(root)).await),
+        (SlotLimit::MaxActors, 2)
+    );
+    // Both limits block a writer; actor slots are checked first.
+    assert_eq!(
+        no_slot(lead.child("w3", Grant::workspace(root)).await),
+        (SlotLimit::MaxActors, 2)
+    );
+    // The freed writer slot goes to the queued child_wait, not to a caller
+    // of child() that arrives later.
+    w1.close().await;
+    assert_eq!(
+        no_slot(lead.child("w3", Grant::workspace(root)).await),
+        (SlotLimit::MaxWriters, 1)
+    );
+    let w2 = within("w2", w2).await.unwrap();
+    assert_eq!(w2.name(), "w2");
+    // Now the reader fits.
+    lead.child("reader", Grant::read_only(root)).await.unwrap();
+    b.check();
+}
+
+/// Runs under `max_actors(1)`.
+async fn freed_slots_go_to_queued_child_waits_in_queue_order<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let first = lead.child("first", Grant::workspace(root)).await.unwrap();
+    let mut wa = Box::pin(lead.child_wait("a", Grant::workspace(root)));
+    queued(b, &mut wa, 1).await;
+    let mut wb = Box::pin(lead.child_wait("b", Grant::read_only(root)));
+    queued(b, &mut wb, 2).await;
+    let mut wc = Box::pin(lead.child_wait("c", Grant::fenced(root, ["src/"])));
+    queued(b, &mut wc, 3).await;
+    let dump = b.dump().await;
+    let queue = dump["waiters"].as_array().unwrap();
+    let children: Vec<&Value> = queue.iter().map(|w| &w["child"]).collect();
+    assert_eq!(children, [&json!("a"), &json!("b"), &json!("c")]);
+    // A child_wait waiter shows its parent as the actor.
+    assert!(queue.iter().all(|w| w["actor"] == "lead"));
+    assert_eq!(causes(&dump), vec![json!({"cause": "slots"}); 3]);
+
+    first.close().await;
+    let a = within("a", wa).await.unwrap();
+    assert_eq!(count(&waiters(b, 2).await, "waiters"), 2);
+    a.close().await;
+    let kid = within("b", wb).await.unwrap();
+    waiters(b, 1).await;
+    kid.close().await;
+    let c = within("c", wc).await.unwrap();
+    assert_eq!(c.name(), "c");
+    assert_eq!(count(&b.dump().await, "holds"), 1, "c's grant fence");
+    c.close().await;
+    assert!(idle(&b.dump().await));
+}
+
+/// Runs under `max_actors(1)`.
+async fn a_child_wait_blocked_by_a_path_reserves_no_slot<B: Backend>(b: &B) {
+    let root = b.root();
+    std::fs::create_dir(root.join("docs")).unwrap();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let sib = b.actor("sib", Grant::workspace(root)).await.unwrap();
+    let fence = sib.fence(t(&["src/"])).await.unwrap();
+    let mut waits = Box::pin(lead.child_wait("w", Grant::fenced(root, ["src/"])));
+    queued(b, &mut waits, 1).await;
+    assert_eq!(
+        causes(&b.dump().await),
+        [path_cause(&root.join("src"), "sib")]
+    );
+    // The slot is free and nobody else waits for one: a disjoint child
+    // takes it.
+    let disjoint = lead
+        .child("docs", Grant::workspace(root.join("docs")))
+        .await
+        .expect("a path-blocked child_wait reserves no slot");
+    // Once its path is free, the child_wait waits for the slot...
+    sib.release_fence(fence).await;
+    let dump = b.dump().await;
+    assert_eq!(causes(&dump), [json!({"cause": "slots"})]);
+    // ...and from then on it reserves the next free one.
+    disjoint.close().await;
+    let w = within("w", waits).await.unwrap();
+    assert_eq!(w.name(), "w");
+    b.check();
+}
+
+/// Runs under `max_actors(1)`.
+async fn a_slot_wait_that_every_slot_holder_waits_on_is_a_deadlock<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let _fence = lead.fence(t(&["src/"])).await.unwrap();
+    // k holds the only slot and waits on lead's fence.
+    let k = other.child("k", Grant::workspace(root)).await.unwrap();
+    let mut k_waits = Box::pin(k.admit(t(&["src/a.rs"])));
+    queued(b, &mut k_waits, 1).await;
+    // lead waiting for a slot would wait for k, which waits for lead.
+    let cycle = deadlock(
+        within(
+            "lead's child_wait",
+            lead.child_wait("w", Grant::workspace(root)),
+        )
+        .await,
+    );
+    assert_eq!(cycle, ["lead", "k"]);
+    assert_eq!(
+        count(&b.dump().await, "waiters"),
+        1,
+        "the refused wait did not queue"
+    );
+    // The other order: lead's slot wait first, then k starts waiting on
+    // lead — k's request is the one that closes it.
+    drop(k_waits);
+    waiters(b, 0).await;
+    let mut lead_waits = Box::pin(lead.child_wait("w", Grant::workspace(root)));
+    queued(b, &mut lead_waits, 1).await;
+    deadlock(within("k's admit", k.admit(t(&["src/a.rs"]))).await);
+    // With a holder that does not wait on lead, the slot wait is fine.
+    k.close().await;
+    let w = within("lead's child_wait", lead_waits).await.unwrap();
+    assert_eq!(w.name(), "w");
+}
+
+// ---- §11: wait causes and priorities ----
+
+/// A child_wait for `src/`, while a sibling child holds it: which limit
+/// (or the path) the dump names depends on the configured limits.
+async fn child_wait_cause<B: Backend>(b: &B) -> Value {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let _k1 = lead
+        .child("k1", Grant::fenced(root, ["src/"]))
+        .await
+        .unwrap();
+    let mut k2 = Box::pin(lead.child_wait("k2", Grant::fenced(root, ["src/"])));
+    queued(b, &mut k2, 1).await;
+    let dump = b.dump().await;
+    assert_eq!(
+        dump["waiters"][0]["actor"], "lead",
+        "a child_wait shows its parent"
+    );
+    assert_eq!(dump["waiters"][0]["child"], "k2");
+    dump["waiters"][0]["cause"].clone()
+}
+
+/// Runs under `max_actors(1)` and `max_writers(1)`: blocked by all three.
+async fn a_wait_blocked_by_every_limit_names_the_slots<B: Backend>(b: &B) {
+    assert_eq!(child_wait_cause(b).await, json!({"cause": "slots"}));
+}
+
+/// Runs under `max_actors(2)` and `max_writers(1)`: a free actor slot.
+async fn a_wait_blocked_by_writers_and_a_path_names_the_writers<B: Backend>(b: &B) {
+    assert_eq!(child_wait_cause(b).await, json!({"cause": "writers"}));
+}
+
+/// Runs under `max_actors(2)` and `max_writers(2)`: only the path.
+async fn a_wait_blocked_by_a_path_only_names_it_and_its_holder<B: Backend>(b: &B) {
+    let cause = child_wait_cause(b).await;
+    assert_eq!(cause, path_cause(&b.root().join("src"), "k1"));
+}
+
+async fn a_waiter_behind_an_earlier_waiter_names_that_waiter<B: Backend>(b: &B) {
+    let root = b.root();
+    let holder = b.actor("holder", Grant::workspace(root)).await.unwrap();
+    let first = b.actor("first", Grant::workspace(root)).await.unwrap();
+    let second = b.actor("second", Grant::workspace(root)).await.unwrap();
+    let held = holder.try_admit(t(&["a.rs"])).await.unwrap();
+    let mut w1 = Box::pin(first.admit(t(&["a.rs", "b.rs"])));
+    queued(b, &mut w1, 1).await;
+    let mut w2 = Box::pin(second.admit(t(&["b.rs"])));
+    queued(b, &mut w2, 2).await;
+    let dump = b.dump().await;
+    assert_eq!(
+        causes(&dump),
+        [
+            path_cause(&root.join("a.rs"), "holder"),
+            path_cause(&root.join("b.rs"), "first")
+        ]
+    );
+    assert_eq!(
+        dump["waiters"][1]["blocked_by"]["waiters"],
+        json!([dump["waiters"][0]["id"]])
+    );
+    holder.release(held).await;
+    let r1 = within("first", w1).await.unwrap();
+    assert_eq!(
+        causes(&b.dump().await),
+        [path_cause(&root.join("b.rs"), "first")]
+    );
+    first.release(r1).await;
+    let r2 = within("second", w2).await.unwrap();
+    second.release(r2).await;
+}
+
+async fn higher_priority_first_then_arrival_order<B: Backend>(b: &B) {
+    let root = b.root();
+    let holder = b.actor("holder", Grant::workspace(root)).await.unwrap();
+    let held = holder.try_admit(t(&["a.rs"])).await.unwrap();
+    let order = [("A", 0), ("B", 5), ("C", 0), ("D", 5), ("E", -1)];
+    let mut actors = Vec::new();
+    for (name, _) in order {
+        actors.push(b.actor(name, Grant::workspace(root)).await.unwrap());
+    }
+    let mut waiting = Vec::new();
+    for (n, (actor, (_, priority))) in actors.iter().zip(order).enumerate() {
+        let mut w = Box::pin(actor.admit_with(t(&["a.rs"]), at(priority)));
+        // Queued one at a time, so arrival order is known.
+        queued(b, &mut w, n + 1).await;
+        waiting.push(Some(w));
+    }
+    let dump = b.dump().await;
+    let queue: Vec<(&str, i64)> = dump["waiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["actor"].as_str().unwrap(),
+                w["priority"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(queue, [("B", 5), ("D", 5), ("A", 0), ("C", 0), ("E", -1)]);
+    holder.release(held).await;
+    for name in ["B", "D", "A", "C", "E"] {
+        let at = order.iter().position(|(n, _)| *n == name).unwrap();
+        let w = waiting[at].take().unwrap();
+        let got = within(name, w).await.unwrap();
+        assert_eq!(b.dump().await["holds"][0]["actor"], name);
+        actors[at].release(got).await;
+    }
+    assert!(idle(&b.dump().await));
+}
+
+async fn a_request_keeps_its_priority_in_every_form<B: Backend>(b: &B) {
+    let root = b.root();
+    let holder = b.actor("holder", Grant::workspace(root)).await.unwrap();
+    let waiter = b.actor("waiter", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let held = holder.try_admit(t(&["a.rs"])).await.unwrap();
+    // waiter (priority 0) waits for a.rs and, behind it, claims b.rs too.
+    let mut w = Box::pin(waiter.admit(t(&["a.rs", "b.rs"])));
+    queued(b, &mut w, 1).await;
+    // Plain forms use priority 0, so they queue behind the waiter.
+    let refused = busy(other.try_admit(t(&["b.rs"])).await);
+    assert!(refused.queued);
+    assert_eq!(refused.holder, "waiter");
+    busy(other.fence(t(&["b.rs"])).await);
+    busy(other.try_admit_with(t(&["b.rs"]), at(0)).await);
+    busy(other.fence_with(t(&["b.rs"]), at(-3)).await);
+    // A higher priority is ahead of the waiter in every form.
+    let r = other.try_admit_with(t(&["b.rs"]), at(1)).await.unwrap();
+    other.release(r).await;
+    let f = other.fence_with(t(&["b.rs"]), at(1)).await.unwrap();
+    other.release_fence(f).await;
+    let r = within("a priority 1 admit", other.admit_with(t(&["b.rs"]), at(1)))
+        .await
+        .unwrap();
+    other.release(r).await;
+    // A waiting request of higher priority is queued ahead of the waiter.
+    let blocker = other.try_admit(t(&["c.rs"])).await.unwrap();
+    let mut hi = Box::pin(other.admit_with(t(&["b.rs", "c.rs"]), at(2)));
+    queued(b, &mut hi, 2).await;
+    let dump = b.dump().await;
+    assert_eq!(dump["waiters"][0]["priority"], 2);
+    assert_eq!(dump["waiters"][1]["actor"], "waiter");
+    drop(hi);
+    waiters(b, 1).await;
+    other.release(blocker).await;
+    holder.release(held).await;
+    let r = within("the waiter", w).await.unwrap();
+    waiter.release(r).await;
+}
+
+async fn disjoint_requests_never_wait_for_each_other<B: Backend>(b: &B) {
+    let root = b.root();
+    let holder = b.actor("holder", Grant::workspace(root)).await.unwrap();
+    let urgent = b.actor("urgent", Grant::workspace(root)).await.unwrap();
+    let low = b.actor("low", Grant::workspace(root)).await.unwrap();
+    let held = holder.try_admit(t(&["src/a.rs"])).await.unwrap();
+    let mut w = Box::pin(urgent.admit_with(t(&["src/"]), at(100)));
+    queued(b, &mut w, 1).await;
+    // Nothing overlaps docs/: neither the hold nor the urgent waiter is in the way.
+    let r1 = low
+        .try_admit_with(t(&["docs/a.md"]), at(-100))
+        .await
+        .unwrap();
+    let r2 = within(
+        "a disjoint admit",
+        low.admit_with(t(&["docs/b.md"]), at(-100)),
+    )
+    .await
+    .unwrap();
+    let f = low.fence(t(&["tests/"])).await.unwrap();
+    low.release(r1).await;
+    low.release(r2).await;
+    low.release_fence(f).await;
+    holder.release(held).await;
+    let r = within("the urgent waiter", w).await.unwrap();
+    urgent.release(r).await;
+}
+
+async fn no_starvation_within_a_priority_level<B: Backend>(b: &B) {
+    let root = b.root();
+    let holder = b.actor("holder", Grant::workspace(root)).await.unwrap();
+    let patient = b.actor("patient", Grant::workspace(root)).await.unwrap();
+    let eager = b.actor("eager", Grant::workspace(root)).await.unwrap();
+    let held = holder.try_admit(t(&["a.rs"])).await.unwrap();
+    let mut w = Box::pin(patient.admit(t(&["a.rs", "b.rs"])));
+    queued(b, &mut w, 1).await;
+    // b.rs is free, but taking it would keep the patient waiter waiting: a
+    // stream of try_admits (and fences) of the same priority is refused.
+    for i in 0..50 {
+        let refused = if i % 2 == 0 {
+            busy(eager.try_admit(t(&["b.rs"])).await)
+        } else {
+            busy(eager.fence(t(&["b.rs"])).await)
+        };
+        assert!(refused.queued);
+        assert_eq!(refused.holder, "patient");
+    }
+    assert_eq!(count(&b.dump().await, "waiters"), 1);
+    // The holder releases: the waiter is granted before anyone else can try.
+    holder.release(held).await;
+    busy(eager.try_admit(t(&["b.rs"])).await);
+    let r = within("the patient waiter", w).await.unwrap();
+    assert_eq!(B::Actor::call_paths(&r).len(), 2);
+    patient.release(r).await;
+}
+
+// ---- §11: widening and narrowing ----
+
+async fn widen_is_all_or_nothing<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let mut fence = lead.fence(t(&["src/"])).await.unwrap();
+    let held = other
+        .try_admit_with(
+            t(&["docs/a.md"]),
+            Ask {
+                priority: 0,
+                label: Some("edit"),
+            },
+        )
+        .await
+        .unwrap();
+    let refused = busy(lead.extend(&mut fence, t(&["tests/", "docs/"])).await);
+    assert_eq!(refused.holder, "other");
+    assert_eq!(refused.path, root.join("docs"));
+    // Nothing was added: tests/ is still free for others.
+    assert_eq!(B::Actor::fence_paths(&fence), [root.join("src")]);
+    passes(&other, t(&["tests/x.rs"])).await;
+    lead.extend(&mut fence, t(&["tests/"])).await.unwrap();
+    assert_eq!(
+        B::Actor::fence_paths(&fence),
+        [root.join("src"), root.join("tests")]
+    );
+    busy(other.try_admit(t(&["tests/x.rs"])).await);
+    other.release(held).await;
+    lead.extend(&mut fence, t(&["docs/"])).await.unwrap();
+    assert_eq!(B::Actor::fence_paths(&fence).len(), 3);
+    b.check();
+    lead.release_fence(fence).await;
+}
+
+async fn widen_is_not_refused_by_a_waiter_on_the_part_already_held<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let mut fence = lead.fence(t(&["src/"])).await.unwrap();
+    let mut w = Box::pin(other.admit(t(&["src/a.rs"])));
+    queued(b, &mut w, 1).await;
+    // docs/ is contested by nobody; the waiter waits for src/, which the
+    // fence already holds.
+    lead.extend(&mut fence, t(&["docs/"])).await.unwrap();
+    // Asking again for what the fence already covers changes nothing.
+    lead.extend(&mut fence, t(&["src/b.rs"])).await.unwrap();
+    assert_eq!(
+        B::Actor::fence_paths(&fence),
+        [root.join("docs"), root.join("src")]
+    );
+    // A call's reservation grows the same way.
+    let mut call = lead.try_admit(t(&["x.rs"])).await.unwrap();
+    let mut w2 = Box::pin(other.admit(t(&["x.rs"])));
+    queued(b, &mut w2, 2).await;
+    lead.extend_call(&mut call, t(&["y.rs"])).await.unwrap();
+    // But a new path an earlier waiter asked for is refused (fairness) —
+    // a waiter blocked by a call, not by a fence covering the call (that
+    // one the fence's owner would pass, SPEC §4).
+    let mut w3 = Box::pin(other.admit(t(&["x.rs", "z.rs"])));
+    queued(b, &mut w3, 3).await;
+    assert!(busy(lead.extend_call(&mut call, t(&["z.rs"])).await).queued);
+    lead.release(call).await;
+    lead.release_fence(fence).await;
+    for (what, w) in [("w", w), ("w2", w2), ("w3", w3)] {
+        let r = within(what, w).await.unwrap();
+        other.release(r).await;
+    }
+}
+
+async fn narrow_wakes_a_waiter_for_the_released_part_not_the_kept_part<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let bb = b.actor("b", Grant::workspace(root)).await.unwrap();
+    let mut fence = lead.fence(t(&["src/", "docs/"])).await.unwrap();
+    let mut on_docs = Box::pin(a.admit(t(&["docs/a.md"])));
+    queued(b, &mut on_docs, 1).await;
+    let mut on_kept = Box::pin(bb.admit(t(&["src/lex.rs"])));
+    queued(b, &mut on_kept, 2).await;
+    let mut on_src = Box::pin(bb.admit(t(&["src/ast.rs"])));
+    queued(b, &mut on_src, 3).await;
+    lead.narrow(&mut fence, t(&["src/lex.rs"])).await.unwrap();
+    assert_eq!(B::Actor::fence_paths(&fence), [root.join("src/lex.rs")]);
+    // The released parts' waiters were granted by the narrow itself.
+    let dump = b.dump().await;
+    assert_eq!(count(&dump, "waiters"), 1);
+    assert_eq!(
+        dump["waiters"][0]["paths"][0]["path"],
+        text(&root.join("src/lex.rs"))
+    );
+    assert_eq!(
+        causes(&dump),
+        [path_cause(&root.join("src/lex.rs"), "lead")]
+    );
+    let r1 = within("on docs", on_docs).await.unwrap();
+    let r2 = within("on src", on_src).await.unwrap();
+    assert_eq!(count(&b.dump().await, "waiters"), 1);
+    lead.release_fence(fence).await;
+    let r3 = within("on the kept part", on_kept).await.unwrap();
+    a.release(r1).await;
+    bb.release(r2).await;
+    bb.release(r3).await;
+}
+
+async fn narrow_outside_the_current_fence_changes_nothing<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let mut fence = lead.fence(t(&["src/", "docs/a.md"])).await.unwrap();
+    let mut w = Box::pin(other.admit(t(&["docs/a.md"])));
+    queued(b, &mut w, 1).await;
+    let held = [root.join("docs/a.md"), root.join("src")];
+    for bad in [
+        t(&["src/a.rs", "tests/x.rs"]),
+        t(&["docs/"]), // wider than the exact key it holds
+        t(&["docs/a.md/"]),
+        t(&["src/a.rs", "docs/b.md"]),
+    ] {
+        match lead.narrow(&mut fence, bad.clone()).await {
+            Err(Error::OutsideFence {
+                actor, fence: f, ..
+            }) => {
+                assert_eq!(actor, "lead");
+                assert_eq!(f, held);
+            }
+            other => panic!("expected OutsideFence for {bad:?}, got {:?}", other.err()),
+        }
+        assert_eq!(B::Actor::fence_paths(&fence), held);
+        assert_eq!(count(&b.dump().await, "waiters"), 1, "nothing was released");
+    }
+    match lead.narrow(&mut fence, vec![]).await {
+        Err(Error::InvalidPath { .. }) => {}
+        other => panic!("expected InvalidPath, got {:?}", other.err()),
+    }
+    assert_eq!(B::Actor::fence_paths(&fence).len(), 2);
+    lead.narrow(&mut fence, t(&["src/"])).await.unwrap();
+    let r = within("the waiter", w).await.unwrap();
+    other.release(r).await;
+    lead.release_fence(fence).await;
+}
+
+async fn narrow_can_only_weaken_a_mode<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let shared_tree = |p: &str| vec![Target::tree(p).shared()];
+    let mode_of = |dump: &Value| dump["holds"][0]["paths"][0]["mode"].clone();
+    let mut watch = lead.fence(shared_tree("vendor")).await.unwrap();
+    match lead
+        .narrow(&mut watch, vec![Target::file("vendor/lib.rs")])
+        .await
+    {
         Err(Error::OutsideFence { .. }) => {}
         other => panic!("expected OutsideFence, got {:?}", other.err()),
     }
-    o.release(now_free).await;
-    a.release_fence(f).await;
+    assert_eq!(mode_of(&b.dump().await), "shared");
+    assert_eq!(B::Actor::fence_paths(&watch), [root.join("vendor")]);
+    lead.release_fence(watch).await;
+
+    let mut fence = lead.fence(t(&["src/"])).await.unwrap();
+    busy(other.fence(shared_tree("src")).await);
+    // Exclusive to shared: another shared fence may now join.
+    lead.narrow(&mut fence, shared_tree("src")).await.unwrap();
+    assert_eq!(mode_of(&b.dump().await), "shared");
+    let theirs = other.fence(shared_tree("src")).await.unwrap();
+    // ... but writes by others are still refused under a shared fence.
+    busy(other.try_admit(t(&["src/a.rs"])).await);
+    other.release_fence(theirs).await;
+    lead.release_fence(fence).await;
 }
 
 // ---- §6–§7: the file tools ----
@@ -1602,9 +2298,12 @@ conformance!(
     fenced_actor_writes_only_inside_its_fence_and_reads_anywhere,
     a_fenced_grant_is_acquired_all_or_nothing_at_creation,
     children_of_fenced_actors_are_fenced_inside_or_read_only,
-    read_only_actors_take_shared_holds_only,
+    a_read_only_actor_takes_shared_holds_only,
+    a_child_of_a_read_only_actor_must_be_read_only,
+    a_read_only_child_of_a_fenced_parent_needs_no_fence,
     read_roots_are_shared_only,
-    workspace_target_is_the_whole_writable_scope,
+    workspace_target_reserves_the_grant_root_as_a_tree,
+    workspace_target_of_a_fenced_actor_is_its_grant_fence,
     dropping_an_actor_releases_its_fences_but_not_its_calls_or_children,
     // §4 admission, waiting, cancellation, timeouts, deadlocks
     all_or_nothing_leaves_nothing_behind,
@@ -1623,11 +2322,35 @@ conformance!(
     extend_is_judged_at_the_requests_own_priority,
     calls_never_create_wait_edges,
     reservation_extend_is_all_or_nothing,
-    fences_extend_all_or_nothing_and_narrow,
     parallel_calls_of_one_actor_are_not_a_deadlock,
     a_fence_granted_past_waiters_may_not_close_a_cycle,
     // §5 the dump
     dump_shows_actors_holds_waiters_and_counters(config().session("s-1")),
+    // §11 slots and child_wait
+    root_actors_count_against_no_limit(config().max_actors(1).max_writers(1)),
+    child_past_max_actors_is_no_slot_naming_the_limit(config().max_actors(2)),
+    read_only_children_do_not_count_as_writers(config().max_writers(1)),
+    read_only_children_still_count_as_actors(config().max_actors(1).max_writers(5)),
+    child_is_refused_while_a_child_wait_is_queued_on_that_limit(
+        config().max_actors(2).max_writers(1)
+    ),
+    freed_slots_go_to_queued_child_waits_in_queue_order(config().max_actors(1)),
+    a_child_wait_blocked_by_a_path_reserves_no_slot(config().max_actors(1)),
+    a_slot_wait_that_every_slot_holder_waits_on_is_a_deadlock(config().max_actors(1)),
+    // §11 wait causes, priorities, widening and narrowing
+    a_wait_blocked_by_every_limit_names_the_slots(config().max_actors(1).max_writers(1)),
+    a_wait_blocked_by_writers_and_a_path_names_the_writers(config().max_actors(2).max_writers(1)),
+    a_wait_blocked_by_a_path_only_names_it_and_its_holder(config().max_actors(2).max_writers(2)),
+    a_waiter_behind_an_earlier_waiter_names_that_waiter,
+    higher_priority_first_then_arrival_order,
+    a_request_keeps_its_priority_in_every_form,
+    disjoint_requests_never_wait_for_each_other,
+    no_starvation_within_a_priority_level,
+    widen_is_all_or_nothing,
+    widen_is_not_refused_by_a_waiter_on_the_part_already_held,
+    narrow_wakes_a_waiter_for_the_released_part_not_the_kept_part,
+    narrow_outside_the_current_fence_changes_nothing,
+    narrow_can_only_weaken_a_mode,
     // §6–§7 the file tools
     files_pass_the_version_gate,
     a_contested_file_op_is_busy_and_writes_nothing,
