@@ -58,6 +58,12 @@ trait Agent: Sized {
     fn name(&self) -> &str;
     async fn child(&self, name: &str, grant: Grant) -> Result<Self, Error>;
     async fn child_wait(&self, name: &str, grant: Grant) -> Result<Self, Error>;
+    async fn child_wait_timeout(
+        &self,
+        name: &str,
+        grant: Grant,
+        d: Duration,
+    ) -> Result<Self, Error>;
     async fn try_admit(&self, t: Vec<Target>) -> Result<Self::Call, Error>;
     async fn admit(&self, t: Vec<Target>) -> Result<Self::Call, Error>;
     async fn admit_timeout(&self, t: Vec<Target>, d: Duration) -> Result<Self::Call, Error>;
@@ -128,6 +134,14 @@ impl Agent for writ::Actor {
     }
     async fn child_wait(&self, name: &str, grant: Grant) -> Result<Self, Error> {
         writ::Actor::child_wait(self, name, grant).await
+    }
+    async fn child_wait_timeout(
+        &self,
+        name: &str,
+        grant: Grant,
+        d: Duration,
+    ) -> Result<Self, Error> {
+        writ::Actor::child_wait_timeout(self, name, grant, d).await
     }
     async fn try_admit(&self, t: Vec<Target>) -> Result<Self::Call, Error> {
         writ::Actor::try_admit(self, t)
@@ -240,6 +254,14 @@ impl Agent for writ::remote::Actor {
     }
     async fn child_wait(&self, name: &str, grant: Grant) -> Result<Self, Error> {
         writ::remote::Actor::child_wait(self, name, grant).await
+    }
+    async fn child_wait_timeout(
+        &self,
+        name: &str,
+        grant: Grant,
+        d: Duration,
+    ) -> Result<Self, Error> {
+        writ::remote::Actor::child_wait_timeout(self, name, grant, d).await
     }
     async fn try_admit(&self, t: Vec<Target>) -> Result<Self::Call, Error> {
         writ::remote::Actor::try_admit(self, t).await
@@ -1792,6 +1814,32 @@ async fn a_slot_wait_that_every_slot_holder_waits_on_is_a_deadlock<B: Backend>(b
     assert_eq!(w.name(), "w");
 }
 
+/// Runs under `max_actors(1)`.
+async fn child_wait_timeout_gives_up_and_leaves_nothing<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let first = lead.child("first", Grant::workspace(root)).await.unwrap();
+    let late = lead
+        .child_wait_timeout("late", Grant::workspace(root), Duration::from_millis(30))
+        .await;
+    match late {
+        Err(Error::Timeout { waited, .. }) => assert!(waited >= Duration::from_millis(30)),
+        other => panic!("expected Timeout, got {:?}", other.err()),
+    }
+    let dump = waiters(b, 0).await;
+    assert_eq!(dump["counters"]["timed_out"], 1);
+    assert_eq!(count(&dump, "actors"), 2);
+    first.close().await;
+    let next = within(
+        "a free slot",
+        lead.child_wait_timeout("next", Grant::workspace(root), PATIENCE),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next.name(), "next");
+    b.check();
+}
+
 // ---- §11: wait causes and priorities ----
 
 /// A child_wait for `src/`, while a sibling child holds it: which limit
@@ -2337,6 +2385,7 @@ conformance!(
     freed_slots_go_to_queued_child_waits_in_queue_order(config().max_actors(1)),
     a_child_wait_blocked_by_a_path_reserves_no_slot(config().max_actors(1)),
     a_slot_wait_that_every_slot_holder_waits_on_is_a_deadlock(config().max_actors(1)),
+    child_wait_timeout_gives_up_and_leaves_nothing(config().max_actors(1)),
     // §11 wait causes, priorities, widening and narrowing
     a_wait_blocked_by_every_limit_names_the_slots(config().max_actors(1).max_writers(1)),
     a_wait_blocked_by_writers_and_a_path_names_the_writers(config().max_actors(2).max_writers(1)),

@@ -11,8 +11,7 @@
 //!   tasks sharing one in-process `Actor`.
 //! - the `on_queued` callback and the approval hook: closures in `Config`
 //!   that a client cannot set on a server.
-//! - `child_wait_timeout`, `admit_blocking` and `Fence::modes`: calls that
-//!   exist only in process.
+//! - `admit_blocking` and `Fence::modes`: calls that exist only in process.
 //!
 //! No sleeps: waiting futures are polled by hand with a no-op waker, spawned
 //! tasks report over channels, and "is it queued yet" is answered by polling
@@ -399,26 +398,6 @@ fn approval_hook_is_asked_outside_the_lock() {
 }
 
 // ---------------------------------------------------------------- in-process-only forms
-
-#[tokio::test]
-async fn child_wait_timeout_gives_up_and_leaves_nothing() {
-    let (_dir, root, sched) = setup(Config::default().max_actors(1));
-    let lead = sched.actor("lead", Grant::workspace(&root)).unwrap();
-    let first = lead.child("first", Grant::workspace(&root)).unwrap();
-    let late = lead
-        .child_wait_timeout("late", Grant::workspace(&root), Duration::from_millis(30))
-        .await;
-    assert!(matches!(late, Err(Error::Timeout { .. })), "{late:?}");
-    let dump = sched.dump();
-    assert!(dump.waiters.is_empty());
-    assert_eq!(dump.counters.timed_out, 1);
-    drop(first);
-    let next = lead
-        .child_wait_timeout("next", Grant::workspace(&root), Duration::from_secs(5))
-        .await;
-    assert!(next.is_ok(), "{next:?}");
-    sched.assert_invariants();
-}
 
 #[test]
 fn admit_blocking_keeps_its_priority() {
