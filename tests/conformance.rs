@@ -1,18 +1,29 @@
-//! The conformance suite: the scheduler's behaviours written ONCE against a
-//! small trait, and run against the in-process `Scheduler` and against a
-//! `writ serve` through `writ::remote`. Both must pass the same assertions.
+//! The conformance suite (SPEC §15): the scheduler's behaviours (§2–§5,
+//! and the slots, priorities and fence changes of §11) and the file tools,
+//! written ONCE against a small trait, and run against the in-process
+//! `Scheduler` and against a `writ serve` through `writ::remote`. Both must
+//! pass the same assertions; each test may pick the `Config` it runs under,
+//! which the server takes as it is.
 //!
-//! The suite uses only the public API. Guards are released through the
-//! trait (`release`), because a remote guard dropped without it is released
-//! in the background and a test must not race that.
+//! The suite uses only the public API. What only the in-process API can show
+//! (the drop timing of guards, a future polled by hand, blocking admits,
+//! hooks in `Config`, type bounds) stays in tests/scheduler.rs and
+//! tests/orchestration.rs, whose headers say why.
+//!
+//! Guards are released through the trait (`release`), because a remote guard
+//! dropped without it is released in the background and a test must not race
+//! that. A waiting request is a boxed future: `queued` polls it until the
+//! dump shows it waiting; from then on the queue (in process, or on the
+//! server) keeps it without further polling, and dropping the box cancels it.
 
 #![allow(async_fn_in_trait)]
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-use writ::{Error, Grant, HoldKind, Target};
+use serde_json::{Value, json};
+use writ::{Config, Error, Grant, HoldKind, Mode, SlotLimit, Target};
 
 /// A session that makes actors.
 trait Backend {
@@ -20,21 +31,55 @@ trait Backend {
     fn root(&self) -> &Path;
     async fn actor(&self, name: &str, grant: Grant) -> Result<Self::Actor, Error>;
     async fn dump(&self) -> Value;
+    async fn dump_table(&self) -> String;
+    /// Checks the scheduler's internal invariants (over HTTP, those of the
+    /// server's scheduler): the harness's own check, not a behaviour.
+    fn check(&self);
+}
+
+/// A request's priority and label (the `request(..)` builder).
+#[derive(Default)]
+struct Ask {
+    priority: i32,
+    label: Option<&'static str>,
+}
+
+fn at(priority: i32) -> Ask {
+    Ask {
+        priority,
+        label: None,
+    }
 }
 
 /// An actor that admits, fences, makes children and uses files.
 trait Agent: Sized {
     type Call;
     type Fence;
+    fn name(&self) -> &str;
     async fn child(&self, name: &str, grant: Grant) -> Result<Self, Error>;
+    async fn child_wait(&self, name: &str, grant: Grant) -> Result<Self, Error>;
+    async fn child_wait_timeout(
+        &self,
+        name: &str,
+        grant: Grant,
+        d: Duration,
+    ) -> Result<Self, Error>;
     async fn try_admit(&self, t: Vec<Target>) -> Result<Self::Call, Error>;
     async fn admit(&self, t: Vec<Target>) -> Result<Self::Call, Error>;
     async fn admit_timeout(&self, t: Vec<Target>, d: Duration) -> Result<Self::Call, Error>;
     async fn fence(&self, t: Vec<Target>) -> Result<Self::Fence, Error>;
     async fn fence_wait(&self, t: Vec<Target>) -> Result<Self::Fence, Error>;
+    async fn try_admit_with(&self, t: Vec<Target>, ask: Ask) -> Result<Self::Call, Error>;
+    async fn admit_with(&self, t: Vec<Target>, ask: Ask) -> Result<Self::Call, Error>;
+    async fn fence_with(&self, t: Vec<Target>, ask: Ask) -> Result<Self::Fence, Error>;
+    async fn extend_call(&self, c: &mut Self::Call, t: Vec<Target>) -> Result<(), Error>;
+    fn call_paths(c: &Self::Call) -> Vec<PathBuf>;
+    fn fence_paths(f: &Self::Fence) -> Vec<PathBuf>;
     async fn extend(&self, f: &mut Self::Fence, t: Vec<Target>) -> Result<(), Error>;
     async fn narrow(&self, f: &mut Self::Fence, t: Vec<Target>) -> Result<(), Error>;
+    /// Releases a call; it goes by the hold, so any actor may hand it in.
     async fn release(&self, c: Self::Call);
+    /// Releases a fence; it goes by the hold, as `release`.
     async fn release_fence(&self, f: Self::Fence);
     async fn close(self);
     async fn read(&self, path: &str) -> Result<Vec<u8>, Error>;
@@ -62,13 +107,41 @@ impl Backend for InProcess {
     async fn dump(&self) -> Value {
         serde_json::to_value(self.sched.dump()).unwrap()
     }
+    async fn dump_table(&self) -> String {
+        self.sched.dump().to_string()
+    }
+    fn check(&self) {
+        self.sched.assert_invariants();
+    }
+}
+
+fn in_process_request(a: &writ::Actor, t: Vec<Target>, ask: Ask) -> writ::Request {
+    let request = a.request(t).priority(ask.priority);
+    match ask.label {
+        Some(label) => request.label(label),
+        None => request,
+    }
 }
 
 impl Agent for writ::Actor {
     type Call = writ::Reservation;
     type Fence = writ::Fence;
+    fn name(&self) -> &str {
+        writ::Actor::name(self)
+    }
     async fn child(&self, name: &str, grant: Grant) -> Result<Self, Error> {
         writ::Actor::child(self, name, grant)
+    }
+    async fn child_wait(&self, name: &str, grant: Grant) -> Result<Self, Error> {
+        writ::Actor::child_wait(self, name, grant).await
+    }
+    async fn child_wait_timeout(
+        &self,
+        name: &str,
+        grant: Grant,
+        d: Duration,
+    ) -> Result<Self, Error> {
+        writ::Actor::child_wait_timeout(self, name, grant, d).await
     }
     async fn try_admit(&self, t: Vec<Target>) -> Result<Self::Call, Error> {
         writ::Actor::try_admit(self, t)
@@ -84,6 +157,24 @@ impl Agent for writ::Actor {
     }
     async fn fence_wait(&self, t: Vec<Target>) -> Result<Self::Fence, Error> {
         writ::Actor::fence_wait(self, t).await
+    }
+    async fn try_admit_with(&self, t: Vec<Target>, ask: Ask) -> Result<Self::Call, Error> {
+        in_process_request(self, t, ask).try_admit()
+    }
+    async fn admit_with(&self, t: Vec<Target>, ask: Ask) -> Result<Self::Call, Error> {
+        in_process_request(self, t, ask).admit().await
+    }
+    async fn fence_with(&self, t: Vec<Target>, ask: Ask) -> Result<Self::Fence, Error> {
+        in_process_request(self, t, ask).fence()
+    }
+    async fn extend_call(&self, c: &mut Self::Call, t: Vec<Target>) -> Result<(), Error> {
+        c.extend(t)
+    }
+    fn call_paths(c: &Self::Call) -> Vec<PathBuf> {
+        c.paths()
+    }
+    fn fence_paths(f: &Self::Fence) -> Vec<PathBuf> {
+        f.paths()
     }
     async fn extend(&self, f: &mut Self::Fence, t: Vec<Target>) -> Result<(), Error> {
         f.extend(t)
@@ -121,6 +212,7 @@ impl Agent for writ::Actor {
 
 struct OverHttp {
     session: writ::remote::Session,
+    server: writ::server::Server,
     root: PathBuf,
 }
 
@@ -135,13 +227,41 @@ impl Backend for OverHttp {
     async fn dump(&self) -> Value {
         self.session.dump().await.unwrap()
     }
+    async fn dump_table(&self) -> String {
+        self.session.dump_table().await.unwrap()
+    }
+    fn check(&self) {
+        self.server.scheduler().assert_invariants();
+    }
+}
+
+fn remote_request(a: &writ::remote::Actor, t: Vec<Target>, ask: Ask) -> writ::remote::Request<'_> {
+    let request = a.request(t).priority(ask.priority);
+    match ask.label {
+        Some(label) => request.label(label),
+        None => request,
+    }
 }
 
 impl Agent for writ::remote::Actor {
     type Call = writ::remote::Reservation;
     type Fence = writ::remote::Fence;
+    fn name(&self) -> &str {
+        writ::remote::Actor::name(self)
+    }
     async fn child(&self, name: &str, grant: Grant) -> Result<Self, Error> {
         writ::remote::Actor::child(self, name, grant).await
+    }
+    async fn child_wait(&self, name: &str, grant: Grant) -> Result<Self, Error> {
+        writ::remote::Actor::child_wait(self, name, grant).await
+    }
+    async fn child_wait_timeout(
+        &self,
+        name: &str,
+        grant: Grant,
+        d: Duration,
+    ) -> Result<Self, Error> {
+        writ::remote::Actor::child_wait_timeout(self, name, grant, d).await
     }
     async fn try_admit(&self, t: Vec<Target>) -> Result<Self::Call, Error> {
         writ::remote::Actor::try_admit(self, t).await
@@ -157,6 +277,24 @@ impl Agent for writ::remote::Actor {
     }
     async fn fence_wait(&self, t: Vec<Target>) -> Result<Self::Fence, Error> {
         writ::remote::Actor::fence_wait(self, t).await
+    }
+    async fn try_admit_with(&self, t: Vec<Target>, ask: Ask) -> Result<Self::Call, Error> {
+        remote_request(self, t, ask).try_admit().await
+    }
+    async fn admit_with(&self, t: Vec<Target>, ask: Ask) -> Result<Self::Call, Error> {
+        remote_request(self, t, ask).admit().await
+    }
+    async fn fence_with(&self, t: Vec<Target>, ask: Ask) -> Result<Self::Fence, Error> {
+        remote_request(self, t, ask).fence().await
+    }
+    async fn extend_call(&self, c: &mut Self::Call, t: Vec<Target>) -> Result<(), Error> {
+        c.extend(t).await
+    }
+    fn call_paths(c: &Self::Call) -> Vec<PathBuf> {
+        c.paths()
+    }
+    fn fence_paths(f: &Self::Fence) -> Vec<PathBuf> {
+        f.paths()
     }
     async fn extend(&self, f: &mut Self::Fence, t: Vec<Target>) -> Result<(), Error> {
         f.extend(t).await
@@ -208,13 +346,41 @@ fn busy<T>(result: Result<T, Error>) -> writ::Busy {
     }
 }
 
+fn deadlock<T>(result: Result<T, Error>) -> Vec<String> {
+    match result {
+        Err(Error::Deadlock { cycle }) => cycle,
+        Err(other) => panic!("expected Deadlock, got {other}"),
+        Ok(_) => panic!("expected Deadlock, got a grant"),
+    }
+}
+
+/// A path as the dump spells it.
+fn text(path: &Path) -> Value {
+    Value::from(path.to_str().unwrap())
+}
+
+/// Asks `targets` as `actor` without waiting, expects the grant, and hands it back.
+async fn passes<A: Agent>(actor: &A, targets: Vec<Target>) {
+    match actor.try_admit(targets).await {
+        Ok(call) => actor.release(call).await,
+        Err(e) => panic!("expected a grant, got {e}"),
+    }
+}
+
 fn count(dump: &Value, what: &str) -> usize {
     dump[what].as_array().map_or(0, Vec::len)
 }
 
-/// Polls the dump until `pred` holds, for at most 10 s.
+/// Nothing held and nothing waiting (actors may live on).
+fn idle(dump: &Value) -> bool {
+    count(dump, "holds") == 0 && count(dump, "waiters") == 0
+}
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Polls the dump until `pred` holds, for at most `PATIENCE`.
 async fn until<B: Backend>(b: &B, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         let dump = b.dump().await;
         if pred(&dump) {
@@ -232,203 +398,818 @@ async fn waiters<B: Backend>(b: &B, n: usize) -> Value {
     until(b, &format!("{n} waiter(s)"), |d| count(d, "waiters") == n).await
 }
 
-// ---- the suite ----
+/// Drives a request until the dump shows `n` waiters (it being the last),
+/// failing if it is answered instead.
+async fn queued<B, F, T>(b: &B, request: &mut F, n: usize)
+where
+    B: Backend,
+    F: Future<Output = Result<T, Error>> + Unpin,
+{
+    tokio::select! {
+        biased;
+        _ = waiters(b, n) => {}
+        answer = request => panic!(
+            "expected to wait as waiter {n}, was answered: {:?}",
+            answer.err().map(|e| e.to_string())
+        ),
+    }
+}
+
+/// Awaits an answer that must come without anyone else acting (bounded).
+async fn within<F: Future>(what: &str, answer: F) -> F::Output {
+    tokio::time::timeout(PATIENCE, answer)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within {PATIENCE:?}"))
+}
+
+// ---- §3: the conflict matrix ----
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Relation {
+    Same,
+    ParentOverChild,
+    ChildOverParent,
+    Siblings,
+}
+
+enum Guard<A: Agent> {
+    Fence(A::Fence),
+    Call(A::Call),
+}
+
+async fn take<A: Agent>(actor: &A, (kind, mode): (HoldKind, Mode)) -> Result<Guard<A>, Error> {
+    let target = match mode {
+        Mode::Shared => shared("x.rs"),
+        Mode::Exclusive => t(&["x.rs"]),
+    };
+    match kind {
+        HoldKind::Fence => actor.fence(target).await.map(Guard::Fence),
+        HoldKind::Call => actor.try_admit(target).await.map(Guard::Call),
+    }
+}
+
+async fn give_back<A: Agent>(actor: &A, guard: Guard<A>) {
+    match guard {
+        Guard::Fence(f) => actor.release_fence(f).await,
+        Guard::Call(c) => actor.release(c).await,
+    }
+}
+
+/// Takes hold `first` as one actor, then asks hold `then` as another (related
+/// as given) and reports whether that was refused. Leaves nothing behind.
+async fn clash_for<B: Backend>(
+    b: &B,
+    first: (HoldKind, Mode),
+    then: (HoldKind, Mode),
+    relation: Relation,
+) -> bool {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let parent = lead.child("parent", Grant::workspace(root)).await.unwrap();
+    let child = parent.child("child", Grant::workspace(root)).await.unwrap();
+    let sibling = lead.child("sibling", Grant::workspace(root)).await.unwrap();
+    let (one, two) = match relation {
+        Relation::Same => (&parent, &parent),
+        Relation::ParentOverChild => (&parent, &child),
+        Relation::ChildOverParent => (&child, &parent),
+        Relation::Siblings => (&parent, &sibling),
+    };
+    let held = take(one, first)
+        .await
+        .expect("the first hold is always granted");
+    let refused = match take(two, then).await {
+        Ok(guard) => {
+            give_back(two, guard).await;
+            false
+        }
+        Err(Error::Busy(_)) => true,
+        Err(e) => panic!("unexpected {e}"),
+    };
+    b.check();
+    give_back(one, held).await;
+    for actor in [child, sibling, parent, lead] {
+        actor.close().await;
+    }
+    assert!(idle(&b.dump().await));
+    refused
+}
 
 async fn conflict_matrix_between_unrelated_actors<B: Backend>(b: &B) {
-    let root = b.root();
-    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
-    let o = b.actor("o", Grant::workspace(root)).await.unwrap();
-    // Fence-X blocks Call-X and Call-S? No: a read passes through a fence.
-    let f = a.fence(t(&["x.rs"])).await.unwrap();
-    assert_eq!(busy(o.try_admit(t(&["x.rs"])).await).kind, HoldKind::Fence);
-    let read = o.try_admit(shared("x.rs")).await.unwrap();
-    // Call-S blocks Call-X.
-    let write = busy(a.try_admit(t(&["x.rs"])).await);
-    assert_eq!(write.holder, "o");
-    o.release(read).await;
-    a.release_fence(f).await;
-    // Call-X blocks Call-S.
-    let w = a.try_admit(t(&["x.rs"])).await.unwrap();
-    assert_eq!(busy(o.try_admit(shared("x.rs")).await).holder, "a");
-    a.release(w).await;
-    // Fence-S and Call-S share; Fence-S blocks Call-X.
-    let fs = a.fence(shared("x.rs")).await.unwrap();
-    let r = o.try_admit(shared("x.rs")).await.unwrap();
-    busy(o.try_admit(t(&["x.rs"])).await);
-    o.release(r).await;
-    a.release_fence(fs).await;
-    assert_eq!(count(&b.dump().await, "holds"), 0);
+    use HoldKind::*;
+    use Mode::*;
+    let fx = (Fence, Exclusive);
+    let fs = (Fence, Shared);
+    let cx = (Call, Exclusive);
+    let cs = (Call, Shared);
+    let expected = [
+        (fx, fx, true),
+        (fx, fs, true),
+        (fx, cx, true),
+        (fx, cs, false),
+        (fs, fx, true),
+        (fs, fs, false),
+        (fs, cx, true),
+        (fs, cs, false),
+        (cx, fx, true),
+        (cx, fs, true),
+        (cx, cx, true),
+        (cx, cs, true),
+        (cs, fx, false),
+        (cs, fs, false),
+        (cs, cx, true),
+        (cs, cs, false),
+    ];
+    for (first, then, clash) in expected {
+        assert_eq!(
+            clash_for(b, first, then, Relation::Siblings).await,
+            clash,
+            "{first:?} then {then:?} (siblings)"
+        );
+    }
 }
 
 async fn a_fence_covers_its_owner_and_descendants_but_not_upwards<B: Backend>(b: &B) {
-    let root = b.root();
-    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
-    let kid = lead.child("kid", Grant::workspace(root)).await.unwrap();
-    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
-    let f = lead.fence(t(&["src/"])).await.unwrap();
-    let own = lead.try_admit(t(&["src/a.rs"])).await.unwrap();
-    let kids = kid.try_admit(t(&["src/b.rs"])).await.unwrap();
-    assert_eq!(busy(other.try_admit(t(&["src/c.rs"])).await).holder, "lead");
-    // The child's fence does not cover the parent.
-    let kf = kid.fence(t(&["src/k/"])).await.unwrap();
-    assert_eq!(busy(lead.try_admit(t(&["src/k/x.rs"])).await).holder, "kid");
-    kid.release_fence(kf).await;
-    lead.release(own).await;
-    kid.release(kids).await;
-    lead.release_fence(f).await;
+    use HoldKind::*;
+    use Mode::*;
+    use Relation::*;
+    let fx = (Fence, Exclusive);
+    let cx = (Call, Exclusive);
+    let cs = (Call, Shared);
+    // The owner's and its descendants' holds pass through its fence.
+    assert!(!clash_for(b, fx, cx, Same).await);
+    assert!(!clash_for(b, fx, fx, Same).await);
+    assert!(!clash_for(b, fx, cx, ParentOverChild).await);
+    assert!(!clash_for(b, fx, fx, ParentOverChild).await);
+    // Ownership moves down, never up: the child's fence refuses the
+    // parent's calls, though a parent's fence still covers the child's.
+    assert!(clash_for(b, fx, cx, ChildOverParent).await);
+    assert!(!clash_for(b, fx, fx, ChildOverParent).await);
+    // Within a line, calls still exclude each other.
+    assert!(clash_for(b, cx, cx, Same).await);
+    assert!(clash_for(b, cx, cs, ParentOverChild).await);
+    assert!(!clash_for(b, cs, cs, Same).await);
 }
 
-async fn parallel_calls_of_one_actor_are_serialized<B: Backend>(b: &B) {
-    let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
-    let first = a.try_admit(t(&["f.rs"])).await.unwrap();
-    let second = busy(a.try_admit(t(&["f.rs"])).await);
-    assert_eq!(second.holder, "a");
+async fn parallel_calls_of_one_actor_on_one_file_are_serialized<B: Backend>(b: &B) {
+    let a = b
+        .actor("a", Grant::fenced(b.root(), ["src/"]))
+        .await
+        .unwrap();
+    let first = a.try_admit(t(&["src/lex.rs"])).await.unwrap();
+    assert_eq!(busy(a.try_admit(t(&["src/lex.rs"])).await).holder, "a");
     a.release(first).await;
-    let again = a.try_admit(t(&["f.rs"])).await.unwrap();
-    a.release(again).await;
+    passes(&a, t(&["src/lex.rs"])).await;
 }
+
+// ---- §2: keys ----
 
 async fn trees_cover_descendants_exact_keys_only_themselves<B: Backend>(b: &B) {
-    let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
-    let o = b.actor("o", Grant::workspace(b.root())).await.unwrap();
-    let tree = a.try_admit(vec![Target::tree("docs")]).await.unwrap();
-    busy(o.try_admit(t(&["docs/deep/x.md"])).await);
-    let beside = o.try_admit(t(&["docs-old/x.md"])).await.unwrap();
+    let root = b.root();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let o = b.actor("o", Grant::workspace(root)).await.unwrap();
+    let tree = a.try_admit(t(&["src/"])).await.unwrap();
+    busy(o.try_admit(t(&["src/deep/x.rs"])).await);
+    busy(o.try_admit(t(&["src"])).await); // the tree's own path
+    passes(&o, t(&["src-old/x.rs"])).await; // a sibling prefix is not inside
+    let exact = a.try_admit(t(&["lib"])).await.unwrap();
+    passes(&o, t(&["lib/inner.rs"])).await; // an exact key covers only itself
+    busy(o.try_admit(t(&["lib/"])).await); // a tree over an exact key overlaps it
+    busy(o.try_admit(vec![Target::tree(root.join("."))]).await);
+    a.release(exact).await;
     a.release(tree).await;
-    let file = a.try_admit(t(&["docs"])).await.unwrap();
-    let inside = o.try_admit(t(&["docs-old/y.md"])).await.unwrap();
-    a.release(file).await;
-    o.release(beside).await;
-    o.release(inside).await;
+    assert!(idle(&b.dump().await));
+}
+
+async fn spellings_resolve_to_one_key<B: Backend>(b: &B) {
+    let root = b.root();
+    std::fs::create_dir_all(root.join("src/real")).unwrap();
+    std::os::unix::fs::symlink(root.join("src/real"), root.join("link")).unwrap();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let o = b.actor("o", Grant::workspace(root)).await.unwrap();
+    let held = a.try_admit(t(&["src/real/x.rs"])).await.unwrap();
+    for spelling in [
+        "src/real/x.rs".to_string(),
+        "./src//real/./x.rs".to_string(),
+        "src/other/../real/x.rs".to_string(),
+        "link/x.rs".to_string(),
+        "link/../real/x.rs".to_string(),
+        root.join("src/real/x.rs").display().to_string(),
+    ] {
+        let refused = busy(o.try_admit(t(&[spelling.as_str()])).await);
+        assert_eq!(refused.path, root.join("src/real/x.rs"), "{spelling}");
+    }
+    a.release(held).await;
 }
 
 async fn escapes_are_refused_without_residue<B: Backend>(b: &B) {
-    let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
-    for bad in ["../outside.rs", "/etc/passwd", "src/../../x"] {
+    let base = b.root();
+    let root = base.join("ws");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(base.join("ws-old")).unwrap();
+    std::os::unix::fs::symlink(base.join("ws-old"), root.join("escape")).unwrap();
+    let a = b.actor("a", Grant::workspace(&root)).await.unwrap();
+    for bad in [
+        "../ws-old/a.rs",
+        "escape/a.rs",
+        "/etc/passwd",
+        "sub/../../ws-old/x",
+        "escape/",
+    ] {
         match a.try_admit(t(&["ok.rs", bad])).await {
-            Err(Error::OutsideGrant { .. }) => {}
+            Err(Error::OutsideGrant { path, root: r }) => {
+                assert!(!path.starts_with(&root), "{bad}: {path:?}");
+                assert_eq!(r, root);
+            }
             other => panic!("{bad}: expected OutsideGrant, got {:?}", other.err()),
         }
     }
-    match a.try_admit(t(&["a\0b"])).await {
-        Err(Error::InvalidPath { .. }) => {}
-        other => panic!("expected InvalidPath, got {:?}", other.err()),
+    assert!(idle(&b.dump().await), "nothing of a refused request stays");
+}
+
+async fn malformed_targets_are_invalid_paths<B: Backend>(b: &B) {
+    let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
+    let long = "x".repeat(300);
+    for bad in [
+        "",
+        "a\0b",
+        "CON",
+        "dir/nul.txt",
+        "trailing.",
+        "space ",
+        long.as_str(),
+    ] {
+        match a.try_admit(t(&[bad])).await {
+            Err(Error::InvalidPath { .. }) => {}
+            other => panic!("{bad:?}: expected InvalidPath, got {:?}", other.err()),
+        }
     }
     match a.try_admit(vec![]).await {
         Err(Error::InvalidPath { .. }) => {}
         other => panic!("expected InvalidPath, got {:?}", other.err()),
     }
-    assert_eq!(count(&b.dump().await, "holds"), 0);
+    assert!(idle(&b.dump().await));
 }
 
-async fn all_or_nothing_leaves_nothing_behind<B: Backend>(b: &B) {
+/// Runs under `Config::portable_names(false)`.
+async fn without_portable_names_windows_rules_do_not_apply<B: Backend>(b: &B) {
     let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
-    let o = b.actor("o", Grant::workspace(b.root())).await.unwrap();
-    let held = a.try_admit(t(&["b.rs"])).await.unwrap();
-    busy(o.try_admit(t(&["a.rs", "b.rs", "c.rs"])).await);
+    passes(&a, t(&["CON", "trailing."])).await;
+}
+
+async fn grant_roots_must_exist_and_children_stay_inside<B: Backend>(b: &B) {
+    let root = b.root();
+    std::fs::write(root.join("file"), "x").unwrap();
+    for bad in ["missing", "file"] {
+        match b.actor("a", Grant::workspace(root.join(bad))).await {
+            Err(Error::InvalidPath { .. }) => {}
+            other => panic!("{bad}: expected InvalidPath, got {:?}", other.err()),
+        }
+    }
+    std::fs::create_dir_all(root.join("ws/sub")).unwrap();
+    std::fs::create_dir_all(root.join("ws-old")).unwrap();
+    let lead = b
+        .actor("lead", Grant::workspace(root.join("ws")))
+        .await
+        .unwrap();
+    lead.child("in", Grant::workspace(root.join("ws/sub")))
+        .await
+        .unwrap();
+    for (name, outside) in [("out", root.join("ws-old")), ("up", root.to_path_buf())] {
+        match lead.child(name, Grant::workspace(outside)).await {
+            Err(Error::OutsideGrant { .. }) => {}
+            other => panic!("{name}: expected OutsideGrant, got {:?}", other.err()),
+        }
+    }
+}
+
+/// Runs under `CaseMode::Insensitive`.
+async fn insensitive_case_compares_folded_and_dumps_the_spelling<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let o = b.actor("o", Grant::workspace(root)).await.unwrap();
+    let held = a.try_admit(t(&["Src/Lexer.RS"])).await.unwrap();
+    busy(o.try_admit(t(&["src/lexer.rs"])).await);
     let dump = b.dump().await;
-    assert_eq!(count(&dump, "holds"), 1);
-    assert_eq!(count(&dump, "waiters"), 0);
-    let free = a.try_admit(t(&["a.rs", "c.rs"])).await.unwrap();
-    a.release(free).await;
+    assert_eq!(
+        dump["holds"][0]["paths"][0]["path"],
+        text(&root.join("Src/Lexer.RS"))
+    );
     a.release(held).await;
 }
 
-async fn busy_names_the_holder_and_reads_well<B: Backend>(b: &B) {
-    let parser = b.actor("parser", Grant::workspace(b.root())).await.unwrap();
-    let lead = b.actor("lead", Grant::workspace(b.root())).await.unwrap();
-    let held = parser.try_admit(t(&["src/lex.rs"])).await.unwrap();
-    let e = lead
-        .try_admit(t(&["src/lex.rs"]))
+/// Runs under `CaseMode::Sensitive`.
+async fn sensitive_case_tells_spellings_apart<B: Backend>(b: &B) {
+    let c = b.actor("c", Grant::workspace(b.root())).await.unwrap();
+    let d = b.actor("d", Grant::workspace(b.root())).await.unwrap();
+    let held = c.try_admit(t(&["Src/Lexer.RS"])).await.unwrap();
+    passes(&d, t(&["src/lexer.rs"])).await;
+    c.release(held).await;
+}
+
+/// Runs under `CaseMode::Detect`.
+async fn detect_probes_the_root_file_system<B: Backend>(b: &B) {
+    let root = b.root();
+    std::fs::write(root.join("Probe.txt"), "x").unwrap();
+    // Linux temp file systems are case-sensitive: the swapped spelling is
+    // another file, so Detect behaves as Sensitive there.
+    let insensitive_fs = std::fs::metadata(root.join("pROBE.TXT")).is_ok();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let o = b.actor("o", Grant::workspace(root)).await.unwrap();
+    let held = a.try_admit(t(&["Lexer.rs"])).await.unwrap();
+    match o.try_admit(t(&["lexer.rs"])).await {
+        Ok(call) => {
+            assert!(!insensitive_fs);
+            o.release(call).await;
+        }
+        Err(Error::Busy(_)) => assert!(insensitive_fs),
+        Err(e) => panic!("unexpected {e}"),
+    }
+    a.release(held).await;
+}
+
+async fn overlapping_targets_in_one_request_merge<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let held = a
+        .try_admit(vec![
+            Target::file("a.rs").shared(),
+            Target::file("a.rs"),
+            Target::tree("src"),
+            Target::file("src/x.rs").shared(),
+            Target::tree("docs").shared(),
+            Target::file("docs/y.md"),
+        ])
         .await
-        .map(drop)
-        .unwrap_err();
-    assert!(
-        e.to_string()
-            .starts_with("src/lex.rs is being written by 'parser'"),
-        "{e}"
+        .unwrap();
+    let dump = b.dump().await;
+    let entry = |rel: &str, tree: bool, mode: &str| json!({"path": text(&root.join(rel)), "tree": tree, "mode": mode});
+    assert_eq!(
+        dump["holds"][0]["paths"],
+        json!([
+            entry("a.rs", false, "exclusive"),
+            entry("docs", true, "shared"),
+            entry("docs/y.md", false, "exclusive"),
+            entry("src", true, "exclusive"),
+        ])
     );
-    let Error::Busy(busy) = e else { panic!() };
-    assert_eq!(busy.holder, "parser");
-    assert_eq!(busy.kind, HoldKind::Call);
-    assert!(busy.path.is_absolute() && busy.path.ends_with("src/lex.rs"));
-    assert!(!busy.queued);
-    parser.release(held).await;
+    assert_eq!(
+        B::Actor::call_paths(&held),
+        ["a.rs", "docs", "docs/y.md", "src"].map(|p| root.join(p))
+    );
+    a.release(held).await;
+}
+
+// ---- §3: grants ----
+
+async fn fenced_actor_writes_only_inside_its_fence_and_reads_anywhere<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b
+        .actor("a", Grant::fenced(root, ["src/parser/"]))
+        .await
+        .unwrap();
+    passes(&a, t(&["src/parser/lex.rs"])).await;
+    passes(&a, t(&["src/parser/"])).await; // equal counts as inside
+    match a.try_admit(t(&["src/main.rs"])).await {
+        Err(Error::OutsideFence { path, actor, fence }) => {
+            assert_eq!(path, root.join("src/main.rs"));
+            assert_eq!(actor, "a");
+            assert_eq!(fence, vec![root.join("src/parser")]);
+        }
+        other => panic!("expected OutsideFence, got {:?}", other.err()),
+    }
+    passes(&a, shared("src/main.rs")).await;
+    match a.fence(t(&["docs/"])).await {
+        Err(Error::OutsideFence { .. }) => {}
+        other => panic!(
+            "expected OutsideFence, got {:?}",
+            other.err().map(|e| e.to_string())
+        ),
+    }
+    let inner = a.fence(t(&["src/parser/sub/"])).await.unwrap();
+    a.release_fence(inner).await;
+}
+
+async fn a_fenced_grant_is_acquired_all_or_nothing_at_creation<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let held = a.try_admit(t(&["docs/b.md"])).await.unwrap();
+    let before = count(&b.dump().await, "holds");
+    let refused = busy(
+        b.actor("b", Grant::fenced(root, ["src/", "docs/b.md"]))
+            .await,
+    );
+    assert_eq!(refused.holder, "a");
+    let dump = b.dump().await;
+    assert_eq!(
+        count(&dump, "holds"),
+        before,
+        "no part of the fence was taken"
+    );
+    assert!(
+        dump["actors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["name"] != "b")
+    );
+    passes(&a, t(&["src/x.rs"])).await;
+    // A child's fenced grant likewise; closing the fenced actor frees it.
+    let kid = a
+        .child("kid", Grant::fenced(root, ["src/parser/"]))
+        .await
+        .unwrap();
+    let twin = a
+        .child("twin", Grant::fenced(root, ["src/lib.rs", "src/parser/"]))
+        .await;
+    assert_eq!(busy(twin).holder, "kid");
+    kid.close().await;
+    let twin = a
+        .child("twin", Grant::fenced(root, ["src/parser/"]))
+        .await
+        .unwrap();
+    twin.close().await;
+    a.release(held).await;
+}
+
+async fn children_of_fenced_actors_are_fenced_inside_or_read_only<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b
+        .actor("lead", Grant::fenced(root, ["src/"]))
+        .await
+        .unwrap();
+    lead.child("inside", Grant::fenced(root, ["src/a/"]))
+        .await
+        .unwrap();
+    for (name, grant) in [
+        ("wider", Grant::fenced(root, ["docs/"])),
+        ("optimistic", Grant::workspace(root)),
+    ] {
+        match lead.child(name, grant).await {
+            Err(Error::OutsideFence { .. }) => {}
+            other => panic!("{name}: expected OutsideFence, got {:?}", other.err()),
+        }
+    }
+    lead.child("reader", Grant::read_only(root)).await.unwrap();
+}
+
+fn read_only_refused<T>(result: Result<T, Error>) {
+    match result {
+        Err(Error::ReadOnly { actor, .. }) => assert_eq!(actor, "reader"),
+        Err(other) => panic!("expected ReadOnly, got {other}"),
+        Ok(_) => panic!("expected ReadOnly, got a grant"),
+    }
+}
+
+async fn a_read_only_actor_takes_shared_holds_only<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let reader = lead.child("reader", Grant::read_only(root)).await.unwrap();
+    read_only_refused(reader.try_admit(t(&["a.rs"])).await);
+    read_only_refused(reader.fence(t(&["src/"])).await);
+    read_only_refused(reader.try_admit(vec![Target::workspace()]).await);
+    read_only_refused(
+        reader
+            .try_admit(vec![Target::file("b.rs").shared(), Target::file("a.rs")])
+            .await,
+    );
+    assert_eq!(count(&b.dump().await, "holds"), 0);
+    let read = reader.try_admit(shared("a.rs")).await.unwrap();
+    let watch = reader
+        .fence(vec![Target::tree("src").shared()])
+        .await
+        .unwrap();
+    let all = reader
+        .try_admit(vec![Target::workspace().shared()])
+        .await
+        .unwrap();
+    reader.release(read).await;
+    reader.release_fence(watch).await;
+    reader.release(all).await;
+}
+
+async fn a_child_of_a_read_only_actor_must_be_read_only<B: Backend>(b: &B) {
+    let root = b.root();
+    let reader = b.actor("reader", Grant::read_only(root)).await.unwrap();
+    for grant in [Grant::workspace(root), Grant::fenced(root, ["src/"])] {
+        read_only_refused(reader.child("kid", grant.clone()).await);
+        read_only_refused(within("a child_wait", reader.child_wait("kid", grant)).await);
+    }
+    assert_eq!(count(&b.dump().await, "actors"), 1);
+    let kid = reader.child("kid", Grant::read_only(root)).await.unwrap();
+    kid.close().await;
+}
+
+async fn a_read_only_child_of_a_fenced_parent_needs_no_fence<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let parser = lead
+        .child("parser", Grant::fenced(root, ["src/"]))
+        .await
+        .unwrap();
+    // A writable child without a fence would exceed its parent's write scope.
+    match parser.child("helper", Grant::workspace(root)).await {
+        Err(Error::OutsideFence { .. }) => {}
+        other => panic!("expected OutsideFence, got {:?}", other.err()),
+    }
+    let reviewer = parser
+        .child("reviewer", Grant::read_only(root))
+        .await
+        .unwrap();
+    // It reads anywhere under its root, inside the fence or not.
+    let both = vec![
+        Target::file("src/lex.rs").shared(),
+        Target::file("README.md").shared(),
+    ];
+    passes(&reviewer, both).await;
+    assert_eq!(
+        count(&b.dump().await, "holds"),
+        1,
+        "only the parser's grant fence"
+    );
+}
+
+async fn workspace_target_reserves_the_grant_root_as_a_tree<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let shell = lead
+        .try_admit_with(
+            vec![Target::workspace()],
+            Ask {
+                priority: 0,
+                label: Some("bash: make"),
+            },
+        )
+        .await
+        .unwrap();
+    let dump = b.dump().await;
+    assert_eq!(count(&dump, "holds"), 1);
+    assert_eq!(
+        dump["holds"][0]["paths"],
+        json!([{"path": text(root), "tree": true, "mode": "exclusive"}])
+    );
+    let refused = busy(other.try_admit(t(&["deep/down/file.rs"])).await);
+    assert_eq!(refused.label.as_deref(), Some("bash: make"));
+    busy(other.try_admit(t(&[".env"])).await); // a shell covers every path
+    busy(other.try_admit(shared("README.md")).await);
+    lead.release(shell).await;
+    // Shared: an observing tool lets readers through, not writers.
+    let observe = lead
+        .try_admit(vec![Target::workspace().shared()])
+        .await
+        .unwrap();
+    passes(&other, shared("a.rs")).await;
+    busy(other.try_admit(t(&["a.rs"])).await);
+    lead.release(observe).await;
+}
+
+async fn workspace_target_of_a_fenced_actor_is_its_grant_fence<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let kid = lead
+        .child("kid", Grant::fenced(root, ["src/", "docs/"]))
+        .await
+        .unwrap();
+    let shell = kid.try_admit(vec![Target::workspace()]).await.unwrap();
+    let dump = b.dump().await;
+    let call = dump["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["kind"] == "call")
+        .unwrap();
+    let tree =
+        |rel: &str| json!({"path": text(&root.join(rel)), "tree": true, "mode": "exclusive"});
+    assert_eq!(call["paths"], json!([tree("docs"), tree("src")]));
+    // Outside the kid's fence the lead still works.
+    let readme = lead.try_admit(t(&["README.md"])).await.unwrap();
+    // A second opaque call of the same actor waits for the first.
+    busy(kid.try_admit(vec![Target::workspace()]).await);
+    kid.release(shell).await;
+    lead.release(readme).await;
+}
+
+async fn read_roots_are_shared_only<B: Backend>(b: &B) {
+    let base = b.root();
+    std::fs::create_dir_all(base.join("ws")).unwrap();
+    std::fs::create_dir_all(base.join("refs")).unwrap();
+    let a = b
+        .actor(
+            "a",
+            Grant::workspace(base.join("ws")).read_root(base.join("refs")),
+        )
+        .await
+        .unwrap();
+    passes(&a, vec![Target::file(base.join("refs/doc.md")).shared()]).await;
+    match a
+        .try_admit(vec![Target::file(base.join("refs/doc.md"))])
+        .await
+    {
+        Err(Error::Policy { .. }) => {}
+        other => panic!("expected Policy, got {:?}", other.err()),
+    }
+    match a
+        .try_admit(vec![Target::file(base.join("elsewhere"))])
+        .await
+    {
+        Err(Error::OutsideGrant { .. }) => {}
+        other => panic!("expected OutsideGrant, got {:?}", other.err()),
+    }
+}
+
+async fn dropping_an_actor_releases_its_fences_but_not_its_calls_or_children<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let parent = lead
+        .child("parent", Grant::fenced(root, ["src/"]))
+        .await
+        .unwrap();
+    let child = parent
+        .child("child", Grant::fenced(root, ["src/a/"]))
+        .await
+        .unwrap();
+    let extra = parent.fence(t(&["src/b/"])).await.unwrap();
+    let call = parent.try_admit(t(&["src/c.rs"])).await.unwrap();
+    parent.close().await;
+    let dump = b.dump().await;
+    let holds = dump["holds"].as_array().unwrap();
+    let of = |name: &str| holds.iter().filter(|h| h["actor"] == name).count();
+    assert!(
+        holds
+            .iter()
+            .all(|h| h["actor"] != "parent" || h["kind"] == "call")
+    );
+    assert_eq!(of("parent"), 1, "the call stays");
+    assert_eq!(of("child"), 1, "the child's fence stays");
+    assert!(
+        dump["actors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["name"] == "child")
+    );
+    // Lineage survives the middle actor: the child's own calls still pass its fence.
+    passes(&child, t(&["src/a/x.rs"])).await;
+    passes(&lead, t(&["src/b/x.rs"])).await; // the extra fence is gone
+    lead.release_fence(extra).await; // releasing a released fence is harmless
+    lead.release(call).await;
+    child.close().await;
+    assert!(idle(&b.dump().await));
+}
+
+// ---- §4: admission ----
+
+async fn all_or_nothing_leaves_nothing_behind<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let o = b.actor("o", Grant::workspace(root)).await.unwrap();
+    let held = a.try_admit(t(&["b.rs"])).await.unwrap();
+    let refused = busy(o.try_admit(t(&["a.rs", "b.rs", "c.rs"])).await);
+    assert_eq!(refused.path, root.join("b.rs"));
+    let dump = b.dump().await;
+    assert_eq!(count(&dump, "holds"), 1, "none of a.rs, c.rs was taken");
+    assert_eq!(count(&dump, "waiters"), 0);
+    passes(&a, t(&["a.rs", "c.rs"])).await;
+    a.release(held).await;
+    passes(&o, t(&["a.rs", "b.rs", "c.rs"])).await;
+}
+
+async fn busy_names_the_holder_and_reads_well<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let parser = lead
+        .child("parser", Grant::fenced(root, ["src/parser/"]))
+        .await
+        .unwrap();
+    let refused = busy(lead.try_admit(t(&["src/parser/lex.rs"])).await);
+    assert_eq!(refused.holder, "parser");
+    assert_eq!(refused.kind, HoldKind::Fence);
+    assert_eq!(refused.path, root.join("src/parser/lex.rs"));
+    assert!(!refused.queued);
+    let text = Error::Busy(refused).to_string();
+    assert!(
+        text.starts_with("src/parser/lex.rs is fenced for writing by 'parser'"),
+        "{text}"
+    );
+    assert!(
+        text.contains("retry later or choose another file"),
+        "{text}"
+    );
+    let call = parser
+        .try_admit_with(
+            t(&["src/parser/lex.rs"]),
+            Ask {
+                priority: 0,
+                label: Some("write_file"),
+            },
+        )
+        .await
+        .unwrap();
+    let sibling = lead.child("docs", Grant::workspace(root)).await.unwrap();
+    let refused = busy(sibling.try_admit(shared("src/parser/lex.rs")).await);
+    assert_eq!(refused.kind, HoldKind::Call);
+    let text = Error::Busy(refused).to_string();
+    assert!(
+        text.starts_with("src/parser/lex.rs is being written by 'parser' (write_file, for "),
+        "{text}"
+    );
+    parser.release(call).await;
 }
 
 async fn a_waiter_is_admitted_when_the_holder_releases<B: Backend>(b: &B) {
     let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
     let o = b.actor("o", Grant::workspace(b.root())).await.unwrap();
-    let held = a.try_admit(t(&["w.rs"])).await.unwrap();
-    let (got, ()) = tokio::join!(o.admit(t(&["w.rs"])), async {
-        let dump = waiters(b, 1).await;
-        assert_eq!(dump["waiters"][0]["actor"], "o");
-        a.release(held).await;
-    });
-    let got = got.unwrap();
-    assert_eq!(b.dump().await["holds"][0]["actor"], "o");
+    let held = a.try_admit(t(&["x.rs"])).await.unwrap();
+    let mut waiting = Box::pin(o.admit(t(&["x.rs", "y.rs"])));
+    queued(b, &mut waiting, 1).await;
+    assert_eq!(b.dump().await["waiters"][0]["actor"], "o");
+    a.release(held).await;
+    let got = within("the waiter", waiting).await.unwrap();
+    assert_eq!(B::Actor::call_paths(&got).len(), 2);
+    let dump = b.dump().await;
+    assert_eq!(dump["holds"][0]["actor"], "o");
+    assert_eq!(dump["counters"]["waited"], 1);
     o.release(got).await;
 }
 
 async fn try_admit_cannot_jump_a_queued_waiter<B: Backend>(b: &B) {
-    let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
-    let w = b.actor("w", Grant::workspace(b.root())).await.unwrap();
-    let c = b.actor("c", Grant::workspace(b.root())).await.unwrap();
-    let held = a.try_admit(shared("q.rs")).await.unwrap();
-    let (got, ()) = tokio::join!(w.admit(t(&["q.rs"])), async {
-        waiters(b, 1).await;
-        // A read would pass the shared hold, but not the queued writer.
-        let jumped = busy(c.try_admit(shared("q.rs")).await);
-        assert!(jumped.queued);
-        assert_eq!(jumped.holder, "w");
-        a.release(held).await;
-    });
-    w.release(got.unwrap()).await;
+    let reader1 = b
+        .actor("reader1", Grant::workspace(b.root()))
+        .await
+        .unwrap();
+    let writer = b.actor("writer", Grant::workspace(b.root())).await.unwrap();
+    let reader2 = b
+        .actor("reader2", Grant::workspace(b.root()))
+        .await
+        .unwrap();
+    let read = reader1.try_admit(shared("x.rs")).await.unwrap();
+    let mut write = Box::pin(writer.admit(t(&["x.rs"])));
+    queued(b, &mut write, 1).await;
+    // A second reader is compatible with the first but not with the queued writer.
+    let refused = busy(reader2.try_admit(shared("x.rs")).await);
+    assert!(refused.queued);
+    assert_eq!(refused.holder, "writer");
+    assert!(
+        Error::Busy(refused)
+            .to_string()
+            .contains("is queued to be written by 'writer'")
+    );
+    // A fence is judged the same way.
+    busy(reader2.fence(shared("x.rs")).await);
+    reader1.release(read).await;
+    let got = within("the writer", write).await.unwrap();
+    writer.release(got).await;
 }
 
 async fn disjoint_requests_pass_a_waiter<B: Backend>(b: &B) {
     let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
     let w = b.actor("w", Grant::workspace(b.root())).await.unwrap();
-    let held = a.try_admit(t(&["d.rs"])).await.unwrap();
-    let (got, ()) = tokio::join!(w.admit(t(&["d.rs"])), async {
-        waiters(b, 1).await;
-        let free = a.try_admit(t(&["elsewhere.rs"])).await.unwrap();
-        a.release(free).await;
-        a.release(held).await;
-    });
-    w.release(got.unwrap()).await;
+    let c = b.actor("c", Grant::workspace(b.root())).await.unwrap();
+    let held = a.try_admit(t(&["x.rs"])).await.unwrap();
+    let mut waiting = Box::pin(w.admit(t(&["x.rs", "y.rs"])));
+    queued(b, &mut waiting, 1).await;
+    passes(&c, t(&["z.rs"])).await; // no head-of-line blocking
+    let promised = busy(c.try_admit(t(&["y.rs"])).await);
+    assert!(promised.queued, "y.rs is promised to the waiter");
+    a.release(held).await;
+    let got = within("the waiter", waiting).await.unwrap();
+    w.release(got).await;
 }
 
 async fn cancelling_a_waiter_leaves_nothing_and_wakes_those_behind<B: Backend>(b: &B) {
     let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
     let w = b.actor("w", Grant::workspace(b.root())).await.unwrap();
-    let r = b.actor("r", Grant::workspace(b.root())).await.unwrap();
-    let held = a.try_admit(shared("c.rs")).await.unwrap();
-    {
-        // The writer queues; dropping its future cancels the wait.
-        let writer = w.admit(t(&["c.rs"]));
-        tokio::pin!(writer);
-        tokio::select! {
-            _ = &mut writer => panic!("the writer cannot be admitted yet"),
-            _ = waiters(b, 1) => {}
-        }
-    }
-    waiters(b, 0).await;
-    // The reader behind the cancelled writer passes again.
-    let read = r.try_admit(shared("c.rs")).await.unwrap();
-    r.release(read).await;
+    let c = b.actor("c", Grant::workspace(b.root())).await.unwrap();
+    let held = a.try_admit(t(&["x.rs"])).await.unwrap();
+    let mut first = Box::pin(w.admit(t(&["x.rs", "y.rs"])));
+    queued(b, &mut first, 1).await;
+    // c wants only y.rs: soft-blocked behind w's queued request.
+    let mut second = Box::pin(c.admit(t(&["y.rs"])));
+    queued(b, &mut second, 2).await;
+    drop(first);
+    let got = within("the request behind the cancelled one", second)
+        .await
+        .unwrap();
+    let dump = waiters(b, 0).await;
+    assert_eq!(count(&dump, "holds"), 2);
+    b.check();
+    c.release(got).await;
     a.release(held).await;
+    assert!(idle(&b.dump().await));
 }
 
 async fn admit_timeout_gives_up_cleanly<B: Backend>(b: &B) {
     let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
     let o = b.actor("o", Grant::workspace(b.root())).await.unwrap();
-    let held = a.try_admit(t(&["t.rs"])).await.unwrap();
+    let held = a.try_admit(t(&["x.rs"])).await.unwrap();
     match o
-        .admit_timeout(t(&["t.rs"]), Duration::from_millis(50))
+        .admit_timeout(t(&["x.rs"]), Duration::from_millis(20))
         .await
     {
-        Err(Error::Timeout { waited, .. }) => assert!(waited >= Duration::from_millis(50)),
+        Err(Error::Timeout { paths, waited }) => {
+            assert_eq!(paths, vec![b.root().join("x.rs")]);
+            assert!(waited >= Duration::from_millis(20));
+        }
         other => panic!("expected Timeout, got {:?}", other.err()),
     }
     let dump = waiters(b, 0).await;
@@ -437,107 +1218,1009 @@ async fn admit_timeout_gives_up_cleanly<B: Backend>(b: &B) {
 }
 
 async fn deadlock_between_fence_holders_is_refused_with_the_cycle<B: Backend>(b: &B) {
-    let x = b.actor("x", Grant::workspace(b.root())).await.unwrap();
-    let y = b.actor("y", Grant::workspace(b.root())).await.unwrap();
-    let fx = x.fence(t(&["x/"])).await.unwrap();
-    let fy = y.fence(t(&["y/"])).await.unwrap();
-    let (first, ()) = tokio::join!(x.fence_wait(t(&["y/"])), async {
-        waiters(b, 1).await;
-        match y.fence_wait(t(&["x/"])).await {
-            Err(Error::Deadlock { cycle }) => {
-                assert_eq!(cycle.len(), 2);
-                assert_eq!(cycle[0], "y");
-            }
-            other => panic!(
-                "expected Deadlock, got {:?}",
-                other.err().map(|e| e.to_string())
-            ),
-        }
-        y.release_fence(fy).await;
-    });
-    x.release_fence(first.unwrap()).await;
-    x.release_fence(fx).await;
+    let lead = b.actor("lead", Grant::workspace(b.root())).await.unwrap();
+    let alpha = lead
+        .child("alpha", Grant::workspace(b.root()))
+        .await
+        .unwrap();
+    let beta = lead
+        .child("beta", Grant::workspace(b.root()))
+        .await
+        .unwrap();
+    let fa = alpha.fence(t(&["a/"])).await.unwrap();
+    let fb = beta.fence(t(&["b/"])).await.unwrap();
+    let mut alpha_waits = Box::pin(alpha.fence_wait(t(&["b/x"])));
+    queued(b, &mut alpha_waits, 1).await;
+    let cycle = deadlock(within("beta's admit", beta.admit(t(&["a/y"]))).await);
+    assert_eq!(cycle, ["beta", "alpha"]);
+    let text = Error::Deadlock { cycle }.to_string();
+    assert!(text.contains("'beta' -> 'alpha' -> 'beta'"), "{text}");
+    let dump = b.dump().await;
+    assert_eq!(dump["counters"]["deadlocks"], 1);
+    assert_eq!(
+        count(&dump, "waiters"),
+        1,
+        "the refused request did not queue"
+    );
+    beta.release_fence(fb).await;
+    let got = within("alpha's fence", alpha_waits).await.unwrap();
+    alpha.release_fence(got).await;
+    alpha.release_fence(fa).await;
 }
 
-async fn fenced_grants_are_taken_at_creation_and_bound_writes<B: Backend>(b: &B) {
+async fn soft_edges_close_cycles_too<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let bb = b.actor("b", Grant::workspace(root)).await.unwrap();
+    let e = b.actor("e", Grant::workspace(root)).await.unwrap();
+    let c = b.actor("c", Grant::workspace(root)).await.unwrap();
+    let _fa = a.fence(t(&["a/"])).await.unwrap();
+    let _fe = e.fence(t(&["e/"])).await.unwrap();
+    let _cx = c.try_admit(t(&["x.rs"])).await.unwrap();
+    // b waits on a's fence (hard edge b -> a) for a/ and x.rs.
+    let mut b_waits = Box::pin(bb.admit(t(&["a/f", "x.rs"])));
+    queued(b, &mut b_waits, 1).await;
+    // a waits on e's fence (hard edge a -> e).
+    let mut a_waits = Box::pin(a.admit(t(&["e/g"])));
+    queued(b, &mut a_waits, 2).await;
+    // e now wants x.rs: b's earlier request is blocked by a fence that does
+    // not cover e, so e queues behind it (soft edge e -> b): e -> b -> a -> e.
+    let mut cycle = deadlock(within("e's admit", e.admit(t(&["x.rs"]))).await);
+    cycle.sort();
+    assert_eq!(cycle, ["a", "b", "e"]);
+}
+
+/// Precedence of a fence's owner (SPEC §4): a waiter its fence blocks can
+/// only be granted once the fence goes, so it blocks neither the owner nor
+/// its children, and gives them no edge.
+async fn a_fence_owner_and_its_children_pass_a_waiter_their_fence_blocks<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let sib = b.actor("sib", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let fence = lead.fence(t(&["src/"])).await.unwrap();
+    let kid = lead.child("kid", Grant::workspace(root)).await.unwrap();
+    let mut sib_waits = Box::pin(sib.admit(t(&["src/a.rs", "y.rs"])));
+    queued(b, &mut sib_waits, 1).await;
+    // The owner and its child are not locked out of their own fence.
+    passes(&lead, t(&["src/a.rs"])).await;
+    passes(&kid, t(&["src/a.rs"])).await;
+    let r = within("the owner's admit", lead.admit(t(&["src/a.rs"])))
+        .await
+        .expect("the owner's admit is granted, not refused");
+    lead.release(r).await;
+    let r = within("the child's admit", kid.admit(t(&["src/a.rs"])))
+        .await
+        .expect("the child's admit is granted, not refused");
+    // Outside the fence's line, fairness is unchanged: y.rs is free, but
+    // sib asked first.
+    let refused = busy(other.try_admit(t(&["y.rs"])).await);
+    assert!(refused.queued, "{refused:?}");
+    assert_eq!(refused.holder, "sib");
+    assert_eq!(b.dump().await["counters"]["deadlocks"], 0);
+    // Once the fence and the child's call go, sib is granted.
+    kid.release(r).await;
+    lead.release_fence(fence).await;
+    let got = within("sib", sib_waits).await.unwrap();
+    b.check();
+    sib.release(got).await;
+}
+
+/// A fence that a child takes by precedence is in the passed waiter's way:
+/// when the child itself waits on that waiter, the grant would close a
+/// cycle and is refused.
+async fn a_fence_taken_by_precedence_may_not_close_a_cycle<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let sib = b.actor("sib", Grant::workspace(root)).await.unwrap();
+    let _fl = lead.fence(t(&["src/"])).await.unwrap();
+    let _fs = sib.fence(t(&["docs/"])).await.unwrap();
+    let kid = lead.child("kid", Grant::workspace(root)).await.unwrap();
+    // sib waits on lead's fence; kid waits on sib's.
+    let mut sib_waits = Box::pin(sib.admit(t(&["src/a.rs"])));
+    queued(b, &mut sib_waits, 1).await;
+    let mut kid_waits = Box::pin(kid.admit(t(&["docs/d.md"])));
+    queued(b, &mut kid_waits, 2).await;
+    assert_eq!(deadlock(kid.fence(t(&["src/a.rs"])).await), ["kid", "sib"]);
+    drop(kid_waits);
+    waiters(b, 1).await;
+    let f = kid.fence(t(&["src/a.rs"])).await.unwrap();
+    kid.release_fence(f).await;
+}
+
+/// The owner's precedence passes only a waiter its fence blocks: a shared
+/// call queued behind that waiter passes through the fence and still
+/// blocks the owner's exclusive request, and queuing there would close the
+/// cycle owner -> shared call -> waiter -> owner. The owner is refused with
+/// `Deadlock` when it asks, never left waiting.
+async fn a_fence_owner_behind_a_shared_call_behind_its_blocked_waiter_is_refused<B: Backend>(
+    b: &B,
+) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let sib = b.actor("sib", Grant::workspace(root)).await.unwrap();
+    let reader = b.actor("reader", Grant::workspace(root)).await.unwrap();
+    let _fence = lead.fence(t(&["src/"])).await.unwrap();
+    let mut sib_waits = Box::pin(sib.admit(t(&["src/a.rs"])));
+    queued(b, &mut sib_waits, 1).await;
+    let mut reader_waits = Box::pin(reader.admit(shared("src/a.rs")));
+    queued(b, &mut reader_waits, 2).await;
+    let cycle = deadlock(within("the owner's admit", lead.admit(t(&["src/a.rs"]))).await);
+    assert_eq!(cycle, ["lead", "reader", "sib"]);
+    assert_eq!(b.dump().await["counters"]["deadlocks"], 1);
+    b.check();
+}
+
+/// Releasing a fence ends the precedence it gave: a request of its owner
+/// that passed a waiter the fence blocked queues behind that waiter again.
+/// When that waiter still reaches the owner through others (here through
+/// `t`'s fence, and `t` waiting on the owner's other fence), that closes a
+/// cycle no new wait closed; the passing request is refused with
+/// `Deadlock` then, instead of hanging with everyone on the cycle.
+async fn a_cycle_closed_by_releasing_a_fence_refuses_a_waiting_request<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let sib = b.actor("sib", Grant::workspace(root)).await.unwrap();
+    let tt = b.actor("t", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let src = lead.fence(t(&["src/"])).await.unwrap();
+    let _doc = lead.fence(t(&["doc/"])).await.unwrap();
+    let _lib = tt.fence(t(&["lib/"])).await.unwrap();
+    let x = other.try_admit(t(&["x.rs"])).await.unwrap();
+    let mut t_waits = Box::pin(tt.admit(t(&["doc/d.md"])));
+    queued(b, &mut t_waits, 1).await;
+    let mut sib_waits = Box::pin(sib.admit(t(&["src/a.rs", "lib/b.rs"])));
+    queued(b, &mut sib_waits, 2).await;
+    // lead passes sib inside src/ and waits only for x.rs.
+    let mut lead_waits = Box::pin(lead.admit(t(&["src/a.rs", "x.rs"])));
+    queued(b, &mut lead_waits, 3).await;
+    assert_eq!(b.dump().await["counters"]["deadlocks"], 0);
+    lead.release_fence(src).await;
+    let mut cycle = deadlock(within("lead's admit", lead_waits).await);
+    assert_eq!(cycle.first().map(String::as_str), Some("lead"));
+    cycle.sort();
+    assert_eq!(cycle, ["lead", "sib", "t"]);
+    assert_eq!(b.dump().await["counters"]["deadlocks"], 1);
+    b.check();
+    // The others still wait, each on a live fence.
+    other.release(x).await;
+    let dump = b.dump().await;
+    let names: Vec<&Value> = dump["waiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| &w["actor"])
+        .collect();
+    assert_eq!(names, [&json!("t"), &json!("sib")]);
+}
+
+async fn extend_is_judged_at_the_requests_own_priority<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let bb = b.actor("b", Grant::workspace(root)).await.unwrap();
+    let c = b.actor("c", Grant::workspace(root)).await.unwrap();
+    let _cz = c.try_admit(t(&["z.rs"])).await.unwrap();
+    // b waits at priority -1 for y.rs (and z.rs, held).
+    let mut b_waits = Box::pin(bb.admit_with(t(&["y.rs", "z.rs"]), at(-1)));
+    queued(b, &mut b_waits, 1).await;
+    // A priority -5 reservation may not widen past it...
+    let mut low = a.try_admit_with(t(&["a.rs"]), at(-5)).await.unwrap();
+    let refused = busy(a.extend_call(&mut low, t(&["y.rs"])).await);
+    assert!(refused.queued, "{refused:?}");
+    let mut low_fence = a.fence_with(t(&["f/"]), at(-5)).await.unwrap();
+    busy(a.extend(&mut low_fence, t(&["y.rs"])).await);
+    a.release(low).await;
+    a.release_fence(low_fence).await;
+    // ...while a priority 10 one goes ahead of a priority 0 waiter.
+    let mut b0 = Box::pin(bb.admit_with(t(&["w.rs", "z.rs"]), Ask::default()));
+    queued(b, &mut b0, 2).await;
+    let mut high = a.try_admit_with(t(&["a.rs"]), at(10)).await.unwrap();
+    a.extend_call(&mut high, t(&["w.rs"]))
+        .await
+        .expect("priority 10 is ahead of priority 0");
+    let mut high_fence = a.fence_with(t(&["g/"]), at(10)).await.unwrap();
+    a.extend(&mut high_fence, t(&["y.rs"]))
+        .await
+        .expect("priority 10 is ahead of priority -1");
+    b.check();
+    a.release(high).await;
+    a.release_fence(high_fence).await;
+}
+
+async fn calls_never_create_wait_edges<B: Backend>(b: &B) {
+    let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
+    let bb = b.actor("b", Grant::workspace(b.root())).await.unwrap();
+    let _ra = a.try_admit(t(&["x.rs"])).await.unwrap();
+    let _rb = bb.try_admit(t(&["y.rs"])).await.unwrap();
+    let mut a_waits = Box::pin(a.admit(t(&["y.rs"])));
+    queued(b, &mut a_waits, 1).await;
+    // Call holds create no edges: this queues instead of being refused.
+    let mut b_waits = Box::pin(bb.admit(t(&["x.rs"])));
+    queued(b, &mut b_waits, 2).await;
+    assert_eq!(count(&b.dump().await, "edges"), 0);
+}
+
+async fn reservation_extend_is_all_or_nothing<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let o = b.actor("o", Grant::workspace(root)).await.unwrap();
+    let held = o.try_admit(t(&["busy.rs"])).await.unwrap();
+    let mut r = a.try_admit(t(&["x.rs"])).await.unwrap();
+    busy(a.extend_call(&mut r, t(&["y.rs", "busy.rs"])).await);
+    assert_eq!(B::Actor::call_paths(&r), vec![root.join("x.rs")]);
+    a.extend_call(&mut r, t(&["y.rs"])).await.unwrap();
+    assert_eq!(
+        B::Actor::call_paths(&r),
+        vec![root.join("x.rs"), root.join("y.rs")]
+    );
+    assert_eq!(count(&b.dump().await["holds"][1], "paths"), 2);
+    a.release(r).await;
+    o.release(held).await;
+}
+
+async fn parallel_calls_of_one_actor_are_not_a_deadlock<B: Backend>(b: &B) {
+    let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
+    let bb = b.actor("b", Grant::workspace(b.root())).await.unwrap();
+    let c = b.actor("c", Grant::workspace(b.root())).await.unwrap();
+    let held = c.try_admit(t(&["x.rs"])).await.unwrap();
+    // a's first call waits for c; b's call queues behind it; a's second call
+    // queues behind b's. Folded onto actors that is a -> b -> a, but each
+    // call is granted in turn once c releases: no deadlock.
+    let mut a1 = Box::pin(a.admit(t(&["x.rs"])));
+    queued(b, &mut a1, 1).await;
+    let mut b1 = Box::pin(bb.admit(t(&["x.rs", "y.rs"])));
+    queued(b, &mut b1, 2).await;
+    let mut a2 = Box::pin(a.admit(t(&["y.rs"])));
+    queued(b, &mut a2, 3).await; // queued, not refused as a deadlock
+    c.release(held).await;
+    let r1 = within("a's first call", a1).await.unwrap();
+    a.release(r1).await;
+    let r2 = within("b's call", b1).await.unwrap();
+    bb.release(r2).await;
+    let r3 = within("a's second call", a2).await.unwrap();
+    a.release(r3).await;
+    assert_eq!(b.dump().await["counters"]["deadlocks"], 0);
+}
+
+async fn a_fence_granted_past_waiters_may_not_close_a_cycle<B: Backend>(b: &B) {
+    let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
+    let bb = b.actor("b", Grant::workspace(b.root())).await.unwrap();
+    let c = b.actor("c", Grant::workspace(b.root())).await.unwrap();
+    let _fb = bb.fence(t(&["b/"])).await.unwrap();
+    let _cw = c.try_admit(t(&["w.rs"])).await.unwrap();
+    // a waits on b's fence; b waits on c's call.
+    let mut a_waits = Box::pin(a.admit(t(&["b/x.rs"])));
+    queued(b, &mut a_waits, 1).await;
+    let mut b_waits = Box::pin(bb.admit(t(&["z.rs", "w.rs"])));
+    queued(b, &mut b_waits, 2).await;
+    // A higher-priority fence of a on z.rs would be granted past b's
+    // request, and then b would wait on a while a waits on b.
+    assert_eq!(
+        deadlock(a.fence_with(t(&["z.rs"]), at(1)).await),
+        ["a", "b"]
+    );
+    // Without the cycle (a not waiting), the same fence is fine.
+    drop(a_waits);
+    waiters(b, 1).await;
+    let fence = a.fence_with(t(&["z.rs"]), at(1)).await.unwrap();
+    a.release_fence(fence).await;
+}
+
+// ---- §5: the dump ----
+
+/// Runs under `Config::session("s-1")`.
+async fn dump_shows_actors_holds_waiters_and_counters<B: Backend>(b: &B) {
     let root = b.root();
     let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
     let kid = lead
-        .child("kid", Grant::fenced(root, ["src/parser/"]))
+        .child("parser", Grant::fenced(root, ["src/"]))
         .await
         .unwrap();
-    match kid.try_admit(t(&["src/other.rs"])).await {
-        Err(Error::OutsideFence { actor, .. }) => assert_eq!(actor, "kid"),
-        other => panic!("expected OutsideFence, got {:?}", other.err()),
+    let call = kid
+        .try_admit_with(
+            t(&["src/lex.rs"]),
+            Ask {
+                priority: 0,
+                label: Some("write_file src/lex.rs"),
+            },
+        )
+        .await
+        .unwrap();
+    let mut waiting = Box::pin(lead.admit_with(t(&["src/lex.rs"]), at(3)));
+    queued(b, &mut waiting, 1).await;
+    let dump = b.dump().await;
+    assert_eq!(dump["session"], "s-1");
+    assert_eq!(count(&dump, "actors"), 2);
+    assert_eq!(dump["actors"][1]["parent"], dump["actors"][0]["id"]);
+    assert_eq!(count(&dump, "holds"), 2);
+    let hold = &dump["holds"][1];
+    assert_eq!(
+        (&hold["actor"], &hold["kind"]),
+        (&json!("parser"), &json!("call"))
+    );
+    assert_eq!(hold["label"], "write_file src/lex.rs");
+    assert_eq!(hold["paths"][0]["mode"], "exclusive");
+    let waiter = &dump["waiters"][0];
+    assert_eq!(waiter["actor"], "lead");
+    assert_eq!(waiter["priority"], 3);
+    assert_eq!(
+        waiter["blocked_by"]["holds"],
+        json!([dump["holds"][0]["id"], dump["holds"][1]["id"]])
+    );
+    assert_eq!(
+        waiter["cause"],
+        json!({"cause": "path", "path": text(&root.join("src/lex.rs")), "holder": "parser"})
+    );
+    assert_eq!(count(&dump, "edges"), 1, "lead waits on parser's fence");
+    assert_eq!(dump["edges"][0]["hard"], true);
+    assert_eq!(dump["counters"]["admitted"], 3, "two actors and one call");
+    assert_eq!(dump["counters"]["waited"], 1);
+
+    let table = b.dump_table().await;
+    for needle in [
+        "actors (2):",
+        "  parser",
+        "holds (2):",
+        "write_file src/lex.rs",
+        "waiters (1):",
+        "hold 1, hold 2",
+        "waiting for 'parser' to release",
+        "counters: admitted 3",
+    ] {
+        assert!(table.contains(needle), "missing {needle:?} in\n{table}");
     }
-    // Reads may go anywhere under the root.
-    let read = kid.try_admit(shared("src/other.rs")).await.unwrap();
-    kid.release(read).await;
-    // A second fenced child on the same folder is refused, all-or-nothing.
-    let e = lead
-        .child("twin", Grant::fenced(root, ["src/lib.rs", "src/parser/"]))
+    // The child is indented under its parent.
+    let lead_line = table
+        .lines()
+        .find(|l| l.contains("lead ") && l.contains("workspace"))
+        .unwrap();
+    let kid_line = table
+        .lines()
+        .find(|l| l.contains("parser") && l.contains("fenced"))
+        .unwrap();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    assert!(indent(kid_line) > indent(lead_line), "{table}");
+    drop(waiting);
+    waiters(b, 0).await;
+    kid.release(call).await;
+}
+
+// ---- §11: slots and child_wait ----
+
+fn no_slot<T>(result: Result<T, Error>) -> (SlotLimit, usize) {
+    match result {
+        Err(Error::NoSlot { limit, max }) => (limit, max),
+        Err(other) => panic!("expected NoSlot, got {other}"),
+        Ok(_) => panic!("expected NoSlot, got an actor"),
+    }
+}
+
+/// Live child actors and writers, from the dump.
+fn slots(dump: &Value) -> (u64, u64) {
+    let n = |k: &str| dump["slots"][k].as_u64().unwrap();
+    (n("actors"), n("writers"))
+}
+
+fn causes(dump: &Value) -> Vec<Value> {
+    let waiters = dump["waiters"].as_array().unwrap();
+    waiters.iter().map(|w| w["cause"].clone()).collect()
+}
+
+fn path_cause(path: &Path, holder: &str) -> Value {
+    json!({"cause": "path", "path": text(path), "holder": holder})
+}
+
+/// Runs under `max_actors(1)` and `max_writers(1)`.
+async fn root_actors_count_against_no_limit<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let _b = b.actor("b", Grant::fenced(root, ["src/"])).await.unwrap();
+    let _c = b.actor("c", Grant::read_only(root)).await.unwrap();
+    assert_eq!(slots(&b.dump().await), (0, 0));
+    // The one child slot is still free.
+    let _kid = a.child("kid", Grant::workspace(root)).await.unwrap();
+    assert_eq!(slots(&b.dump().await).0, 1);
+}
+
+/// Runs under `max_actors(2)`.
+async fn child_past_max_actors_is_no_slot_naming_the_limit<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let k1 = lead.child("k1", Grant::workspace(root)).await.unwrap();
+    let k2 = k1.child("k2", Grant::read_only(root)).await.unwrap(); // grandchildren count too
+    let err = lead
+        .child("k3", Grant::read_only(root))
         .await
         .map(drop)
         .unwrap_err();
-    assert_eq!(busy::<()>(Err(e)).holder, "kid");
+    assert!(err.to_string().contains("max_actors is 2"), "{err}");
+    assert_eq!(
+        no_slot(lead.child("k3", Grant::read_only(root)).await),
+        (SlotLimit::MaxActors, 2)
+    );
+    // A refused child leaves nothing behind.
     let dump = b.dump().await;
-    assert_eq!(count(&dump, "actors"), 2);
-    // Dropping the fenced actor releases its fence.
+    assert_eq!(count(&dump, "actors"), 3);
+    assert_eq!(slots(&dump).0, 2);
+    // Closing a child frees its slot.
+    k2.close().await;
+    let k3 = lead.child("k3", Grant::read_only(root)).await.unwrap();
+    k1.close().await;
+    k3.close().await;
+    assert_eq!(slots(&b.dump().await).0, 0);
+}
+
+/// Runs under `max_writers(1)`.
+async fn read_only_children_do_not_count_as_writers<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let writer = lead.child("writer", Grant::workspace(root)).await.unwrap();
+    assert_eq!(
+        no_slot(lead.child("w2", Grant::fenced(root, ["src/"])).await),
+        (SlotLimit::MaxWriters, 1)
+    );
+    let _r1 = lead.child("r1", Grant::read_only(root)).await.unwrap();
+    let _r2 = lead.child("r2", Grant::read_only(root)).await.unwrap();
+    let dump = b.dump().await;
+    assert_eq!(slots(&dump), (3, 1));
+    assert_eq!(dump["slots"]["max_writers"], 1);
+    writer.close().await;
+    lead.child("w2", Grant::fenced(root, ["src/"]))
+        .await
+        .unwrap();
+}
+
+/// Runs under `max_actors(1)` and `max_writers(5)`.
+async fn read_only_children_still_count_as_actors<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let _r1 = lead.child("r1", Grant::read_only(root)).await.unwrap();
+    assert_eq!(
+        no_slot(lead.child("r2", Grant::read_only(root)).await),
+        (SlotLimit::MaxActors, 1)
+    );
+}
+
+/// Runs under `max_actors(2)` and `max_writers(1)`: a queued writer holds
+/// its claim on the last actor slot, so a reader may not take it from
+/// under it.
+async fn child_is_refused_while_a_child_wait_is_queued_on_that_limit<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let w1 = lead.child("w1", Grant::workspace(root)).await.unwrap();
+    let mut w2 = Box::pin(lead.child_wait("w2", Grant::workspace(root)));
+    queued(b, &mut w2, 1).await;
+    assert_eq!(causes(&b.dump().await), [json!({"cause": "writers"})]);
+    assert_eq!(
+        no_slot(lead.child("reader", Grant::read_only(root)).await),
+        (SlotLimit::MaxActors, 2)
+    );
+    // Both limits block a writer; actor slots are checked first.
+    assert_eq!(
+        no_slot(lead.child("w3", Grant::workspace(root)).await),
+        (SlotLimit::MaxActors, 2)
+    );
+    // The freed writer slot goes to the queued child_wait, not to a caller
+    // of child() that arrives later.
+    w1.close().await;
+    assert_eq!(
+        no_slot(lead.child("w3", Grant::workspace(root)).await),
+        (SlotLimit::MaxWriters, 1)
+    );
+    let w2 = within("w2", w2).await.unwrap();
+    assert_eq!(w2.name(), "w2");
+    // Now the reader fits.
+    lead.child("reader", Grant::read_only(root)).await.unwrap();
+    b.check();
+}
+
+/// Runs under `max_actors(1)`.
+async fn freed_slots_go_to_queued_child_waits_in_queue_order<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let first = lead.child("first", Grant::workspace(root)).await.unwrap();
+    let mut wa = Box::pin(lead.child_wait("a", Grant::workspace(root)));
+    queued(b, &mut wa, 1).await;
+    let mut wb = Box::pin(lead.child_wait("b", Grant::read_only(root)));
+    queued(b, &mut wb, 2).await;
+    let mut wc = Box::pin(lead.child_wait("c", Grant::fenced(root, ["src/"])));
+    queued(b, &mut wc, 3).await;
+    let dump = b.dump().await;
+    let queue = dump["waiters"].as_array().unwrap();
+    let children: Vec<&Value> = queue.iter().map(|w| &w["child"]).collect();
+    assert_eq!(children, [&json!("a"), &json!("b"), &json!("c")]);
+    // A child_wait waiter shows its parent as the actor.
+    assert!(queue.iter().all(|w| w["actor"] == "lead"));
+    assert_eq!(causes(&dump), vec![json!({"cause": "slots"}); 3]);
+
+    first.close().await;
+    let a = within("a", wa).await.unwrap();
+    assert_eq!(count(&waiters(b, 2).await, "waiters"), 2);
+    a.close().await;
+    let kid = within("b", wb).await.unwrap();
+    waiters(b, 1).await;
     kid.close().await;
-    let twin = lead
-        .child("twin", Grant::fenced(root, ["src/parser/"]))
+    let c = within("c", wc).await.unwrap();
+    assert_eq!(c.name(), "c");
+    assert_eq!(count(&b.dump().await, "holds"), 1, "c's grant fence");
+    c.close().await;
+    assert!(idle(&b.dump().await));
+}
+
+/// Runs under `max_actors(1)`.
+async fn a_child_wait_blocked_by_a_path_reserves_no_slot<B: Backend>(b: &B) {
+    let root = b.root();
+    std::fs::create_dir(root.join("docs")).unwrap();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let sib = b.actor("sib", Grant::workspace(root)).await.unwrap();
+    let fence = sib.fence(t(&["src/"])).await.unwrap();
+    let mut waits = Box::pin(lead.child_wait("w", Grant::fenced(root, ["src/"])));
+    queued(b, &mut waits, 1).await;
+    assert_eq!(
+        causes(&b.dump().await),
+        [path_cause(&root.join("src"), "sib")]
+    );
+    // The slot is free and nobody else waits for one: a disjoint child
+    // takes it.
+    let disjoint = lead
+        .child("docs", Grant::workspace(root.join("docs")))
+        .await
+        .expect("a path-blocked child_wait reserves no slot");
+    // Once its path is free, the child_wait waits for the slot...
+    sib.release_fence(fence).await;
+    let dump = b.dump().await;
+    assert_eq!(causes(&dump), [json!({"cause": "slots"})]);
+    // ...and from then on it reserves the next free one.
+    disjoint.close().await;
+    let w = within("w", waits).await.unwrap();
+    assert_eq!(w.name(), "w");
+    b.check();
+}
+
+/// Runs under `max_actors(1)`.
+async fn a_slot_wait_that_every_slot_holder_waits_on_is_a_deadlock<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let _fence = lead.fence(t(&["src/"])).await.unwrap();
+    // k holds the only slot and waits on lead's fence.
+    let k = other.child("k", Grant::workspace(root)).await.unwrap();
+    let mut k_waits = Box::pin(k.admit(t(&["src/a.rs"])));
+    queued(b, &mut k_waits, 1).await;
+    // lead waiting for a slot would wait for k, which waits for lead.
+    let cycle = deadlock(
+        within(
+            "lead's child_wait",
+            lead.child_wait("w", Grant::workspace(root)),
+        )
+        .await,
+    );
+    assert_eq!(cycle, ["lead", "k"]);
+    assert_eq!(
+        count(&b.dump().await, "waiters"),
+        1,
+        "the refused wait did not queue"
+    );
+    // The other order: lead's slot wait first, then k starts waiting on
+    // lead — k's request is the one that closes it.
+    drop(k_waits);
+    waiters(b, 0).await;
+    let mut lead_waits = Box::pin(lead.child_wait("w", Grant::workspace(root)));
+    queued(b, &mut lead_waits, 1).await;
+    deadlock(within("k's admit", k.admit(t(&["src/a.rs"]))).await);
+    // With a holder that does not wait on lead, the slot wait is fine.
+    k.close().await;
+    let w = within("lead's child_wait", lead_waits).await.unwrap();
+    assert_eq!(w.name(), "w");
+}
+
+/// Runs under `max_actors(1)`.
+async fn child_wait_timeout_gives_up_and_leaves_nothing<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let first = lead.child("first", Grant::workspace(root)).await.unwrap();
+    let late = lead
+        .child_wait_timeout("late", Grant::workspace(root), Duration::from_millis(30))
+        .await;
+    match late {
+        Err(Error::Timeout { waited, .. }) => assert!(waited >= Duration::from_millis(30)),
+        other => panic!("expected Timeout, got {:?}", other.err()),
+    }
+    let dump = waiters(b, 0).await;
+    assert_eq!(dump["counters"]["timed_out"], 1);
+    assert_eq!(count(&dump, "actors"), 2);
+    first.close().await;
+    let next = within(
+        "a free slot",
+        lead.child_wait_timeout("next", Grant::workspace(root), PATIENCE),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next.name(), "next");
+    b.check();
+}
+
+// ---- §11: wait causes and priorities ----
+
+/// A child_wait for `src/`, while a sibling child holds it: which limit
+/// (or the path) the dump names depends on the configured limits.
+async fn child_wait_cause<B: Backend>(b: &B) -> Value {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let _k1 = lead
+        .child("k1", Grant::fenced(root, ["src/"]))
         .await
         .unwrap();
-    twin.close().await;
+    let mut k2 = Box::pin(lead.child_wait("k2", Grant::fenced(root, ["src/"])));
+    queued(b, &mut k2, 1).await;
+    let dump = b.dump().await;
+    assert_eq!(
+        dump["waiters"][0]["actor"], "lead",
+        "a child_wait shows its parent"
+    );
+    assert_eq!(dump["waiters"][0]["child"], "k2");
+    dump["waiters"][0]["cause"].clone()
 }
 
-async fn read_only_actors_take_shared_holds_only<B: Backend>(b: &B) {
-    let reader = b.actor("reader", Grant::read_only(b.root())).await.unwrap();
-    match reader.try_admit(t(&["a.rs"])).await {
-        Err(Error::ReadOnly { actor, .. }) => assert_eq!(actor, "reader"),
-        other => panic!("expected ReadOnly, got {:?}", other.err()),
+/// Runs under `max_actors(1)` and `max_writers(1)`: blocked by all three.
+async fn a_wait_blocked_by_every_limit_names_the_slots<B: Backend>(b: &B) {
+    assert_eq!(child_wait_cause(b).await, json!({"cause": "slots"}));
+}
+
+/// Runs under `max_actors(2)` and `max_writers(1)`: a free actor slot.
+async fn a_wait_blocked_by_writers_and_a_path_names_the_writers<B: Backend>(b: &B) {
+    assert_eq!(child_wait_cause(b).await, json!({"cause": "writers"}));
+}
+
+/// Runs under `max_actors(2)` and `max_writers(2)`: only the path.
+async fn a_wait_blocked_by_a_path_only_names_it_and_its_holder<B: Backend>(b: &B) {
+    let cause = child_wait_cause(b).await;
+    assert_eq!(cause, path_cause(&b.root().join("src"), "k1"));
+}
+
+async fn a_waiter_behind_an_earlier_waiter_names_that_waiter<B: Backend>(b: &B) {
+    let root = b.root();
+    let holder = b.actor("holder", Grant::workspace(root)).await.unwrap();
+    let first = b.actor("first", Grant::workspace(root)).await.unwrap();
+    let second = b.actor("second", Grant::workspace(root)).await.unwrap();
+    let held = holder.try_admit(t(&["a.rs"])).await.unwrap();
+    let mut w1 = Box::pin(first.admit(t(&["a.rs", "b.rs"])));
+    queued(b, &mut w1, 1).await;
+    let mut w2 = Box::pin(second.admit(t(&["b.rs"])));
+    queued(b, &mut w2, 2).await;
+    let dump = b.dump().await;
+    assert_eq!(
+        causes(&dump),
+        [
+            path_cause(&root.join("a.rs"), "holder"),
+            path_cause(&root.join("b.rs"), "first")
+        ]
+    );
+    assert_eq!(
+        dump["waiters"][1]["blocked_by"]["waiters"],
+        json!([dump["waiters"][0]["id"]])
+    );
+    holder.release(held).await;
+    let r1 = within("first", w1).await.unwrap();
+    assert_eq!(
+        causes(&b.dump().await),
+        [path_cause(&root.join("b.rs"), "first")]
+    );
+    first.release(r1).await;
+    let r2 = within("second", w2).await.unwrap();
+    second.release(r2).await;
+}
+
+async fn higher_priority_first_then_arrival_order<B: Backend>(b: &B) {
+    let root = b.root();
+    let holder = b.actor("holder", Grant::workspace(root)).await.unwrap();
+    let held = holder.try_admit(t(&["a.rs"])).await.unwrap();
+    let order = [("A", 0), ("B", 5), ("C", 0), ("D", 5), ("E", -1)];
+    let mut actors = Vec::new();
+    for (name, _) in order {
+        actors.push(b.actor(name, Grant::workspace(root)).await.unwrap());
     }
-    let r = reader.try_admit(shared("a.rs")).await.unwrap();
-    reader.release(r).await;
-    match reader.child("w", Grant::workspace(b.root())).await {
-        Err(Error::ReadOnly { .. }) => {}
-        other => panic!("expected ReadOnly, got {:?}", other.err()),
+    let mut waiting = Vec::new();
+    for (n, (actor, (_, priority))) in actors.iter().zip(order).enumerate() {
+        let mut w = Box::pin(actor.admit_with(t(&["a.rs"]), at(priority)));
+        // Queued one at a time, so arrival order is known.
+        queued(b, &mut w, n + 1).await;
+        waiting.push(Some(w));
     }
+    let dump = b.dump().await;
+    let queue: Vec<(&str, i64)> = dump["waiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["actor"].as_str().unwrap(),
+                w["priority"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(queue, [("B", 5), ("D", 5), ("A", 0), ("C", 0), ("E", -1)]);
+    holder.release(held).await;
+    for name in ["B", "D", "A", "C", "E"] {
+        let at = order.iter().position(|(n, _)| *n == name).unwrap();
+        let w = waiting[at].take().unwrap();
+        let got = within(name, w).await.unwrap();
+        assert_eq!(b.dump().await["holds"][0]["actor"], name);
+        actors[at].release(got).await;
+    }
+    assert!(idle(&b.dump().await));
 }
 
-async fn the_workspace_target_is_the_whole_writable_scope<B: Backend>(b: &B) {
-    let a = b.actor("shell", Grant::workspace(b.root())).await.unwrap();
-    let o = b.actor("o", Grant::workspace(b.root())).await.unwrap();
-    let all = a.try_admit(vec![Target::workspace()]).await.unwrap();
-    busy(o.try_admit(t(&["any/where.rs"])).await);
-    a.release(all).await;
-}
-
-async fn fences_extend_all_or_nothing_and_narrow<B: Backend>(b: &B) {
-    let a = b.actor("a", Grant::workspace(b.root())).await.unwrap();
-    let o = b.actor("o", Grant::workspace(b.root())).await.unwrap();
-    let mut f = a.fence(t(&["src/"])).await.unwrap();
-    let held = o.try_admit(t(&["docs/x.md"])).await.unwrap();
-    busy(a.extend(&mut f, t(&["lib/", "docs/"])).await);
-    // Nothing was added: lib/ is still free.
-    let lib = o.try_admit(t(&["lib/y.rs"])).await.unwrap();
-    o.release(lib).await;
-    o.release(held).await;
-    a.extend(&mut f, t(&["docs/"])).await.unwrap();
-    busy(o.try_admit(t(&["docs/x.md"])).await);
-    a.narrow(&mut f, t(&["src/lex.rs"])).await.unwrap();
-    let now_free = o
-        .try_admit(t(&["docs/x.md", "src/other.rs"]))
+async fn a_request_keeps_its_priority_in_every_form<B: Backend>(b: &B) {
+    let root = b.root();
+    let holder = b.actor("holder", Grant::workspace(root)).await.unwrap();
+    let waiter = b.actor("waiter", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let held = holder.try_admit(t(&["a.rs"])).await.unwrap();
+    // waiter (priority 0) waits for a.rs and, behind it, claims b.rs too.
+    let mut w = Box::pin(waiter.admit(t(&["a.rs", "b.rs"])));
+    queued(b, &mut w, 1).await;
+    // Plain forms use priority 0, so they queue behind the waiter.
+    let refused = busy(other.try_admit(t(&["b.rs"])).await);
+    assert!(refused.queued);
+    assert_eq!(refused.holder, "waiter");
+    busy(other.fence(t(&["b.rs"])).await);
+    busy(other.try_admit_with(t(&["b.rs"]), at(0)).await);
+    busy(other.fence_with(t(&["b.rs"]), at(-3)).await);
+    // A higher priority is ahead of the waiter in every form.
+    let r = other.try_admit_with(t(&["b.rs"]), at(1)).await.unwrap();
+    other.release(r).await;
+    let f = other.fence_with(t(&["b.rs"]), at(1)).await.unwrap();
+    other.release_fence(f).await;
+    let r = within("a priority 1 admit", other.admit_with(t(&["b.rs"]), at(1)))
         .await
         .unwrap();
-    busy(o.try_admit(t(&["src/lex.rs"])).await);
-    match a.narrow(&mut f, t(&["elsewhere.rs"])).await {
+    other.release(r).await;
+    // A waiting request of higher priority is queued ahead of the waiter.
+    let blocker = other.try_admit(t(&["c.rs"])).await.unwrap();
+    let mut hi = Box::pin(other.admit_with(t(&["b.rs", "c.rs"]), at(2)));
+    queued(b, &mut hi, 2).await;
+    let dump = b.dump().await;
+    assert_eq!(dump["waiters"][0]["priority"], 2);
+    assert_eq!(dump["waiters"][1]["actor"], "waiter");
+    drop(hi);
+    waiters(b, 1).await;
+    other.release(blocker).await;
+    holder.release(held).await;
+    let r = within("the waiter", w).await.unwrap();
+    waiter.release(r).await;
+}
+
+async fn disjoint_requests_never_wait_for_each_other<B: Backend>(b: &B) {
+    let root = b.root();
+    let holder = b.actor("holder", Grant::workspace(root)).await.unwrap();
+    let urgent = b.actor("urgent", Grant::workspace(root)).await.unwrap();
+    let low = b.actor("low", Grant::workspace(root)).await.unwrap();
+    let held = holder.try_admit(t(&["src/a.rs"])).await.unwrap();
+    let mut w = Box::pin(urgent.admit_with(t(&["src/"]), at(100)));
+    queued(b, &mut w, 1).await;
+    // Nothing overlaps docs/: neither the hold nor the urgent waiter is in the way.
+    let r1 = low
+        .try_admit_with(t(&["docs/a.md"]), at(-100))
+        .await
+        .unwrap();
+    let r2 = within(
+        "a disjoint admit",
+        low.admit_with(t(&["docs/b.md"]), at(-100)),
+    )
+    .await
+    .unwrap();
+    let f = low.fence(t(&["tests/"])).await.unwrap();
+    low.release(r1).await;
+    low.release(r2).await;
+    low.release_fence(f).await;
+    holder.release(held).await;
+    let r = within("the urgent waiter", w).await.unwrap();
+    urgent.release(r).await;
+}
+
+async fn no_starvation_within_a_priority_level<B: Backend>(b: &B) {
+    let root = b.root();
+    let holder = b.actor("holder", Grant::workspace(root)).await.unwrap();
+    let patient = b.actor("patient", Grant::workspace(root)).await.unwrap();
+    let eager = b.actor("eager", Grant::workspace(root)).await.unwrap();
+    let held = holder.try_admit(t(&["a.rs"])).await.unwrap();
+    let mut w = Box::pin(patient.admit(t(&["a.rs", "b.rs"])));
+    queued(b, &mut w, 1).await;
+    // b.rs is free, but taking it would keep the patient waiter waiting: a
+    // stream of try_admits (and fences) of the same priority is refused.
+    for i in 0..50 {
+        let refused = if i % 2 == 0 {
+            busy(eager.try_admit(t(&["b.rs"])).await)
+        } else {
+            busy(eager.fence(t(&["b.rs"])).await)
+        };
+        assert!(refused.queued);
+        assert_eq!(refused.holder, "patient");
+    }
+    assert_eq!(count(&b.dump().await, "waiters"), 1);
+    // The holder releases: the waiter is granted before anyone else can try.
+    holder.release(held).await;
+    busy(eager.try_admit(t(&["b.rs"])).await);
+    let r = within("the patient waiter", w).await.unwrap();
+    assert_eq!(B::Actor::call_paths(&r).len(), 2);
+    patient.release(r).await;
+}
+
+// ---- §11: widening and narrowing ----
+
+async fn widen_is_all_or_nothing<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let mut fence = lead.fence(t(&["src/"])).await.unwrap();
+    let held = other
+        .try_admit_with(
+            t(&["docs/a.md"]),
+            Ask {
+                priority: 0,
+                label: Some("edit"),
+            },
+        )
+        .await
+        .unwrap();
+    let refused = busy(lead.extend(&mut fence, t(&["tests/", "docs/"])).await);
+    assert_eq!(refused.holder, "other");
+    assert_eq!(refused.path, root.join("docs"));
+    // Nothing was added: tests/ is still free for others.
+    assert_eq!(B::Actor::fence_paths(&fence), [root.join("src")]);
+    passes(&other, t(&["tests/x.rs"])).await;
+    lead.extend(&mut fence, t(&["tests/"])).await.unwrap();
+    assert_eq!(
+        B::Actor::fence_paths(&fence),
+        [root.join("src"), root.join("tests")]
+    );
+    busy(other.try_admit(t(&["tests/x.rs"])).await);
+    other.release(held).await;
+    lead.extend(&mut fence, t(&["docs/"])).await.unwrap();
+    assert_eq!(B::Actor::fence_paths(&fence).len(), 3);
+    b.check();
+    lead.release_fence(fence).await;
+}
+
+async fn widen_is_not_refused_by_a_waiter_on_the_part_already_held<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let mut fence = lead.fence(t(&["src/"])).await.unwrap();
+    let mut w = Box::pin(other.admit(t(&["src/a.rs"])));
+    queued(b, &mut w, 1).await;
+    // docs/ is contested by nobody; the waiter waits for src/, which the
+    // fence already holds.
+    lead.extend(&mut fence, t(&["docs/"])).await.unwrap();
+    // Asking again for what the fence already covers changes nothing.
+    lead.extend(&mut fence, t(&["src/b.rs"])).await.unwrap();
+    assert_eq!(
+        B::Actor::fence_paths(&fence),
+        [root.join("docs"), root.join("src")]
+    );
+    // A call's reservation grows the same way.
+    let mut call = lead.try_admit(t(&["x.rs"])).await.unwrap();
+    let mut w2 = Box::pin(other.admit(t(&["x.rs"])));
+    queued(b, &mut w2, 2).await;
+    lead.extend_call(&mut call, t(&["y.rs"])).await.unwrap();
+    // But a new path an earlier waiter asked for is refused (fairness) —
+    // a waiter blocked by a call, not by a fence covering the call (that
+    // one the fence's owner would pass, SPEC §4).
+    let mut w3 = Box::pin(other.admit(t(&["x.rs", "z.rs"])));
+    queued(b, &mut w3, 3).await;
+    assert!(busy(lead.extend_call(&mut call, t(&["z.rs"])).await).queued);
+    lead.release(call).await;
+    lead.release_fence(fence).await;
+    for (what, w) in [("w", w), ("w2", w2), ("w3", w3)] {
+        let r = within(what, w).await.unwrap();
+        other.release(r).await;
+    }
+}
+
+async fn narrow_wakes_a_waiter_for_the_released_part_not_the_kept_part<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let a = b.actor("a", Grant::workspace(root)).await.unwrap();
+    let bb = b.actor("b", Grant::workspace(root)).await.unwrap();
+    let mut fence = lead.fence(t(&["src/", "docs/"])).await.unwrap();
+    let mut on_docs = Box::pin(a.admit(t(&["docs/a.md"])));
+    queued(b, &mut on_docs, 1).await;
+    let mut on_kept = Box::pin(bb.admit(t(&["src/lex.rs"])));
+    queued(b, &mut on_kept, 2).await;
+    let mut on_src = Box::pin(bb.admit(t(&["src/ast.rs"])));
+    queued(b, &mut on_src, 3).await;
+    lead.narrow(&mut fence, t(&["src/lex.rs"])).await.unwrap();
+    assert_eq!(B::Actor::fence_paths(&fence), [root.join("src/lex.rs")]);
+    // The released parts' waiters were granted by the narrow itself.
+    let dump = b.dump().await;
+    assert_eq!(count(&dump, "waiters"), 1);
+    assert_eq!(
+        dump["waiters"][0]["paths"][0]["path"],
+        text(&root.join("src/lex.rs"))
+    );
+    assert_eq!(
+        causes(&dump),
+        [path_cause(&root.join("src/lex.rs"), "lead")]
+    );
+    let r1 = within("on docs", on_docs).await.unwrap();
+    let r2 = within("on src", on_src).await.unwrap();
+    assert_eq!(count(&b.dump().await, "waiters"), 1);
+    lead.release_fence(fence).await;
+    let r3 = within("on the kept part", on_kept).await.unwrap();
+    a.release(r1).await;
+    bb.release(r2).await;
+    bb.release(r3).await;
+}
+
+async fn narrow_outside_the_current_fence_changes_nothing<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let mut fence = lead.fence(t(&["src/", "docs/a.md"])).await.unwrap();
+    let mut w = Box::pin(other.admit(t(&["docs/a.md"])));
+    queued(b, &mut w, 1).await;
+    let held = [root.join("docs/a.md"), root.join("src")];
+    for bad in [
+        t(&["src/a.rs", "tests/x.rs"]),
+        t(&["docs/"]), // wider than the exact key it holds
+        t(&["docs/a.md/"]),
+        t(&["src/a.rs", "docs/b.md"]),
+    ] {
+        match lead.narrow(&mut fence, bad.clone()).await {
+            Err(Error::OutsideFence {
+                actor, fence: f, ..
+            }) => {
+                assert_eq!(actor, "lead");
+                assert_eq!(f, held);
+            }
+            other => panic!("expected OutsideFence for {bad:?}, got {:?}", other.err()),
+        }
+        assert_eq!(B::Actor::fence_paths(&fence), held);
+        assert_eq!(count(&b.dump().await, "waiters"), 1, "nothing was released");
+    }
+    match lead.narrow(&mut fence, vec![]).await {
+        Err(Error::InvalidPath { .. }) => {}
+        other => panic!("expected InvalidPath, got {:?}", other.err()),
+    }
+    assert_eq!(B::Actor::fence_paths(&fence).len(), 2);
+    lead.narrow(&mut fence, t(&["src/"])).await.unwrap();
+    let r = within("the waiter", w).await.unwrap();
+    other.release(r).await;
+    lead.release_fence(fence).await;
+}
+
+async fn narrow_can_only_weaken_a_mode<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let shared_tree = |p: &str| vec![Target::tree(p).shared()];
+    let mode_of = |dump: &Value| dump["holds"][0]["paths"][0]["mode"].clone();
+    let mut watch = lead.fence(shared_tree("vendor")).await.unwrap();
+    match lead
+        .narrow(&mut watch, vec![Target::file("vendor/lib.rs")])
+        .await
+    {
         Err(Error::OutsideFence { .. }) => {}
         other => panic!("expected OutsideFence, got {:?}", other.err()),
     }
-    o.release(now_free).await;
-    a.release_fence(f).await;
+    assert_eq!(mode_of(&b.dump().await), "shared");
+    assert_eq!(B::Actor::fence_paths(&watch), [root.join("vendor")]);
+    lead.release_fence(watch).await;
+
+    let mut fence = lead.fence(t(&["src/"])).await.unwrap();
+    busy(other.fence(shared_tree("src")).await);
+    // Exclusive to shared: another shared fence may now join.
+    lead.narrow(&mut fence, shared_tree("src")).await.unwrap();
+    assert_eq!(mode_of(&b.dump().await), "shared");
+    let theirs = other.fence(shared_tree("src")).await.unwrap();
+    // ... but writes by others are still refused under a shared fence.
+    busy(other.try_admit(t(&["src/a.rs"])).await);
+    other.release_fence(theirs).await;
+    lead.release_fence(fence).await;
 }
+
+// ---- §6–§7: the file tools ----
 
 async fn files_pass_the_version_gate<B: Backend>(b: &B) {
     std::fs::write(b.root().join("notes.md"), "one\n").unwrap();
@@ -592,38 +2275,49 @@ fn workspace() -> (tempfile::TempDir, PathBuf) {
     (dir, root)
 }
 
-fn config() -> writ::Config {
-    writ::Config::default().durability(writ::Durability::Process)
+fn config() -> Config {
+    Config::default().durability(writ::Durability::Process)
 }
 
+/// Each entry is a behaviour above, optionally with the `Config` it runs
+/// under (the default is `config()`); both backends get the same one.
 macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
+    ($($name:ident $(($config:expr))?),* $(,)?) => {
         mod in_process {
+            use super::*;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let (_dir, root) = super::workspace();
-                    let backend = super::InProcess { sched: writ::Scheduler::new(super::config()), root };
+                    let (_dir, root) = workspace();
+                    #[allow(unused_variables)]
+                    let config = config();
+                    $(let config = $config;)?
+                    let backend = InProcess { sched: writ::Scheduler::new(config), root };
                     super::$name(&backend).await;
+                    backend.check();
                 }
             )*
         }
         mod over_http {
+            use super::*;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let (_dir, root) = super::workspace();
-                    let server = writ::server::Server::start(
-                        writ::server::Options::new(&root).config(super::config()),
-                    )
-                    .await
-                    .unwrap();
+                    let (_dir, root) = workspace();
+                    #[allow(unused_variables)]
+                    let config = config();
+                    $(let config = $config;)?
+                    let server =
+                        writ::server::Server::start(writ::server::Options::new(&root).config(config))
+                            .await
+                            .unwrap();
                     let session = writ::remote::Session::connect(server.url(), server.token())
                         .await
                         .unwrap();
-                    let backend = super::OverHttp { session, root };
+                    let backend = OverHttp { session, server, root };
                     super::$name(&backend).await;
-                    server.shutdown().await;
+                    backend.check();
+                    backend.server.shutdown().await;
                 }
             )*
         }
@@ -631,11 +2325,35 @@ macro_rules! conformance {
 }
 
 conformance!(
+    // §3 the conflict matrix
     conflict_matrix_between_unrelated_actors,
     a_fence_covers_its_owner_and_descendants_but_not_upwards,
-    parallel_calls_of_one_actor_are_serialized,
+    parallel_calls_of_one_actor_on_one_file_are_serialized,
+    // §2 keys
     trees_cover_descendants_exact_keys_only_themselves,
+    spellings_resolve_to_one_key,
     escapes_are_refused_without_residue,
+    malformed_targets_are_invalid_paths,
+    without_portable_names_windows_rules_do_not_apply(config().portable_names(false)),
+    grant_roots_must_exist_and_children_stay_inside,
+    insensitive_case_compares_folded_and_dumps_the_spelling(
+        config().case(writ::CaseMode::Insensitive)
+    ),
+    sensitive_case_tells_spellings_apart(config().case(writ::CaseMode::Sensitive)),
+    detect_probes_the_root_file_system(config().case(writ::CaseMode::Detect)),
+    overlapping_targets_in_one_request_merge,
+    // §3 grants
+    fenced_actor_writes_only_inside_its_fence_and_reads_anywhere,
+    a_fenced_grant_is_acquired_all_or_nothing_at_creation,
+    children_of_fenced_actors_are_fenced_inside_or_read_only,
+    a_read_only_actor_takes_shared_holds_only,
+    a_child_of_a_read_only_actor_must_be_read_only,
+    a_read_only_child_of_a_fenced_parent_needs_no_fence,
+    read_roots_are_shared_only,
+    workspace_target_reserves_the_grant_root_as_a_tree,
+    workspace_target_of_a_fenced_actor_is_its_grant_fence,
+    dropping_an_actor_releases_its_fences_but_not_its_calls_or_children,
+    // §4 admission, waiting, cancellation, timeouts, deadlocks
     all_or_nothing_leaves_nothing_behind,
     busy_names_the_holder_and_reads_well,
     a_waiter_is_admitted_when_the_holder_releases,
@@ -644,10 +2362,45 @@ conformance!(
     cancelling_a_waiter_leaves_nothing_and_wakes_those_behind,
     admit_timeout_gives_up_cleanly,
     deadlock_between_fence_holders_is_refused_with_the_cycle,
-    fenced_grants_are_taken_at_creation_and_bound_writes,
-    read_only_actors_take_shared_holds_only,
-    the_workspace_target_is_the_whole_writable_scope,
-    fences_extend_all_or_nothing_and_narrow,
+    soft_edges_close_cycles_too,
+    a_fence_owner_and_its_children_pass_a_waiter_their_fence_blocks,
+    a_fence_taken_by_precedence_may_not_close_a_cycle,
+    a_fence_owner_behind_a_shared_call_behind_its_blocked_waiter_is_refused,
+    a_cycle_closed_by_releasing_a_fence_refuses_a_waiting_request,
+    extend_is_judged_at_the_requests_own_priority,
+    calls_never_create_wait_edges,
+    reservation_extend_is_all_or_nothing,
+    parallel_calls_of_one_actor_are_not_a_deadlock,
+    a_fence_granted_past_waiters_may_not_close_a_cycle,
+    // §5 the dump
+    dump_shows_actors_holds_waiters_and_counters(config().session("s-1")),
+    // §11 slots and child_wait
+    root_actors_count_against_no_limit(config().max_actors(1).max_writers(1)),
+    child_past_max_actors_is_no_slot_naming_the_limit(config().max_actors(2)),
+    read_only_children_do_not_count_as_writers(config().max_writers(1)),
+    read_only_children_still_count_as_actors(config().max_actors(1).max_writers(5)),
+    child_is_refused_while_a_child_wait_is_queued_on_that_limit(
+        config().max_actors(2).max_writers(1)
+    ),
+    freed_slots_go_to_queued_child_waits_in_queue_order(config().max_actors(1)),
+    a_child_wait_blocked_by_a_path_reserves_no_slot(config().max_actors(1)),
+    a_slot_wait_that_every_slot_holder_waits_on_is_a_deadlock(config().max_actors(1)),
+    child_wait_timeout_gives_up_and_leaves_nothing(config().max_actors(1)),
+    // §11 wait causes, priorities, widening and narrowing
+    a_wait_blocked_by_every_limit_names_the_slots(config().max_actors(1).max_writers(1)),
+    a_wait_blocked_by_writers_and_a_path_names_the_writers(config().max_actors(2).max_writers(1)),
+    a_wait_blocked_by_a_path_only_names_it_and_its_holder(config().max_actors(2).max_writers(2)),
+    a_waiter_behind_an_earlier_waiter_names_that_waiter,
+    higher_priority_first_then_arrival_order,
+    a_request_keeps_its_priority_in_every_form,
+    disjoint_requests_never_wait_for_each_other,
+    no_starvation_within_a_priority_level,
+    widen_is_all_or_nothing,
+    widen_is_not_refused_by_a_waiter_on_the_part_already_held,
+    narrow_wakes_a_waiter_for_the_released_part_not_the_kept_part,
+    narrow_outside_the_current_fence_changes_nothing,
+    narrow_can_only_weaken_a_mode,
+    // §6–§7 the file tools
     files_pass_the_version_gate,
     a_contested_file_op_is_busy_and_writes_nothing,
 );

@@ -430,6 +430,39 @@ impl Actor {
             .await
     }
 
+    /// [`Actor::child_wait`], giving up with `Error::Timeout` after
+    /// `timeout`, as [`crate::Actor::child_wait_timeout`].
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), writ::Error> {
+    /// # let session = writ::remote::Session::discover("/path/to/repo").await?;
+    /// # let lead = session.actor("lead", writ::Grant::workspace("/path/to/repo")).await?;
+    /// use std::time::Duration;
+    /// let grant = writ::Grant::fenced("/path/to/repo", ["src/"]);
+    /// match lead.child_wait_timeout("parser", grant, Duration::from_secs(5)).await {
+    ///     Ok(parser) => drop(parser),
+    ///     Err(writ::Error::Timeout { .. }) => { /* no slot or fence within 5 s */ }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn child_wait_timeout(
+        &self,
+        name: impl Into<String>,
+        grant: Grant,
+        timeout: Duration,
+    ) -> Result<Actor> {
+        let params = json!({
+            "name": name.into(),
+            "parent": self.handle,
+            "grant": grant_to_wire(&grant)?,
+            "timeout_ms": timeout.as_millis() as u64,
+        });
+        let made = self.inner.http.call("actor.child_wait", params).await?;
+        Actor::from_wire(&self.inner, &made)
+    }
+
     /// A request builder: priority and label, then try or wait.
     pub fn request<I>(&self, targets: I) -> Request<'_>
     where

@@ -668,23 +668,13 @@ impl App {
                     (Some(parent), None) => {
                         let (parent, lease, lineage) = self.actor_for(caller, parent)?;
                         let child = if wait {
-                            let waiting = parent.child_wait(p.name, grant);
-                            let started = Instant::now();
-                            let limit = timeout(p.timeout_ms);
-                            self.long_poll(lease, async move {
-                                match limit {
-                                    Some(d) => tokio::time::timeout(d, waiting)
-                                        .await
-                                        .unwrap_or_else(|_| {
-                                            Err(Error::Timeout {
-                                                paths: Vec::new(),
-                                                waited: started.elapsed(),
-                                            })
-                                        }),
-                                    None => waiting.await,
-                                }
-                            })
-                            .await?
+                            // The in-process timeout, so that a wait given up
+                            // counts as timed out, not as cancelled.
+                            let waiting = match timeout(p.timeout_ms) {
+                                Some(d) => parent.child_wait_timeout(p.name, grant, d),
+                                None => parent.child_wait(p.name, grant),
+                            };
+                            self.long_poll(lease, waiting).await?
                         } else {
                             parent.child(p.name, grant)?
                         };
