@@ -8,6 +8,8 @@
 
 #[path = "common/mcp_driver.rs"]
 mod driver;
+#[path = "common/mcp_http_client.rs"]
+mod http_client;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -273,6 +275,91 @@ fn stdio_agents_bridged_to_one_server_share_its_scheduler() {
         fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
         "one\nalpha\nagain\n"
     );
+}
+
+#[test]
+fn only_this_servers_live_tokens_open_an_mcp_session() {
+    let (_dir, root) = workspace();
+    let (_other_dir, other_root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let other = start(&other_root).await;
+        let url = format!("{}/mcp", server.url());
+        let here = writ::remote::Session::connect(server.url(), server.token())
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let there = writ::remote::Session::connect(other.url(), other.token())
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let foreign = there
+            .actor("foreign", writ::Grant::workspace(&other_root))
+            .await
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        let revoked = here
+            .actor("revoked", writ::Grant::workspace(&root))
+            .await
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        here.call("lease.revoke", json!({"lease": revoked.lease()}))
+            .await
+            .unwrap_or_else(|e| panic!("revoke: {e}"));
+        let live = here
+            .actor("live", writ::Grant::workspace(&root))
+            .await
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        let names = |server: &Server| {
+            let mut names: Vec<String> = server
+                .scheduler()
+                .dump()
+                .actors
+                .iter()
+                .map(|a| a.name.clone())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = names(&server);
+        assert_eq!(before, ["live"]);
+
+        // Another server's session token, another server's actor token
+        // (whose handle names that server), a revoked lease's token, and a
+        // well-formed token of this server's instance that was never given.
+        let instance = live.handle().split('-').nth(1).unwrap_or_default();
+        let forged = format!("a-{instance}-1.{}", "0".repeat(64));
+        for token in [other.token(), foreign.token(), revoked.token(), &forged] {
+            let mut client = http_client::McpHttp::new(&url, token);
+            let reply = client.initialize("intruder").await;
+            assert_eq!(reply.status, 401, "{token}: {}", reply.body);
+            assert!(reply.body.contains("unauthorized"), "{}", reply.body);
+            assert_eq!(names(&server), before, "a refused token created nothing");
+        }
+
+        // The same request with this server's tokens opens a session (so
+        // the refusals above were about the token, not the request)...
+        let mut session_client = http_client::McpHttp::new(&url, server.token());
+        assert_eq!(session_client.initialize("agent").await.status, 200);
+        let (error, text) = session_client.call("writ_status", json!({})).await;
+        assert!(!error && text.contains("You are 'agent'"), "{text}");
+        let mut actor_client = http_client::McpHttp::new(&url, live.token());
+        assert_eq!(actor_client.initialize("live-agent").await.status, 200);
+        let (error, text) = actor_client.call("writ_status", json!({})).await;
+        assert!(!error && text.contains("You are 'live'"), "{text}");
+
+        // ...and once the actor's lease is revoked, its open MCP session's
+        // next request is refused as well.
+        here.call("lease.revoke", json!({"lease": live.lease()}))
+            .await
+            .unwrap_or_else(|e| panic!("revoke: {e}"));
+        let reply = actor_client.request("tools/list", json!({})).await;
+        assert_eq!(reply.status, 401, "{}", reply.body);
+        assert!(names(&server).iter().all(|n| n != "live"));
+
+        session_client.close().await;
+        // `here`'s lease is the one revoked above: nothing left to close.
+        drop((foreign, revoked, live, here));
+        there.close().await.unwrap_or_else(|e| panic!("close: {e}"));
+        other.shutdown().await;
+        server.shutdown().await;
+    });
 }
 
 /// Runs `writ hook claude-code` on one event, as Claude Code would, and
