@@ -823,3 +823,87 @@ fn with_file_op_wait_a_rewind_waits_for_a_call_in_progress() {
     });
     assert!(!e.path("a.txt").exists());
 }
+
+/// An editor outside writ (reported by a hook) creates one file, deletes
+/// another and leaves a third as it was, each inside the agent's
+/// reservation: the rewind deletes the new file, re-creates the deleted one
+/// with its mode, and the untouched file is not in the turn at all.
+#[test]
+fn outside_writes_reported_before_and_after_are_rewound_like_writes() {
+    let e = env();
+    e.put("gone.rs", "kept\n", 0o640);
+    e.put("same.rs", "same\n", 0o644);
+    let agent = e.agent("editor", "t1");
+    for (rel, change) in [
+        ("new.rs", Some("new\n")),
+        ("gone.rs", None),
+        ("same.rs", Some("same\n")),
+    ] {
+        let hold = agent.try_admit([rel]).unwrap();
+        assert!(agent.before_outside_write(rel).unwrap());
+        match change {
+            Some(text) => fs::write(e.path(rel), text).unwrap(),
+            None => fs::remove_file(e.path(rel)).unwrap(),
+        }
+        let receipt = agent.after_outside_write(rel).unwrap();
+        assert_eq!(receipt.history, HistoryStatus::Recorded, "{rel}");
+        drop(hold);
+    }
+    let report = e.sched.rewind_turn("t1").unwrap();
+    assert_eq!(report.files.len(), 2, "{report}");
+    assert_eq!(action(&report, &e.path("new.rs")), Action::Deleted);
+    assert_eq!(action(&report, &e.path("gone.rs")), Action::Recreated);
+    assert_eq!(e.get("new.rs"), None);
+    assert_eq!(e.get("gone.rs").as_deref(), Some("kept\n"));
+    assert_eq!(e.mode("gone.rs"), 0o640);
+    e.sched.redo_turn("t1").unwrap();
+    assert_eq!(e.get("new.rs").as_deref(), Some("new\n"));
+    assert_eq!(e.get("gone.rs"), None);
+}
+
+/// Without its own exclusive reservation on the file an actor can neither
+/// snapshot nor record an outside write; a record with no snapshot before it
+/// is reported as incomplete history, never as recorded.
+#[test]
+fn outside_writes_need_a_reservation_and_a_snapshot_first() {
+    let e = env();
+    e.put("a.rs", "a\n", 0o644);
+    let agent = e.agent("editor", "t1");
+    let other = e.agent("other", "t2");
+    let refused = |r: Result<bool, Error>| match r {
+        Err(Error::InvalidPath { reason, .. }) => {
+            assert!(reason.contains("no call reservation"), "{reason}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    refused(agent.before_outside_write("a.rs"));
+    let theirs = other.try_admit(["a.rs"]).unwrap();
+    refused(agent.before_outside_write("a.rs"));
+    drop(theirs);
+    let shared = agent
+        .try_admit([writ::Target::file("a.rs").shared()])
+        .unwrap();
+    refused(agent.before_outside_write("a.rs"));
+    drop(shared);
+    assert!(matches!(
+        agent.after_outside_write("a.rs"),
+        Err(Error::InvalidPath { .. })
+    ));
+
+    let hold = agent.try_admit(["a.rs"]).unwrap();
+    fs::write(e.path("a.rs"), "b\n").unwrap();
+    let receipt = agent.after_outside_write("a.rs").unwrap();
+    assert!(
+        matches!(receipt.history, HistoryStatus::Incomplete { .. }),
+        "{receipt:?}"
+    );
+    drop(hold);
+    assert!(matches!(
+        e.sched.rewind_turn("t1"),
+        Err(Error::UnknownTurn { .. })
+    ));
+    assert!(matches!(
+        agent.before_outside_write(".env"),
+        Err(Error::Policy { .. })
+    ));
+}

@@ -8,6 +8,8 @@
 
 #[path = "common/mcp_driver.rs"]
 mod driver;
+#[path = "common/mcp_http_client.rs"]
+mod http_client;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -275,6 +277,91 @@ fn stdio_agents_bridged_to_one_server_share_its_scheduler() {
     );
 }
 
+#[test]
+fn only_this_servers_live_tokens_open_an_mcp_session() {
+    let (_dir, root) = workspace();
+    let (_other_dir, other_root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let other = start(&other_root).await;
+        let url = format!("{}/mcp", server.url());
+        let here = writ::remote::Session::connect(server.url(), server.token())
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let there = writ::remote::Session::connect(other.url(), other.token())
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let foreign = there
+            .actor("foreign", writ::Grant::workspace(&other_root))
+            .await
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        let revoked = here
+            .actor("revoked", writ::Grant::workspace(&root))
+            .await
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        here.call("lease.revoke", json!({"lease": revoked.lease()}))
+            .await
+            .unwrap_or_else(|e| panic!("revoke: {e}"));
+        let live = here
+            .actor("live", writ::Grant::workspace(&root))
+            .await
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        let names = |server: &Server| {
+            let mut names: Vec<String> = server
+                .scheduler()
+                .dump()
+                .actors
+                .iter()
+                .map(|a| a.name.clone())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = names(&server);
+        assert_eq!(before, ["live"]);
+
+        // Another server's session token, another server's actor token
+        // (whose handle names that server), a revoked lease's token, and a
+        // well-formed token of this server's instance that was never given.
+        let instance = live.handle().split('-').nth(1).unwrap_or_default();
+        let forged = format!("a-{instance}-1.{}", "0".repeat(64));
+        for token in [other.token(), foreign.token(), revoked.token(), &forged] {
+            let mut client = http_client::McpHttp::new(&url, token);
+            let reply = client.initialize("intruder").await;
+            assert_eq!(reply.status, 401, "{token}: {}", reply.body);
+            assert!(reply.body.contains("unauthorized"), "{}", reply.body);
+            assert_eq!(names(&server), before, "a refused token created nothing");
+        }
+
+        // The same request with this server's tokens opens a session (so
+        // the refusals above were about the token, not the request)...
+        let mut session_client = http_client::McpHttp::new(&url, server.token());
+        assert_eq!(session_client.initialize("agent").await.status, 200);
+        let (error, text) = session_client.call("writ_status", json!({})).await;
+        assert!(!error && text.contains("You are 'agent'"), "{text}");
+        let mut actor_client = http_client::McpHttp::new(&url, live.token());
+        assert_eq!(actor_client.initialize("live-agent").await.status, 200);
+        let (error, text) = actor_client.call("writ_status", json!({})).await;
+        assert!(!error && text.contains("You are 'live'"), "{text}");
+
+        // ...and once the actor's lease is revoked, its open MCP session's
+        // next request is refused as well.
+        here.call("lease.revoke", json!({"lease": live.lease()}))
+            .await
+            .unwrap_or_else(|e| panic!("revoke: {e}"));
+        let reply = actor_client.request("tools/list", json!({})).await;
+        assert_eq!(reply.status, 401, "{}", reply.body);
+        assert!(names(&server).iter().all(|n| n != "live"));
+
+        session_client.close().await;
+        // `here`'s lease is the one revoked above: nothing left to close.
+        drop((foreign, revoked, live, here));
+        there.close().await.unwrap_or_else(|e| panic!("close: {e}"));
+        other.shutdown().await;
+        server.shutdown().await;
+    });
+}
+
 /// Runs `writ hook claude-code` on one event, as Claude Code would, and
 /// returns what it printed.
 fn hook(root: &Path, event: Value) -> String {
@@ -409,6 +496,165 @@ fn claude_code_hook_reserves_edits_and_denies_busy_or_stale_files() {
             dump.holds.iter().all(|h| h.kind != writ::HoldKind::Call),
             "{dump}"
         );
+        server.shutdown().await;
+    });
+}
+
+/// A hook event that is not about a tool: the user sent a prompt.
+fn prompt(root: &Path, session: &str) -> Value {
+    json!({
+        "session_id": session,
+        "transcript_path": "/dev/null",
+        "cwd": root,
+        "permission_mode": "default",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "tidy up lib.rs",
+    })
+}
+
+#[test]
+fn claude_code_hook_writes_are_history_a_rewind_restores_and_later_edits_conflict() {
+    let (_dir, root) = workspace();
+    let history = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    fs::write(root.join("lib.rs"), "original\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let config = writ::Config::default()
+            .durability(writ::Durability::Process)
+            .history_dir(history.path());
+        let server = Server::start(
+            Options::new(&root)
+                .config(config)
+                .discovery_file(root.join(".writ/serve.json")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        let session = writ::remote::Session::connect(server.url(), server.token())
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let sess = "sess-aaaa1111";
+        let events = move |root: PathBuf, list: Vec<Value>| {
+            tokio::task::spawn_blocking(move || {
+                for e in list {
+                    let out = hook(&root, e);
+                    assert_eq!(out, "", "the hook denied: {out}");
+                }
+            })
+        };
+
+        // Turn 1: Claude Code reads lib.rs and its built-in Edit rewrites it.
+        let r = root.clone();
+        events(
+            r.clone(),
+            vec![
+                prompt(&r, sess),
+                event(&r, sess, "PostToolUse", "Read", "t0", "lib.rs"),
+                event(&r, sess, "PreToolUse", "Edit", "t1", "lib.rs"),
+            ],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        fs::write(root.join("lib.rs"), "edited by claude\n").unwrap_or_else(|e| panic!("{e}"));
+        events(
+            r.clone(),
+            vec![event(&r, sess, "PostToolUse", "Edit", "t1", "lib.rs")],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+        let turn1 = format!("claude-code-{sess}-1");
+        let report = session
+            .rewind_turn(&turn1)
+            .await
+            .unwrap_or_else(|e| panic!("rewind: {e}"));
+        assert_eq!(report["files"][0]["action"], "restored", "{report}");
+        assert_eq!(
+            fs::read_to_string(root.join("lib.rs")).unwrap_or_default(),
+            "original\n"
+        );
+        session
+            .call("history.redo", json!({"turn": turn1}))
+            .await
+            .unwrap_or_else(|e| panic!("redo: {e}"));
+        assert_eq!(
+            fs::read_to_string(root.join("lib.rs")).unwrap_or_default(),
+            "edited by claude\n"
+        );
+
+        // Another agent reads the file; then, in turn 2, Claude Code's Write
+        // replaces it. The other agent's write is refused as stale, naming
+        // the Claude Code session as the writer.
+        let other = session
+            .actor("other", writ::Grant::workspace(&root))
+            .await
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        other
+            .set_turn("other-1")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        other
+            .files()
+            .read("lib.rs")
+            .await
+            .unwrap_or_else(|e| panic!("read: {e}"));
+        events(
+            r.clone(),
+            vec![
+                prompt(&r, sess),
+                event(&r, sess, "PreToolUse", "Write", "t2", "lib.rs"),
+            ],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        fs::write(root.join("lib.rs"), "rewritten by claude\n").unwrap_or_else(|e| panic!("{e}"));
+        events(
+            r.clone(),
+            vec![event(&r, sess, "PostToolUse", "Write", "t2", "lib.rs")],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        match other.files().write("lib.rs", "other\n").await {
+            Err(writ::Error::Stale { writer, .. }) => {
+                assert_eq!(writer.as_deref(), Some("claude-code-sess-aaa"));
+            }
+            other => panic!("expected a stale write naming Claude Code, got {other:?}"),
+        }
+        other
+            .files()
+            .read("lib.rs")
+            .await
+            .unwrap_or_else(|e| panic!("read: {e}"));
+        other
+            .files()
+            .write("lib.rs", "other\n")
+            .await
+            .unwrap_or_else(|e| panic!("write: {e}"));
+
+        // Rewinding turn 2 now would undo the other agent's later write:
+        // refused as a conflict naming its turn, and nothing is touched.
+        let turn2 = format!("claude-code-{sess}-2");
+        match session.rewind_turn(&turn2).await {
+            Err(writ::Error::RewindConflict { conflicts }) => {
+                assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+                let said = conflicts[0].to_string();
+                assert!(said.contains("other-1"), "{said}");
+            }
+            other => panic!("expected a rewind conflict, got {other:?}"),
+        }
+        assert_eq!(
+            fs::read_to_string(root.join("lib.rs")).unwrap_or_default(),
+            "other\n"
+        );
+        // Every reservation the hook took was released after its write.
+        let dump = server.scheduler().dump();
+        assert!(
+            dump.holds.iter().all(|h| h.kind != writ::HoldKind::Call),
+            "{dump}"
+        );
+        other.close().await.unwrap_or_else(|e| panic!("close: {e}"));
+        session
+            .close()
+            .await
+            .unwrap_or_else(|e| panic!("close: {e}"));
         server.shutdown().await;
     });
 }

@@ -826,6 +826,8 @@ fn the_protocol_document_matches_the_code() {
         "files.delete",
         "files.rename",
         "turn.set",
+        "history.snapshot",
+        "history.record",
         "history.rewind",
         "history.redo",
         "plan.validate",

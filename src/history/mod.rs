@@ -57,9 +57,11 @@
 //!
 //! # What is not covered
 //!
-//! Only writes made through writ's file tools are recorded. Shell commands,
-//! formatters, delegated child processes and anything else that writes files
-//! directly are not, and neither are writes made while no history directory
+//! Only writes made through writ's file tools are recorded, and writes an
+//! outside editor reports before and after
+//! ([`Actor::before_outside_write`](crate::Actor::before_outside_write)).
+//! Shell commands, formatters, delegated child processes and anything else
+//! that writes files directly are not, and neither are writes made while no history directory
 //! is configured. A rewind never tries to undo those; when they touched a
 //! file the turn wrote, the rewind reports a conflict instead of overwriting
 //! them.
@@ -67,6 +69,7 @@
 //! # Implementation details
 //!
 //! `store` keeps blobs and the journal; `record` defines the journal lines;
+//! `outside` records writes reported by a hook;
 //! `rewind` plans, checks and runs rewinds and redos; `merge` reverses a
 //! change out of edited text and summarizes conflicts; `fsio` reads and
 //! restores files; `view` is the read-only [`History`]. The state kept per
@@ -76,6 +79,7 @@
 mod fsio;
 mod hook;
 mod merge;
+mod outside;
 mod record;
 mod rewind;
 mod store;
@@ -625,6 +629,51 @@ impl Handle {
             files: changes,
         };
         store.append(&Record::Write(write))
+    }
+
+    /// The journal step for a write made outside the file tools after
+    /// [`Handle::snapshot`]: stores the post-image (`bytes`) as a blob, then
+    /// journals the call as `record` does — a delete when the file is gone.
+    /// A file the writer left as it was is not journaled. Returns the
+    /// pre-image's hash.
+    pub(crate) fn record_outside(
+        &self,
+        actor: &ActorMeta,
+        post: Post<'_>,
+        bytes: Option<&[u8]>,
+    ) -> Result<Option<String>> {
+        let key = pending_key(actor, std::iter::once(post.path.to_path_buf()));
+        let stored = match (post.state, bytes) {
+            (Some((sha256, size, _)), Some(bytes)) if size <= self.limit => {
+                self.store()?.put_blob(sha256, bytes)?;
+                Some(sha256.to_string())
+            }
+            _ => None,
+        };
+        let before = {
+            let mut pending = self.pending.lock();
+            let Some(entry) = pending.get_mut(&key) else {
+                return Err(history_err(
+                    "no snapshot was taken before this write (or the server restarted since), so it was not journaled",
+                ));
+            };
+            let change = entry.changes.first();
+            let before = change
+                .and_then(|c| c.before.as_ref())
+                .map(|b| b.sha256.clone());
+            let existed = change.is_some_and(|c| c.existed_before);
+            if before.as_deref() == post.state.map(|s| s.0) && (existed || post.state.is_none()) {
+                pending.remove(&key);
+                return Ok(before);
+            }
+            if post.state.is_none() {
+                entry.kind = WriteKind::Delete;
+            }
+            entry.post_blob = stored;
+            before
+        };
+        self.record(actor, &[post])?;
+        Ok(before)
     }
 }
 

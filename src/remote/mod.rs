@@ -529,6 +529,32 @@ impl Actor {
         self.inner.http.call("turn.set", params).await.map(drop)
     }
 
+    /// Snapshots `path` into history before a writer outside writ changes
+    /// it (`history.snapshot`); the actor must hold an exclusive call
+    /// reservation on it. See [`crate::Actor::before_outside_write`].
+    ///
+    /// ```no_run
+    /// # async fn demo(actor: &writ::remote::Actor) -> Result<(), writ::Error> {
+    /// let hold = actor.try_admit(["src/lib.rs"]).await?;
+    /// actor.before_outside_write("src/lib.rs").await?;
+    /// // ... an editor writes src/lib.rs ...
+    /// actor.after_outside_write("src/lib.rs").await?;
+    /// hold.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn before_outside_write(&self, path: impl AsRef<Path>) -> Result<bool> {
+        let params = json!({"actor": self.handle, "path": path_text(path.as_ref())?});
+        let v = self.inner.http.call("history.snapshot", params).await?;
+        Ok(v["snapshot"].as_bool().unwrap_or(false))
+    }
+
+    /// Journals that outside write as this actor's call
+    /// (`history.record`); see [`crate::Actor::after_outside_write`].
+    pub async fn after_outside_write(&self, path: impl AsRef<Path>) -> Result<Receipt> {
+        let params = json!({"actor": self.handle, "path": path_text(path.as_ref())?});
+        decode(self.inner.http.call("history.record", params).await?)
+    }
+
     /// This actor's file tools.
     pub fn files(&self) -> Files<'_> {
         Files { actor: self }

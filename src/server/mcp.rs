@@ -19,6 +19,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
+use http_body_util::BodyExt as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
@@ -118,5 +119,21 @@ async fn handle(app: &App, service: &Service, request: Request) -> Response {
     if let Err(e) = app.authenticate(auth::bearer(headers)) {
         return refuse(StatusCode::UNAUTHORIZED, &e);
     }
-    service.handle(request).await.map(Body::new)
+    let post = request.method() == axum::http::Method::POST;
+    let response = service.handle(request).await;
+    if !post {
+        // GET opens the session's long-lived event stream: stream it.
+        return response.map(Body::new);
+    }
+    // A POST is answered with a short SSE stream that ends with the reply
+    // (writ's tools send nothing before it). Sent as it is produced, its
+    // last piece (the end of the chunked body) waits for the client's
+    // delayed ACK behind the event before it (Nagle's algorithm on the
+    // accepted socket): tens of milliseconds per tool call on a kept-alive
+    // connection. Collected first, it leaves in one write.
+    let (parts, body) = response.into_parts();
+    match body.collect().await {
+        Ok(body) => Response::from_parts(parts, Body::from(body.to_bytes())),
+        Err(never) => match never {},
+    }
 }

@@ -870,6 +870,19 @@ impl App {
                 actor.set_turn(p.turn.clone());
                 Ok(json!({"actor": p.actor, "turn": p.turn}))
             }
+            "history.snapshot" => {
+                let p: PathParams = params(p)?;
+                let (actor, _, _) = self.actor_for(caller, &p.actor)?;
+                let path = p.path.clone();
+                let taken = Self::blocking(move || actor.before_outside_write(&p.path)).await?;
+                Ok(json!({"path": path, "snapshot": taken}))
+            }
+            "history.record" => {
+                let p: PathParams = params(p)?;
+                let (actor, _, _) = self.actor_for(caller, &p.actor)?;
+                let receipt = Self::blocking(move || actor.after_outside_write(&p.path)).await?;
+                Ok(json!(receipt))
+            }
             "history.rewind" | "history.redo" => {
                 let p: RewindParams = params(p)?;
                 self.session_only(caller, "rewinding a turn")?;

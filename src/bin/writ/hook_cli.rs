@@ -4,7 +4,13 @@
 //!
 //! Each event is a fresh process, so what must outlive it lives elsewhere:
 //! the actor of a Claude Code session and its call reservations live on the
-//! server (under the actor's lease, renewed by every event); the session's
+//! server (under the actor's lease, renewed by every event), and so does
+//! the history of its writes: PreToolUse snapshots the file's pre-image
+//! (`history.snapshot`), PostToolUse journals the post-image as the
+//! actor's write (`history.record`) in the session's current turn — one
+//! turn per user prompt (`UserPromptSubmit`), named
+//! `claude-code-<session>-<n>` — so `history.rewind` of that turn puts
+//! back what the built-in tool overwrote. The session's
 //! read marks (sha256 of each file as its hooked `Read` saw it, or as its own
 //! write left it) and the handles of its open reservations live in a state
 //! file beside the discovery file (`<state dir>/hooks/<session>.json`, mode
@@ -58,6 +64,8 @@ struct ClaudeCode {
 struct Event {
     session_id: String,
     hook_event_name: String,
+    /// Absent on events that are not about a tool (UserPromptSubmit).
+    #[serde(default)]
     tool_name: String,
     #[serde(default)]
     tool_input: Value,
@@ -76,6 +84,16 @@ struct State {
     marks: BTreeMap<PathBuf, String>,
     /// Open reservations by tool use: (hold handle, path, taken at, in ms).
     holds: BTreeMap<String, (String, PathBuf, u64)>,
+    /// User prompts seen: the number of the current turn.
+    #[serde(default)]
+    prompts: u64,
+}
+
+impl State {
+    /// The turn this session's writes belong to now.
+    fn turn(&self, event: &Event) -> String {
+        format!("claude-code-{}-{}", short(&event.session_id), self.prompts)
+    }
 }
 
 const WRITES: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit"];
@@ -170,12 +188,14 @@ fn short(session: &str) -> String {
 /// Handles one event; `Some(reason)` denies the tool call.
 async fn handle(args: &ClaudeCode, event: &Event) -> Result<Option<String>, String> {
     let is_write = WRITES.contains(&event.tool_name.as_str());
-    if !is_write && event.tool_name != "Read" {
+    let prompt = event.hook_event_name == "UserPromptSubmit";
+    if !prompt && !is_write && event.tool_name != "Read" {
         return Ok(None);
     }
-    let Some(path) = file_of(event) else {
+    let path = file_of(event);
+    if path.is_none() && !prompt {
         return Ok(None);
-    };
+    }
     let root = args
         .root
         .clone()
@@ -209,13 +229,19 @@ async fn handle(args: &ClaudeCode, event: &Event) -> Result<Option<String>, Stri
         .map_err(|e| e.to_string())?;
     let ttl = Duration::try_from_secs_f64(args.hook_ttl).unwrap_or(Duration::from_secs(60));
     release_expired(&session, &mut state, ttl).await;
-    let decision = match (event.hook_event_name.as_str(), is_write) {
-        ("PreToolUse", true) => pre_write(&session, &mut state, event, &path, &root).await?,
-        ("PostToolUse", true) => {
+    let decision = match (event.hook_event_name.as_str(), is_write, path) {
+        ("UserPromptSubmit", _, _) => {
+            next_turn(&session, &mut state, event).await;
+            None
+        }
+        ("PreToolUse", true, Some(path)) => {
+            pre_write(&session, &mut state, event, &path, &root).await?
+        }
+        ("PostToolUse", true, Some(path)) => {
             post_write(&session, &mut state, event, &path).await;
             None
         }
-        ("PostToolUse", false) => {
+        ("PostToolUse", false, Some(path)) => {
             match sha256_of(&path) {
                 Some(hash) => state.marks.insert(path, hash),
                 None => state.marks.remove(&path),
@@ -273,7 +299,32 @@ async fn actor(
     state.actor = Some(handle.clone());
     state.token = made["token"].as_str().map(str::to_string);
     state.holds.clear();
+    session
+        .call(
+            "turn.set",
+            json!({"actor": handle, "turn": state.turn(event)}),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(handle)
+}
+
+/// A user prompt starts the session's next turn; an actor made later
+/// starts in it.
+async fn next_turn(session: &writ::remote::Session, state: &mut State, event: &Event) {
+    state.prompts += 1;
+    if let Some(actor) = state.actor.clone() {
+        let set = session
+            .call(
+                "turn.set",
+                json!({"actor": actor, "turn": state.turn(event)}),
+            )
+            .await;
+        if set.is_err() {
+            // The actor lapsed: the next write makes a new one in this turn.
+            state.actor = None;
+        }
+    }
 }
 
 fn name_of(event: &Event) -> String {
@@ -298,40 +349,44 @@ async fn pre_write(
             )));
         }
     }
-    let actor = actor(session, state, event, root).await?;
+    let mut actor = actor(session, state, event, root).await?;
     let label = format!("claude-code {}", event.tool_name);
-    let admitted = session
-        .call(
+    let admit = |actor: &str| {
+        session.call(
             "admit",
             json!({"actor": actor, "targets": [path], "wait": false, "label": label}),
         )
-        .await;
-    match admitted {
-        Ok(hold) => {
-            let key = event
-                .tool_use_id
-                .clone()
-                .unwrap_or_else(|| path.display().to_string());
-            let handle = hold["hold"].as_str().unwrap_or_default().to_string();
-            state
-                .holds
-                .insert(key, (handle, path.to_path_buf(), now_ms()));
-            Ok(None)
-        }
+    };
+    let hold = match admit(&actor).await {
         Err(writ::Error::UnknownActor { .. } | writ::Error::UnknownLease { .. }) => {
-            // The lease lapsed between the check and the call: start over once.
+            // The lease lapsed between events: start over once.
             state.actor = None;
-            let actor = self::actor(session, state, event, root).await?;
-            let retry = session
-                .call(
-                    "admit",
-                    json!({"actor": actor, "targets": [path], "wait": false}),
-                )
-                .await;
-            retry.map(|_| None).or_else(|e| Ok(Some(e.to_string())))
+            actor = self::actor(session, state, event, root).await?;
+            admit(&actor).await
         }
-        Err(e) => Ok(Some(e.to_string())),
+        other => other,
+    };
+    let hold = match hold {
+        Ok(hold) => hold["hold"].as_str().unwrap_or_default().to_string(),
+        Err(e) => return Ok(Some(e.to_string())),
+    };
+    // The pre-image goes into history before the tool may run: a write
+    // that could not be rewound is refused, as writ's own writes are.
+    let snapshot = session
+        .call("history.snapshot", json!({"actor": actor, "path": path}))
+        .await;
+    if let Err(e) = snapshot {
+        let _ = session.call("release", json!({"hold": hold})).await;
+        return Ok(Some(e.to_string()));
     }
+    let key = event
+        .tool_use_id
+        .clone()
+        .unwrap_or_else(|| path.display().to_string());
+    state
+        .holds
+        .insert(key, (hold, path.to_path_buf(), now_ms()));
+    Ok(None)
 }
 
 async fn post_write(
@@ -345,6 +400,19 @@ async fn post_write(
         .clone()
         .unwrap_or_else(|| path.display().to_string());
     if let Some((hold, _, _)) = state.holds.remove(&key) {
+        // Journaled while the reservation still stands, so nothing else
+        // wrote the file between the tool and the record.
+        if let Some(actor) = &state.actor {
+            let recorded = session
+                .call("history.record", json!({"actor": actor, "path": path}))
+                .await;
+            if let Err(e) = recorded {
+                eprintln!(
+                    "writ hook: the write to {} was not recorded in history: {e}",
+                    path.display()
+                );
+            }
+        }
         let _ = session.call("release", json!({"hold": hold})).await;
     }
     // The session's own write is what it now knows of the file.

@@ -1,0 +1,174 @@
+//! A minimal MCP client over Streamable HTTP on hyper: initialize, then
+//! JSON-RPC requests on the session, each answered as JSON or as an SSE
+//! stream whose data line carries the reply. Used where the Python SDK is
+//! too slow (benchmarks) or where the raw HTTP status is the point (401s).
+
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Bytes;
+use hyper::{HeaderMap, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+/// The protocol revision the client asks for.
+pub const PROTOCOL: &str = "2025-11-25";
+
+/// One HTTP client (one kept-alive connection per concurrent request) for an
+/// MCP endpoint.
+#[derive(Clone)]
+pub struct McpHttp {
+    client: Client<HttpConnector, Full<Bytes>>,
+    url: String,
+    token: String,
+    session: Option<String>,
+    next_id: u64,
+}
+
+/// One HTTP exchange: status, headers, body.
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    /// The JSON-RPC message the body carries: the body itself, or the SSE
+    /// data line that holds a reply (priming events carry no JSON).
+    pub fn message(&self) -> Option<Value> {
+        if let Ok(v) = serde_json::from_str::<Value>(&self.body) {
+            return Some(v);
+        }
+        self.body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v.get("result").is_some() || v.get("error").is_some())
+    }
+}
+
+impl McpHttp {
+    /// A client of `url` (the `/mcp` endpoint) sending `token` as bearer.
+    pub fn new(url: &str, token: &str) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        McpHttp {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            url: url.to_string(),
+            token: token.to_string(),
+            session: None,
+            next_id: 0,
+        }
+    }
+
+    /// POSTs one JSON-RPC message on this client's session (if any).
+    pub async fn post(&self, message: &Value) -> Reply {
+        let mut request = hyper::Request::post(self.url.as_str())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("mcp-protocol-version", PROTOCOL);
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        let request = request
+            .body(Full::new(Bytes::from(message.to_string())))
+            .unwrap_or_else(|e| panic!("request: {e}"));
+        let response = self
+            .client
+            .request(request)
+            .await
+            .unwrap_or_else(|e| panic!("POST {}: {e}", self.url));
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("body: {e}"))
+            .to_bytes();
+        Reply {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    /// Opens an MCP session as `name`; returns the initialize reply (its
+    /// status says whether the session was opened).
+    pub async fn initialize(&mut self, name: &str) -> Reply {
+        let reply = self
+            .post(&json!({
+                "jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {
+                    "protocolVersion": PROTOCOL,
+                    "capabilities": {},
+                    "clientInfo": {"name": name, "version": "0"},
+                },
+            }))
+            .await;
+        if reply.status == StatusCode::OK {
+            self.session = reply
+                .headers
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let sent = self
+                .post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+                .await;
+            assert!(
+                sent.status.is_success(),
+                "initialized: {} {}",
+                sent.status,
+                sent.body
+            );
+        }
+        reply
+    }
+
+    /// Sends a request on the session and returns the HTTP reply.
+    pub async fn request(&mut self, method: &str, params: Value) -> Reply {
+        self.next_id += 1;
+        let message =
+            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        self.post(&message).await
+    }
+
+    /// Calls a tool; returns `(is_error, text)`. Panics on a transport or
+    /// protocol error.
+    pub async fn call(&mut self, tool: &str, args: Value) -> (bool, String) {
+        let reply = self
+            .request("tools/call", json!({"name": tool, "arguments": args}))
+            .await;
+        let message = reply
+            .message()
+            .unwrap_or_else(|| panic!("{tool}: {} {}", reply.status, reply.body));
+        let result = message
+            .get("result")
+            .unwrap_or_else(|| panic!("{tool}: {message}"));
+        let text = result["content"]
+            .as_array()
+            .and_then(|c| c.first())
+            .and_then(|c| c["text"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        (result["isError"].as_bool().unwrap_or(false), text)
+    }
+
+    /// Ends the session (HTTP DELETE).
+    pub async fn close(&mut self) -> StatusCode {
+        let Some(session) = self.session.take() else {
+            return StatusCode::OK;
+        };
+        let request = hyper::Request::delete(self.url.as_str())
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("mcp-session-id", session)
+            .body(Full::new(Bytes::new()))
+            .unwrap_or_else(|e| panic!("request: {e}"));
+        self.client
+            .request(request)
+            .await
+            .map(|r| r.status())
+            .unwrap_or_else(|e| panic!("DELETE {}: {e}", self.url))
+    }
+}
