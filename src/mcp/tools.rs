@@ -276,10 +276,10 @@ impl From<Error> for Failure {
     }
 }
 
-type Outcome = Result<String, Failure>;
+pub(super) type Outcome = Result<String, Failure>;
 
 /// A path for messages: relative to the actor's root when inside it.
-fn shown(actor: &Actor, path: &Path) -> String {
+pub(super) fn shown(actor: &Actor, path: &Path) -> String {
     match path.strip_prefix(actor.root()) {
         Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
         Ok(rel) => rel.display().to_string(),
@@ -312,7 +312,7 @@ async fn blocking<T: Send + 'static>(actor: &Arc<Actor>, op: &FileCall<T>) -> cr
 /// between the wait and the write, and the wait is fair and joins deadlock
 /// detection like any other. A read waits for a shared call hold and drops
 /// it before reading again: it only ever waits for a write in progress.
-async fn with_wait<T: Send + 'static>(
+pub(super) async fn with_wait<T: Send + 'static>(
     server: &ToolServer,
     actor: &Arc<Actor>,
     paths: &[&str],
