@@ -537,6 +537,12 @@ fn two_agent_steps(file: &str) -> Vec<Value> {
             json!({"path": file, "content": "v0\nbob\n"}),
         ),
         call("bob", "read_text_file", json!({"path": file})),
+        // A file bob never read: the reference server overwrites it.
+        call(
+            "bob",
+            "write_file",
+            json!({"path": format!("{file}.orig"), "content": "bob's\n"}),
+        ),
     ]
 }
 
@@ -551,6 +557,7 @@ fn the_reference_server_loses_an_update_where_writ_refuses_the_second_writer() {
 
     // The reference server: each agent runs its own copy on the folder.
     fs::write(&file, "v0\n").unwrap();
+    fs::write(format!("{path}.orig"), "kept\n").unwrap();
     let agents = json!({
         "alice": reference_agent(&server, &root),
         "bob": reference_agent(&server, &root),
@@ -561,14 +568,18 @@ fn the_reference_server_loses_an_update_where_writ_refuses_the_second_writer() {
     );
     ok(&theirs[2]);
     ok(&theirs[3]);
+    ok(&theirs[5]);
     assert_eq!(
         fs::read_to_string(&file).unwrap(),
         "v0\nbob\n",
         "the reference server let bob overwrite alice's edit unseen"
     );
+    let orig = fs::read_to_string(format!("{path}.orig")).unwrap();
+    assert_eq!(orig, "bob's\n", "and a file bob never read");
 
     // writ: one `writ serve` for the folder, each agent a `writ mcp` bridge.
     fs::write(&file, "v0\n").unwrap();
+    fs::write(format!("{path}.orig"), "kept\n").unwrap();
     let state = scratch.path().join("state");
     let serve = Command::new(env!("CARGO_BIN_EXE_writ"))
         .arg("serve")
@@ -612,4 +623,7 @@ fn the_reference_server_loses_an_update_where_writ_refuses_the_second_writer() {
         "v0\nalice\n",
         "bob sees it when he reads again"
     );
+    refused(&ours[5], &["have not read"]);
+    let orig = fs::read_to_string(format!("{path}.orig")).unwrap();
+    assert_eq!(orig, "kept\n", "a file bob never read is left alone");
 }

@@ -779,7 +779,7 @@ async fn list_directory(actor: &Arc<Actor>, arguments: Option<JsonObject>, sizes
             .collect();
         let mut sorted = sized.clone();
         if by_size {
-            sorted.sort_by(|a, b| b.1.cmp(&a.1));
+            sorted.sort_by_key(|e| std::cmp::Reverse(e.1));
         } else {
             sorted.sort_by(|a, b| locale_compare(&a.0.name, &b.0.name));
         }
@@ -945,12 +945,7 @@ fn excluded_from_tree(rel: &str, patterns: &[String]) -> bool {
     })
 }
 
-fn tree(
-    actor: &Actor,
-    dir: &Path,
-    rel: &str,
-    exclude: &[String],
-) -> Result<Vec<TreeEntry>, Failure> {
+fn tree(dir: &Path, rel: &str, exclude: &[String]) -> Result<Vec<TreeEntry>, Failure> {
     let mut out = Vec::new();
     for entry in entries(dir).map_err(|e| io_failure(dir, &e))? {
         let rel = if rel.is_empty() {
@@ -962,7 +957,7 @@ fn tree(
             continue;
         }
         let children = if entry.is_dir {
-            Some(tree(actor, &entry.path, &rel, exclude)?)
+            Some(tree(&entry.path, &rel, exclude)?)
         } else {
             None
         };
@@ -980,9 +975,8 @@ async fn directory_tree(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Ou
     let path = args.path("path")?;
     let exclude = args.opt_paths("excludePatterns")?.unwrap_or_default();
     let dir = folder(actor, &path)?;
-    let a = actor.clone();
     off_thread(move || {
-        let entries = tree(&a, &dir, "", &exclude)?;
+        let entries = tree(&dir, "", &exclude)?;
         let json = serde_json::to_string_pretty(&entries).map_err(|e| bad(e.to_string()))?;
         Ok(text(json))
     })
