@@ -624,6 +624,22 @@ fn the_reference_server_loses_an_update_where_writ_refuses_the_second_writer() {
         "bob sees it when he reads again"
     );
     refused(&ours[5], &["have not read"]);
+
+    // `--mcp-tools filesystem` is the server's default; a session may ask
+    // for writ's own set.
+    let listing = |endpoint: String| {
+        let agents = json!({"plain": {"http": endpoint, "token": &token}});
+        let steps = [json!({"agent": "plain", "list_tools": true})];
+        let out = driver::run(&json!({"agents": agents, "steps": steps}), scratch.path());
+        let tools = out[0]["tools"].as_array().cloned().unwrap_or_default();
+        tools
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(listing(format!("{url}/mcp")).len(), 14);
+    let writs = listing(format!("{url}/mcp?tools=writ"));
+    assert!(writs.contains(&"writ_status".to_string()), "{writs:?}");
     let orig = fs::read_to_string(format!("{path}.orig")).unwrap();
     assert_eq!(orig, "kept\n", "a file bob never read is left alone");
 }
