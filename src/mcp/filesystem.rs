@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::ToolServer;
 use super::args::Args;
-use super::tools::{Failure, with_wait};
+use super::tools::{Failure, read_whole, with_wait, write_args, write_whole};
 use crate::{Actor, Error, Target};
 
 /// The tools of the `filesystem` [`ToolSet`](super::ToolSet), in the order
@@ -163,10 +163,7 @@ async fn read_bytes(
     actor: &Arc<Actor>,
     path: &str,
 ) -> Result<Vec<u8>, Failure> {
-    let p = path.to_string();
-    let (bytes, _mark) =
-        with_wait(server, actor, &[path], false, move |a| a.files().read(&p)).await?;
-    Ok(bytes)
+    Ok(read_whole(server, actor, path).await?.0)
 }
 
 fn normalize_line_endings(text: &str) -> String {
@@ -312,14 +309,8 @@ async fn write_file(
     actor: &Arc<Actor>,
     arguments: Option<JsonObject>,
 ) -> Outcome {
-    let args = Args::new("write_file", arguments, &["path", "content"])?;
-    let path = args.path("path")?;
-    let content = args.string("content")?;
-    let p = path.clone();
-    with_wait(server, actor, &[&path], true, move |a| {
-        a.files().write(&p, content.as_bytes())
-    })
-    .await?;
+    let (path, content) = write_args(arguments)?;
+    write_whole(server, actor, &path, content).await?;
     Ok(text(format!("Successfully wrote to {path}")))
 }
 
