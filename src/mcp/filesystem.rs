@@ -816,6 +816,10 @@ fn glob_match(pattern: &str, path: &str) -> bool {
     })
 }
 
+/// At most this many patterns come out of one pattern's braces (a pattern
+/// of many `{a,b}` groups would otherwise double with each).
+const MAX_EXPANSIONS: usize = 256;
+
 fn expand_braces(pattern: &str) -> Vec<String> {
     let bytes = pattern.as_bytes();
     let Some(open) = pattern.find('{') else {
@@ -848,19 +852,33 @@ fn expand_braces(pattern: &str) -> Vec<String> {
     bounds
         .windows(2)
         .flat_map(|w| expand_braces(&format!("{pre}{}{post}", &pattern[w[0] + 1..w[1]])))
+        .take(MAX_EXPANSIONS)
         .collect()
 }
 
+/// Memo of suffix matches: a pattern of many `*` or `**` is checked in
+/// time bounded by the product of the lengths, never exponential.
+type Memo = std::collections::HashMap<(usize, usize), bool>;
+
 fn match_parts(parts: &[&str], names: &[&str]) -> bool {
-    match parts.split_first() {
-        None => names.is_empty(),
-        Some((&"**", [])) => !names.is_empty(),
-        Some((&"**", rest)) => (0..=names.len()).any(|skip| match_parts(rest, &names[skip..])),
-        Some((part, rest)) => match names.split_first() {
-            Some((name, more)) => match_name(part, name) && match_parts(rest, more),
-            None => false,
-        },
+    fn go(parts: &[&str], names: &[&str], memo: &mut Memo) -> bool {
+        let key = (parts.len(), names.len());
+        if let Some(known) = memo.get(&key) {
+            return *known;
+        }
+        let result = match parts.split_first() {
+            None => names.is_empty(),
+            Some((&"**", [])) => !names.is_empty(),
+            Some((&"**", rest)) => (0..=names.len()).any(|skip| go(rest, &names[skip..], memo)),
+            Some((part, rest)) => match names.split_first() {
+                Some((name, more)) => match_name(part, name) && go(rest, more, memo),
+                None => false,
+            },
+        };
+        memo.insert(key, result);
+        result
     }
+    go(parts, names, &mut Memo::new())
 }
 
 /// One path component against one pattern component.
@@ -870,22 +888,30 @@ fn match_name(pattern: &str, name: &str) -> bool {
     }
     let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();
-    match_chars(&p, &n)
+    match_chars(&p, &n, &mut Memo::new())
 }
 
-fn match_chars(p: &[char], n: &[char]) -> bool {
-    match p.first() {
-        None => n.is_empty(),
-        Some('*') => (0..=n.len()).any(|skip| match_chars(&p[1..], &n[skip..])),
-        Some('?') => !n.is_empty() && match_chars(&p[1..], &n[1..]),
-        Some('[') => match class(&p[1..], n.first().copied()) {
-            Some((true, used)) => match_chars(&p[1 + used..], &n[1..]),
-            Some((false, _)) => false,
-            None => n.first() == Some(&'[') && match_chars(&p[1..], &n[1..]),
-        },
-        Some('\\') if p.len() > 1 => n.first() == Some(&p[1]) && match_chars(&p[2..], &n[1..]),
-        Some(c) => n.first() == Some(c) && match_chars(&p[1..], &n[1..]),
+fn match_chars(p: &[char], n: &[char], memo: &mut Memo) -> bool {
+    let key = (p.len(), n.len());
+    if let Some(known) = memo.get(&key) {
+        return *known;
     }
+    let result = match p.first() {
+        None => n.is_empty(),
+        Some('*') => (0..=n.len()).any(|skip| match_chars(&p[1..], &n[skip..], memo)),
+        Some('?') => !n.is_empty() && match_chars(&p[1..], &n[1..], memo),
+        Some('[') => match class(&p[1..], n.first().copied()) {
+            Some((true, used)) => match_chars(&p[1 + used..], &n[1..], memo),
+            Some((false, _)) => false,
+            None => n.first() == Some(&'[') && match_chars(&p[1..], &n[1..], memo),
+        },
+        Some('\\') if p.len() > 1 => {
+            n.first() == Some(&p[1]) && match_chars(&p[2..], &n[1..], memo)
+        }
+        Some(c) => n.first() == Some(c) && match_chars(&p[1..], &n[1..], memo),
+    };
+    memo.insert(key, result);
+    result
 }
 
 /// A `[...]` class after its `[`: whether `c` is in it and how many pattern
@@ -1225,6 +1251,12 @@ mod tests {
         assert!(glob_match("[abc]", "b"));
         assert!(!glob_match("[!abc]", "b"));
         assert!(!glob_match("*.txt", "A.TXT"));
+        // Pathological patterns finish (memoized, expansions capped).
+        let long = "a".repeat(200);
+        assert!(!glob_match(&format!("{}b", "*a".repeat(40)), &long));
+        let deep = vec!["d"; 60].join("/");
+        assert!(!glob_match(&"**/".repeat(30), &deep));
+        assert!(!glob_match(&"{a,b}".repeat(30), "c"));
     }
 
     #[test]
