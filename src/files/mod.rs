@@ -802,6 +802,33 @@ impl<'a> Files<'a> {
         })
     }
 
+    /// Replaces the file's content with what `f` makes of the current one,
+    /// under the rules of [`Files::replace`]: the file must exist and be
+    /// read since it last changed, and `f` runs under the exclusive hold,
+    /// after the gate, so it sees exactly the content the agent read. An
+    /// error from `f` writes nothing and is returned as it is.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+    /// agent.files().read("a.txt")?;
+    /// agent.files().rewrite("a.txt", |old| Ok(old.to_ascii_uppercase()))?;
+    /// assert_eq!(std::fs::read(dir.path().join("a.txt")).unwrap(), b"ONE\nTWO\n");
+    /// # Ok(()) }
+    /// ```
+    pub fn rewrite(
+        &self,
+        path: impl AsRef<Path>,
+        f: impl FnOnce(&[u8]) -> Result<Vec<u8>>,
+    ) -> Result<Receipt> {
+        self.edit(path.as_ref(), FileOp::Replace, |pre| {
+            f(pre.unwrap_or_default()).map(Cow::Owned)
+        })
+    }
+
     /// The shared pipeline of write, append and replace.
     fn edit<'d>(
         &self,

@@ -65,6 +65,11 @@ impl<'a> Args<'a> {
         format!("{} needs `{name}` ({want}). Nothing was done.", self.tool)
     }
 
+    /// An argument as it came (`null` counts as absent).
+    pub(crate) fn value(&self, name: &str) -> Option<&Value> {
+        self.map.get(name).filter(|v| !v.is_null())
+    }
+
     /// A required string.
     pub(crate) fn string(&self, name: &str) -> Result<String, Bad> {
         self.opt_string(name)?

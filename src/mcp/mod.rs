@@ -32,6 +32,7 @@
 //! ```
 
 mod args;
+mod filesystem;
 mod tools;
 
 use std::collections::HashMap;
@@ -50,7 +51,52 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::{Actor, Fence, Grant, Target};
 
+pub use filesystem::FILESYSTEM_TOOL_NAMES;
 pub use tools::TOOL_NAMES;
+
+/// Which tools a [`ToolServer`] offers.
+///
+/// ```
+/// use writ::mcp::ToolSet;
+/// assert_eq!("filesystem".parse::<ToolSet>(), Ok(ToolSet::Filesystem));
+/// assert_eq!(ToolSet::Filesystem.names().len(), 14);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ToolSet {
+    /// writ's own ten tools ([`TOOL_NAMES`]).
+    #[default]
+    Writ,
+    /// The fourteen tools of the reference server
+    /// `@modelcontextprotocol/server-filesystem`, with its names, parameters
+    /// and output texts ([`FILESYSTEM_TOOL_NAMES`]), every write gated as
+    /// writ's own are.
+    Filesystem,
+}
+
+impl ToolSet {
+    /// The names of the tools, in the order `tools/list` gives them.
+    pub fn names(self) -> &'static [&'static str] {
+        match self {
+            ToolSet::Writ => &TOOL_NAMES,
+            ToolSet::Filesystem => &FILESYSTEM_TOOL_NAMES,
+        }
+    }
+}
+
+impl std::str::FromStr for ToolSet {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "writ" => Ok(ToolSet::Writ),
+            "filesystem" => Ok(ToolSet::Filesystem),
+            other => Err(format!(
+                "unknown tool set '{other}': use writ (the default) or filesystem"
+            )),
+        }
+    }
+}
 
 /// Limits and waits of the tools.
 #[derive(Debug, Clone)]
@@ -67,6 +113,8 @@ pub struct ToolOptions {
     pub read_bytes: usize,
     /// Entries `list_dir` returns at most (default 1000).
     pub list_entries: usize,
+    /// The tool set (default: writ's own).
+    pub tools: ToolSet,
 }
 
 impl Default for ToolOptions {
@@ -77,6 +125,7 @@ impl Default for ToolOptions {
             line_chars: 2000,
             read_bytes: 256 * 1024,
             list_entries: 1000,
+            tools: ToolSet::Writ,
         }
     }
 }
@@ -85,6 +134,12 @@ impl ToolOptions {
     /// How long a contested write waits before it is refused.
     pub fn call_wait(mut self, wait: Duration) -> Self {
         self.call_wait = wait;
+        self
+    }
+
+    /// The tool set sessions get unless their [`SessionActor`] says otherwise.
+    pub fn tools(mut self, tools: ToolSet) -> Self {
+        self.tools = tools;
         self
     }
 }
@@ -105,6 +160,7 @@ type Rule = dyn Fn(&SessionStart<'_>) -> Result<SessionActor, String> + Send + S
 #[derive(Debug, Clone)]
 pub struct SessionActor {
     held: ActorRef,
+    tools: Option<ToolSet>,
 }
 
 #[derive(Debug, Clone)]
@@ -118,6 +174,7 @@ impl SessionActor {
     pub fn owned(actor: Arc<Actor>) -> Self {
         SessionActor {
             held: ActorRef::Owned(actor),
+            tools: None,
         }
     }
 
@@ -126,7 +183,15 @@ impl SessionActor {
     pub fn shared(actor: &Arc<Actor>) -> Self {
         SessionActor {
             held: ActorRef::Shared(Arc::downgrade(actor)),
+            tools: None,
         }
+    }
+
+    /// This session gets `tools` instead of the server's default set (a
+    /// client asked for it when it opened the session).
+    pub fn with_tools(mut self, tools: ToolSet) -> Self {
+        self.tools = Some(tools);
+        self
     }
 
     /// The actor, unless it is gone.
@@ -282,9 +347,18 @@ impl ToolServer {
         }
     }
 
-    /// The names of the tools this server offers.
+    /// The names of the tools this server offers (the session's set once
+    /// it is open, else the default of its options).
     pub fn tool_names(&self) -> Vec<&'static str> {
-        TOOL_NAMES.to_vec()
+        self.tool_set().names().to_vec()
+    }
+
+    fn tool_set(&self) -> ToolSet {
+        self.session
+            .actor
+            .get()
+            .and_then(|a| a.tools)
+            .unwrap_or(self.session.opts.tools)
     }
 
     /// The session's actor, once the client has initialized (and while it
@@ -351,7 +425,10 @@ impl ServerHandler for ToolServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("writ", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(match self.tool_set() {
+                ToolSet::Writ => INSTRUCTIONS,
+                ToolSet::Filesystem => filesystem::INSTRUCTIONS,
+            })
     }
 
     async fn initialize(
@@ -371,7 +448,10 @@ impl ServerHandler for ToolServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::definitions()))
+        Ok(ListToolsResult::with_all_items(match self.tool_set() {
+            ToolSet::Writ => tools::definitions(),
+            ToolSet::Filesystem => filesystem::definitions(),
+        }))
     }
 
     async fn call_tool(
@@ -383,7 +463,12 @@ impl ServerHandler for ToolServer {
             Ok(actor) => actor,
             Err(reason) => return Ok(tool_error(reason).into()),
         };
-        let result = tools::call(self, &actor, &request.name, request.arguments).await;
+        let result = match self.tool_set() {
+            ToolSet::Writ => tools::call(self, &actor, &request.name, request.arguments).await,
+            ToolSet::Filesystem => {
+                filesystem::call(self, &actor, &request.name, request.arguments).await
+            }
+        };
         Ok(result.into())
     }
 }

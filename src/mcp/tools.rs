@@ -276,10 +276,10 @@ impl From<Error> for Failure {
     }
 }
 
-type Outcome = Result<String, Failure>;
+pub(super) type Outcome = Result<String, Failure>;
 
 /// A path for messages: relative to the actor's root when inside it.
-fn shown(actor: &Actor, path: &Path) -> String {
+pub(super) fn shown(actor: &Actor, path: &Path) -> String {
     match path.strip_prefix(actor.root()) {
         Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
         Ok(rel) => rel.display().to_string(),
@@ -312,7 +312,7 @@ async fn blocking<T: Send + 'static>(actor: &Arc<Actor>, op: &FileCall<T>) -> cr
 /// between the wait and the write, and the wait is fair and joins deadlock
 /// detection like any other. A read waits for a shared call hold and drops
 /// it before reading again: it only ever waits for a write in progress.
-async fn with_wait<T: Send + 'static>(
+pub(super) async fn with_wait<T: Send + 'static>(
     server: &ToolServer,
     actor: &Arc<Actor>,
     paths: &[&str],
@@ -401,9 +401,7 @@ async fn read_file(
     let limit = args
         .opt_count("limit", 1)?
         .unwrap_or(opts.read_lines as u64);
-    let p = path.clone();
-    let (bytes, mark) =
-        with_wait(server, actor, &[&path], false, move |a| a.files().read(&p)).await?;
+    let (bytes, mark) = read_whole(server, actor, &path).await?;
     let shown_path = shown(actor, &mark.path);
     if is_binary(&bytes) {
         // The model saw none of it: no mark, so it cannot overwrite what it never read.
@@ -478,15 +476,39 @@ async fn write_file(
     actor: &Arc<Actor>,
     arguments: Option<JsonObject>,
 ) -> Outcome {
+    let (path, content) = write_args(arguments)?;
+    let receipt = write_whole(server, actor, &path, content).await?;
+    Ok(done(actor, &receipt))
+}
+
+/// `write_file {path, content}`: the same parameters in both tool sets.
+pub(super) fn write_args(arguments: Option<JsonObject>) -> Result<(String, String), Failure> {
     let args = Args::new("write_file", arguments, &["path", "content"])?;
-    let path = args.path("path")?;
-    let content = args.string("content")?;
-    let p = path.clone();
-    let receipt = with_wait(server, actor, &[&path], true, move |a| {
+    Ok((args.path("path")?, args.string("content")?))
+}
+
+/// A file's whole new content, waiting for a contested path.
+pub(super) async fn write_whole(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    path: &str,
+    content: String,
+) -> crate::Result<Receipt> {
+    let p = path.to_string();
+    with_wait(server, actor, &[path], true, move |a| {
         a.files().write(&p, content.as_bytes())
     })
-    .await?;
-    Ok(done(actor, &receipt))
+    .await
+}
+
+/// A whole file and its read mark, waiting for a write in progress.
+pub(super) async fn read_whole(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    path: &str,
+) -> crate::Result<(Vec<u8>, crate::ReadMark)> {
+    let p = path.to_string();
+    with_wait(server, actor, &[path], false, move |a| a.files().read(&p)).await
 }
 
 async fn edit_file(

@@ -10,6 +10,10 @@
 //! the MCP session. The MCP session is a lease: DELETE, or `--lease-ttl` of
 //! silence, ends it, and with it its actor (when owned) and every
 //! reservation it made.
+//!
+//! The session's tool set is the server's (`--mcp-tools`) unless the URL
+//! that opens it asks for one: `/mcp?tools=filesystem` serves the reference
+//! filesystem server's tools (`writ mcp --tools filesystem` bridges so).
 
 use std::sync::{Arc, OnceLock};
 
@@ -26,7 +30,7 @@ use serde_json::json;
 
 use super::auth::{self, Caller};
 use super::rpc::App;
-use crate::mcp::{Identity, SessionActor, SessionStart, ToolOptions, ToolServer};
+use crate::mcp::{Identity, SessionActor, SessionStart, ToolOptions, ToolServer, ToolSet};
 use crate::{Error, Grant, Result};
 
 /// Adds `/mcp` to the server's routes.
@@ -58,7 +62,11 @@ fn service(app: &Arc<App>) -> Result<Service> {
         let caller = app
             .authenticate(headers.and_then(auth::bearer))
             .map_err(|e| e.to_string())?;
-        match caller {
+        let asked = start
+            .http
+            .map(|parts| asked_tools(&parts.uri))
+            .transpose()?;
+        let actor = match caller {
             Caller::Session => {
                 let children = match children.get() {
                     Some(children) => children,
@@ -79,9 +87,15 @@ fn service(app: &Arc<App>) -> Result<Service> {
                 .get(&n)
                 .map(|slot| SessionActor::shared(&slot.actor))
                 .ok_or_else(|| "this token's actor is gone".to_string()),
-        }
+        }?;
+        Ok(match asked.flatten() {
+            Some(tools) => actor.with_tools(tools),
+            None => actor,
+        })
     });
-    let opts = ToolOptions::default().call_wait(app.call_wait);
+    let opts = ToolOptions::default()
+        .call_wait(app.call_wait)
+        .tools(app.mcp_tools);
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(app.ttl);
     let config = StreamableHttpServerConfig::default().with_max_request_body_bytes(app.max_body);
@@ -90,6 +104,17 @@ fn service(app: &Arc<App>) -> Result<Service> {
         Arc::new(sessions),
         config,
     ))
+}
+
+/// The tool set the `tools` query parameter asks for, if any.
+fn asked_tools(uri: &axum::http::Uri) -> std::result::Result<Option<ToolSet>, String> {
+    let query = uri.query().unwrap_or_default();
+    query
+        .split('&')
+        .filter_map(|pair| pair.strip_prefix("tools="))
+        .next_back()
+        .map(str::parse)
+        .transpose()
 }
 
 fn refuse(status: StatusCode, e: &Error) -> Response {

@@ -66,6 +66,8 @@ pub struct Options {
     discovery: Option<PathBuf>,
     token: Option<String>,
     token_file: Option<PathBuf>,
+    #[cfg(feature = "mcp")]
+    mcp_tools: crate::mcp::ToolSet,
 }
 
 /// The `--config FILE` of `writ serve`: the [`Config`] knobs as JSON.
@@ -129,6 +131,8 @@ impl Options {
             discovery: None,
             token: None,
             token_file: None,
+            #[cfg(feature = "mcp")]
+            mcp_tools: crate::mcp::ToolSet::Writ,
         }
     }
 
@@ -209,6 +213,14 @@ impl Options {
     /// How long a tool call may wait for a contested path (used by MCP).
     pub fn call_wait(mut self, wait: Duration) -> Self {
         self.call_wait = wait;
+        self
+    }
+
+    /// The tools `/mcp` serves to a session that does not ask for a set
+    /// (`/mcp?tools=filesystem` does); default writ's own.
+    #[cfg(feature = "mcp")]
+    pub fn mcp_tools(mut self, tools: crate::mcp::ToolSet) -> Self {
+        self.mcp_tools = tools;
         self
     }
 

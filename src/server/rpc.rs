@@ -34,6 +34,9 @@ pub(crate) struct App {
     pub(crate) ttl: Duration,
     pub(crate) call_wait: Duration,
     pub(crate) max_body: usize,
+    /// The tools `/mcp` serves unless a session asks for a set.
+    #[cfg(feature = "mcp")]
+    pub(crate) mcp_tools: crate::mcp::ToolSet,
     history_dir: Option<PathBuf>,
     /// Only held for map lookups and inserts, never across an await or a
     /// scheduler wait; objects leaving it are dropped after it is released.
@@ -243,6 +246,8 @@ impl App {
             ttl: options.lease_ttl,
             call_wait: options.call_wait,
             max_body: options.max_body,
+            #[cfg(feature = "mcp")]
+            mcp_tools: options.mcp_tools,
             history_dir,
             reg: Mutex::new(Registry::default()),
             poke: Arc::new(Notify::new()),

@@ -10,8 +10,9 @@ and STEP is
   {"agent": NAME, "list_tools": true}            list the tools,
   {"agent": NAME, "close": true}                 end that agent's session.
 Each agent's session opens at its first step, with clientInfo.name = NAME.
-Prints one JSON line per step: {"is_error": bool, "text": str} for a call,
-{"tools": [{"name", "description", "input_schema"}]} for a listing,
+Prints one JSON line per step: {"is_error": bool, "text": str, "content":
+[block, ...], "structured": obj} for a call, {"tools": [{"name", "title",
+"description", "input_schema", "output_schema", "annotations"}]} for a listing,
 {"closed": true} for a close, or {"error": str} when the step raised.
 """
 
@@ -55,13 +56,27 @@ async def perform(session, step):
         tools = await session.list_tools()
         return {
             "tools": [
-                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                {
+                    "name": t.name,
+                    "title": t.title,
+                    "description": t.description,
+                    "input_schema": t.input_schema,
+                    "output_schema": t.output_schema,
+                    "annotations": t.annotations.model_dump(by_alias=True, exclude_none=True)
+                    if t.annotations
+                    else None,
+                }
                 for t in tools.tools
             ]
         }
     result = await session.call_tool(step["tool"], step.get("args"))
     text = "\n".join(c.text for c in result.content if c.type == "text")
-    return {"is_error": bool(result.is_error), "text": text}
+    return {
+        "is_error": bool(result.is_error),
+        "text": text,
+        "content": [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content],
+        "structured": result.structured_content,
+    }
 
 
 async def agent_task(name, spec, inbox, outbox):

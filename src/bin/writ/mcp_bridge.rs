@@ -40,9 +40,11 @@ pub async fn alive(url: &str) -> bool {
 }
 
 /// Bridges stdin/stdout to `url`'s `/mcp` until stdin ends, then ends the
-/// MCP session (its actor and reservations go with it).
-pub async fn run(url: &str, token: &str) -> Result<(), String> {
-    let endpoint: Uri = format!("{}/mcp", url.trim_end_matches('/'))
+/// MCP session (its actor and reservations go with it). `tools` asks the
+/// server for a tool set (`/mcp?tools=…`) instead of its default.
+pub async fn run(url: &str, token: &str, tools: Option<&str>) -> Result<(), String> {
+    let query = tools.map(|t| format!("?tools={t}")).unwrap_or_default();
+    let endpoint: Uri = format!("{}/mcp{query}", url.trim_end_matches('/'))
         .parse()
         .map_err(|e| format!("'{url}' is not a URL: {e}"))?;
     let link = Arc::new(Link {

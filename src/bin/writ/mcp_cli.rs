@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use rmcp::ServiceExt;
-use writ::mcp::{Identity, ToolOptions, ToolServer};
+use writ::mcp::{Identity, ToolOptions, ToolServer, ToolSet};
 use writ::{Config, Grant, Scheduler};
 
 /// Serve writ's file tools over MCP on stdin/stdout.
@@ -16,6 +16,10 @@ use writ::{Config, Grant, Scheduler};
 pub struct McpCmd {
     /// The workspace the agent works in (default: the current folder).
     root: Option<PathBuf>,
+    /// The tool set: writ (writ's own) or filesystem (the tools of the
+    /// reference filesystem server, gated).
+    #[arg(long, default_value = "writ", value_name = "SET")]
+    tools: ToolSet,
     /// Seconds a write to a contested path waits before it is refused.
     #[arg(long, default_value_t = 5.0, value_name = "SECS")]
     call_wait: f64,
@@ -122,7 +126,8 @@ fn serve(cmd: McpCmd) -> Result<(), String> {
     let runtime = runtime()?;
     #[cfg(feature = "remote")]
     if let Some((url, token)) = server_for(&cmd, &root, &runtime) {
-        return runtime.block_on(crate::mcp_bridge::run(&url, &token));
+        let tools = (cmd.tools == ToolSet::Filesystem).then_some("filesystem");
+        return runtime.block_on(crate::mcp_bridge::run(&url, &token, tools));
     }
     let mut config = Config::default();
     if let Some(dir) = cmd.history_dir.or_else(|| default_history_dir(&root)) {
@@ -136,7 +141,7 @@ fn serve(cmd: McpCmd) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let server = ToolServer::new(
         Identity::children_of(Arc::new(lead)),
-        ToolOptions::default().call_wait(call_wait),
+        ToolOptions::default().call_wait(call_wait).tools(cmd.tools),
     );
     runtime.block_on(async move {
         let running = server

@@ -42,6 +42,10 @@ pub struct ServeCmd {
     /// Seconds a tool call may wait for a contested path.
     #[arg(long, default_value = "5", value_parser = seconds)]
     call_wait: Duration,
+    /// The tools /mcp serves: writ (writ's own) or filesystem (the tools of
+    /// the reference filesystem server, gated).
+    #[arg(long, default_value = "writ", value_name = "SET")]
+    mcp_tools: writ::mcp::ToolSet,
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     max_body: usize,
@@ -144,6 +148,7 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         .lease_ttl(cmd.lease_ttl)
         .call_wait(cmd.call_wait)
         .max_body(cmd.max_body)
+        .mcp_tools(cmd.mcp_tools)
         .config(config)
         .discovery_file(&discovery)
         .token_file(state.join("session-token"));
