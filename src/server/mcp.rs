@@ -30,6 +30,9 @@ use crate::{Error, Grant, Result};
 
 /// Adds `/mcp` to the server's routes.
 pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<Arc<App>>> {
+    // `/events` and the page ride along with `/mcp` until the route table
+    // mounts them itself.
+    let router = super::events::mount(router);
     let service = service(app)?;
     Ok(router.route(
         "/mcp",
