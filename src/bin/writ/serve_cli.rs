@@ -81,7 +81,7 @@ fn root_or_cwd(root: Option<PathBuf>) -> Result<PathBuf, String> {
     std::fs::canonicalize(&root).map_err(|e| format!("{}: {e}", root.display()))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -187,7 +187,7 @@ fn stop(discovery: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn locate(target: TargetArgs) -> Result<(String, String), String> {
+pub(crate) fn locate(target: TargetArgs) -> Result<(String, String), String> {
     if let Some(url) = target.url {
         let token = match target.token.or_else(|| std::env::var("WRIT_TOKEN").ok()) {
             Some(t) => t,
