@@ -505,3 +505,18 @@ async fn the_page_data_path_has_every_field_the_page_reads() {
     }
     server.shutdown().await;
 }
+
+/// Every event kind is documented in docs/PROTOCOL.md, with its fields.
+#[test]
+fn the_protocol_document_lists_every_event_kind() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md")).unwrap();
+    for kind in writ::EVENT_KINDS {
+        assert!(
+            doc.contains(&format!("| `{kind}` |")),
+            "docs/PROTOCOL.md lacks the event kind {kind}"
+        );
+    }
+    assert!(doc.contains("Last-Event-ID"));
+    assert!(doc.contains(&format!("last {} events", writ::EVENT_RING)));
+}

@@ -34,6 +34,29 @@ use crate::sched::scheduler::Scheduler;
 /// How many events the ring keeps for late readers and reconnects.
 pub const EVENT_RING: usize = 4096;
 
+/// Every [`EventKind`]'s wire name, as docs/PROTOCOL.md lists them.
+///
+/// ```
+/// assert!(writ::EVENT_KINDS.contains(&"admitted"));
+/// ```
+pub const EVENT_KINDS: &[&str] = &[
+    "admitted",
+    "refused",
+    "waiting",
+    "woken",
+    "timed_out",
+    "cancelled",
+    "deadlock",
+    "released",
+    "changed",
+    "actor_created",
+    "actor_dropped",
+    "lease_expired",
+    "file_written",
+    "rewound",
+    "gap",
+];
+
 /// One thing that happened, with its place in the stream.
 ///
 /// Serialized flat: `{"seq": 7, "at_ms": ..., "kind": "admitted", ...}`.
@@ -55,7 +78,9 @@ pub const EVENT_RING: usize = 4096;
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct Event {
-    /// Its sequence number: consecutive, starting at 1, per scheduler.
+    /// Its sequence number, per scheduler: consecutive while anyone
+    /// subscribes; one number is skipped each time recording starts again
+    /// after nobody subscribed (the events that went unrecorded).
     pub seq: u64,
     /// When it was recorded, in milliseconds since the Unix epoch.
     pub at_ms: u64,
@@ -567,6 +592,15 @@ mod tests {
             lease: format!("l{n}"),
             actors: n,
             holds: 0,
+        }
+    }
+
+    #[test]
+    fn the_wire_kind_is_the_name_and_listed() {
+        for kind in [note(1), EventKind::Gap { after: 1, next: 3 }] {
+            let json = serde_json::to_value(&kind).unwrap();
+            assert_eq!(json["kind"], kind.name());
+            assert!(EVENT_KINDS.contains(&kind.name()));
         }
     }
 
