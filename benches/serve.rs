@@ -12,8 +12,8 @@
 //!
 //! - `events`: admission throughput with nobody reading `/events` against
 //!   the same with a connected slow consumer (an `/events` reader over HTTP
-//!   that reads one chunk every 50 ms and reconnects with `Last-Event-ID`
-//!   whenever it is dropped, plus an in-process subscription that never
+//!   that reads one chunk every 50 ms and reconnects with `Last-Event-ID` a
+//!   second after it is dropped, as the page and `writ top` do, plus an in-process subscription that never
 //!   reads, so the ring is recorded into for the whole measurement): over
 //!   HTTP (`try_admit` + `release` through `writ::remote`) and in process
 //!   on the server's scheduler.
@@ -142,11 +142,22 @@ fn roundtrip(c: &mut Criterion) {
 
 /// An `/events` reader that reads one chunk every 50 ms: far slower than the
 /// admissions it is sent, so it lags, is dropped with a gap, and reconnects.
-async fn slow_consumer(url: String, token: String, stop: Arc<AtomicBool>) {
+async fn slow_consumer(
+    url: String,
+    token: String,
+    stop: Arc<AtomicBool>,
+    connected: Arc<tokio::sync::Notify>,
+) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let addr = url.trim_start_matches("http://").to_string();
     let mut last: Option<u64> = None;
+    let mut first = true;
     while !stop.load(Ordering::Relaxed) {
+        if !first {
+            // As the page and `writ top` do: a second before reconnecting.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        first = false;
         let Ok(mut stream) = tokio::net::TcpStream::connect(&addr).await else {
             return;
         };
@@ -162,6 +173,8 @@ async fn slow_consumer(url: String, token: String, stop: Arc<AtomicBool>) {
             match stream.read(&mut chunk).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    // The first chunk holds the response head: connected.
+                    connected.notify_one();
                     // The last id seen in this chunk, if one is whole.
                     let text = String::from_utf8_lossy(&chunk[..n]);
                     if let Some(id) = text
@@ -225,6 +238,7 @@ fn events(c: &mut Criterion) {
         server.url().to_string(),
         server.token().to_string(),
         stop.clone(),
+        Arc::default(),
     ));
     group.bench_function("http/slow_consumer", http_pair);
     group.bench_function("in_process/slow_consumer", |b| {
@@ -236,6 +250,72 @@ fn events(c: &mut Criterion) {
     drop(local);
     rt.block_on(async move {
         reader.abort();
+        drop(actor);
+        drop(session);
+        server.shutdown().await;
+    });
+}
+
+/// The same comparison as the `events` group, interleaved: rounds of 300
+/// HTTP admissions with nobody listening, then 300 with the slow consumer
+/// and the never-reading subscription attached, so both halves of a round
+/// see the same machine load; prints the median of the per-round ratios.
+fn events_interleaved() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    rt.block_on(async {
+        let server = start(&root).await;
+        let session = Session::connect(server.url(), server.token())
+            .await
+            .unwrap();
+        let actor = session
+            .actor("bench", Grant::workspace(&root))
+            .await
+            .unwrap();
+        let pairs = |n: usize| {
+            let actor = &actor;
+            async move {
+                let start = Instant::now();
+                for _ in 0..n {
+                    let r = actor.try_admit(["src/lib.rs"]).await.unwrap();
+                    r.release().await.unwrap();
+                }
+                start.elapsed() / n as u32
+            }
+        };
+        pairs(300).await; // warm-up
+        let mut ratios = Vec::new();
+        let (mut quiet_all, mut watched_all) = (Vec::new(), Vec::new());
+        for _ in 0..15 {
+            let quiet = pairs(300).await;
+            let stop = Arc::new(AtomicBool::new(false));
+            let keeper = server.scheduler().subscribe();
+            let connected = Arc::new(tokio::sync::Notify::new());
+            let reader = tokio::spawn(slow_consumer(
+                server.url().to_string(),
+                server.token().to_string(),
+                stop.clone(),
+                connected.clone(),
+            ));
+            tokio::time::timeout(Duration::from_secs(5), connected.notified())
+                .await
+                .expect("the slow consumer connects");
+            let watched = pairs(300).await;
+            stop.store(true, Ordering::Relaxed);
+            reader.abort();
+            drop(keeper);
+            ratios.push(watched.as_secs_f64() / quiet.as_secs_f64());
+            quiet_all.push(quiet);
+            watched_all.push(watched);
+        }
+        ratios.sort_by(|a, b| a.total_cmp(b));
+        quiet_all.sort();
+        watched_all.sort();
+        println!(
+            "events interleaved: 15 rounds of 300 HTTP try_admit+release: median {:.1?} with nobody listening, {:.1?} with a slow consumer; median per-round ratio {:.3} (min {:.3}, max {:.3})",
+            quiet_all[7], watched_all[7], ratios[7], ratios[0], ratios[14]
+        );
         drop(actor);
         drop(session);
         server.shutdown().await;
@@ -355,5 +435,6 @@ fn main() {
     roundtrip(&mut c);
     events(&mut c);
     c.final_summary();
+    events_interleaved();
     load();
 }

@@ -578,7 +578,7 @@ impl<'a> Files<'a> {
             let meta = self.meta();
             EventKind::FileWritten {
                 actor: meta.id,
-                actor_name: meta.name.to_string(),
+                actor_name: meta.name.clone(),
                 op: receipt.op.to_string(),
                 path: receipt.path.clone(),
                 turn: meta.turn.lock().as_deref().map(str::to_string),

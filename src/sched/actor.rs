@@ -414,7 +414,7 @@ impl Actor {
                     let err = refusal(state, &meta.resolver, &claim, blocker);
                     events.record(|| EventKind::Refused {
                         actor: meta.id,
-                        actor_name: meta.name.to_string(),
+                        actor_name: meta.name.clone(),
                         error: err.kind().to_string(),
                         message: err.to_string(),
                     });
@@ -644,7 +644,7 @@ impl Drop for Actor {
                 }
                 events.record(|| EventKind::ActorDropped {
                     actor: id,
-                    name: self.meta.name.to_string(),
+                    name: self.meta.name.clone(),
                 });
             }
             ((), state.drop_actor(id, now))

@@ -102,13 +102,13 @@ pub enum EventKind {
         /// Its actor.
         actor: ActorId,
         /// Its actor's name.
-        actor_name: String,
+        actor_name: Arc<str>,
         /// Fence or call.
         hold_kind: HoldKind,
         /// Its paths.
         paths: Vec<PathEntry>,
         /// Its label.
-        label: Option<String>,
+        label: Option<Arc<str>>,
         /// How long it waited (0 when granted at once).
         waited_ms: u64,
     },
@@ -117,7 +117,7 @@ pub enum EventKind {
         /// The requesting actor.
         actor: ActorId,
         /// Its name.
-        actor_name: String,
+        actor_name: Arc<str>,
         /// The error's wire kind (`busy`, `slot_limit`, ...).
         error: String,
         /// The refusal's sentence, as the error displays it.
@@ -130,7 +130,7 @@ pub enum EventKind {
         /// The requesting actor.
         actor: ActorId,
         /// Its name.
-        actor_name: String,
+        actor_name: Arc<str>,
         /// The kind of hold it asks for.
         hold_kind: HoldKind,
         /// Its paths.
@@ -148,7 +148,7 @@ pub enum EventKind {
         /// The requesting actor.
         actor: ActorId,
         /// Its name.
-        actor_name: String,
+        actor_name: Arc<str>,
         /// How long it waited.
         waited_ms: u64,
     },
@@ -159,7 +159,7 @@ pub enum EventKind {
         /// The requesting actor.
         actor: ActorId,
         /// Its name.
-        actor_name: String,
+        actor_name: Arc<str>,
         /// How long it waited.
         waited_ms: u64,
     },
@@ -170,14 +170,14 @@ pub enum EventKind {
         /// The requesting actor.
         actor: ActorId,
         /// Its name.
-        actor_name: String,
+        actor_name: Arc<str>,
     },
     /// A request was refused because waiting would close a wait-for cycle.
     Deadlock {
         /// The refused actor.
         actor: ActorId,
         /// Its name.
-        actor_name: String,
+        actor_name: Arc<str>,
         /// The waiter, when it was refused after it had started waiting.
         waiter: Option<WaiterId>,
         /// The cycle, by actor name.
@@ -193,7 +193,7 @@ pub enum EventKind {
         /// Its actor.
         actor: ActorId,
         /// Its actor's name.
-        actor_name: String,
+        actor_name: Arc<str>,
     },
     /// A fence's paths changed (extend or narrow).
     Changed {
@@ -202,7 +202,7 @@ pub enum EventKind {
         /// Its actor.
         actor: ActorId,
         /// Its actor's name.
-        actor_name: String,
+        actor_name: Arc<str>,
         /// Its paths now.
         paths: Vec<PathEntry>,
     },
@@ -211,7 +211,7 @@ pub enum EventKind {
         /// The new actor.
         actor: ActorId,
         /// Its name.
-        name: String,
+        name: Arc<str>,
         /// Its parent.
         parent: Option<ActorId>,
         /// Its canonical grant root.
@@ -224,7 +224,7 @@ pub enum EventKind {
         /// The actor.
         actor: ActorId,
         /// Its name.
-        name: String,
+        name: Arc<str>,
     },
     /// A `writ serve` lease lapsed and its actors were dropped.
     LeaseExpired {
@@ -240,7 +240,7 @@ pub enum EventKind {
         /// The actor.
         actor: ActorId,
         /// Its name.
-        actor_name: String,
+        actor_name: Arc<str>,
         /// The operation (`write`, `append`, `replace`, `delete`, `rename`).
         op: String,
         /// The file (for a rename, the destination).
@@ -312,10 +312,10 @@ pub(crate) fn admitted(state: &State, hold: HoldId, waited: Duration) -> Option<
     Some(EventKind::Admitted {
         hold,
         actor: h.claim.owner,
-        actor_name: h.actor_name.to_string(),
+        actor_name: h.actor_name.clone(),
         hold_kind: h.claim.kind,
         paths: paths_of(&h.claim.keys),
-        label: h.label.as_deref().map(str::to_string),
+        label: h.label.clone(),
         waited_ms: millis(waited),
     })
 }
@@ -326,7 +326,7 @@ pub(crate) fn released(state: &State, hold: HoldId) -> Option<EventKind> {
     Some(EventKind::Released {
         hold,
         actor: h.claim.owner,
-        actor_name: h.actor_name.to_string(),
+        actor_name: h.actor_name.clone(),
     })
 }
 
@@ -336,7 +336,7 @@ pub(crate) fn changed(state: &State, hold: HoldId) -> Option<EventKind> {
     Some(EventKind::Changed {
         hold,
         actor: h.claim.owner,
-        actor_name: h.actor_name.to_string(),
+        actor_name: h.actor_name.clone(),
         paths: paths_of(&h.claim.keys),
     })
 }
@@ -345,7 +345,7 @@ pub(crate) fn changed(state: &State, hold: HoldId) -> Option<EventKind> {
 pub(crate) fn created(record: &ChildRecord) -> EventKind {
     EventKind::ActorCreated {
         actor: record.id,
-        name: record.name.to_string(),
+        name: record.name.clone(),
         parent: record.parent,
         root: record.root.clone(),
         scope: record.scope,
@@ -363,6 +363,8 @@ struct Ring {
     /// Every event from this number on was recorded (earlier ones may have
     /// happened while nobody listened).
     continuous_from: u64,
+    /// Readers that found nothing new and wait to be woken.
+    parked: usize,
 }
 
 /// The per-scheduler event source (see the module docs).
@@ -370,6 +372,9 @@ pub(crate) struct Events {
     listeners: AtomicUsize,
     ring: parking_lot::Mutex<Ring>,
     notify: tokio::sync::Notify,
+    /// Set by a push that found parked readers; taken by `publish`, so
+    /// readers that are busy reading cost the recorder no wake-up.
+    wake: std::sync::atomic::AtomicBool,
     capacity: usize,
 }
 
@@ -387,8 +392,10 @@ impl Events {
                 buf: VecDeque::with_capacity(capacity.min(1024)),
                 next: 1,
                 continuous_from: 1,
+                parked: 0,
             }),
             notify: tokio::sync::Notify::new(),
+            wake: std::sync::atomic::AtomicBool::new(false),
             capacity: capacity.max(1),
         }
     }
@@ -423,12 +430,21 @@ impl Events {
             ring.buf.pop_front();
         }
         ring.buf.push_back(Arc::new(Event { seq, at_ms, kind }));
+        if ring.parked > 0 {
+            ring.parked = 0;
+            self.wake.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Wakes the subscribers waiting for new events (never under the state lock).
     #[inline]
     pub(crate) fn publish(&self) {
-        if self.listening() {
+        // Relaxed: the flag was set under the ring's lock, which a parked
+        // reader takes again before it reads.
+        if self.listening()
+            && self.wake.load(Ordering::Relaxed)
+            && self.wake.swap(false, Ordering::Relaxed)
+        {
             self.notify.notify_waiters();
         }
     }
@@ -437,7 +453,7 @@ impl Events {
     pub(crate) fn emit(&self, make: impl FnOnce() -> EventKind) {
         if self.listening() {
             self.push(make());
-            self.notify.notify_waiters();
+            self.publish();
         }
     }
 
@@ -515,7 +531,14 @@ impl Scheduler {
 impl Subscription {
     /// The next event if one is there, without waiting.
     pub fn try_next(&mut self) -> Option<Arc<Event>> {
-        let ring = self.sched.shared.events.ring.lock();
+        self.read(false)
+    }
+
+    /// The next event, or `None` after registering as a parked reader
+    /// (when `park`), in the same critical section: an event pushed after
+    /// it looked finds it parked and wakes it.
+    fn read(&mut self, park: bool) -> Option<Arc<Event>> {
+        let mut ring = self.sched.shared.events.ring.lock();
         let oldest = ring
             .buf
             .front()
@@ -538,9 +561,14 @@ impl Subscription {
         }
         // Sequence numbers in the ring may skip one (an unrecorded stretch).
         let at = ring.buf.partition_point(|e| e.seq < self.cursor);
-        let event = ring.buf.get(at)?;
+        let Some(event) = ring.buf.get(at).cloned() else {
+            if park {
+                ring.parked += 1;
+            }
+            return None;
+        };
         self.cursor = event.seq + 1;
-        Some(event.clone())
+        Some(event)
     }
 
     /// Waits for the next event.
@@ -552,7 +580,7 @@ impl Subscription {
             // Registered before looking, so an event recorded in between
             // still wakes this reader.
             notified.as_mut().enable();
-            if let Some(event) = self.try_next() {
+            if let Some(event) = self.read(true) {
                 return event;
             }
             notified.await;

@@ -78,7 +78,7 @@ fn grow(
                 let err = refusal(state, &meta.resolver, &added, blocker);
                 events.record(|| events::EventKind::Refused {
                     actor: meta.id,
-                    actor_name: meta.name.to_string(),
+                    actor_name: meta.name.clone(),
                     error: err.kind().to_string(),
                     message: err.to_string(),
                 });
@@ -92,7 +92,7 @@ fn grow(
                     let err = Error::Deadlock { cycle };
                     events.record(|| events::EventKind::Deadlock {
                         actor: meta.id,
-                        actor_name: meta.name.to_string(),
+                        actor_name: meta.name.clone(),
                         waiter: None,
                         cycle: match &err {
                             Error::Deadlock { cycle } => cycle.clone(),

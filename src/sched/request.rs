@@ -289,7 +289,7 @@ impl<T> Acquire<T> {
             let err = refusal(&state, &self.requester.resolver, &ask.claim, blocker);
             events.record(|| EventKind::Refused {
                 actor: self.requester.id,
-                actor_name: self.requester.name.to_string(),
+                actor_name: self.requester.name.clone(),
                 error: err.kind().to_string(),
                 message: err.to_string(),
             });
@@ -335,7 +335,7 @@ impl<T> Acquire<T> {
             events.record(|| EventKind::Waiting {
                 waiter: id,
                 actor: self.requester.id,
-                actor_name: self.requester.name.to_string(),
+                actor_name: self.requester.name.clone(),
                 hold_kind,
                 paths,
                 priority,
@@ -421,7 +421,7 @@ impl<T> Acquire<T> {
             events.record(|| EventKind::TimedOut {
                 waiter: id,
                 actor: self.requester.id,
-                actor_name: self.requester.name.to_string(),
+                actor_name: self.requester.name.clone(),
                 waited_ms: events::millis(now.saturating_duration_since(since)),
             });
             (None, state.cancel(id, now))
@@ -449,7 +449,7 @@ impl<T> Acquire<T> {
         events.record(|| EventKind::Woken {
             waiter: id,
             actor: self.requester.id,
-            actor_name: self.requester.name.to_string(),
+            actor_name: self.requester.name.clone(),
             waited_ms: events::millis(waited),
         });
         if let Some(Make::Child(meta)) = &self.make {
@@ -527,7 +527,7 @@ impl Acquire<Actor> {
 fn deadlock_event(meta: &ActorMeta, waiter: Option<WaiterId>, cycle: &[String]) -> EventKind {
     EventKind::Deadlock {
         actor: meta.id,
-        actor_name: meta.name.to_string(),
+        actor_name: meta.name.clone(),
         waiter,
         cycle: cycle.to_vec(),
         message: Error::Deadlock {
@@ -602,7 +602,7 @@ impl<T> Drop for Acquire<T> {
                 events.record(|| EventKind::Cancelled {
                     waiter: id,
                     actor: self.requester.id,
-                    actor_name: self.requester.name.to_string(),
+                    actor_name: self.requester.name.clone(),
                 });
                 state.cancel(id, Instant::now())
             };
