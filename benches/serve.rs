@@ -10,6 +10,14 @@
 //!   that fails the run if two clients ever hold one file at once; then
 //!   1,000 live leases and the memory each costs.
 //!
+//! - `events`: admission throughput with nobody reading `/events` against
+//!   the same with a connected slow consumer (an `/events` reader over HTTP
+//!   that reads one chunk every 50 ms and reconnects with `Last-Event-ID` a
+//!   second after it is dropped, as the page and `writ top` do, plus an in-process subscription that never
+//!   reads, so the ring is recorded into for the whole measurement): over
+//!   HTTP (`try_admit` + `release` through `writ::remote`) and in process
+//!   on the server's scheduler.
+//!
 //! `cargo bench --bench serve` takes well under a minute on a 2-core machine.
 
 use std::hint::black_box;
@@ -132,6 +140,188 @@ fn roundtrip(c: &mut Criterion) {
     });
 }
 
+/// An `/events` reader that reads one chunk every 50 ms: far slower than the
+/// admissions it is sent, so it lags, is dropped with a gap, and reconnects.
+async fn slow_consumer(
+    url: String,
+    token: String,
+    stop: Arc<AtomicBool>,
+    connected: Arc<tokio::sync::Notify>,
+) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let addr = url.trim_start_matches("http://").to_string();
+    let mut last: Option<u64> = None;
+    let mut first = true;
+    while !stop.load(Ordering::Relaxed) {
+        if !first {
+            // As the page and `writ top` do: a second before reconnecting.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        first = false;
+        let Ok(mut stream) = tokio::net::TcpStream::connect(&addr).await else {
+            return;
+        };
+        let resume = last.map_or(String::new(), |l| format!("Last-Event-ID: {l}\r\n"));
+        let request = format!(
+            "GET /events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n{resume}\r\n"
+        );
+        if stream.write_all(request.as_bytes()).await.is_err() {
+            return;
+        }
+        let mut chunk = vec![0u8; 4096];
+        while !stop.load(Ordering::Relaxed) {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    // The first chunk holds the response head: connected.
+                    connected.notify_one();
+                    // The last id seen in this chunk, if one is whole.
+                    let text = String::from_utf8_lossy(&chunk[..n]);
+                    if let Some(id) = text
+                        .rsplit("id: ")
+                        .next()
+                        .and_then(|rest| rest.split('\n').next())
+                        .and_then(|id| id.trim().parse().ok())
+                    {
+                        last = Some(id);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn events(c: &mut Criterion) {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let mut group = c.benchmark_group("events");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    let (server, session, actor) = rt.block_on(async {
+        let server = start(&root).await;
+        let session = Session::connect(server.url(), server.token())
+            .await
+            .unwrap();
+        let actor = session
+            .actor("bench", Grant::workspace(&root))
+            .await
+            .unwrap();
+        (server, session, actor)
+    });
+    let local = server
+        .scheduler()
+        .actor("local", Grant::workspace(&root))
+        .unwrap();
+    let http_pair = |b: &mut criterion::Bencher| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let r = actor.try_admit(["src/lib.rs"]).await.unwrap();
+                    r.release().await.unwrap();
+                }
+                start.elapsed()
+            })
+        })
+    };
+    group.bench_function("http/no_listener", http_pair);
+    group.bench_function("in_process/no_listener", |b| {
+        b.iter(|| drop(black_box(local.try_admit(["src/lib.rs"]).unwrap())))
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let keeper = server.scheduler().subscribe();
+    let reader = rt.spawn(slow_consumer(
+        server.url().to_string(),
+        server.token().to_string(),
+        stop.clone(),
+        Arc::default(),
+    ));
+    group.bench_function("http/slow_consumer", http_pair);
+    group.bench_function("in_process/slow_consumer", |b| {
+        b.iter(|| drop(black_box(local.try_admit(["src/lib.rs"]).unwrap())))
+    });
+    group.finish();
+    stop.store(true, Ordering::Relaxed);
+    drop(keeper);
+    drop(local);
+    rt.block_on(async move {
+        reader.abort();
+        drop(actor);
+        drop(session);
+        server.shutdown().await;
+    });
+}
+
+/// The same comparison as the `events` group, interleaved: rounds of 300
+/// HTTP admissions with nobody listening, then 300 with the slow consumer
+/// and the never-reading subscription attached, so both halves of a round
+/// see the same machine load; prints the median of the per-round ratios.
+fn events_interleaved() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    rt.block_on(async {
+        let server = start(&root).await;
+        let session = Session::connect(server.url(), server.token())
+            .await
+            .unwrap();
+        let actor = session
+            .actor("bench", Grant::workspace(&root))
+            .await
+            .unwrap();
+        let pairs = |n: usize| {
+            let actor = &actor;
+            async move {
+                let start = Instant::now();
+                for _ in 0..n {
+                    let r = actor.try_admit(["src/lib.rs"]).await.unwrap();
+                    r.release().await.unwrap();
+                }
+                start.elapsed() / n as u32
+            }
+        };
+        pairs(300).await; // warm-up
+        let mut ratios = Vec::new();
+        let (mut quiet_all, mut watched_all) = (Vec::new(), Vec::new());
+        for _ in 0..15 {
+            let quiet = pairs(300).await;
+            let stop = Arc::new(AtomicBool::new(false));
+            let keeper = server.scheduler().subscribe();
+            let connected = Arc::new(tokio::sync::Notify::new());
+            let reader = tokio::spawn(slow_consumer(
+                server.url().to_string(),
+                server.token().to_string(),
+                stop.clone(),
+                connected.clone(),
+            ));
+            tokio::time::timeout(Duration::from_secs(5), connected.notified())
+                .await
+                .expect("the slow consumer connects");
+            let watched = pairs(300).await;
+            stop.store(true, Ordering::Relaxed);
+            reader.abort();
+            drop(keeper);
+            ratios.push(watched.as_secs_f64() / quiet.as_secs_f64());
+            quiet_all.push(quiet);
+            watched_all.push(watched);
+        }
+        ratios.sort_by(|a, b| a.total_cmp(b));
+        quiet_all.sort();
+        watched_all.sort();
+        println!(
+            "events interleaved: 15 rounds of 300 HTTP try_admit+release: median {:.1?} with nobody listening, {:.1?} with a slow consumer; median per-round ratio {:.3} (min {:.3}, max {:.3})",
+            quiet_all[7], watched_all[7], ratios[7], ratios[0], ratios[14]
+        );
+        drop(actor);
+        drop(session);
+        server.shutdown().await;
+    });
+}
+
 /// A random number generator good enough to pick files (xorshift).
 fn next(state: &mut u64) -> u64 {
     *state ^= *state << 13;
@@ -243,6 +433,8 @@ fn rss_bytes() -> u64 {
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     roundtrip(&mut c);
+    events(&mut c);
     c.final_summary();
+    events_interleaved();
     load();
 }

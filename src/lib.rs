@@ -109,6 +109,7 @@ pub use kinds::{HoldKind, Mode};
 pub use sched::actor::{Actor, Grant};
 pub use sched::config::{Approval, Config, DEFAULT_MAX_READ_BYTES, DEFAULT_SENSITIVE, Durability};
 pub use sched::dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slots, WaiterEntry};
+pub use sched::events::{EVENT_KINDS, EVENT_RING, Event, EventKind, Subscription};
 pub use sched::guard::{Fence, Reservation};
 pub use sched::request::{Acquire, Request};
 pub use sched::scheduler::Scheduler;

@@ -41,6 +41,7 @@ use crate::core::key::{Key, Mode, Target};
 use crate::error::{Error, Result};
 use crate::sched::actor::{Actor, ActorMeta, Scope};
 use crate::sched::config::Durability;
+use crate::sched::events::EventKind;
 use crate::sched::guard::Reservation;
 
 /// Which file operation produced a [`Receipt`].
@@ -572,6 +573,17 @@ impl<'a> Files<'a> {
     /// Journals the change (step 8) and says how well history covers it;
     /// `protected` is what the snapshot reported.
     fn history_status(&self, receipt: &Receipt, protected: bool) -> HistoryStatus {
+        // Every changed file passes here once, after it landed on disk.
+        self.actor.sched.emit(|| {
+            let meta = self.meta();
+            EventKind::FileWritten {
+                actor: meta.id,
+                actor_name: meta.name.clone(),
+                op: receipt.op.to_string(),
+                path: receipt.path.clone(),
+                turn: meta.turn.lock().as_deref().map(str::to_string),
+            }
+        });
         match &self.history {
             None if self.unprotected => HistoryStatus::Unprotected,
             None => HistoryStatus::Off,

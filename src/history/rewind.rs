@@ -192,8 +192,24 @@ impl Scheduler {
     }
 }
 
-/// Runs a rewind or redo of `turn` in `sched`'s session.
+/// Runs a rewind or redo of `turn` in `sched`'s session and tells the
+/// event stream what it restored.
 pub(crate) fn run(
+    sched: &Scheduler,
+    turn: &str,
+    kind: RestoreKind,
+    mode: RewindMode,
+) -> Result<RewindReport> {
+    let report = run_once(sched, turn, kind, mode)?;
+    sched.emit(|| crate::sched::events::EventKind::Rewound {
+        turn: report.turn.clone(),
+        redo: kind == RestoreKind::Redo,
+        paths: report.files.iter().map(|f| f.path.clone()).collect(),
+    });
+    Ok(report)
+}
+
+fn run_once(
     sched: &Scheduler,
     turn: &str,
     kind: RestoreKind,

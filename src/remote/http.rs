@@ -150,31 +150,52 @@ impl Client {
         format!("{:016x}-{n}", self.nonce)
     }
 
+    /// The error for a request the pool could not deliver.
+    fn unreachable(&self, e: &hyper_util::client::legacy::Error) -> Error {
+        // The pool's own message is generic ("client error (Connect)");
+        // the cause (refused, no such file, ...) is in its sources.
+        let mut why = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(cause) = source {
+            why.push_str(": ");
+            why.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        unavailable(format!("cannot reach the server at {} ({why})", self.url))
+    }
+
     /// Calls `method`; a JSON-RPC error comes back as the `writ::Error` it
     /// describes.
     pub(crate) async fn call(&self, method: &str, params: Value) -> Result<Value> {
         // Relaxed: ids only need to differ.
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(self.rpc.clone())
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .header(hyper::header::AUTHORIZATION, &*self.authorization)
-            .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| unavailable(format!("cannot build the request ({e})")))?;
-        let response = self.pool.request(request).await.map_err(|e| {
-            // The pool's own message is generic ("client error (Connect)");
-            // the cause (refused, no such file, ...) is in its sources.
-            let mut why = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(cause) = source {
-                why.push_str(": ");
-                why.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            unavailable(format!("cannot reach the server at {} ({why})", self.url))
-        })?;
+        let body = Bytes::from(body.to_string());
+        let build = || {
+            Request::builder()
+                .method(Method::POST)
+                .uri(self.rpc.clone())
+                .header(hyper::header::CONTENT_TYPE, "application/json")
+                .header(hyper::header::AUTHORIZATION, &*self.authorization)
+                .body(Full::new(body.clone()))
+                .map_err(|e| unavailable(format!("cannot build the request ({e})")))
+        };
+        let response = match self.pool.request(build()?).await {
+            Ok(response) => response,
+            // A kept-alive connection the server closed while idle (it was
+            // restarted, or shut it) can be picked from the pool before its
+            // close is seen; the request then breaks off unanswered. A
+            // server closes a connection unanswered only when it goes away,
+            // so one retry on a fresh connection cannot run a call twice on
+            // the same server. A failure to connect is not retried: nobody
+            // is there.
+            Err(e) if !e.is_connect() => self
+                .pool
+                .request(build()?)
+                .await
+                .map_err(|e| self.unreachable(&e))?,
+            Err(e) => return Err(self.unreachable(&e)),
+        };
         let status = response.status();
         let bytes = response
             .into_body()

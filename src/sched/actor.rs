@@ -15,6 +15,7 @@ use crate::core::state::{Blocker, State};
 use crate::core::table::{ActorId, Claim, HoldKind, Lineage};
 use crate::core::table::{ChildRecord, ScopeKind};
 use crate::error::{Error, Result, SlotLimit};
+use crate::sched::events::{self, EventKind};
 use crate::sched::extensions::Extensions;
 use crate::sched::guard::{Fence, Reservation};
 use crate::sched::request::{Acquire, Request};
@@ -382,18 +383,25 @@ impl Actor {
             claim,
             record,
         } = prepared;
+        let events = &sched.shared.events;
         let created = sched.shared.with_state(|state, now| {
             let need = Need::Child(record);
             match state.blocker(&claim, &need, 0, None) {
                 None => {
                     let fenced = !claim.keys.is_empty();
-                    state.grant(
+                    if let Need::Child(record) = &need {
+                        events.record(|| events::created(record));
+                    }
+                    let hold = state.grant(
                         claim,
                         need,
                         meta.name.clone(),
                         Some("grant fence".into()),
                         now,
                     );
+                    if let Some(hold) = hold {
+                        events.record(|| events::admitted(state, hold, Duration::ZERO));
+                    }
                     let wakers = if fenced {
                         state.wake_after_fence(now)
                     } else {
@@ -403,10 +411,14 @@ impl Actor {
                 }
                 Some(blocker) => {
                     state.counters.refused += 1;
-                    (
-                        Err(refusal(state, &meta.resolver, &claim, blocker)),
-                        Vec::new(),
-                    )
+                    let err = refusal(state, &meta.resolver, &claim, blocker);
+                    events.record(|| EventKind::Refused {
+                        actor: meta.id,
+                        actor_name: meta.name.clone(),
+                        error: err.kind().to_string(),
+                        message: err.to_string(),
+                    });
+                    (Err(err), Vec::new())
                 }
             }
         });
@@ -624,9 +636,19 @@ impl Actor {
 impl Drop for Actor {
     fn drop(&mut self) {
         let id = self.meta.id;
-        self.sched
-            .shared
-            .with_state(|state, now| ((), state.drop_actor(id, now)));
+        let events = &self.sched.shared.events;
+        self.sched.shared.with_state(|state, now| {
+            if events.listening() {
+                for fence in state.table.fences_of(id) {
+                    events.record(|| events::released(state, fence));
+                }
+                events.record(|| EventKind::ActorDropped {
+                    actor: id,
+                    name: self.meta.name.clone(),
+                });
+            }
+            ((), state.drop_actor(id, now))
+        });
         tracing::debug!(actor = %self.meta.name, "actor dropped");
     }
 }

@@ -13,6 +13,7 @@ use crate::core::queue::Need;
 use crate::core::table::{Claim, HoldId, HoldKind};
 use crate::error::{Error, Result};
 use crate::sched::actor::{ActorMeta, refusal};
+use crate::sched::events;
 use crate::sched::scheduler::Scheduler;
 
 fn paths_of(sched: &Scheduler, hold: HoldId) -> Vec<PathBuf> {
@@ -40,6 +41,7 @@ fn grow(
     priority: i32,
     what: &'static str,
 ) -> Result<()> {
+    let events = &sched.shared.events;
     let result = sched.shared.with_state(|state, now| {
         let Some(current) = state.table.get(hold) else {
             return (
@@ -73,18 +75,35 @@ fn grow(
         match state.blocker(&added, &Need::Hold, priority, Some(hold)) {
             Some(blocker) => {
                 state.counters.refused += 1;
-                (
-                    Err(refusal(state, &meta.resolver, &added, blocker)),
-                    Vec::new(),
-                )
+                let err = refusal(state, &meta.resolver, &added, blocker);
+                events.record(|| events::EventKind::Refused {
+                    actor: meta.id,
+                    actor_name: meta.name.clone(),
+                    error: err.kind().to_string(),
+                    message: err.to_string(),
+                });
+                (Err(err), Vec::new())
             }
             None => {
                 if let Some(cycle) = crate::core::deadlock::cycle_if_granted(state, &added) {
                     state.counters.deadlocks += 1;
-                    let cycle = cycle.into_iter().map(|a| state.actor_name(a)).collect();
-                    return (Err(Error::Deadlock { cycle }), Vec::new());
+                    let cycle: Vec<String> =
+                        cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                    let err = Error::Deadlock { cycle };
+                    events.record(|| events::EventKind::Deadlock {
+                        actor: meta.id,
+                        actor_name: meta.name.clone(),
+                        waiter: None,
+                        cycle: match &err {
+                            Error::Deadlock { cycle } => cycle.clone(),
+                            _ => Vec::new(),
+                        },
+                        message: err.to_string(),
+                    });
+                    return (Err(err), Vec::new());
                 }
                 state.table.set_keys(hold, key::merge(keys));
+                events.record(|| events::changed(state, hold));
                 let wakers = if added.kind == HoldKind::Fence {
                     state.wake_after_fence(now)
                 } else {
@@ -184,9 +203,11 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         let hold = self.hold;
-        self.sched
-            .shared
-            .with_state(|state, now| ((), state.release(hold, now)));
+        let events = &self.sched.shared.events;
+        self.sched.shared.with_state(|state, now| {
+            events.record(|| events::released(state, hold));
+            ((), state.release(hold, now))
+        });
     }
 }
 
@@ -337,6 +358,7 @@ impl Fence {
         let kept = self.meta.claim(targets, HoldKind::Fence)?;
         let meta = self.meta.clone();
         let hold = self.hold;
+        let events = &self.sched.shared.events;
         self.sched.shared.with_state(|state, now| {
             let Some(current) = state.table.get(hold) else {
                 return (
@@ -367,7 +389,9 @@ impl Fence {
                 };
                 return (Err(err), Vec::new());
             }
-            (Ok(()), state.narrow(hold, kept.keys, now))
+            let wakers = state.narrow(hold, kept.keys, now);
+            events.record(|| events::changed(state, hold));
+            (Ok(()), wakers)
         })
     }
 
@@ -391,9 +415,11 @@ impl Fence {
 impl Drop for Fence {
     fn drop(&mut self) {
         let hold = self.hold;
-        self.sched
-            .shared
-            .with_state(|state, now| ((), state.release(hold, now)));
+        let events = &self.sched.shared.events;
+        self.sched.shared.with_state(|state, now| {
+            events.record(|| events::released(state, hold));
+            ((), state.release(hold, now))
+        });
     }
 }
 

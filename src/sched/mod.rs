@@ -10,6 +10,7 @@
 //! | [`request`] | the `Request` builder and the `Acquire` future (cancel-safe waits, timeouts) |
 //! | [`guard`] | `Reservation` and `Fence` (extend, narrow, approval) |
 //! | [`dump`] | `Dump`: one consistent copy of everything live |
+//! | [`events`] | the event stream: a bounded ring recorded into only while someone subscribes |
 //! | [`config`] | `Config` and the `Approval` hook |
 //! | [`resolve`] | spellings → keys against the file system; the case probe |
 //! | [`sync`] | the one seam for the mutex, `Arc` and atomics (loom under `--cfg writ_loom`) |
@@ -17,6 +18,7 @@
 pub(crate) mod actor;
 pub(crate) mod config;
 pub(crate) mod dump;
+pub(crate) mod events;
 pub(crate) mod extensions;
 pub(crate) mod guard;
 pub(crate) mod request;

@@ -22,9 +22,11 @@ use std::time::{Duration, Instant};
 use crate::core::deadlock;
 use crate::core::key::Target;
 use crate::core::queue::{Need, WaitCause, WaiterId};
+use crate::core::state::State;
 use crate::core::table::{Claim, HoldId, HoldKind};
 use crate::error::{Error, Result};
 use crate::sched::actor::{Actor, ActorMeta, Prepared, refusal};
+use crate::sched::events::{self, EventKind};
 use crate::sched::guard::{Fence, Reservation};
 use crate::sched::scheduler::{Scheduler, wake_all};
 
@@ -249,6 +251,7 @@ impl<T> Acquire<T> {
             Need::Hold => self.requester.name.clone(),
         };
         let now = Instant::now();
+        let events = &self.sched.shared.events;
         let mut state = self.sched.shared.lock();
         let Some(blocker) = state.blocker(&ask.claim, &ask.need, ask.priority, None) else {
             // A fence granted past lower-priority waiters gives them hard
@@ -256,12 +259,20 @@ impl<T> Acquire<T> {
             if let Some(cycle) = deadlock::cycle_if_granted(&state, &ask.claim) {
                 state.counters.deadlocks += 1;
                 let cycle: Vec<String> = cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                events.record(|| deadlock_event(&self.requester, None, &cycle));
                 drop(state);
+                events.publish();
                 tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused");
                 return Poll::Ready(Err(Error::Deadlock { cycle }));
             }
             let fence = ask.claim.kind == HoldKind::Fence && !ask.claim.keys.is_empty();
+            if let Need::Child(record) = &ask.need {
+                events.record(|| events::created(record));
+            }
             let hold = state.grant(ask.claim, ask.need, name, ask.label, now);
+            if let Some(hold) = hold {
+                events.record(|| events::admitted(&state, hold, Duration::ZERO));
+            }
             let wakers = if fence {
                 state.wake_after_fence(now)
             } else {
@@ -269,13 +280,21 @@ impl<T> Acquire<T> {
             };
             drop(state);
             crate::sched::scheduler::wake_all(wakers);
+            events.publish();
             tracing::debug!(actor = %self.requester.name, "admit");
             return Poll::Ready(Ok(hold));
         };
         if ask.try_only {
             state.counters.refused += 1;
             let err = refusal(&state, &self.requester.resolver, &ask.claim, blocker);
+            events.record(|| EventKind::Refused {
+                actor: self.requester.id,
+                actor_name: self.requester.name.clone(),
+                error: err.kind().to_string(),
+                message: err.to_string(),
+            });
             drop(state);
+            events.publish();
             tracing::debug!(actor = %self.requester.name, error = %err, "refused");
             return Poll::Ready(Err(err));
         }
@@ -288,11 +307,20 @@ impl<T> Acquire<T> {
         ) {
             state.counters.deadlocks += 1;
             let cycle: Vec<String> = cycle.into_iter().map(|a| state.actor_name(a)).collect();
+            events.record(|| deadlock_event(&self.requester, None, &cycle));
             drop(state);
+            events.publish();
             tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused");
             return Poll::Ready(Err(Error::Deadlock { cycle }));
         }
         let cause = state.cause(&ask.claim, blocker);
+        let waiting = events.listening().then(|| {
+            (
+                events::paths_of(&ask.claim.keys),
+                ask.claim.kind,
+                ask.priority,
+            )
+        });
         let id = state.enqueue(
             self.requester.id,
             self.requester.name.clone(),
@@ -303,7 +331,19 @@ impl<T> Acquire<T> {
             now,
             cx.waker().clone(),
         );
+        if let Some((paths, hold_kind, priority)) = waiting {
+            events.record(|| EventKind::Waiting {
+                waiter: id,
+                actor: self.requester.id,
+                actor_name: self.requester.name.clone(),
+                hold_kind,
+                paths,
+                priority,
+                cause: cause.clone(),
+            });
+        }
         drop(state);
+        events.publish();
         self.phase = Phase::Waiting { id, since: now };
         tracing::debug!(actor = %self.requester.name, %cause, "wait");
         if let Some(callback) = self.on_queued.take() {
@@ -315,17 +355,22 @@ impl<T> Acquire<T> {
     fn poll_grant(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<HoldId>>> {
         match self.phase {
             Phase::Start(_) => self.start(cx),
-            Phase::Waiting { id, .. } => {
+            Phase::Waiting { id, since } => {
+                let events = &self.sched.shared.events;
                 let mut state = self.sched.shared.lock();
                 if let Some(hold) = state.take_granted(id) {
+                    self.record_pickup(&state, id, since, hold);
                     drop(state);
+                    events.publish();
                     self.phase = Phase::Done;
                     return Poll::Ready(Ok(hold));
                 }
                 if let Some(cycle) = state.take_refused(id) {
                     let cycle: Vec<String> =
                         cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                    events.record(|| deadlock_event(&self.requester, Some(id), &cycle));
                     drop(state);
+                    events.publish();
                     self.phase = Phase::Done;
                     tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused while waiting");
                     return Poll::Ready(Err(Error::Deadlock { cycle }));
@@ -361,15 +406,24 @@ impl<T> Acquire<T> {
             });
         };
         self.phase = Phase::Done;
+        let events = &self.sched.shared.events;
         let granted = self.sched.shared.with_state(|state, now| {
             if let Some(hold) = state.take_granted(id) {
+                self.record_pickup(state, id, since, hold);
                 return (Some(Ok(hold)), Vec::new());
             }
             if let Some(cycle) = state.take_refused(id) {
-                let cycle = cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                let cycle: Vec<String> = cycle.into_iter().map(|a| state.actor_name(a)).collect();
+                events.record(|| deadlock_event(&self.requester, Some(id), &cycle));
                 return (Some(Err(Error::Deadlock { cycle })), Vec::new());
             }
             state.counters.timed_out += 1;
+            events.record(|| EventKind::TimedOut {
+                waiter: id,
+                actor: self.requester.id,
+                actor_name: self.requester.name.clone(),
+                waited_ms: events::millis(now.saturating_duration_since(since)),
+            });
             (None, state.cancel(id, now))
         });
         match granted {
@@ -381,6 +435,28 @@ impl<T> Acquire<T> {
                     waited: since.elapsed(),
                 })
             }
+        }
+    }
+
+    /// Records the pick-up of a grant a wake-up scan left: `woken`, then the
+    /// child actor it created and the hold it granted (under the lock).
+    fn record_pickup(&self, state: &State, id: WaiterId, since: Instant, hold: Option<HoldId>) {
+        let events = &self.sched.shared.events;
+        if !events.listening() {
+            return;
+        }
+        let waited = since.elapsed();
+        events.record(|| EventKind::Woken {
+            waiter: id,
+            actor: self.requester.id,
+            actor_name: self.requester.name.clone(),
+            waited_ms: events::millis(waited),
+        });
+        if let Some(Make::Child(meta)) = &self.make {
+            events.record(|| state.actors.get(&meta.id).map(|(r, _)| events::created(r)));
+        }
+        if let Some(hold) = hold {
+            events.record(|| events::admitted(state, hold, waited));
         }
     }
 
@@ -448,6 +524,19 @@ impl Acquire<Actor> {
     }
 }
 
+fn deadlock_event(meta: &ActorMeta, waiter: Option<WaiterId>, cycle: &[String]) -> EventKind {
+    EventKind::Deadlock {
+        actor: meta.id,
+        actor_name: meta.name.clone(),
+        waiter,
+        cycle: cycle.to_vec(),
+        message: Error::Deadlock {
+            cycle: cycle.to_vec(),
+        }
+        .to_string(),
+    }
+}
+
 use seal::Made;
 
 mod seal {
@@ -507,11 +596,18 @@ impl<T> Drop for Acquire<T> {
     fn drop(&mut self) {
         if let Phase::Waiting { id, .. } = self.phase {
             self.phase = Phase::Done;
+            let events = &self.sched.shared.events;
             let wakers = {
                 let mut state = self.sched.shared.lock();
+                events.record(|| EventKind::Cancelled {
+                    waiter: id,
+                    actor: self.requester.id,
+                    actor_name: self.requester.name.clone(),
+                });
                 state.cancel(id, Instant::now())
             };
             wake_all(wakers);
+            events.publish();
             tracing::debug!(actor = %self.requester.name, "cancelled");
         }
     }

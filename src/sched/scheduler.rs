@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::sched::actor::{Actor, ActorMeta, Grant, Scope};
 use crate::sched::config::Config;
 use crate::sched::dump::Dump;
+use crate::sched::events::Events;
 use crate::sched::extensions::Extensions;
 use crate::sched::guard::Reservation;
 use crate::sched::request::Request;
@@ -35,6 +36,8 @@ pub(crate) struct Shared {
     /// The session's holds, queue, actors and counters; only touched while locked.
     pub(crate) state: Mutex<State>,
     pub(crate) config: Config,
+    /// The event stream; recorded into only while someone subscribes.
+    pub(crate) events: Events,
     /// What the layers above keep per session (the gate's last-writer
     /// record and hash cache, the history store). Leaf locks, never taken
     /// while `state` is locked, so file operations do not lengthen the
@@ -73,6 +76,7 @@ impl Shared {
             f(&mut state, now)
         };
         wake_all(wakers);
+        self.events.publish();
         result
     }
 }
@@ -117,6 +121,7 @@ impl Scheduler {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 config,
+                events: Events::default(),
                 extensions: Extensions::default(),
                 grant_roots: parking_lot::Mutex::new(std::collections::BTreeSet::new()),
                 next_actor: AtomicU64::new(0),

@@ -220,6 +220,11 @@ pub(crate) async fn reap(app: Arc<super::rpc::App>, poke: Arc<Notify>) {
         for lease in lapsed {
             if let Some((actors, holds)) = app.drop_lease(lease) {
                 tracing::info!(lease, actors, holds, "lease lapsed");
+                app.sched.emit(|| crate::EventKind::LeaseExpired {
+                    lease: app.handle('l', lease),
+                    actors,
+                    holds,
+                });
             }
         }
         let sleep = async {

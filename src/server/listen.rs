@@ -38,6 +38,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/rpc", post(rpc))
         .route("/dump", get(dump))
         .route("/health", get(health));
+    let routes = super::events::mount(routes);
     #[cfg(feature = "mcp")]
     let routes = match super::mcp::mount(routes.clone(), &app) {
         Ok(with_mcp) => with_mcp,

@@ -33,6 +33,8 @@
 
 pub(crate) mod auth;
 mod discovery;
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+mod events;
 pub(crate) mod lease;
 mod listen;
 #[cfg(feature = "mcp")]

@@ -272,7 +272,7 @@ impl App {
         self.stop_rx.clone()
     }
 
-    fn handle(&self, prefix: char, n: u64) -> String {
+    pub(crate) fn handle(&self, prefix: char, n: u64) -> String {
         format!("{prefix}-{}-{n}", self.instance)
     }
 

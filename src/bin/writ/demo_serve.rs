@@ -160,7 +160,11 @@ async fn drive(
     if keep {
         print!("{text}");
         println!(
-            "\n--keep: the server stays up at {} (token {}); Ctrl-C to stop.",
+            "\n--keep: the server stays up at {} (token {}); Ctrl-C to stop.\n             Watch it in a browser at {}/#token={} (the token stays in the fragment,\n             which is never sent), or with `writ top --url {} --token {}`.",
+            server.url(),
+            server.token(),
+            server.url(),
+            server.token(),
             server.url(),
             server.token()
         );

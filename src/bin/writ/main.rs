@@ -16,6 +16,8 @@ mod mcp_cli;
 mod rng;
 #[cfg(all(feature = "server", feature = "remote"))]
 mod serve_cli;
+#[cfg(all(feature = "server", feature = "remote"))]
+mod top;
 
 use std::process::ExitCode;
 
@@ -84,6 +86,10 @@ enum Command {
     /// Say whether a server is running, and its URL.
     #[cfg(all(feature = "server", feature = "remote"))]
     Status(serve_cli::TargetArgs),
+    /// Watch a running server live: actors, holds, waiters, the wait-for
+    /// graph, counters and refusals, redrawn from its event stream (q quits).
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Top(serve_cli::TargetArgs),
     /// A client that takes a fence and then waits to be killed (for tests).
     #[cfg(all(feature = "server", feature = "remote"))]
     #[command(name = "__hold", hide = true)]
@@ -126,6 +132,8 @@ fn main() -> ExitCode {
         Command::Dump { target, json } => serve_cli::dump(target, json),
         #[cfg(all(feature = "server", feature = "remote"))]
         Command::Status(target) => serve_cli::status(target),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Top(target) => top::run(target),
         #[cfg(all(feature = "server", feature = "remote"))]
         Command::Hold { url, token, target } => serve_cli::hold(&url, &token, &target),
         #[cfg(all(feature = "server", feature = "remote"))]

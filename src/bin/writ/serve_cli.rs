@@ -92,7 +92,7 @@ fn root_or_cwd(root: Option<PathBuf>) -> Result<PathBuf, String> {
     std::fs::canonicalize(&root).map_err(|e| format!("{}: {e}", root.display()))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -211,7 +211,20 @@ fn endpoint(found: &server::Discovery) -> String {
     }
 }
 
-fn locate(target: TargetArgs) -> Result<(String, String), String> {
+pub(crate) fn locate(target: TargetArgs) -> Result<(String, String), String> {
+    lookup(target, endpoint)
+}
+
+/// Like `locate`, but always the server's loopback URL: for readers that
+/// stream over TCP (`writ top`), which a `unix:` endpoint would not reach.
+pub(crate) fn locate_http(target: TargetArgs) -> Result<(String, String), String> {
+    lookup(target, |found| found.url.clone())
+}
+
+fn lookup(
+    target: TargetArgs,
+    pick: fn(&server::Discovery) -> String,
+) -> Result<(String, String), String> {
     if let Some(url) = target.url {
         let token = match target.token.or_else(|| std::env::var("WRIT_TOKEN").ok()) {
             Some(t) => t,
@@ -228,7 +241,7 @@ fn locate(target: TargetArgs) -> Result<(String, String), String> {
             path.display()
         )
     })?;
-    Ok((endpoint(&found), found.token))
+    Ok((pick(&found), found.token))
 }
 
 /// Runs `writ dump`.

@@ -1,0 +1,144 @@
+//! `GET /events` (the scheduler's event stream as server-sent events) and
+//! `GET /` (the page that draws it).
+//!
+//! `/events` takes the session token only: the stream shows every actor's
+//! paths and refusals, which an actor token may not see (§13), so an actor
+//! token is 403 `forbidden`. Each event is one SSE message: `id:` is its
+//! sequence number, `data:` its JSON (docs/PROTOCOL.md). A client that
+//! reconnects sends `Last-Event-ID` and reads what it missed from the ring,
+//! or one `gap` event. A reader that falls behind the ring while connected
+//! gets a `gap` event and its stream ends: it is dropped, and it never
+//! slows admission, because the scheduler only writes into the ring.
+//!
+//! `/` needs no token: it is a static page with no data in it. The page
+//! asks for the token (or reads it from the URL fragment, which browsers
+//! never send to a server) and sends it in an `Authorization` header with
+//! `fetch()`, streaming `/events` through a reader: no token in a URL,
+//! so none in a log or a browser history.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+
+use super::auth::{self, Caller};
+use super::rpc::App;
+use crate::{Error, EventKind};
+
+/// The page, served as it is: no build step, nothing fetched from elsewhere.
+const PAGE: &str = include_str!("page.html");
+
+/// How often an idle stream sends a comment, so dead connections are found.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Adds `/events` and `/` to the server's routes.
+pub(crate) fn mount(router: Router<Arc<App>>) -> Router<Arc<App>> {
+    router.route("/events", get(events)).route("/", get(page))
+}
+
+fn refuse(status: StatusCode, e: &Error) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": e.code(), "message": e.to_string(), "data": e.data()},
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The `Last-Event-ID` a reconnecting client sends; anything but a
+/// number is ignored (the client starts from now).
+fn last_event_id(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get("last-event-id")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if !auth::origin_allowed(&headers) {
+        let e = Error::Forbidden {
+            reason: "requests from a non-loopback Origin are refused".into(),
+        };
+        return refuse(StatusCode::FORBIDDEN, &e);
+    }
+    match app.authenticate(auth::bearer(&headers)) {
+        Ok(Caller::Session) => {}
+        Ok(Caller::Actor(_)) => {
+            let e = Error::Forbidden {
+                reason: "the event stream shows every actor: it takes the session token".into(),
+            };
+            return refuse(StatusCode::FORBIDDEN, &e);
+        }
+        Err(e) => return refuse(StatusCode::UNAUTHORIZED, &e),
+    }
+    let last = last_event_id(&headers);
+    let subscription = match last {
+        Some(last) => app.sched.subscribe_after(last),
+        None => app.sched.subscribe(),
+    };
+    // Only a resumed stream may start with a gap and go on.
+    let resumed = last.is_some();
+    let stream = futures_util::stream::unfold(
+        (subscription, app.stopping(), resumed, false),
+        |(mut sub, mut stop, may_gap, done)| async move {
+            if done {
+                return None;
+            }
+            let event = tokio::select! {
+                event = sub.next() => event,
+                // Shutdown ends every stream, so the drain is not held up.
+                _ = stop.wait_for(|s| *s) => return None,
+            };
+            // Any other gap means this reader fell behind the ring while
+            // connected: it is told, then dropped.
+            let dropped = !may_gap && matches!(event.kind, EventKind::Gap { .. });
+            let data = serde_json::to_string(&*event).unwrap_or_else(|e| {
+                json!({"seq": event.seq, "kind": "error", "message": e.to_string()}).to_string()
+            });
+            let message = SseEvent::default().id(event.seq.to_string()).data(data);
+            Some((Ok::<_, Infallible>(message), (sub, stop, false, dropped)))
+        },
+    );
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    response
+}
+
+async fn page() -> Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'",
+            ),
+        ],
+        PAGE,
+    )
+        .into_response()
+}

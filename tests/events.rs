@@ -1,0 +1,522 @@
+//! `GET /events` and `GET /` on `writ serve`: the event stream under load
+//! against an oracle of what the clients did, reconnects with
+//! `Last-Event-ID`, the slow reader that is dropped with a `gap`, auth, and
+//! the JSON the page consumes. Nothing sleeps to synchronize: readers wait
+//! for what they expect with a deadline.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt as _, Empty};
+use hyper::body::{Bytes, Incoming};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use writ::Grant;
+use writ::remote::Session;
+use writ::server::{Options, Server};
+
+fn workspace() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, root)
+}
+
+async fn start(root: &PathBuf) -> Server {
+    let config = writ::Config::default().durability(writ::Durability::Process);
+    Server::start(
+        Options::new(root)
+            .config(config)
+            .lease_ttl(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap()
+}
+
+type Http = Client<HttpConnector, Empty<Bytes>>;
+
+fn http() -> Http {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+async fn get(
+    client: &Http,
+    server: &Server,
+    path: &str,
+    token: Option<&str>,
+    last: Option<u64>,
+) -> hyper::Response<Incoming> {
+    let mut request = hyper::Request::get(format!("{}{path}", server.url()));
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(last) = last {
+        request = request.header("last-event-id", last.to_string());
+    }
+    client
+        .request(request.body(Empty::new()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Reads server-sent events off a response body.
+struct Sse {
+    body: Incoming,
+    buffer: String,
+    ended: bool,
+}
+
+impl Sse {
+    fn new(response: hyper::Response<Incoming>) -> Self {
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        Sse {
+            body: response.into_body(),
+            buffer: String::new(),
+            ended: false,
+        }
+    }
+
+    /// The next event (its `id:` and parsed `data:`), `None` when the
+    /// stream ended or `deadline` passed.
+    async fn next(&mut self, deadline: Instant) -> Option<(u64, Value)> {
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let message: String = self.buffer.drain(..end + 2).collect();
+                let mut id = None;
+                let mut data = String::new();
+                for line in message.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = Some(v.trim().parse::<u64>().unwrap());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if let Some(id) = id {
+                    let value: Value = serde_json::from_str(&data).unwrap();
+                    assert_eq!(value["seq"], id, "the SSE id is the sequence number");
+                    return Some((id, value));
+                }
+                // A comment (keep-alive): read on.
+            }
+            if self.ended {
+                return None;
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match tokio::time::timeout(left, self.body.frame()).await {
+                Err(_) => return None,
+                Ok(None) | Ok(Some(Err(_))) => self.ended = true,
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buffer.push_str(std::str::from_utf8(&data).unwrap());
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn kind(event: &Value) -> &str {
+    event["kind"].as_str().unwrap()
+}
+
+fn paths_of(event: &Value) -> Vec<PathBuf> {
+    event["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| PathBuf::from(p["path"].as_str().unwrap()))
+        .collect()
+}
+
+/// 64 clients, each with its own session and actor, admit random sets of
+/// 1–4 of 48 files (waiting when contested) and release them, for a
+/// bounded time. The stream must show, for each client's actor, exactly
+/// its admissions in the order it made them, each once, each released once
+/// before its next — with consecutive sequence numbers and no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_every_admission_and_release_appears_once_in_order() {
+    const CLIENTS: usize = 64;
+    // Per client at most this many admissions: with the waits they cause,
+    // the whole run stays inside the ring even if the reader stalls, so a
+    // gap here would be a bug, not a slow machine.
+    const PER_CLIENT: usize = 12;
+    let (_dir, root) = workspace();
+    let server = start(&root).await;
+    let client = http();
+    let mut stream = Sse::new(get(&client, &server, "/events", Some(server.token()), None).await);
+    let stop_at = Instant::now() + Duration::from_millis(1500);
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let (url, token, root) = (
+            server.url().to_string(),
+            server.token().to_string(),
+            root.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let session = Session::connect(&url, &token).await.unwrap();
+            let actor = session
+                .actor(format!("c{c}"), Grant::workspace(&root))
+                .await
+                .unwrap();
+            let mut seed = (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut next = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            };
+            let mut done: Vec<Vec<PathBuf>> = Vec::new();
+            while done.len() < PER_CLIENT && Instant::now() < stop_at {
+                let count = 1 + (next() % 4) as usize;
+                let files: Vec<String> =
+                    (0..count).map(|_| format!("f{}.rs", next() % 48)).collect();
+                let held = actor.admit(files).await.unwrap();
+                let mut paths = held.paths();
+                paths.sort();
+                done.push(paths);
+                held.release().await.unwrap();
+            }
+            actor.close().await.unwrap();
+            session.close().await.unwrap();
+            done
+        }));
+    }
+    let mut oracle: BTreeMap<String, Vec<Vec<PathBuf>>> = BTreeMap::new();
+    for (c, task) in tasks.into_iter().enumerate() {
+        oracle.insert(format!("c{c}"), task.await.unwrap());
+    }
+    let expected: usize = oracle.values().map(Vec::len).sum();
+    assert!(expected >= CLIENTS, "every client admitted at least once");
+
+    // Read until every client's actor was dropped (its last event).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let mut dropped = 0;
+    let mut last_seq = None;
+    while dropped < CLIENTS {
+        let (seq, event) = stream
+            .next(deadline)
+            .await
+            .unwrap_or_else(|| panic!("the stream ended or stalled after {dropped} drops"));
+        assert_ne!(kind(&event), "gap", "no event may be lost: {event}");
+        if let Some(last) = last_seq {
+            assert_eq!(seq, last + 1, "sequence numbers are consecutive");
+        }
+        last_seq = Some(seq);
+        let name = match kind(&event) {
+            "admitted" | "released" => event["actor_name"].as_str().unwrap().to_string(),
+            "actor_dropped" => {
+                dropped += 1;
+                continue;
+            }
+            _ => continue,
+        };
+        seen.entry(name).or_default().push(event);
+    }
+    let mut admitted = 0;
+    for (name, did) in &oracle {
+        let events = seen.remove(name).unwrap_or_default();
+        assert_eq!(
+            events.len(),
+            2 * did.len(),
+            "{name}: one admitted and one released per hold"
+        );
+        for (pair, paths) in events.chunks(2).zip(did) {
+            let (admit, release) = (&pair[0], &pair[1]);
+            assert_eq!(kind(admit), "admitted", "{name}: {admit}");
+            assert_eq!(kind(release), "released", "{name}: {release}");
+            assert_eq!(
+                admit["hold"], release["hold"],
+                "{name}: released what it admitted"
+            );
+            let mut got = paths_of(admit);
+            got.sort();
+            assert_eq!(
+                &got, paths,
+                "{name}: the admitted paths are the ones the client got"
+            );
+            admitted += 1;
+        }
+    }
+    assert!(seen.is_empty(), "no events of actors nobody made: {seen:?}");
+    assert_eq!(admitted, expected);
+    server.shutdown().await;
+}
+
+/// A reader that reconnects with `Last-Event-ID` reads what it missed, in
+/// order; one whose missed events the ring no longer holds gets a `gap`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnecting_reader_gets_what_it_missed_or_a_gap() {
+    let (_dir, root) = workspace();
+    let server = start(&root).await;
+    let client = http();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Someone keeps listening (in process: never dropped for lagging), so
+    // what happens while the reader is away is recorded.
+    let _keeper = server.scheduler().subscribe();
+    let mut first = Sse::new(get(&client, &server, "/events", Some(server.token()), None).await);
+    let sched = server.scheduler().clone();
+    let lead = sched.actor("lead", Grant::workspace(&root)).unwrap();
+    let (last, _) = first.next(deadline).await.unwrap();
+    drop(first);
+    for n in 0..3 {
+        drop(lead.try_admit([format!("r{n}.rs")]).unwrap());
+    }
+    let mut again = Sse::new(
+        get(
+            &client,
+            &server,
+            "/events",
+            Some(server.token()),
+            Some(last),
+        )
+        .await,
+    );
+    let mut kinds = Vec::new();
+    for want in 1..=6 {
+        let (seq, event) = again.next(deadline).await.unwrap();
+        assert_eq!(seq, last + want);
+        kinds.push(kind(&event).to_string());
+    }
+    assert_eq!(
+        kinds,
+        [
+            "admitted", "released", "admitted", "released", "admitted", "released"
+        ]
+    );
+    // Far behind: the ring has moved on.
+    for n in 0..writ::EVENT_RING {
+        drop(lead.try_admit([format!("s{}.rs", n % 7)]).unwrap());
+    }
+    let mut late = Sse::new(
+        get(
+            &client,
+            &server,
+            "/events",
+            Some(server.token()),
+            Some(last),
+        )
+        .await,
+    );
+    let (seq, gap) = late.next(deadline).await.unwrap();
+    assert_eq!(kind(&gap), "gap");
+    assert_eq!(gap["after"], last);
+    assert_eq!(gap["next"], seq + 1);
+    let (after_gap, _) = late.next(deadline).await.unwrap();
+    assert_eq!(
+        after_gap,
+        seq + 1,
+        "the reader goes on from the oldest event kept"
+    );
+    server.shutdown().await;
+}
+
+/// A reader that does not read falls behind: admission never waits for it,
+/// and when it reads again it gets a `gap` and its stream ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_is_dropped_with_a_gap_and_never_slows_admission() {
+    let (_dir, root) = workspace();
+    let server = start(&root).await;
+    let client = http();
+    let mut slow = Sse::new(get(&client, &server, "/events", Some(server.token()), None).await);
+    let sched = server.scheduler().clone();
+    let lead = sched.actor("lead", Grant::workspace(&root)).unwrap();
+    // Far more than the ring and the socket buffers hold, while the reader
+    // reads nothing; every admission must go through at once.
+    for n in 0..60_000 {
+        drop(lead.try_admit([format!("x{}.rs", n % 13)]).unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut gap = None;
+    while let Some((_, event)) = slow.next(deadline).await {
+        if kind(&event) == "gap" {
+            gap = Some(event);
+            break;
+        }
+    }
+    let gap = gap.expect("the slow reader is told it lost events");
+    assert!(gap["next"].as_u64().unwrap() > gap["after"].as_u64().unwrap() + 1);
+    assert!(slow.next(deadline).await.is_none(), "then its stream ends");
+    // The server goes on serving new readers.
+    let mut fresh = Sse::new(get(&client, &server, "/events", Some(server.token()), None).await);
+    drop(lead.try_admit(["y.rs"]).unwrap());
+    let (_, event) = fresh.next(deadline).await.unwrap();
+    assert_eq!(kind(&event), "admitted");
+    server.shutdown().await;
+}
+
+/// `/events` takes the session token only; `/` needs none and carries none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_takes_the_session_token_only_and_the_page_is_static() {
+    let (_dir, root) = workspace();
+    let server = start(&root).await;
+    let client = http();
+    let none = get(&client, &server, "/events", None, None).await;
+    assert_eq!(none.status(), 401);
+    let wrong = get(&client, &server, "/events", Some("nope"), None).await;
+    assert_eq!(wrong.status(), 401);
+    let session = Session::connect(server.url(), server.token())
+        .await
+        .unwrap();
+    let actor = session
+        .actor("agent", Grant::workspace(&root))
+        .await
+        .unwrap();
+    let as_actor = get(&client, &server, "/events", Some(actor.token()), None).await;
+    assert_eq!(as_actor.status(), 403);
+    let body = as_actor.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"]["data"]["kind"], "forbidden");
+
+    let page = get(&client, &server, "/", None, None).await;
+    assert_eq!(page.status(), 200);
+    let headers = page.headers().clone();
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("connect-src 'self'"), "{csp}");
+    let html = String::from_utf8(
+        page.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(!html.contains(server.token()));
+    for outside in [
+        "src=\"http",
+        "href=\"http",
+        "url(http",
+        "@import",
+        "fetch(\"http",
+    ] {
+        assert!(
+            !html.contains(outside),
+            "nothing is loaded from elsewhere: {outside}"
+        );
+    }
+    assert!(html.contains("/events") && html.contains("/dump"));
+    drop(actor);
+    server.shutdown().await;
+}
+
+/// What the page reads, field by field, from `/dump` and `/events` while
+/// one actor waits behind another's fence and a third is refused by a
+/// deadlock: the same names the page's script uses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_data_path_has_every_field_the_page_reads() {
+    let (_dir, root) = workspace();
+    let server = start(&root).await;
+    let client = http();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut stream = Sse::new(get(&client, &server, "/events", Some(server.token()), None).await);
+    let sched = server.scheduler().clone();
+    let lead = Arc::new(sched.actor("lead", Grant::workspace(&root)).unwrap());
+    let kid = lead.child("kid", Grant::fenced(&root, ["src/"])).unwrap();
+    let held = kid.try_admit(["src/a.rs"]).unwrap();
+    assert!(lead.try_admit(["src/a.rs"]).is_err()); // refused
+    let waiter = {
+        let lead = lead.clone();
+        // Behind the child's fence: a hard wait-for edge lead → kid.
+        tokio::spawn(async move { lead.admit(["src/b.rs"]).await.map(drop) })
+    };
+    let mut events: Vec<Value> = Vec::new();
+    while !events.iter().any(|e| kind(e) == "waiting") {
+        events.push(stream.next(deadline).await.expect("a waiting event").1);
+    }
+
+    let dump = get(&client, &server, "/dump", Some(server.token()), None).await;
+    let dump: Value =
+        serde_json::from_slice(&dump.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    for actor in dump["actors"].as_array().unwrap() {
+        for field in ["id", "name", "parent", "scope", "root"] {
+            assert!(actor.get(field).is_some(), "actors[].{field}: {actor}");
+        }
+    }
+    let holds = dump["holds"].as_array().unwrap();
+    assert!(!holds.is_empty());
+    for hold in holds {
+        for field in ["id", "actor", "actor_id", "kind", "paths", "label", "age"] {
+            assert!(hold.get(field).is_some(), "holds[].{field}: {hold}");
+        }
+        for path in hold["paths"].as_array().unwrap() {
+            assert!(
+                path["path"].is_string() && path["tree"].is_boolean() && path["mode"].is_string()
+            );
+        }
+    }
+    let waiters = dump["waiters"].as_array().unwrap();
+    assert_eq!(waiters.len(), 1);
+    for field in [
+        "id", "actor", "actor_id", "paths", "cause", "waited", "priority",
+    ] {
+        assert!(waiters[0].get(field).is_some(), "waiters[].{field}");
+    }
+    assert!(
+        !waiters[0]["blocked_by"]["holds"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let edges = dump["edges"].as_array().unwrap();
+    assert!(
+        !edges.is_empty(),
+        "the wait-for graph has the waiter's edge"
+    );
+    for edge in edges {
+        assert!(edge["from"].is_u64() && edge["to"].is_u64(), "{edge}");
+    }
+    for field in ["admitted", "refused", "waited", "timed_out", "deadlocks"] {
+        assert!(dump["counters"][field].is_u64(), "counters.{field}");
+    }
+    // The log's lines: refusals and waits carry their actor and sentence.
+    let refused = events
+        .iter()
+        .find(|e| kind(e) == "refused")
+        .expect("a refused event");
+    assert_eq!(refused["actor_name"], "lead");
+    assert_eq!(refused["error"], "busy");
+    assert!(refused["message"].as_str().unwrap().contains("a.rs"));
+    let waiting = events.iter().find(|e| kind(e) == "waiting").unwrap();
+    assert!(waiting["cause"].is_object() || waiting["cause"].is_string());
+    for event in &events {
+        assert!(event["seq"].is_u64() && event["at_ms"].is_u64(), "{event}");
+    }
+    drop(held);
+    drop(kid);
+    waiter.await.unwrap().unwrap();
+    let mut woke = false;
+    while !woke {
+        let (_, event) = stream.next(deadline).await.expect("the waiter wakes");
+        woke = kind(&event) == "woken";
+    }
+    server.shutdown().await;
+}
+
+/// Every event kind is documented in docs/PROTOCOL.md, with its fields.
+#[test]
+fn the_protocol_document_lists_every_event_kind() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md")).unwrap();
+    for kind in writ::EVENT_KINDS {
+        assert!(
+            doc.contains(&format!("| `{kind}` |")),
+            "docs/PROTOCOL.md lacks the event kind {kind}"
+        );
+    }
+    assert!(doc.contains("Last-Event-ID"));
+    assert!(doc.contains(&format!("last {} events", writ::EVENT_RING)));
+}
