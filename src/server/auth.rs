@@ -97,6 +97,24 @@ pub(crate) fn origin_allowed(headers: &HeaderMap) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "::1")
 }
 
+/// The answer to a request refused at the door (401, 403, a bad request
+/// before any JSON-RPC id is known): a JSON-RPC error with a null id, in
+/// the same shape `/rpc` uses, so every client reads one format.
+pub(crate) fn refuse(status: axum::http::StatusCode, e: &Error) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": e.code(), "message": e.to_string(), "data": e.data()},
+    });
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,20 +43,6 @@ pub(crate) fn mount(router: Router<Arc<App>>) -> Router<Arc<App>> {
     router.route("/events", get(events)).route("/", get(page))
 }
 
-fn refuse(status: StatusCode, e: &Error) -> Response {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": e.code(), "message": e.to_string(), "data": e.data()},
-    });
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
-
 /// The `Last-Event-ID` a reconnecting client sends; anything but a
 /// number is ignored (the client starts from now).
 fn last_event_id(headers: &HeaderMap) -> Option<u64> {
@@ -74,7 +60,7 @@ async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         let e = Error::Forbidden {
             reason: "requests from a non-loopback Origin are refused".into(),
         };
-        return refuse(StatusCode::FORBIDDEN, &e);
+        return auth::refuse(StatusCode::FORBIDDEN, &e);
     }
     match app.authenticate(auth::bearer(&headers)) {
         Ok(Caller::Session) => {}
@@ -82,9 +68,9 @@ async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
             let e = Error::Forbidden {
                 reason: "the event stream shows every actor: it takes the session token".into(),
             };
-            return refuse(StatusCode::FORBIDDEN, &e);
+            return auth::refuse(StatusCode::FORBIDDEN, &e);
         }
-        Err(e) => return refuse(StatusCode::UNAUTHORIZED, &e),
+        Err(e) => return auth::refuse(StatusCode::UNAUTHORIZED, &e),
     }
     let last = last_event_id(&headers);
     let subscription = match last {

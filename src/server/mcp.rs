@@ -21,12 +21,11 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::any;
 use http_body_util::BodyExt as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use serde_json::json;
 
 use super::auth::{self, Caller};
 use super::rpc::App;
@@ -117,32 +116,18 @@ fn asked_tools(uri: &axum::http::Uri) -> std::result::Result<Option<ToolSet>, St
         .transpose()
 }
 
-fn refuse(status: StatusCode, e: &Error) -> Response {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": e.code(), "message": e.to_string(), "data": e.data()},
-    });
-    (
-        status,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
-
 async fn handle(app: &App, service: &Service, request: Request) -> Response {
     let headers = request.headers();
     if !auth::origin_allowed(headers) {
         let e = Error::Forbidden {
             reason: "requests from a non-loopback Origin are refused".into(),
         };
-        return refuse(StatusCode::FORBIDDEN, &e);
+        return auth::refuse(StatusCode::FORBIDDEN, &e);
     }
     // Every request is authenticated (an actor token renews its lease), not
     // only the one that opens the session.
     if let Err(e) = app.authenticate(auth::bearer(headers)) {
-        return refuse(StatusCode::UNAUTHORIZED, &e);
+        return auth::refuse(StatusCode::UNAUTHORIZED, &e);
     }
     let post = request.method() == axum::http::Method::POST;
     let response = service.handle(request).await;
