@@ -336,7 +336,13 @@ fn load() {
     let root = std::fs::canonicalize(dir.path()).unwrap();
     const CLIENTS: usize = 64;
     const FILES: usize = 256;
-    let run_for = Duration::from_secs(4);
+    // The figure is for 10 s; `WRIT_SERVE_LOAD_SECS` shortens it
+    // for a quick look.
+    let secs: f64 = std::env::var("WRIT_SERVE_LOAD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10.0);
+    let run_for = Duration::from_secs_f64(secs);
     rt.block_on(async {
         let server = start(&root).await;
         let in_use: Arc<Vec<AtomicBool>> = Arc::new((0..FILES).map(|_| AtomicBool::new(false)).collect());
