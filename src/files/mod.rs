@@ -597,6 +597,21 @@ impl<'a> Files<'a> {
         }
     }
 
+    /// Opens the regular file at `place` for reading, through its folder's
+    /// handle: a missing file is `NotFound`, anything else not a file is
+    /// refused as `not_a_file` says.
+    fn open_file(&self, place: &Place) -> Result<(std::fs::File, std::fs::Metadata)> {
+        let not_found = || Error::NotFound {
+            path: place.key.path.clone(),
+        };
+        let (dir, name) = self.folder(place, false)?.ok_or_else(not_found)?;
+        match dir.entry(&name)? {
+            Entry::File(file, meta) => Ok((file, meta)),
+            Entry::Missing => Err(not_found()),
+            other => Err(Self::not_a_file(place, &other)),
+        }
+    }
+
     /// Reads a whole file and records a mark of it for this actor.
     ///
     /// Takes a shared call hold (reads pass through fences and wait only for
@@ -609,15 +624,7 @@ impl<'a> Files<'a> {
             format!("read {}", place.rel.display()),
         )?;
         let read_at = SystemTime::now();
-        let not_found = || Error::NotFound {
-            path: place.key.path.clone(),
-        };
-        let (dir, name) = self.folder(&place, false)?.ok_or_else(not_found)?;
-        let (file, meta) = match dir.entry(&name)? {
-            Entry::File(file, meta) => (file, meta),
-            Entry::Missing => return Err(not_found()),
-            other => return Err(Self::not_a_file(&place, &other)),
-        };
+        let (file, meta) = self.open_file(&place)?;
         let (bytes, sha256) = self.load(&place, &file, StatKey::of(&meta))?;
         let mark = ReadMark {
             path: place.key.path.clone(),
@@ -656,15 +663,7 @@ impl<'a> Files<'a> {
             format!("read {}", place.rel.display()),
         )?;
         let read_at = SystemTime::now();
-        let not_found = || Error::NotFound {
-            path: place.key.path.clone(),
-        };
-        let (dir, name) = self.folder(&place, false)?.ok_or_else(not_found)?;
-        let (file, meta) = match dir.entry(&name)? {
-            Entry::File(file, meta) => (file, meta),
-            Entry::Missing => return Err(not_found()),
-            other => return Err(Self::not_a_file(&place, &other)),
-        };
+        let (file, meta) = self.open_file(&place)?;
         let stat = StatKey::of(&meta);
         let recorded = gate::now_ns();
         let limit = self.actor.sched.shared.config.max_read_bytes;
@@ -697,15 +696,7 @@ impl<'a> Files<'a> {
             &[(&place, Mode::Shared)],
             format!("verify {}", place.rel.display()),
         )?;
-        let not_found = || Error::NotFound {
-            path: place.key.path.clone(),
-        };
-        let (dir, name) = self.folder(&place, false)?.ok_or_else(not_found)?;
-        let (file, meta) = match dir.entry(&name)? {
-            Entry::File(file, meta) => (file, meta),
-            Entry::Missing => return Err(not_found()),
-            other => return Err(Self::not_a_file(&place, &other)),
-        };
+        let (file, meta) = self.open_file(&place)?;
         let current = self.current_hash(&place, &file, StatKey::of(&meta))?;
         self.gate(&place, &current)?;
         MarkStore::of(self.meta())
