@@ -3,6 +3,8 @@
 //! widening and narrowing, the workspace target and read-only actors run in
 //! tests/conformance.rs, in process and over HTTP alike. What stays here:
 //!
+//! - `a_hold_that_blocks_a_child_waits_paths_hands_its_slot_on`: a slot
+//!   reservation moving between two futures polled by hand.
 //! - `child_wait_is_cancel_safe`: a slot granted by the wake-up scan to a
 //!   future polled by hand, then dropped unpolled (the synchronous `Drop` of
 //!   an in-process `Acquire`).
@@ -97,6 +99,35 @@ fn child_wait_is_cancel_safe() {
     let again = lead.child("again", Grant::workspace(&root)).unwrap();
     drop(again);
     sched.assert_invariants();
+}
+
+/// §11: a `child_wait` reserves its slot only while its paths are free. A
+/// hold granted past it (at a higher priority) that blocks its paths takes
+/// the reservation away, and the slot wait behind it, which blocks on nothing
+/// else, is granted at once rather than left waiting for an unrelated wake.
+#[test]
+fn a_hold_that_blocks_a_child_waits_paths_hands_its_slot_on() {
+    let (_dir, root, sched) = setup(Config::default().max_actors(2).max_writers(1));
+    let lead = sched.actor("lead", Grant::workspace(&root)).unwrap();
+    let _writer = lead.child("writer", Grant::workspace(&root)).unwrap();
+    // Its paths are free and no writer slot is: it waits for one and
+    // reserves the last actor slot meanwhile.
+    let mut fenced = lead.child_wait("fenced", Grant::fenced(&root, ["x/"]));
+    assert!(poll(&mut fenced).is_pending());
+    // Needs only an actor slot, and the last one is reserved ahead of it.
+    let mut reader = lead.child_wait("reader", Grant::read_only(&root));
+    assert!(poll(&mut reader).is_pending());
+    assert_eq!(
+        causes(&sched.dump()),
+        [WaitCause::Writers, WaitCause::Slots]
+    );
+    // Granted past `fenced` by priority; now `fenced` waits for a path.
+    let call = lead.request(["x/f.rs"]).priority(1).try_admit().unwrap();
+    let reader = ready(&mut reader).expect("the slot reservation moved on to the reader");
+    // Only `fenced` still waits; causes are named slots first (§11).
+    assert_eq!(causes(&sched.dump()), [WaitCause::Slots]);
+    sched.assert_invariants();
+    drop((call, reader));
 }
 
 #[test]

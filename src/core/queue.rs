@@ -343,6 +343,11 @@ impl Queue {
         }
     }
 
+    /// Whether any waiting entry needs an actor slot.
+    pub(crate) fn has_slot_waiters(&self) -> bool {
+        !self.children.is_empty()
+    }
+
     /// Adds to `out` every waiting entry that needs an actor slot.
     pub(crate) fn slot_waiters(&self, out: &mut Vec<(Pos, u32)>) {
         out.extend(self.children.iter().map(|(pos, slot)| (*pos, *slot)));

@@ -220,6 +220,49 @@ impl State {
         }))
     }
 
+    /// Grants a request [`State::blocker`] found free and wakes whoever the
+    /// new hold unblocks ([`State::wake_after_grant`]).
+    pub(crate) fn admit(
+        &mut self,
+        claim: Claim,
+        need: Need,
+        actor_name: Arc<str>,
+        label: Option<Arc<str>>,
+        now: Instant,
+    ) -> (Option<HoldId>, Vec<Waker>) {
+        let kind = claim.kind;
+        let hold = self.grant(claim, need, actor_name, label, now);
+        let wakers = match hold {
+            Some(_) => self.wake_after_grant(kind, now),
+            None => Vec::new(),
+        };
+        (hold, wakers)
+    }
+
+    /// The wake-up scan after a hold of `kind` was granted or widened. A
+    /// new hold blocks, yet it can unblock two kinds of waiter: under the
+    /// precedence rule (§4) a fence makes the owner's line pass the waiters
+    /// it blocks ([`State::wake_after_fence`]); and a `child_wait` reserves
+    /// its slots only while its paths are free (§11), so a hold that blocks
+    /// such a waiter hands its reservation to the slot waits behind it.
+    pub(crate) fn wake_after_grant(&mut self, kind: HoldKind, now: Instant) -> Vec<Waker> {
+        match kind {
+            HoldKind::Fence => self.wake_after_fence(now),
+            HoldKind::Call => self.wake_slot_waits(now),
+        }
+    }
+
+    /// Judges the queued slot waits again after something may have taken a
+    /// reservation away from a `child_wait` ahead of them (see
+    /// [`State::reserved_ahead`]). Free when no slot wait is queued.
+    fn wake_slot_waits(&mut self, now: Instant) -> Vec<Waker> {
+        let limited = self.max_actors.is_some() || self.max_writers.is_some();
+        if !limited || !self.queue.has_slot_waiters() {
+            return Vec::new();
+        }
+        self.wake_after(now, &[], true)
+    }
+
     /// Registers a live actor and takes its slots.
     pub(crate) fn register(&mut self, child: ChildRecord, now: Instant) {
         self.live_children += usize::from(child.counts_actor);
@@ -227,7 +270,9 @@ impl State {
         self.actors.insert(child.id, (child, now));
     }
 
-    /// Queues a request; returns its id.
+    /// Queues a request; returns its id and the wakers of slot waits it
+    /// unblocked: a waiter queued ahead of a `child_wait` whose paths it
+    /// blocks takes that `child_wait`'s slot reservation away (§11).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue(
         &mut self,
@@ -239,7 +284,7 @@ impl State {
         label: Option<Arc<str>>,
         now: Instant,
         waker: Waker,
-    ) -> WaiterId {
+    ) -> (WaiterId, Vec<Waker>) {
         let (id, seq) = self.queue.next_id();
         self.queue.insert(Waiter {
             id,
@@ -255,7 +300,7 @@ impl State {
             state: WaiterState::Waiting,
         });
         self.counters.waited += 1;
-        id
+        (id, self.wake_slot_waits(now))
     }
 
     /// The wake-up scan (rule 4) over the whole queue: walks it in order and
@@ -294,15 +339,19 @@ impl State {
     ///    keys; a slot given back can only unblock a request that needs a
     ///    slot. So a request outside the candidates is exactly as blocked
     ///    as before the change.
-    /// 3. Granting a call never unblocks another request: for requests
+    /// 3. Granting a call unblocks no request by its paths: for requests
     ///    behind it, it turns from a waiting request ahead into a live hold
     ///    with the same claim (so it conflicts with the same requests), and
     ///    the slot it takes was already counted as reserved; for requests
-    ///    ahead of it, it adds a hold and takes a slot. Granting a *fence*
-    ///    can, through the precedence rule (a waiter it now blocks stops
-    ///    blocking the owner's line), so a scan that grants a fence judges
-    ///    every waiting request again ([`State::wake_after_fence`]). So no
-    ///    request outside the candidates stays grantable after the scan.
+    ///    ahead of it, it adds a hold and takes a slot. It can unblock a
+    ///    *slot* wait: a `child_wait` whose paths the new hold blocks stops
+    ///    reserving its slot (§11), so after a grant the slot waits are
+    ///    judged again ([`State::wake_after_grant`]). Granting a *fence* can
+    ///    also unblock by paths, through the precedence rule (a waiter it
+    ///    now blocks stops blocking the owner's line), so a scan that grants
+    ///    a fence judges every waiting request again
+    ///    ([`State::wake_after_fence`]). So no request outside the
+    ///    candidates stays grantable after the scan.
     /// 4. The candidates are judged in queue order against the current
     ///    state, as the full scan judges them, so each is granted iff the
     ///    full scan would grant it.
@@ -344,12 +393,13 @@ impl State {
     }
 
     /// Judges `candidates` in queue order by the wake-up rule and grants
-    /// those that pass. A fence granted here may unblock a waiter that
-    /// passes by precedence, so then every waiting request is judged again.
+    /// those that pass. A grant here can unblock a waiter that was no
+    /// candidate ([`State::wake_after_grant`]), so then those are judged
+    /// again, until a pass grants nothing.
     fn wake_candidates(&mut self, candidates: Vec<(Pos, u32)>, now: Instant) -> Vec<Waker> {
-        let (mut wakers, fence_granted) = self.wake_pass(candidates, now);
-        if fence_granted {
-            wakers.extend(self.wake_after_fence(now));
+        let (mut wakers, granted) = self.wake_pass(candidates, now);
+        if let Some(kind) = granted {
+            wakers.extend(self.wake_after_grant(kind, now));
         }
         wakers
     }
@@ -389,10 +439,17 @@ impl State {
         Some(cycle)
     }
 
-    fn wake_pass(&mut self, mut candidates: Vec<(Pos, u32)>, now: Instant) -> (Vec<Waker>, bool) {
+    /// One pass of the wake-up rule over `candidates`; returns the wakers of
+    /// those granted and the strongest kind of hold granted (a fence, else a
+    /// call), if any.
+    fn wake_pass(
+        &mut self,
+        mut candidates: Vec<(Pos, u32)>,
+        now: Instant,
+    ) -> (Vec<Waker>, Option<HoldKind>) {
         candidates.sort_unstable();
         candidates.dedup();
-        let mut fence_granted = false;
+        let mut granted: Option<HoldKind> = None;
         let mut wakers = Vec::new();
         for (pos, slot) in candidates {
             let Some(waiter) = self.queue.waiting_at(slot) else {
@@ -413,11 +470,17 @@ impl State {
             let Some(g) = self.queue.begin_grant(slot) else {
                 continue;
             };
-            fence_granted |= g.claim.kind == HoldKind::Fence && !g.claim.keys.is_empty();
+            let kind = g.claim.kind;
             let hold = self.grant(g.claim, g.need, g.name, g.label, now);
+            if hold.is_some() {
+                granted = match (granted, kind) {
+                    (Some(HoldKind::Fence), _) | (_, HoldKind::Fence) => Some(HoldKind::Fence),
+                    _ => Some(HoldKind::Call),
+                };
+            }
             wakers.extend(self.queue.finish_grant(slot, hold));
         }
-        (wakers, fence_granted)
+        (wakers, granted)
     }
 
     /// Picks up a granted request: removes its queue entry and returns what
@@ -783,13 +846,11 @@ mod model {
                 priority,
                 try_only,
             } => match state.blocker(claim, &Need::Hold, *priority, None) {
-                None => {
-                    state.grant(claim.clone(), Need::Hold, "r".into(), None, now);
-                    if claim.kind == HoldKind::Fence && !claim.keys.is_empty() {
-                        return woken(state.wake_after_fence(now));
-                    }
-                    0
-                }
+                None => woken(
+                    state
+                        .admit(claim.clone(), Need::Hold, "r".into(), None, now)
+                        .1,
+                ),
                 Some(_) if *try_only => 0,
                 Some(_) => {
                     let cycle = crate::core::deadlock::cycle_if_waiting(
@@ -803,7 +864,7 @@ mod model {
                         return 0;
                     }
                     let w = Waker::noop().clone();
-                    state.enqueue(
+                    let (_, wakers) = state.enqueue(
                         claim.owner,
                         "r".into(),
                         claim.clone(),
@@ -813,7 +874,7 @@ mod model {
                         now,
                         w,
                     );
-                    0
+                    woken(wakers)
                 }
             },
             Op::Child {
@@ -840,19 +901,17 @@ mod model {
                     counts_writer: *writer,
                 });
                 match state.blocker(&claim, &need, 0, None) {
-                    None => {
-                        let fenced = !claim.keys.is_empty();
-                        state.grant(claim, need, "kid".into(), None, now);
-                        if fenced {
-                            return woken(state.wake_after_fence(now));
-                        }
-                    }
+                    None => woken(state.admit(claim, need, "kid".into(), None, now).1),
                     Some(_) => {
                         let w = Waker::noop().clone();
-                        state.enqueue(ActorId(*parent), "p".into(), claim, need, 0, None, now, w);
+                        let parent = ActorId(*parent);
+                        woken(
+                            state
+                                .enqueue(parent, "p".into(), claim, need, 0, None, now, w)
+                                .1,
+                        )
                     }
                 }
-                0
             }
             Op::Release(i) => {
                 let ids: Vec<HoldId> = state.table.iter().map(|(id, _)| id).collect();

@@ -388,25 +388,14 @@ impl Actor {
             let need = Need::Child(record);
             match state.blocker(&claim, &need, 0, None) {
                 None => {
-                    let fenced = !claim.keys.is_empty();
                     if let Need::Child(record) = &need {
                         events.record(|| events::created(record));
                     }
-                    let hold = state.grant(
-                        claim,
-                        need,
-                        meta.name.clone(),
-                        Some("grant fence".into()),
-                        now,
-                    );
+                    let label = Some("grant fence".into());
+                    let (hold, wakers) = state.admit(claim, need, meta.name.clone(), label, now);
                     if let Some(hold) = hold {
                         events.record(|| events::admitted(state, hold, Duration::ZERO));
                     }
-                    let wakers = if fenced {
-                        state.wake_after_fence(now)
-                    } else {
-                        Vec::new()
-                    };
                     (Ok(()), wakers)
                 }
                 Some(blocker) => {

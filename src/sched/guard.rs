@@ -104,12 +104,7 @@ fn grow(
                 }
                 state.table.set_keys(hold, key::merge(keys));
                 events.record(|| events::changed(state, hold));
-                let wakers = if added.kind == HoldKind::Fence {
-                    state.wake_after_fence(now)
-                } else {
-                    Vec::new()
-                };
-                (Ok(()), wakers)
+                (Ok(()), state.wake_after_grant(added.kind, now))
             }
         }
     });

@@ -265,19 +265,13 @@ impl<T> Acquire<T> {
                 tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused");
                 return Poll::Ready(Err(Error::Deadlock { cycle }));
             }
-            let fence = ask.claim.kind == HoldKind::Fence && !ask.claim.keys.is_empty();
             if let Need::Child(record) = &ask.need {
                 events.record(|| events::created(record));
             }
-            let hold = state.grant(ask.claim, ask.need, name, ask.label, now);
+            let (hold, wakers) = state.admit(ask.claim, ask.need, name, ask.label, now);
             if let Some(hold) = hold {
                 events.record(|| events::admitted(&state, hold, Duration::ZERO));
             }
-            let wakers = if fence {
-                state.wake_after_fence(now)
-            } else {
-                Vec::new()
-            };
             drop(state);
             crate::sched::scheduler::wake_all(wakers);
             events.publish();
@@ -321,7 +315,7 @@ impl<T> Acquire<T> {
                 ask.priority,
             )
         });
-        let id = state.enqueue(
+        let (id, wakers) = state.enqueue(
             self.requester.id,
             self.requester.name.clone(),
             ask.claim,
@@ -343,6 +337,7 @@ impl<T> Acquire<T> {
             });
         }
         drop(state);
+        crate::sched::scheduler::wake_all(wakers);
         events.publish();
         self.phase = Phase::Waiting { id, since: now };
         tracing::debug!(actor = %self.requester.name, %cause, "wait");
