@@ -84,3 +84,102 @@ fn delegate_demo_reports_the_fake_agents_changes() {
         "the demo's run is sandboxed and says so (needs bubblewrap installed): {text}"
     );
 }
+
+/// One HTTP/1.1 request on a fresh loopback connection; the answer's head
+/// and as much body as arrives until `done` says enough or 30 s pass.
+fn http(addr: &str, request: &str, done: impl Fn(&str) -> bool) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    while !done(&String::from_utf8_lossy(&answer)) && std::time::Instant::now() < deadline {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// `writ demo --serve --keep` leaves its server up with the agents still
+/// working: the page is served, `/events` reports admissions as they
+/// happen, and `session.stop` ends it all (workers included).
+#[test]
+fn demo_serve_keep_leaves_a_working_server_to_watch() {
+    use std::io::BufRead as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["demo", "--serve", "--keep", "--agents", "3", "--calls", "5"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("--keep:") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the demo ended before leaving its server up"
+        );
+    }
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    // "--keep: the server stays up at http://ADDR (token TOKEN); ..."
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let token = line
+        .split("(token ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap()
+        .to_string();
+
+    let page = http(
+        &addr,
+        &format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+        |_| false,
+    );
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("<title>writ</title>"));
+    let events = http(
+        &addr,
+        &format!("GET /events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"),
+        |text| text.contains(r#""kind":"admitted""#),
+    );
+    assert!(
+        events.starts_with("HTTP/1.1 200") && events.contains(r#""kind":"admitted""#),
+        "the agents go on working, and /events shows it: {events}"
+    );
+
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"session.stop","params":{}}"#;
+    let stopped = http(
+        &addr,
+        &format!(
+            "POST /rpc HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+        |_| false,
+    );
+    assert!(stopped.starts_with("HTTP/1.1 200"), "{stopped}");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        Ok(status) => assert!(status.unwrap().success(), "the demo lost no update"),
+        Err(_) => {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+            panic!("the demo did not stop within 30 s of session.stop");
+        }
+    }
+}

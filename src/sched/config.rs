@@ -67,6 +67,7 @@ pub struct Config {
     pub(crate) durability: Durability,
     pub(crate) refresh_mark_on_write: bool,
     pub(crate) sensitive: Vec<String>,
+    pub(crate) events_ring: usize,
 }
 
 /// The default of [`Config::max_read_bytes`]: 64 MiB.
@@ -111,6 +112,7 @@ impl Default for Config {
             durability: Durability::Machine,
             refresh_mark_on_write: false,
             sensitive: DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect(),
+            events_ring: crate::sched::events::EVENT_RING,
         }
     }
 }
@@ -220,6 +222,26 @@ impl Config {
         self.sensitive = patterns.into_iter().map(Into::into).collect();
         self
     }
+
+    /// How many events the event stream's ring keeps for readers that lag
+    /// or reconnect (default [`EVENT_RING`](crate::EVENT_RING); at least 1).
+    /// The ring fills only while someone subscribes, and holds at most this
+    /// many events: a few hundred bytes each.
+    ///
+    /// ```
+    /// let sched = writ::Scheduler::new(writ::Config::default().events_ring(2));
+    /// let mut late = sched.subscribe();
+    /// for n in 0..3 {
+    ///     sched.actor(format!("a{n}"), writ::Grant::read_only(".")).unwrap();
+    /// }
+    /// // Three `actor_created` and three `actor_dropped`: the ring kept two.
+    /// assert_eq!(late.try_next().unwrap().kind.name(), "gap");
+    /// assert_eq!(std::iter::from_fn(|| late.try_next()).count(), 2);
+    /// ```
+    pub fn events_ring(mut self, events: usize) -> Self {
+        self.events_ring = events.max(1);
+        self
+    }
 }
 
 impl fmt::Debug for Config {
@@ -238,6 +260,7 @@ impl fmt::Debug for Config {
             .field("durability", &self.durability)
             .field("refresh_mark_on_write", &self.refresh_mark_on_write)
             .field("sensitive", &self.sensitive)
+            .field("events_ring", &self.events_ring)
             .finish()
     }
 }

@@ -31,7 +31,8 @@ use crate::core::table::{ActorId, ChildRecord, HoldId, HoldKind, ScopeKind};
 use crate::sched::dump::PathEntry;
 use crate::sched::scheduler::Scheduler;
 
-/// How many events the ring keeps for late readers and reconnects.
+/// How many events the ring keeps for late readers and reconnects, unless
+/// [`Config::events_ring`](crate::Config::events_ring) says otherwise.
 pub const EVENT_RING: usize = 4096;
 
 /// Every [`EventKind`]'s wire name, as docs/PROTOCOL.md lists them.
@@ -376,12 +377,6 @@ pub(crate) struct Events {
     /// readers that are busy reading cost the recorder no wake-up.
     wake: std::sync::atomic::AtomicBool,
     capacity: usize,
-}
-
-impl Default for Events {
-    fn default() -> Self {
-        Events::with_capacity(EVENT_RING)
-    }
 }
 
 impl Events {

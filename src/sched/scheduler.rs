@@ -117,11 +117,12 @@ impl Scheduler {
     /// A new scheduler for one session.
     pub fn new(config: Config) -> Self {
         let state = State::new(config.max_actors, config.max_writers);
+        let events = Events::with_capacity(config.events_ring);
         Scheduler {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 config,
-                events: Events::default(),
+                events,
                 extensions: Extensions::default(),
                 grant_roots: parking_lot::Mutex::new(std::collections::BTreeSet::new()),
                 next_actor: AtomicU64::new(0),

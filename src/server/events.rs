@@ -9,6 +9,9 @@
 //! or one `gap` event. A reader that falls behind the ring while connected
 //! gets a `gap` event and its stream ends: it is dropped, and it never
 //! slows admission, because the scheduler only writes into the ring.
+//! The scheduler records only while someone subscribes, so a stream's
+//! subscription outlives the stream by [`LINGER`]: a reader that was the
+//! only one and reconnects within it reads what it missed, not a gap.
 //!
 //! `/` needs no token: it is a static page with no data in it. The page
 //! asks for the token (or reads it from the URL fragment, which browsers
@@ -30,13 +33,41 @@ use serde_json::json;
 
 use super::auth::{self, Caller};
 use super::rpc::App;
-use crate::{Error, EventKind};
+use crate::{Error, EventKind, Subscription};
 
 /// The page, served as it is: no build step, nothing fetched from elsewhere.
 const PAGE: &str = include_str!("page.html");
 
 /// How often an idle stream sends a comment, so dead connections are found.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// How long recording goes on after a stream ends: the page and `writ top`
+/// reconnect a second after theirs does.
+const LINGER: Duration = Duration::from_secs(10);
+
+/// A stream's subscription, kept for [`LINGER`] after the stream is dropped
+/// (the client left, or lagged and was cut off) unless the server stops.
+struct Lingering {
+    sub: Option<Subscription>,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let (Some(sub), Ok(runtime)) = (self.sub.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let mut stop = self.stop.clone();
+        runtime.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(LINGER) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            drop(sub);
+        });
+    }
+}
 
 /// Adds `/events` and `/` to the server's routes.
 pub(crate) fn mount(router: Router<Arc<App>>) -> Router<Arc<App>> {
@@ -79,9 +110,20 @@ async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     };
     // Only a resumed stream may start with a gap and go on.
     let resumed = last.is_some();
+    let kept = Lingering {
+        sub: Some(subscription),
+        stop: app.stopping(),
+    };
     let stream = futures_util::stream::unfold(
-        (subscription, app.stopping(), resumed, false),
-        |(mut sub, mut stop, may_gap, done)| async move {
+        (kept, resumed, false),
+        |(mut kept, may_gap, done)| async move {
+            let Lingering {
+                sub: Some(sub),
+                stop,
+            } = &mut kept
+            else {
+                return None;
+            };
             if done {
                 return None;
             }
@@ -97,7 +139,7 @@ async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
                 json!({"seq": event.seq, "kind": "error", "message": e.to_string()}).to_string()
             });
             let message = SseEvent::default().id(event.seq.to_string()).data(data);
-            Some((Ok::<_, Infallible>(message), (sub, stop, false, dropped)))
+            Some((Ok::<_, Infallible>(message), (kept, false, dropped)))
         },
     );
     let mut response = Sse::new(stream)
@@ -127,4 +169,46 @@ async fn page() -> Response {
         PAGE,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Config, Scheduler};
+
+    fn note(sched: &Scheduler) {
+        sched.emit(|| EventKind::LeaseExpired {
+            lease: "l-test-1".into(),
+            actors: 0,
+            holds: 0,
+        });
+    }
+
+    /// What a reader that was alone and resumes from `last` reads first,
+    /// after its stream's subscription was let go by `end` and one event
+    /// happened.
+    fn resumed_after(end: impl FnOnce(Subscription)) -> &'static str {
+        let sched = Scheduler::new(Config::default());
+        let only = sched.subscribe();
+        note(&sched);
+        let last = only.cursor();
+        end(only);
+        note(&sched);
+        let mut again = sched.subscribe_after(last);
+        again.try_next().map_or("nothing", |e| e.kind.name())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lone_reader_that_reconnects_within_the_linger_misses_nothing() {
+        let (_stopping, stop) = tokio::sync::watch::channel(false);
+        let kept = resumed_after(|sub| {
+            drop(Lingering {
+                sub: Some(sub),
+                stop,
+            })
+        });
+        assert_eq!(kept, "lease_expired");
+        // Without it, nobody listened in between: a gap.
+        assert_eq!(resumed_after(drop), "gap");
+    }
 }

@@ -77,7 +77,8 @@ pub struct Options {
 /// ```
 /// let file: writ::server::ConfigFile = serde_json::from_str(
 ///     r#"{"max_actors": 6, "max_writers": 3, "case": "insensitive",
-///         "sensitive_names": [".env", "*.pem", ".writ/"], "read_roots": ["/usr/share/doc"]}"#,
+///         "sensitive_names": [".env", "*.pem", ".writ/"], "read_roots": ["/usr/share/doc"],
+///         "events_ring": 65536}"#,
 /// ).unwrap();
 /// let options = writ::server::Options::new(".").config_file(file);
 /// # let _ = options;
@@ -102,6 +103,9 @@ pub struct ConfigFile {
     pub file_op_wait_ms: Option<u64>,
     /// `Config::session`.
     pub session: Option<String>,
+    /// `Config::events_ring`: how many events `/events` keeps for readers
+    /// that lag or reconnect.
+    pub events_ring: Option<usize>,
 }
 
 /// A case mode as the config file spells it.
@@ -165,6 +169,9 @@ impl Options {
         }
         if let Some(session) = file.session {
             c = c.session(session);
+        }
+        if let Some(events) = file.events_ring {
+            c = c.events_ring(events);
         }
         self.config = c;
         self.read_roots.extend(file.read_roots);

@@ -72,25 +72,8 @@ async fn drive(
     let server = Server::start(Options::new(root).config(config))
         .await
         .map_err(|e| e.to_string())?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let started = Instant::now();
-    let mut children = Vec::new();
-    for agent in 0..agents {
-        let child = tokio::process::Command::new(&exe)
-            .args([
-                "__demo-worker",
-                server.url(),
-                server.token(),
-                &agent.to_string(),
-                &calls.to_string(),
-                &seed.to_string(),
-            ])
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("cannot start a worker: {e}"))?;
-        children.push(child);
-    }
+    let children = spawn_workers(server.url(), server.token(), agents, calls, seed, 0)?;
     // The dump mid-run: the first one that shows a hold and a waiter.
     let mut mid_run = None;
     let waiting = async {
@@ -160,7 +143,7 @@ async fn drive(
     if keep {
         print!("{text}");
         println!(
-            "\n--keep: the server stays up at {} (token {}); Ctrl-C to stop.\n             Watch it in a browser at {}/#token={} (the token stays in the fragment,\n             which is never sent), or with `writ top --url {} --token {}`.",
+            "\n--keep: the server stays up at {} (token {}); Ctrl-C to stop.\n             The agents go on working, {KEEP_PACE_MS} ms a call, so there is something to watch:\n             in a browser at {}/#token={} (the token stays in the fragment,\n             which is never sent), or with `writ top --url {} --token {}`.",
             server.url(),
             server.token(),
             server.url(),
@@ -168,16 +151,77 @@ async fn drive(
             server.url(),
             server.token()
         );
-        server.wait().await;
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        let (url, token) = (server.url().to_string(), server.token().to_string());
+        tokio::select! {
+            () = keep_working(&url, &token, agents, seed) => {}
+            () = server.wait() => {}
+        }
         return Ok((String::new(), lost + failed as u64));
     }
     server.shutdown().await;
     Ok((text, lost + failed as u64))
 }
 
+/// How long a call of `--keep`'s workload thinks, on average: slow enough
+/// for a person to watch the holds and waiters move.
+const KEEP_PACE_MS: u64 = 300;
+
+/// Starts one `writ __demo-worker` process per agent; each is killed if
+/// its handle is dropped.
+fn spawn_workers(
+    url: &str,
+    token: &str,
+    agents: usize,
+    calls: usize,
+    seed: u64,
+    pace_ms: u64,
+) -> Result<Vec<tokio::process::Child>, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    (0..agents)
+        .map(|agent| {
+            tokio::process::Command::new(&exe)
+                .args([
+                    "__demo-worker",
+                    url,
+                    token,
+                    &agent.to_string(),
+                    &calls.to_string(),
+                    &seed.to_string(),
+                    "--pace-ms",
+                    &pace_ms.to_string(),
+                ])
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| format!("cannot start a worker: {e}"))
+        })
+        .collect()
+}
+
+/// `--keep`'s workload: rounds of the same agents, paced, until the server
+/// stops (the caller drops this future, and the workers with it).
+async fn keep_working(url: &str, token: &str, agents: usize, seed: u64) {
+    for round in 1u64.. {
+        let Ok(children) = spawn_workers(url, token, agents, 20, seed ^ round, KEEP_PACE_MS) else {
+            return;
+        };
+        for child in children {
+            let _ = child.wait_with_output().await;
+        }
+    }
+}
+
 /// One agent process: admits a shared file, reads it, thinks, writes it
 /// back with its record appended; prints how many writes it made.
-pub fn worker(url: &str, token: &str, agent: usize, calls: usize, seed: u64) -> ExitCode {
+pub fn worker(
+    url: &str,
+    token: &str,
+    agent: usize,
+    calls: usize,
+    seed: u64,
+    pace_ms: u64,
+) -> ExitCode {
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -205,7 +249,12 @@ pub fn worker(url: &str, token: &str, agent: usize, calls: usize, seed: u64) -> 
                         .map_err(|e| e.to_string())?;
                     let mut text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
                     // The model "thinks" between its read and its write.
-                    tokio::time::sleep(Duration::from_micros(200 + rng.below(800))).await;
+                    let think = if pace_ms == 0 {
+                        Duration::from_micros(200 + rng.below(800))
+                    } else {
+                        Duration::from_millis(pace_ms / 2 + rng.below(pace_ms))
+                    };
+                    tokio::time::sleep(think).await;
                     text.push_str(&record(agent, call));
                     text.push('\n');
                     std::fs::write(&file, text).map_err(|e| e.to_string())?;

@@ -115,6 +115,10 @@ enum Command {
         calls: usize,
         /// The demo's seed.
         seed: u64,
+        /// Milliseconds each call "thinks" on average (0: the measured
+        /// run's fraction of a millisecond).
+        #[arg(long, default_value_t = 0)]
+        pace_ms: u64,
     },
 }
 
@@ -143,7 +147,8 @@ fn main() -> ExitCode {
             agent,
             calls,
             seed,
-        } => demo_serve::worker(&url, &token, agent, calls, seed),
+            pace_ms,
+        } => demo_serve::worker(&url, &token, agent, calls, seed, pace_ms),
         #[cfg(all(feature = "server", feature = "remote"))]
         Command::Demo {
             serve: true,

@@ -16,6 +16,13 @@ fn seconds(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|_| format!("'{text}' is not a duration"))
 }
 
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("'{text}' is not a whole number of at least 1")),
+    }
+}
+
 /// `writ serve`.
 #[derive(Debug, Args)]
 pub struct ServeCmd {
@@ -56,9 +63,14 @@ pub struct ServeCmd {
     #[arg(long, conflicts_with = "history_dir")]
     no_history: bool,
     /// A JSON file of Config knobs: max_actors, max_writers, case,
-    /// portable_names, sensitive_names, read_roots, file_op_wait_ms, session.
+    /// portable_names, sensitive_names, read_roots, file_op_wait_ms, session,
+    /// events_ring.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// How many events /events keeps for readers that lag or reconnect
+    /// (default 4096; overrides the config file's events_ring).
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    events_ring: Option<usize>,
     /// Skip fsync (for tests and demos).
     #[arg(long, hide = true)]
     no_fsync: bool,
@@ -155,12 +167,19 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
     if let Some(socket) = &cmd.socket {
         options = options.socket(socket);
     }
-    if let Some(file) = &cmd.config {
-        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-        let parsed: ConfigFile =
-            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        options = options.config_file(parsed);
+    let mut knobs = match &cmd.config {
+        Some(file) => {
+            let text =
+                std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+            serde_json::from_str::<ConfigFile>(&text)
+                .map_err(|e| format!("{}: {e}", file.display()))?
+        }
+        None => ConfigFile::default(),
+    };
+    if cmd.events_ring.is_some() {
+        knobs.events_ring = cmd.events_ring;
     }
+    options = options.config_file(knobs);
     runtime()?.block_on(async move {
         let server = Server::start(options).await.map_err(|e| e.to_string())?;
         println!("writ serve: {} for {}", server.url(), root.display());
