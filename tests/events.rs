@@ -718,5 +718,6 @@ fn the_protocol_document_lists_every_event_kind() {
         );
     }
     assert!(doc.contains("Last-Event-ID"));
+    assert!(doc.contains("--events-ring") && doc.contains("\"events_ring\""));
     assert!(doc.contains(&format!("last {} events", writ::EVENT_RING)));
 }

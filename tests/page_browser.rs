@@ -256,7 +256,8 @@ impl Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
             .arg("serve")
             .arg(root)
-            .args(["--no-history", "--no-fsync"])
+            // A larger ring than the default, as a session would ask for one.
+            .args(["--no-history", "--no-fsync", "--events-ring", "65536"])
             .env("XDG_STATE_HOME", state)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
