@@ -933,3 +933,128 @@ async fn timeouts_and_cancellation_leave_no_waiter_and_wake_those_behind() {
     assert_eq!(dump.holds[0].actor_name, "c");
     one.release(granted.hold()).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlock_between_fence_holders_on_two_tables_is_refused_with_the_cycle() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("deadlock").await, etcd.table("deadlock").await);
+    let (a, b) = (actor(&one, "a").await, actor(&two, "b").await);
+    let fence_a = one
+        .admit(&a, AdmitRequest::fence(["/ws/a/"]))
+        .await
+        .unwrap();
+    let fence_b = two
+        .admit(&b, AdmitRequest::fence(["/ws/b/"]))
+        .await
+        .unwrap();
+    let a_waits = {
+        let one = one.clone();
+        let a = a.clone();
+        tokio::spawn(async move { one.admit(&a, AdmitRequest::call(["/ws/b/x"]).wait()).await })
+    };
+    poll_until(Duration::from_secs(5), "a queued", || async {
+        waiters_in(&one).await == 1
+    })
+    .await;
+    // b's wait would close the cycle: it is refused at once, and nothing of
+    // it stays queued.
+    let started = Instant::now();
+    match two.admit(&b, AdmitRequest::call(["/ws/a/x"]).wait()).await {
+        Err(Error::Deadlock { cycle }) => assert_eq!(cycle, ["b", "a"]),
+        other => panic!("expected Deadlock, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(waiters_in(&one).await, 1);
+    // Calls make no edges: b's call on a free file waits for nobody.
+    two.release(fence_b.hold()).await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(5), a_waits)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    one.release(granted.hold()).await.unwrap();
+    one.release(fence_a.hold()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_formed_by_a_race_between_tables_is_refused_within_the_check_period() {
+    let etcd = Etcd::start();
+    let options = || TableOptions::default().deadlock_check(Duration::from_millis(500));
+    let (one, two) = (
+        etcd.table_with("race-deadlock", options()).await,
+        etcd.table_with("race-deadlock", options()).await,
+    );
+    for round in 0..3 {
+        let (a, b) = (
+            actor(&one, &format!("a{round}")).await,
+            actor(&two, &format!("b{round}")).await,
+        );
+        let fence_a = one
+            .admit(&a, AdmitRequest::fence(["/ws/a/"]))
+            .await
+            .unwrap();
+        let fence_b = two
+            .admit(&b, AdmitRequest::fence(["/ws/b/"]))
+            .await
+            .unwrap();
+        let start = Arc::new(tokio::sync::Barrier::new(2));
+        let mut wait_a = {
+            let (one, a, start) = (one.clone(), a.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                one.admit(
+                    &a,
+                    AdmitRequest::call(["/ws/b/x"]).wait_timeout(Duration::from_secs(10)),
+                )
+                .await
+            })
+        };
+        let mut wait_b = {
+            let (two, b, start) = (two.clone(), b.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                two.admit(
+                    &b,
+                    AdmitRequest::call(["/ws/a/x"]).wait_timeout(Duration::from_secs(10)),
+                )
+                .await
+            })
+        };
+        // Exactly one of the two is refused, within the check period (and
+        // a margin for the round trips); the other waits on.
+        let started = Instant::now();
+        let (first, a_refused) = tokio::select! {
+            done = &mut wait_a => (done.unwrap(), true),
+            done = &mut wait_b => (done.unwrap(), false),
+        };
+        let (survivor, survivor_fence, refused_fence) = if a_refused {
+            (wait_b, fence_b.hold(), fence_a.hold())
+        } else {
+            (wait_a, fence_a.hold(), fence_b.hold())
+        };
+        let cycle = match first {
+            Err(Error::Deadlock { cycle }) => cycle,
+            other => panic!("round {round}: expected Deadlock, got {other:?}"),
+        };
+        assert_eq!(cycle.len(), 2, "{cycle:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        // The refused one's fence goes; the survivor is granted.
+        one.release(refused_fence).await.unwrap();
+        let granted = tokio::time::timeout(Duration::from_secs(5), survivor)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        one.release(granted.hold()).await.unwrap();
+        one.release(survivor_fence).await.unwrap();
+        assert!(one.dump().await.unwrap().holds.is_empty());
+    }
+}

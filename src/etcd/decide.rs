@@ -229,6 +229,17 @@ pub(crate) fn blocking_hold<'a>(mine: &Claim, holds: &'a [Other]) -> Option<(&'a
         .find_map(|h| conflict(mine, &h.claim).map(|key| (h, key)))
 }
 
+/// The live fences `mine` conflicts with: their owners are the hard edges
+/// of a waiting request (SPEC §4; call holds make none).
+pub(crate) fn fences_in_the_way<'a>(
+    mine: &'a Claim,
+    holds: &'a [Other],
+) -> impl Iterator<Item = &'a Other> + 'a {
+    holds
+        .iter()
+        .filter(move |h| h.claim.kind == HoldKind::Fence && conflict(mine, &h.claim).is_some())
+}
+
 /// The waiters ahead of `place` that `mine` conflicts with, in queue order,
 /// each with the key of `mine` in its way: the candidates of the fairness
 /// rule (SPEC §4), before the fence owner's precedence is asked.

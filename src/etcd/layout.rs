@@ -101,6 +101,10 @@ impl Layout {
         self.under(format!("f/{}/{}", hex(owner), hex(id)).as_bytes())
     }
 
+    pub(crate) fn all_fences(&self) -> Vec<u8> {
+        self.under(b"f/")
+    }
+
     pub(crate) fn fences_of(&self, owner: u64) -> Vec<u8> {
         self.under(format!("f/{}/", hex(owner)).as_bytes())
     }

@@ -45,6 +45,7 @@
 //! the task notices the dropped receiver, deletes its waiter keys, and
 //! releases a grant that landed after the caller left.
 
+mod deadlock;
 mod decide;
 mod layout;
 
@@ -67,6 +68,7 @@ use crate::core::table::{ActorId, Claim, HoldId};
 use crate::error::{Busy, Error, Result};
 use crate::kinds::{HoldKind, Mode};
 
+use deadlock::Edges;
 use decide::{ClaimRecord, EntryValue, KeyRecord, Meta, Other, Place};
 use layout::{Layout, Owner, prefix_end};
 
@@ -476,6 +478,12 @@ fn revision_of(response: &TxnResponse) -> i64 {
     response.header().map_or(0, |h| h.revision())
 }
 
+/// The id at the end of a record's key (`…/<16 hex digits>`).
+fn id_in(key: &[u8]) -> Option<u64> {
+    let hex = key.rsplit(|&b| b == b'/').next()?;
+    u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+}
+
 fn prefix_get(prefix: &[u8]) -> TxnOp {
     TxnOp::get(prefix.to_vec(), Some(GetOptions::new().with_prefix()))
 }
@@ -631,14 +639,14 @@ impl Admission {
     /// read (a get per range, and the actor), the commit's compares (one
     /// per range, the actor, the own waiter, each fence relied on — at most
     /// one per ancestor) and its writes (the record, an entry per key, the
-    /// fence index, and deleting the own waiter and its entries).
+    /// fence index, and deleting the own waiter, its entries and edges).
     fn ops_needed(&self) -> usize {
         let keys = self.keys.len();
         let compares = self.ranges.len() + 2 + self.actor.lineage.len();
         let waiting = if self.wait == Wait::Never {
             0
         } else {
-            1 + keys
+            2 + keys
         };
         let writes = 2 + keys + waiting;
         compares.max(writes)
@@ -873,12 +881,7 @@ impl Table {
             .await
             .map_err(unavailable)?;
         for kv in fences.kvs() {
-            let id = kv
-                .key()
-                .rsplit(|&b| b == b'/')
-                .next()
-                .and_then(|hex| std::str::from_utf8(hex).ok())
-                .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+            let id = id_in(kv.key());
             if let Some(id) = id {
                 match self.release(HoldId(id)).await {
                     Ok(()) | Err(Error::UnknownHold { .. }) => {}
@@ -953,6 +956,7 @@ impl Table {
         };
         let started = tokio::time::Instant::now();
         let mut answer = answer;
+        let mut last_edges: Option<Edges> = None;
         let outcome: Result<Grant> = loop {
             if answer.is_closed() {
                 break Err(Error::Unavailable {
@@ -963,16 +967,34 @@ impl Table {
             let revision = match step {
                 Ok(Step::Granted(grant)) => break Ok(grant),
                 Ok(Step::Raced) => continue,
-                Ok(Step::Blocked(busy, revision)) => {
+                Ok(Step::Blocked(busy, revision, edges)) => {
                     if admission.wait == Wait::Never {
                         break Err(busy);
+                    }
+                    let me = waiter.unwrap_or(u64::MAX);
+                    match self.refused_cycle(me, &edges, &admission.claim).await {
+                        Ok(Some(cycle)) => break Err(Error::Deadlock { cycle }),
+                        Ok(None) => {}
+                        Err(e) => break Err(e),
+                    }
+                    if let Some(id) = waiter {
+                        if last_edges.as_ref() != Some(&edges) {
+                            if let Err(e) = self.put_edges(id, &edges, admission.actor.lease).await
+                            {
+                                break Err(e);
+                            }
+                            last_edges = Some(edges);
+                        }
+                    } else {
+                        last_edges = Some(edges);
                     }
                     revision
                 }
                 Err(e) => break Err(e),
             };
             if waiter.is_none() {
-                match self.enqueue(&admission, ops, limit).await {
+                let edges = last_edges.as_ref();
+                match self.enqueue(&admission, edges, ops, limit).await {
                     Ok((id, at)) => {
                         waiter = Some(id);
                         place = Place::Queued {
@@ -1053,15 +1075,15 @@ impl Table {
                 .flatten()
                 .map(|kv| (kv.key(), kv.value(), kv.create_revision())),
         );
-        if let Some((hold, key)) = decide::blocking_hold(&admission.claim, &holds) {
-            return Ok(Step::Blocked(
-                admission.busy(&Blocker::Hold(hold, key)),
-                revision,
-            ));
-        }
-        let in_the_way = decide::waiters_in_the_way(&admission.claim, place, &waiters);
+        let waiting = admission.wait != Wait::Never;
+        let hold_in_the_way = decide::blocking_hold(&admission.claim, &holds);
+        let mut waiter_in_the_way = None;
+        let mut soft = Vec::new();
         let mut relied: Vec<(u64, i64)> = Vec::new();
-        if !in_the_way.is_empty() {
+        let in_the_way = decide::waiters_in_the_way(&admission.claim, place, &waiters);
+        // A try-only request blocked by a hold needs nothing more; a
+        // waiting one needs every edge for the deadlock check.
+        if !in_the_way.is_empty() && (hold_in_the_way.is_none() || waiting) {
             let fences = self.lineage_fences(&admission.actor).await?;
             for (earlier, key) in in_the_way {
                 let Owner::Waiter(id) = earlier.owner else {
@@ -1075,13 +1097,34 @@ impl Table {
                 match decide::passing_fence(&whole, &admission.claim, &fences) {
                     Some((fence, at, _)) => relied.push((*fence, *at)),
                     None => {
-                        return Ok(Step::Blocked(
-                            admission.busy(&Blocker::Waiter(earlier, key)),
-                            revision,
-                        ));
+                        soft.push(id);
+                        waiter_in_the_way.get_or_insert((earlier, key));
+                        if !waiting {
+                            break;
+                        }
                     }
                 }
             }
+        }
+        let blocker = match (hold_in_the_way, waiter_in_the_way) {
+            (Some((hold, key)), _) => Some(Blocker::Hold(hold, key)),
+            (None, Some((earlier, key))) => Some(Blocker::Waiter(earlier, key)),
+            (None, None) => None,
+        };
+        if let Some(blocker) = blocker {
+            let mut hard: Vec<(u64, String)> = decide::fences_in_the_way(&admission.claim, &holds)
+                .map(|h| (h.meta.owner, h.meta.name.clone()))
+                .collect();
+            hard.sort();
+            hard.dedup();
+            let edges = Edges {
+                actor: admission.actor.id.0,
+                name: admission.actor.name.clone(),
+                queued: i64::MAX,
+                hard,
+                soft,
+            };
+            return Ok(Step::Blocked(admission.busy(&blocker), revision, edges));
         }
         self.commit(admission, revision, waiter, &relied, ops, limit)
             .await
@@ -1102,12 +1145,7 @@ impl Table {
             .map_err(unavailable)?;
         let mut out = Vec::new();
         for kv in ranges_of(&read).iter().flatten() {
-            let id = kv
-                .key()
-                .rsplit(|&b| b == b'/')
-                .next()
-                .and_then(|hex| std::str::from_utf8(hex).ok())
-                .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+            let id = id_in(kv.key());
             if let (Some(id), Ok(record)) = (id, serde_json::from_slice::<ClaimRecord>(kv.value()))
             {
                 out.push((id, kv.create_revision(), record.claim()));
@@ -1175,6 +1213,7 @@ impl Table {
         }
         if let Some(id) = waiter {
             writes.push(TxnOp::delete(layout.waiter(id), None));
+            writes.push(TxnOp::delete(layout.edges(id), None));
             for (key, _) in &admission.keys {
                 writes.push(TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None));
             }
@@ -1199,7 +1238,13 @@ impl Table {
     /// Queues the request: its waiter record and index entries, on the
     /// actor's lease, while the actor lives. Returns the waiter's id and
     /// its revision (its place among equal priorities).
-    async fn enqueue(&self, admission: &Admission, ops: usize, limit: usize) -> Result<(u64, i64)> {
+    async fn enqueue(
+        &self,
+        admission: &Admission,
+        edges: Option<&Edges>,
+        ops: usize,
+        limit: usize,
+    ) -> Result<(u64, i64)> {
         let layout = self.layout();
         let actor = &admission.actor;
         let id = self.next_id()?;
@@ -1220,6 +1265,9 @@ impl Table {
                 lease.clone(),
             ));
         }
+        if let Some(edges) = edges {
+            writes.push(TxnOp::put(layout.edges(id), to_json(edges)?, lease.clone()));
+        }
         let txn = Txn::new()
             .when([still(layout.actor(actor.id.0), actor.revision)])
             .and_then(writes);
@@ -1236,10 +1284,102 @@ impl Table {
         Ok((id, revision_of(&done)))
     }
 
-    /// Deletes a waiter's record and entries in one transaction.
+    /// The deadlock check (SPEC §4, across tables): reads every waiting
+    /// request's edges and refuses `me` if it is the newest request of a
+    /// cycle through it. `me` is `u64::MAX` for a request about to queue.
+    ///
+    /// Edge records are written by their waiters when they look, so one may
+    /// be stale (its blocker released a moment ago). The check therefore
+    /// reads the edges, the waiting requests and the live fences in one
+    /// transaction — one revision — and keeps only the edges true at it: a
+    /// hard edge while its owner holds a fence that conflicts with the
+    /// request, a soft edge while the earlier request still waits. A cycle
+    /// found is then a cycle at that revision.
+    async fn refused_cycle(
+        &self,
+        me: u64,
+        mine: &Edges,
+        my_claim: &Claim,
+    ) -> Result<Option<Vec<String>>> {
+        let layout = self.layout();
+        let read = self
+            .client()
+            .txn(Txn::new().and_then([
+                prefix_get(&layout.all_edges()),
+                prefix_get(&layout.waiters()),
+                prefix_get(&layout.all_fences()),
+            ]))
+            .await
+            .map_err(unavailable)?;
+        let mut ranges = ranges_of(&read).into_iter();
+        let (edges, waiters, fences) = (
+            ranges.next().unwrap_or_default(),
+            ranges.next().unwrap_or_default(),
+            ranges.next().unwrap_or_default(),
+        );
+        let claims: std::collections::HashMap<u64, Claim> = waiters
+            .iter()
+            .filter_map(|kv| {
+                let record = serde_json::from_slice::<ClaimRecord>(kv.value()).ok()?;
+                Some((id_in(kv.key())?, record.claim()))
+            })
+            .collect();
+        let mut fences_of: std::collections::HashMap<u64, Vec<Claim>> = Default::default();
+        for kv in &fences {
+            if let Ok(record) = serde_json::from_slice::<ClaimRecord>(kv.value()) {
+                fences_of
+                    .entry(record.meta.owner)
+                    .or_default()
+                    .push(record.claim());
+            }
+        }
+        let true_now = |claim: &Claim, edges: &mut Edges| {
+            edges.hard.retain(|(owner, _)| {
+                fences_of.get(owner).is_some_and(|fs| {
+                    fs.iter()
+                        .any(|f| crate::core::table::conflict(claim, f).is_some())
+                })
+            });
+            edges.soft.retain(|v| claims.contains_key(v));
+        };
+        let mut others = std::collections::BTreeMap::new();
+        for kv in &edges {
+            let Some(id) = id_in(kv.key()) else { continue };
+            let (Some(claim), Ok(mut found)) =
+                (claims.get(&id), serde_json::from_slice::<Edges>(kv.value()))
+            else {
+                continue;
+            };
+            // The queue position is the record's creation (with the waiter).
+            found.queued = kv.create_revision();
+            true_now(claim, &mut found);
+            others.insert(id, found);
+        }
+        let mut mine = mine.clone();
+        mine.queued = others.get(&me).map_or(i64::MAX, |e| e.queued);
+        true_now(my_claim, &mut mine);
+        Ok(deadlock::refused_cycle(me, &mine, &others))
+    }
+
+    async fn put_edges(&self, waiter: u64, edges: &Edges, lease: LeaseId) -> Result<()> {
+        self.client()
+            .put(
+                self.layout().edges(waiter),
+                to_json(edges)?,
+                with_lease(lease),
+            )
+            .await
+            .map(drop)
+            .map_err(|e| etcd_error(e, Some(lease), 0, 0))
+    }
+
+    /// Deletes a waiter's record, entries and edges in one transaction.
     async fn dequeue(&self, id: u64, keys: &[(Key, Mode)]) -> Result<()> {
         let layout = self.layout();
-        let mut deletes = vec![TxnOp::delete(layout.waiter(id), None)];
+        let mut deletes = vec![
+            TxnOp::delete(layout.waiter(id), None),
+            TxnOp::delete(layout.edges(id), None),
+        ];
         deletes.extend(
             keys.iter()
                 .map(|(key, _)| TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None)),
@@ -1359,20 +1499,13 @@ impl Table {
             ranges.next().unwrap_or_default(),
             ranges.next().unwrap_or_default(),
         );
-        let id_of = |kv: &KeyValue| {
-            kv.key()
-                .rsplit(|&b| b == b'/')
-                .next()
-                .and_then(|hex| std::str::from_utf8(hex).ok())
-                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-        };
         let actors = actors
             .iter()
             .filter_map(|kv| {
                 let record: ActorRecord = serde_json::from_slice(kv.value()).ok()?;
                 let parent = record.lineage.iter().rev().nth(1).map(|&p| ActorId(p));
                 Some(DumpActor {
-                    id: ActorId(id_of(kv)?),
+                    id: ActorId(id_in(kv.key())?),
                     name: record.name,
                     parent,
                     lease: LeaseId(record.lease),
@@ -1384,7 +1517,7 @@ impl Table {
             .filter_map(|kv| {
                 let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
                 Some(DumpHold {
-                    id: HoldId(id_of(kv)?),
+                    id: HoldId(id_in(kv.key())?),
                     actor: ActorId(record.meta.owner),
                     paths: dump_paths(&record),
                     actor_name: record.meta.name,
@@ -1426,5 +1559,5 @@ enum Step {
     Raced,
     /// Blocked (the `Busy` a try-only request returns), as read at this
     /// revision.
-    Blocked(Error, i64),
+    Blocked(Error, i64, Edges),
 }
