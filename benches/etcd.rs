@@ -7,8 +7,8 @@
 //!   one file, uncontested, through a single-member etcd on loopback that
 //!   the bench starts (its data folder on the temp file system): a read
 //!   transaction, the commit transaction, then the release's read and
-//!   delete transaction — four etcd round trips, two of them Raft writes.
-//! - `admission/etcd_admit_release_deep`: the same for a key 8 folders
+//!   delete transaction: four etcd round trips, two of them Raft writes.
+//! - `admission/etcd_admit_release_deep`: the same for a key 10 components
 //!   deep (more ranges read and compared).
 //!
 //! Needs `etcd` on `PATH` (`apt-get install etcd-server`).
@@ -25,12 +25,16 @@ use criterion::Criterion;
 use writ::etcd::{AdmitRequest, Table, TableOptions};
 use writ::{Config, Grant, Scheduler};
 
-struct Etcd(Child, tempfile::TempDir);
+/// The etcd process and its data folder, removed after it.
+struct Etcd {
+    child: Child,
+    _data: tempfile::TempDir,
+}
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -77,7 +81,7 @@ fn start_etcd() -> (Etcd, String) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    (Etcd(child, dir), client_url)
+    (Etcd { child, _data: dir }, client_url)
 }
 
 fn admission(c: &mut Criterion) {

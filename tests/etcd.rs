@@ -714,6 +714,16 @@ async fn bad_input_is_refused_with_its_own_error() {
     assert_eq!(all.paths(), [PathBuf::from("/ws")]);
 }
 
+/// The grant a spawned waiting admission ends with, within 5 s.
+async fn grant_of(task: tokio::task::JoinHandle<Result<Grant, Error>>) -> Grant {
+    match tokio::time::timeout(Duration::from_secs(5), task).await {
+        Ok(Ok(Ok(grant))) => grant,
+        Ok(Ok(Err(e))) => panic!("the waiter was refused: {e}"),
+        Ok(Err(e)) => panic!("the waiter's task failed: {e}"),
+        Err(_) => panic!("the waiter was not granted within 5 s"),
+    }
+}
+
 async fn waiters_in(table: &Table) -> usize {
     table.dump().await.map_or(0, |d| d.waiters.len())
 }
@@ -735,11 +745,7 @@ async fn a_waiter_is_admitted_when_the_holder_releases_through_another_table() {
     let dump = one.dump().await.unwrap();
     assert_eq!(dump.waiters[0].actor_name, "b");
     one.release(held.hold()).await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiting)
-        .await
-        .expect("the waiter was not woken by the release")
-        .unwrap()
-        .unwrap();
+    let granted = grant_of(waiting).await;
     assert!(granted.revision() > held.revision());
     let dump = one.dump().await.unwrap();
     assert!(dump.waiters.is_empty(), "{dump:?}");
@@ -786,11 +792,7 @@ async fn try_admit_cannot_jump_a_waiter_queued_through_another_table() {
         .unwrap();
     one.release(urgent.hold()).await.unwrap();
     one.release(held.hold()).await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let granted = grant_of(waiting).await;
     assert_eq!(granted.paths().len(), 2);
     for hold in [granted.hold(), disjoint.hold()] {
         one.release(hold).await.unwrap();
@@ -849,11 +851,7 @@ async fn a_fence_owner_and_its_children_pass_a_waiter_their_fence_blocks() {
             .is_err()
     );
     one.release(fence.hold()).await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let granted = grant_of(waiting).await;
     two.release(granted.hold()).await.unwrap();
 }
 
@@ -923,11 +921,7 @@ async fn timeouts_and_cancellation_leave_no_waiter_and_wake_those_behind() {
     )
     .await;
     one.release(held.hold()).await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), behind)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let granted = grant_of(behind).await;
     let dump = one.dump().await.unwrap();
     assert_eq!(dump.holds.len(), 1, "{dump:?}");
     assert_eq!(dump.holds[0].actor_name, "c");
@@ -971,11 +965,7 @@ async fn a_deadlock_between_fence_holders_on_two_tables_is_refused_with_the_cycl
     assert_eq!(waiters_in(&one).await, 1);
     // Calls make no edges: b's call on a free file waits for nobody.
     two.release(fence_b.hold()).await.unwrap();
-    let granted = tokio::time::timeout(Duration::from_secs(5), a_waits)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let granted = grant_of(a_waits).await;
     one.release(granted.hold()).await.unwrap();
     one.release(fence_a.hold()).await.unwrap();
 }
@@ -1048,11 +1038,7 @@ async fn a_cycle_formed_by_a_race_between_tables_is_refused_within_the_check_per
         );
         // The refused one's fence goes; the survivor is granted.
         one.release(refused_fence).await.unwrap();
-        let granted = tokio::time::timeout(Duration::from_secs(5), survivor)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let granted = grant_of(survivor).await;
         one.release(granted.hold()).await.unwrap();
         one.release(survivor_fence).await.unwrap();
         assert!(one.dump().await.unwrap().holds.is_empty());

@@ -603,6 +603,26 @@ impl Admission {
         }
     }
 
+    /// The index entries of the request's keys, for a hold or a waiter,
+    /// on the actor's lease.
+    fn entry_puts(&self, layout: &Layout, owner: Owner) -> Result<Vec<TxnOp>> {
+        let meta = self.meta();
+        self.keys
+            .iter()
+            .map(|(key, mode)| {
+                let value = EntryValue {
+                    meta: meta.clone(),
+                    mode: (*mode).into(),
+                };
+                Ok(TxnOp::put(
+                    layout.entry(key, owner),
+                    to_json(&value)?,
+                    with_lease(self.actor.lease),
+                ))
+            })
+            .collect()
+    }
+
     fn busy(&self, blocker: &Blocker<'_>) -> Error {
         let (other, key, queued) = match *blocker {
             Blocker::Hold(o, k) => (o, k, false),
@@ -1200,17 +1220,7 @@ impl Table {
                 lease.clone(),
             ));
         }
-        for (key, mode) in &admission.keys {
-            let value = EntryValue {
-                meta: admission.meta(),
-                mode: (*mode).into(),
-            };
-            writes.push(TxnOp::put(
-                layout.entry(key, Owner::Hold(hold)),
-                to_json(&value)?,
-                lease.clone(),
-            ));
-        }
+        writes.extend(admission.entry_puts(layout, Owner::Hold(hold))?);
         if let Some(id) = waiter {
             writes.push(TxnOp::delete(layout.waiter(id), None));
             writes.push(TxnOp::delete(layout.edges(id), None));
@@ -1254,17 +1264,7 @@ impl Table {
             to_json(&admission.record())?,
             lease.clone(),
         )];
-        for (key, mode) in &admission.keys {
-            let value = EntryValue {
-                meta: admission.meta(),
-                mode: (*mode).into(),
-            };
-            writes.push(TxnOp::put(
-                layout.entry(key, Owner::Waiter(id)),
-                to_json(&value)?,
-                lease.clone(),
-            ));
-        }
+        writes.extend(admission.entry_puts(layout, Owner::Waiter(id))?);
         if let Some(edges) = edges {
             writes.push(TxnOp::put(layout.edges(id), to_json(edges)?, lease.clone()));
         }
