@@ -5,7 +5,7 @@
 //! — in one process or on many machines — may serve one session: etcd's
 //! transactions, not a lock in any of them, decide who gets what, by the
 //! rules of SPEC §3–§4, judged with the same code the in-process scheduler
-//! uses ([`crate::core`]).
+//! uses (the crate's pure core).
 //!
 //! - An admission is one etcd transaction: read what can conflict (the
 //!   ancestors of each key and the range beneath a tree key), decide, and
