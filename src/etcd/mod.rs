@@ -1302,21 +1302,9 @@ impl Table {
         my_claim: &Claim,
     ) -> Result<Option<Vec<String>>> {
         let layout = self.layout();
-        let read = self
-            .client()
-            .txn(Txn::new().and_then([
-                prefix_get(&layout.all_edges()),
-                prefix_get(&layout.waiters()),
-                prefix_get(&layout.all_fences()),
-            ]))
-            .await
-            .map_err(unavailable)?;
-        let mut ranges = ranges_of(&read).into_iter();
-        let (edges, waiters, fences) = (
-            ranges.next().unwrap_or_default(),
-            ranges.next().unwrap_or_default(),
-            ranges.next().unwrap_or_default(),
-        );
+        let (_, [edges, waiters, fences]) = self
+            .read_prefixes([layout.all_edges(), layout.waiters(), layout.all_fences()])
+            .await?;
         let claims: std::collections::HashMap<u64, Claim> = waiters
             .iter()
             .filter_map(|kv| {
@@ -1479,26 +1467,29 @@ impl Table {
         }
     }
 
+    /// Reads whole prefixes in one transaction, so at one revision.
+    async fn read_prefixes<const N: usize>(
+        &self,
+        prefixes: [Vec<u8>; N],
+    ) -> Result<(i64, [Vec<KeyValue>; N])> {
+        let reads: Vec<TxnOp> = prefixes.iter().map(|p| prefix_get(p)).collect();
+        let read = self
+            .client()
+            .txn(Txn::new().and_then(reads))
+            .await
+            .map_err(unavailable)?;
+        let mut ranges = ranges_of(&read).into_iter();
+        let found = std::array::from_fn(|_| ranges.next().unwrap_or_default());
+        Ok((revision_of(&read), found))
+    }
+
     /// A copy of the whole session's table, read in one transaction at one
     /// revision.
     pub async fn dump(&self) -> Result<TableDump> {
         let layout = self.layout();
-        let read = self
-            .client()
-            .txn(Txn::new().and_then([
-                prefix_get(&layout.actors()),
-                prefix_get(&layout.holds()),
-                prefix_get(&layout.waiters()),
-            ]))
-            .await
-            .map_err(unavailable)?;
-        let revision = revision_of(&read);
-        let mut ranges = ranges_of(&read).into_iter();
-        let (actors, holds, waiters) = (
-            ranges.next().unwrap_or_default(),
-            ranges.next().unwrap_or_default(),
-            ranges.next().unwrap_or_default(),
-        );
+        let (revision, [actors, holds, waiters]) = self
+            .read_prefixes([layout.actors(), layout.holds(), layout.waiters()])
+            .await?;
         let actors = actors
             .iter()
             .filter_map(|kv| {
