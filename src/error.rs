@@ -329,6 +329,18 @@ pub enum Error {
         hold: String,
     },
 
+    /// An admission needs more operations in one etcd transaction than the
+    /// store allows (`--max-txn-ops`); it was refused whole, never split.
+    #[error(
+        "the request needs {ops} operations in one etcd transaction, more than the limit of {limit}; nothing was reserved. Ask for fewer paths at once (a tree covers everything beneath it)."
+    )]
+    TxnTooLarge {
+        /// The operations the request needs in one transaction.
+        ops: usize,
+        /// The store's limit per transaction.
+        limit: usize,
+    },
+
     /// The server cannot be reached or is shutting down.
     #[error("the writ server is unavailable: {reason}.")]
     Unavailable {

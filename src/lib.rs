@@ -84,6 +84,8 @@ mod sched;
 #[doc(hidden)]
 #[path = "bench_support.rs"]
 pub mod __bench;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 #[cfg(feature = "remote")]

@@ -190,6 +190,11 @@ pub const ERROR_KINDS: &[ErrorKind] = &[
         1025,
         "a whole read would exceed `max_read_bytes`",
     ),
+    kind(
+        "txn_too_large",
+        1026,
+        "an admission needs more operations than one etcd transaction allows",
+    ),
 ];
 
 fn secs(d: &Duration) -> Value {
@@ -235,6 +240,7 @@ impl Error {
             Error::Stale { .. } => "stale",
             Error::NotFound { .. } => "not_found",
             Error::TooLarge { .. } => "too_large",
+            Error::TxnTooLarge { .. } => "txn_too_large",
             Error::NoMatch { .. } => "no_match",
             Error::AmbiguousMatch { .. } => "ambiguous_match",
             Error::RewindConflict { .. } => "rewind_conflict",
@@ -294,6 +300,7 @@ impl Error {
             Error::TooLarge { path, size, limit } => {
                 json!({"path": path, "size": size, "limit": limit})
             }
+            Error::TxnTooLarge { ops, limit } => json!({"ops": ops, "limit": limit}),
             Error::RewindConflict { conflicts } => json!({ "conflicts": conflicts }),
             Error::UnknownTurn { turn } => json!({ "turn": turn }),
             Error::History { reason }
@@ -435,6 +442,10 @@ impl Error {
                 path: path("path"),
                 size: d.get("size").and_then(Value::as_u64).unwrap_or(0),
                 limit: d.get("limit").and_then(Value::as_u64).unwrap_or(0),
+            },
+            "txn_too_large" => Error::TxnTooLarge {
+                ops: count("ops"),
+                limit: count("limit"),
             },
             "no_match" => Error::NoMatch { path: path("path") },
             "ambiguous_match" => Error::AmbiguousMatch {

@@ -198,6 +198,14 @@ class TooLarge(WritError):
     limit: int
 
 
+class TxnTooLarge(WritError):
+    """An admission needs more operations than one etcd transaction allows; ask for fewer paths."""
+
+    kind = "txn_too_large"
+    ops: int
+    limit: int
+
+
 class NoMatch(WritError):
     """``edit`` found no occurrence of the old text."""
 

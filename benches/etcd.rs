@@ -1,0 +1,147 @@
+//! The cost of an admission through the etcd table (SPEC §16), against the
+//! in-process scheduler in the same run.
+//!
+//! - `admission/in_process`: `try_admit` + drop of one file on a
+//!   `Scheduler` (the baseline).
+//! - `admission/etcd_admit_release`: `Table::admit` + `Table::release` of
+//!   one file, uncontested, through a single-member etcd on loopback that
+//!   the bench starts (its data folder on the temp file system): a read
+//!   transaction, the commit transaction, then the release's read and
+//!   delete transaction: four etcd round trips, two of them Raft writes.
+//! - `admission/etcd_admit_release_deep`: the same for a key 10 components
+//!   deep (more ranges read and compared).
+//!
+//! Needs `etcd` on `PATH` (`apt-get install etcd-server`).
+//! `cargo bench --features etcd --bench etcd`.
+
+use std::hint::black_box;
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use writ::etcd::{AdmitRequest, Table, TableOptions};
+use writ::{Config, Grant, Scheduler};
+
+/// The etcd process and its data folder, removed after it.
+struct Etcd {
+    child: Child,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.write_all(b"GET /health HTTP/1.0\r\n\r\n");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.contains("\"health\":\"true\"")
+}
+
+fn start_etcd() -> (Etcd, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, peer) = (free_port(), free_port());
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new("etcd")
+        .arg("--name=bench")
+        .arg(format!("--data-dir={}", dir.path().join("data").display()))
+        .arg(format!("--listen-client-urls={client_url}"))
+        .arg(format!("--advertise-client-urls={client_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=bench={peer_url}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("this bench needs etcd: apt-get install etcd-server");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !healthy(client) {
+        assert!(
+            Instant::now() < deadline,
+            "etcd was not healthy within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (Etcd { child, _data: dir }, client_url)
+}
+
+fn admission(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let mut group = c.benchmark_group("admission");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+
+    let sched = Scheduler::new(Config::default());
+    let local = sched.actor("bench", Grant::workspace(&root)).unwrap();
+    let paths = local.resolve(["src/lib.rs"]).unwrap();
+    group.bench_function("in_process", |b| {
+        b.iter(|| drop(black_box(local.try_admit(&paths).unwrap())))
+    });
+
+    let (_etcd, endpoint) = start_etcd();
+    let (table, actor) = rt.block_on(async {
+        let table = Table::connect(&[endpoint.as_str()], "bench", TableOptions::default())
+            .await
+            .unwrap();
+        let lease = table.grant_lease(Duration::from_secs(600)).await.unwrap();
+        let actor = table
+            .create_actor(lease, "bench", Path::new("/ws"), None)
+            .await
+            .unwrap();
+        (table, actor)
+    });
+    for (name, path) in [
+        ("etcd_admit_release", "/ws/src/lib.rs"),
+        ("etcd_admit_release_deep", "/ws/a/b/c/d/e/f/g/h/lib.rs"),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let grant = table
+                            .admit(&actor, AdmitRequest::call([path]))
+                            .await
+                            .unwrap();
+                        table.release(black_box(grant).hold()).await.unwrap();
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    admission(&mut criterion);
+    criterion.final_summary();
+}

@@ -1,0 +1,195 @@
+//! The wait-for graph of a session in etcd, and who is refused when it has
+//! a cycle.
+//!
+//! Pure. Each waiting request keeps one edge record (`P e/<waiter>`): its
+//! actor, its queue revision, the owners of the fences in its way (hard
+//! edges) and the earlier requests in its way that it does not pass (soft
+//! edges). The graph's nodes are actors and waiting requests, as in the
+//! core (SPEC §4's refinement): actor → each of its waiting requests,
+//! request → owners of fences in its way, request → earlier requests in its
+//! way. A cycle through a request is refused on that request only if it is
+//! the newest request of the cycle — the one that closed it — so that of
+//! the tables that see one cycle, exactly one request is refused, whichever
+//! table looks first.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+/// A waiting request's edges, as its record holds them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Edges {
+    pub(crate) actor: u64,
+    pub(crate) name: String,
+    /// Its queue revision (`i64::MAX` for a request about to queue).
+    pub(crate) queued: i64,
+    /// Owners of live fences in its way, with their names.
+    pub(crate) hard: Vec<(u64, String)>,
+    /// Earlier waiting requests in its way that it does not pass.
+    pub(crate) soft: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Node {
+    Actor(u64),
+    Request(u64),
+}
+
+/// The cycle through request `me` (with edges `mine`) in the graph of
+/// `others`, if there is one and `me` is the newest request on it: the
+/// names of its actors, the requester's first.
+pub(crate) fn refused_cycle(
+    me: u64,
+    mine: &Edges,
+    others: &BTreeMap<u64, Edges>,
+) -> Option<Vec<String>> {
+    let record = |w: u64| if w == me { Some(mine) } else { others.get(&w) };
+    let mut requests_of: HashMap<u64, Vec<u64>> = HashMap::new();
+    requests_of.entry(mine.actor).or_default().push(me);
+    for (&w, edges) in others {
+        if w != me {
+            requests_of.entry(edges.actor).or_default().push(w);
+        }
+    }
+    let mut names: HashMap<u64, &str> = HashMap::new();
+    for edges in others.values().chain(std::iter::once(mine)) {
+        names.insert(edges.actor, &edges.name);
+        for (owner, name) in &edges.hard {
+            names.entry(*owner).or_insert(name);
+        }
+    }
+    let next = |node: Node| -> Vec<Node> {
+        match node {
+            Node::Actor(a) => requests_of
+                .get(&a)
+                .map(|ws| ws.iter().map(|&w| Node::Request(w)).collect())
+                .unwrap_or_default(),
+            Node::Request(w) => match record(w) {
+                Some(edges) => edges
+                    .hard
+                    .iter()
+                    .filter(|(owner, _)| *owner != edges.actor)
+                    .map(|(owner, _)| Node::Actor(*owner))
+                    .chain(
+                        edges
+                            .soft
+                            .iter()
+                            .filter(|&&v| record(v).is_some())
+                            .map(|&v| Node::Request(v)),
+                    )
+                    .collect(),
+                None => Vec::new(),
+            },
+        }
+    };
+    // Breadth-first from `me`, back to `me`: the shortest cycle through it.
+    let start = Node::Request(me);
+    let mut parent: HashMap<Node, Node> = HashMap::new();
+    let mut queue = VecDeque::from([start]);
+    let mut closing = None;
+    'search: while let Some(node) = queue.pop_front() {
+        for after in next(node) {
+            if after == start {
+                closing = Some(node);
+                break 'search;
+            }
+            if let std::collections::hash_map::Entry::Vacant(slot) = parent.entry(after) {
+                slot.insert(node);
+                queue.push_back(after);
+            }
+        }
+    }
+    let mut node = closing?;
+    let mut cycle = vec![node];
+    while node != start {
+        node = *parent.get(&node)?;
+        cycle.push(node);
+    }
+    cycle.reverse();
+    // The newest request on the cycle is refused; ties go by id.
+    let newest = cycle
+        .iter()
+        .filter_map(|n| match *n {
+            Node::Request(w) => record(w).map(|e| (e.queued, w)),
+            Node::Actor(_) => None,
+        })
+        .max()?;
+    if newest.1 != me {
+        return None;
+    }
+    let mut actors: Vec<u64> = Vec::new();
+    for node in cycle {
+        let actor = match node {
+            Node::Actor(a) => a,
+            Node::Request(w) => record(w)?.actor,
+        };
+        if actors.last() != Some(&actor) {
+            actors.push(actor);
+        }
+    }
+    if actors.len() > 1 && actors.first() == actors.last() {
+        actors.pop();
+    }
+    Some(
+        actors
+            .iter()
+            .map(|a| {
+                names
+                    .get(a)
+                    .map_or_else(|| a.to_string(), |n| n.to_string())
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edges(actor: u64, queued: i64, hard: &[u64], soft: &[u64]) -> Edges {
+        Edges {
+            actor,
+            name: format!("a{actor}"),
+            queued,
+            hard: hard.iter().map(|&h| (h, format!("a{h}"))).collect(),
+            soft: soft.to_vec(),
+        }
+    }
+
+    #[test]
+    fn two_fence_holders_waiting_for_each_other_refuse_the_newer() {
+        // Request 10 of actor 1 waits for actor 2's fence; request 20 of
+        // actor 2 waits for actor 1's fence.
+        let older = edges(1, 5, &[2], &[]);
+        let newer = edges(2, 9, &[1], &[]);
+        let others = BTreeMap::from([(10, older.clone()), (20, newer.clone())]);
+        assert_eq!(
+            refused_cycle(20, &newer, &others),
+            Some(vec!["a2".into(), "a1".into()])
+        );
+        assert_eq!(
+            refused_cycle(10, &older, &others),
+            None,
+            "the older one waits on"
+        );
+        // About to queue: it is the newest of any cycle it closes.
+        let arriving = edges(2, i64::MAX, &[1], &[]);
+        let only_older = BTreeMap::from([(10, older)]);
+        assert!(refused_cycle(u64::MAX, &arriving, &only_older).is_some());
+    }
+
+    #[test]
+    fn soft_edges_close_cycles_and_parallel_requests_of_one_actor_do_not() {
+        // 10 (actor 1) waits for actor 2's fence; 20 (actor 2) queues behind
+        // 30 (actor 3), which waits for actor 1's fence.
+        let others = BTreeMap::from([(10, edges(1, 1, &[2], &[])), (30, edges(3, 2, &[1], &[]))]);
+        let mine = edges(2, 3, &[], &[30]);
+        assert_eq!(
+            refused_cycle(20, &mine, &others),
+            Some(vec!["a2".into(), "a3".into(), "a1".into()])
+        );
+        // Two requests of one actor behind each other are no cycle.
+        let mine = edges(1, 3, &[], &[10]);
+        assert_eq!(refused_cycle(11, &mine, &others), None);
+    }
+}

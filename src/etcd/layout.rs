@@ -1,0 +1,307 @@
+//! Where everything of one session lives in etcd's key space, and which
+//! ranges can hold what conflicts with a key.
+//!
+//! Pure: byte strings in, byte strings out. The layout (also in
+//! docs/DISTRIBUTED.md), under `P = /writ/<session>/`:
+//!
+//! | key | value | lease |
+//! |---|---|---|
+//! | `P i` | the last instance number handed out | none |
+//! | `P a/<actor>` | the actor record | the actor's |
+//! | `P h/<hold>` | the hold record (every key of the hold) | the owner's |
+//! | `P f/<owner>/<hold>` | the fence's record again, found by owner | the owner's |
+//! | `P q/<waiter>` | the waiting request (every key it asks for) | the requester's |
+//! | `P e/<waiter>` | the waiting request's wait-for edges | the requester's |
+//! | `P k<path>\0<t\|f>/<h\|w><id>` | one key of a hold (`h`) or waiter (`w`) | its owner's |
+//!
+//! Ids are 16 hex digits. `<path>` is the key's normalized absolute path
+//! without a trailing separator, the root being the empty string; `t` marks
+//! a tree key, `f` a file key. Since a path component holds neither `/` nor
+//! NUL, the entries *at* a path are exactly the prefix `P k<path>\0`, the
+//! tree entries at it `P k<path>\0t/`, and the entries strictly *beneath*
+//! it `P k<path>/`: what can conflict with one key is a few disjoint
+//! prefixes, whatever else the table holds.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::core::key::Key;
+
+/// What an index entry belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Owner {
+    Hold(u64),
+    Waiter(u64),
+}
+
+/// The key prefixes of one session.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    root: Vec<u8>,
+}
+
+/// The first key after every key that starts with `prefix` (etcd's
+/// `range_end` for a prefix). Every prefix here ends in a byte below 0xff.
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+fn hex(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+/// A key's path as the index spells it: the normalized path without a
+/// trailing separator, the root as the empty string.
+fn spelled(path: &Path) -> &[u8] {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    if bytes == b"/" { &[] } else { bytes }
+}
+
+impl Layout {
+    pub(crate) fn new(session: &str) -> Self {
+        Layout {
+            root: format!("/writ/{session}/").into_bytes(),
+        }
+    }
+
+    fn under(&self, rest: &[u8]) -> Vec<u8> {
+        let mut key = self.root.clone();
+        key.extend_from_slice(rest);
+        key
+    }
+
+    pub(crate) fn instances(&self) -> Vec<u8> {
+        self.under(b"i")
+    }
+
+    pub(crate) fn actor(&self, id: u64) -> Vec<u8> {
+        self.under(format!("a/{}", hex(id)).as_bytes())
+    }
+
+    pub(crate) fn actors(&self) -> Vec<u8> {
+        self.under(b"a/")
+    }
+
+    pub(crate) fn hold(&self, id: u64) -> Vec<u8> {
+        self.under(format!("h/{}", hex(id)).as_bytes())
+    }
+
+    pub(crate) fn holds(&self) -> Vec<u8> {
+        self.under(b"h/")
+    }
+
+    pub(crate) fn fence(&self, owner: u64, id: u64) -> Vec<u8> {
+        self.under(format!("f/{}/{}", hex(owner), hex(id)).as_bytes())
+    }
+
+    pub(crate) fn all_fences(&self) -> Vec<u8> {
+        self.under(b"f/")
+    }
+
+    pub(crate) fn fences_of(&self, owner: u64) -> Vec<u8> {
+        self.under(format!("f/{}/", hex(owner)).as_bytes())
+    }
+
+    pub(crate) fn waiter(&self, id: u64) -> Vec<u8> {
+        self.under(format!("q/{}", hex(id)).as_bytes())
+    }
+
+    pub(crate) fn waiters(&self) -> Vec<u8> {
+        self.under(b"q/")
+    }
+
+    pub(crate) fn edges(&self, waiter: u64) -> Vec<u8> {
+        self.under(format!("e/{}", hex(waiter)).as_bytes())
+    }
+
+    pub(crate) fn all_edges(&self) -> Vec<u8> {
+        self.under(b"e/")
+    }
+
+    /// The index entry of one key of a hold or waiter.
+    pub(crate) fn entry(&self, key: &Key, owner: Owner) -> Vec<u8> {
+        let mut out = self.under(b"k");
+        out.extend_from_slice(spelled(&key.norm));
+        out.extend_from_slice(if key.tree { b"\0t/" } else { b"\0f/" });
+        let tail = match owner {
+            Owner::Hold(id) => format!("h{}", hex(id)),
+            Owner::Waiter(id) => format!("w{}", hex(id)),
+        };
+        out.extend_from_slice(tail.as_bytes());
+        out
+    }
+
+    /// Reads an index entry's key back: the path, whether it is a tree,
+    /// and what it belongs to. `None` for anything else.
+    pub(crate) fn parse_entry<'k>(&self, entry: &'k [u8]) -> Option<(&'k [u8], bool, Owner)> {
+        let rest = entry
+            .strip_prefix(self.root.as_slice())?
+            .strip_prefix(b"k")?;
+        let nul = rest.iter().rposition(|&b| b == 0)?;
+        let (path, tail) = (&rest[..nul], &rest[nul + 1..]);
+        let (tree, tail) = match tail {
+            [b't', b'/', tail @ ..] => (true, tail),
+            [b'f', b'/', tail @ ..] => (false, tail),
+            _ => return None,
+        };
+        let (kind, digits) = tail.split_first()?;
+        let id = u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()?;
+        let owner = match kind {
+            b'h' => Owner::Hold(id),
+            b'w' => Owner::Waiter(id),
+            _ => return None,
+        };
+        Some((path, tree, owner))
+    }
+
+    /// The prefixes that hold every index entry that can overlap one of
+    /// `keys`: for each key, the tree entries at each strict ancestor, all
+    /// entries at the key's path, and for a tree key everything beneath it.
+    /// Prefixes inside another prefix of the set are left out, so the list
+    /// is the fewest disjoint ranges that cover them all (sorted).
+    pub(crate) fn conflict_ranges<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a Key>,
+    ) -> Vec<Vec<u8>> {
+        let mut all = BTreeSet::new();
+        for key in keys {
+            let path = spelled(&key.norm);
+            // Every strict ancestor: the root, then each `/`-ended prefix.
+            let ancestors = std::iter::once(0).chain(
+                path.iter()
+                    .enumerate()
+                    .skip(1)
+                    .filter(|(_, b)| **b == b'/')
+                    .map(|(i, _)| i),
+            );
+            for end in ancestors {
+                let mut at = self.under(b"k");
+                at.extend_from_slice(&path[..end]);
+                at.extend_from_slice(b"\0t/");
+                all.insert(at);
+            }
+            let mut at = self.under(b"k");
+            at.extend_from_slice(path);
+            if key.tree {
+                let mut beneath = at.clone();
+                beneath.push(b'/');
+                all.insert(beneath);
+            }
+            at.push(0);
+            all.insert(at);
+        }
+        let mut out: Vec<Vec<u8>> = Vec::with_capacity(all.len());
+        for prefix in all {
+            if out.last().is_some_and(|kept| prefix.starts_with(kept)) {
+                continue;
+            }
+            out.push(prefix);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(p: &str) -> Key {
+        let tree = p.ends_with('/') && p.len() > 1;
+        let trimmed = if tree { p.trim_end_matches('/') } else { p };
+        Key::exact(trimmed, tree || p == "/")
+    }
+
+    fn shown(ranges: &[Vec<u8>]) -> Vec<String> {
+        ranges
+            .iter()
+            .map(|r| String::from_utf8_lossy(r).replace('\0', "\\0"))
+            .collect()
+    }
+
+    #[test]
+    fn a_file_key_reads_its_ancestors_trees_and_its_own_entries() {
+        let layout = Layout::new("s");
+        assert_eq!(
+            shown(&layout.conflict_ranges([&k("/ws/src/a.rs")])),
+            vec![
+                "/writ/s/k\\0t/",
+                "/writ/s/k/ws\\0t/",
+                "/writ/s/k/ws/src\\0t/",
+                "/writ/s/k/ws/src/a.rs\\0",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_tree_key_reads_beneath_itself_and_absorbs_keys_there() {
+        let layout = Layout::new("s");
+        let ranges = layout.conflict_ranges([&k("/ws/src/"), &k("/ws/src/a.rs"), &k("/ws/b")]);
+        assert_eq!(
+            shown(&ranges),
+            vec![
+                "/writ/s/k\\0t/",
+                "/writ/s/k/ws\\0t/",
+                "/writ/s/k/ws/b\\0",
+                "/writ/s/k/ws/src\\0",
+                "/writ/s/k/ws/src/",
+            ]
+        );
+        // `/ws-old` is no descendant of `/ws`: its entries lie in none of them.
+        let stranger = layout.entry(&k("/ws-old/a"), Owner::Hold(1));
+        assert!(
+            !layout
+                .conflict_ranges([&k("/ws/")])
+                .iter()
+                .any(|r| stranger.starts_with(r))
+        );
+    }
+
+    #[test]
+    fn every_overlapping_entry_lies_in_a_range_and_no_other_does() {
+        let layout = Layout::new("s");
+        let paths = [
+            "/",
+            "/ws/",
+            "/ws",
+            "/ws/a",
+            "/ws/a/",
+            "/ws/a/b",
+            "/ws/ab",
+            "/ws-old/a",
+            "/x/",
+        ];
+        for mine in paths {
+            let ranges = layout.conflict_ranges([&k(mine)]);
+            for theirs in paths {
+                let entry = layout.entry(&k(theirs), Owner::Waiter(7));
+                let inside = ranges.iter().any(|r| entry.starts_with(r));
+                let overlap = crate::core::key::overlaps(&k(mine), &k(theirs));
+                assert_eq!(inside, overlap, "{mine} vs {theirs}");
+            }
+        }
+    }
+
+    #[test]
+    fn entries_parse_back() {
+        let layout = Layout::new("s");
+        let entry = layout.entry(&k("/ws/src/"), Owner::Hold(0xab));
+        assert_eq!(
+            layout.parse_entry(&entry),
+            Some((&b"/ws/src"[..], true, Owner::Hold(0xab)))
+        );
+        let root = layout.entry(&k("/"), Owner::Waiter(2));
+        assert_eq!(
+            layout.parse_entry(&root),
+            Some((&b""[..], true, Owner::Waiter(2)))
+        );
+        assert_eq!(layout.parse_entry(b"/writ/s/a/01"), None);
+        assert_eq!(prefix_end(b"/writ/s/k\0"), b"/writ/s/k\x01".to_vec());
+    }
+}

@@ -1,0 +1,1554 @@
+//! The session's table in etcd (feature `etcd`; SPEC §16).
+//!
+//! A [`Table`] is one process's handle on a session whose holds, waiters
+//! and actors are etcd keys under `/writ/<session>/`. Any number of tables
+//! — in one process or on many machines — may serve one session: etcd's
+//! transactions, not a lock in any of them, decide who gets what, by the
+//! rules of SPEC §3–§4, judged with the same code the in-process scheduler
+//! uses (the crate's pure core).
+//!
+//! - An admission is one etcd transaction: read what can conflict (the
+//!   ancestors of each key and the range beneath a tree key), decide, and
+//!   commit with a compare on every range read, so nothing changed in
+//!   between; a lost race reads again. All-or-nothing: a request is granted
+//!   whole or leaves nothing.
+//! - Every grant carries a fencing token, [`Grant::revision`]: the etcd
+//!   revision of its commit, strictly increasing for any one path.
+//! - A client's lease is an etcd lease ([`LeaseId`]): every key its actors
+//!   create is attached to it, so a client that stops renewing it frees
+//!   everything within its TTL, and any table can renew it.
+//!
+//! Paths handed to a table are keys already: absolute, resolved (symlinks
+//! followed) by whoever serves the actor, compared byte-exactly. docs/DISTRIBUTED.md
+//! has the key layout, the transaction, the guarantees and the costs.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), writ::Error> {
+//! use std::time::Duration;
+//! use writ::etcd::{AdmitRequest, Table, TableOptions};
+//!
+//! let table = Table::connect(&["http://127.0.0.1:2379"], "demo", TableOptions::default()).await?;
+//! let lease = table.grant_lease(Duration::from_secs(15)).await?;
+//! let lead = table.create_actor(lease, "lead", "/ws".as_ref(), None).await?;
+//! let call = table.admit(&lead, AdmitRequest::call(["/ws/src/lib.rs"])).await?;
+//! println!("granted with fencing token {}", call.revision());
+//! table.release(call.hold()).await?;
+//! table.revoke(lease).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Implementation details
+//!
+//! Each admission runs in a task of its own (spawned on the caller's tokio
+//! runtime); the future [`Table::admit`] returns only waits for its answer.
+//! So a caller that drops the future never leaves a commit half-observed:
+//! the task notices the dropped receiver, deletes its waiter keys, and
+//! releases a grant that landed after the caller left.
+
+mod deadlock;
+mod decide;
+mod layout;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse, WatchOptions,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use crate::Target;
+use crate::core::key::{Key, check_spelling, merge, normalize_lexically, overlaps};
+use crate::core::table::{ActorId, Claim, HoldId};
+use crate::error::{Busy, Error, Result};
+use crate::kinds::{HoldKind, Mode};
+
+use deadlock::Edges;
+use decide::{ClaimRecord, EntryValue, KeyRecord, Meta, Other, Place};
+use layout::{Layout, Owner, prefix_end};
+
+/// How a table talks to etcd.
+#[derive(Debug, Clone)]
+pub struct TableOptions {
+    max_txn_ops: usize,
+    deadlock_check: Duration,
+    connect_timeout: Duration,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        TableOptions {
+            max_txn_ops: 128,
+            deadlock_check: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl TableOptions {
+    /// The most operations etcd accepts in one transaction (etcd's
+    /// `--max-txn-ops`, 128 unless the cluster says otherwise). A request
+    /// that would need more is refused with [`Error::TxnTooLarge`], never
+    /// split.
+    ///
+    /// ```
+    /// let options = writ::etcd::TableOptions::default().max_txn_ops(256);
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn max_txn_ops(mut self, ops: usize) -> Self {
+        self.max_txn_ops = ops;
+        self
+    }
+
+    /// How often a waiting request reads its ranges again even when no
+    /// watch event arrived (the bound on a missed wake-up).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let options = writ::etcd::TableOptions::default().deadlock_check(Duration::from_millis(500));
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn deadlock_check(mut self, every: Duration) -> Self {
+        self.deadlock_check = every;
+        self
+    }
+}
+
+/// An etcd lease: a client's lease (SPEC §13) is one.
+///
+/// ```
+/// let lease = writ::etcd::LeaseId(7);
+/// assert_eq!(lease.to_string(), "7");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct LeaseId(pub i64);
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// An actor of the session, as any table of it knows it.
+///
+/// Plain data: holding it keeps nothing alive (the lease does). Obtain one
+/// from [`Table::create_actor`] or, for an actor made elsewhere,
+/// [`Table::actor`].
+///
+/// ```no_run
+/// # async fn demo(table: writ::etcd::Table, id: writ::ActorId) -> Result<(), writ::Error> {
+/// let actor = table.actor(id).await?;
+/// println!("{} ({}), lease {}", actor.name(), actor.id().0, actor.lease());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActorRef {
+    id: ActorId,
+    name: String,
+    lineage: Arc<[u64]>,
+    lease: LeaseId,
+    root: PathBuf,
+    /// The revision its record was created at: compared on every commit,
+    /// so that nothing is granted to an actor whose lease ended.
+    revision: i64,
+}
+
+impl ActorRef {
+    /// The actor's id, unique in the session.
+    pub fn id(&self) -> ActorId {
+        self.id
+    }
+
+    /// The actor's name (for people; need not be unique).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The lease every key of the actor is attached to.
+    pub fn lease(&self) -> LeaseId {
+        self.lease
+    }
+
+    /// The actor's root: the folder `Target::workspace()` names.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Its ancestors' ids and its own, root first.
+    pub fn lineage(&self) -> Vec<ActorId> {
+        self.lineage.iter().map(|&a| ActorId(a)).collect()
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ActorRecord {
+    name: String,
+    lineage: Vec<u64>,
+    root: String,
+    lease: i64,
+}
+
+/// How long a request may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Never,
+    Forever,
+    For(Duration),
+}
+
+/// What an actor asks the table for: a call or a fence on some targets.
+///
+/// ```
+/// use writ::etcd::AdmitRequest;
+/// use writ::Target;
+/// let read = AdmitRequest::call([Target::file("/ws/README.md").shared()]);
+/// let fence = AdmitRequest::fence(["/ws/src/"]).wait().priority(5).label("refactor");
+/// # let _ = (read, fence);
+/// ```
+#[derive(Debug, Clone)]
+pub struct AdmitRequest {
+    targets: Vec<Target>,
+    kind: HoldKind,
+    priority: i32,
+    label: Option<String>,
+    wait: Wait,
+}
+
+impl AdmitRequest {
+    /// One tool call's reservation (a `Call` hold), try-only unless
+    /// [`wait`](Self::wait) is asked for.
+    pub fn call<T: Into<Target>>(targets: impl IntoIterator<Item = T>) -> Self {
+        Self::new(targets, HoldKind::Call)
+    }
+
+    /// A fence (a `Fence` hold), try-only unless [`wait`](Self::wait) is
+    /// asked for.
+    pub fn fence<T: Into<Target>>(targets: impl IntoIterator<Item = T>) -> Self {
+        Self::new(targets, HoldKind::Fence)
+    }
+
+    fn new<T: Into<Target>>(targets: impl IntoIterator<Item = T>, kind: HoldKind) -> Self {
+        AdmitRequest {
+            targets: targets.into_iter().map(Into::into).collect(),
+            kind,
+            priority: 0,
+            label: None,
+            wait: Wait::Never,
+        }
+    }
+
+    /// Wait until the whole set is free (SPEC §4), however long.
+    #[must_use]
+    pub fn wait(mut self) -> Self {
+        self.wait = Wait::Forever;
+        self
+    }
+
+    /// Wait at most `limit`, then give up with [`Error::Timeout`].
+    #[must_use]
+    pub fn wait_timeout(mut self, limit: Duration) -> Self {
+        self.wait = Wait::For(limit);
+        self
+    }
+
+    /// The request's priority (SPEC §11; default 0).
+    #[must_use]
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// A label shown in the dump and in `Busy` messages.
+    #[must_use]
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+}
+
+/// A granted hold.
+///
+/// Plain data: dropping it releases nothing; [`Table::release`] does, and
+/// so does the end of the owner's lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    hold: HoldId,
+    revision: i64,
+    kind: HoldKind,
+    paths: Vec<PathBuf>,
+}
+
+impl Grant {
+    /// The hold's id, unique in the session.
+    pub fn hold(&self) -> HoldId {
+        self.hold
+    }
+
+    /// The fencing token: the etcd revision at which the grant was
+    /// committed. Every later grant of an overlapping path has a greater
+    /// one, so a store that remembers the greatest token it accepted per
+    /// path can refuse a writer whose lease ran out (docs/DISTRIBUTED.md).
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    /// Fence or call.
+    pub fn kind(&self) -> HoldKind {
+        self.kind
+    }
+
+    /// The held keys (after merging).
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+}
+
+/// A copy of the session's table at one etcd revision.
+#[derive(Debug, Clone, Serialize)]
+pub struct TableDump {
+    /// The etcd revision the copy was read at.
+    pub revision: i64,
+    /// Live actors.
+    pub actors: Vec<DumpActor>,
+    /// Live holds, in grant order.
+    pub holds: Vec<DumpHold>,
+    /// Waiting requests, in queue order.
+    pub waiters: Vec<DumpWaiter>,
+}
+
+/// An actor in a [`TableDump`].
+#[derive(Debug, Clone, Serialize)]
+pub struct DumpActor {
+    /// Its id.
+    pub id: ActorId,
+    /// Its name.
+    pub name: String,
+    /// Its parent's id.
+    pub parent: Option<ActorId>,
+    /// Its lease.
+    pub lease: LeaseId,
+}
+
+/// One held or requested key in a [`TableDump`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DumpPath {
+    /// The key.
+    pub path: PathBuf,
+    /// Whether it covers everything beneath it.
+    pub tree: bool,
+    /// How it is held.
+    pub mode: Mode,
+}
+
+/// A hold in a [`TableDump`].
+#[derive(Debug, Clone, Serialize)]
+pub struct DumpHold {
+    /// Its id.
+    pub id: HoldId,
+    /// Its owner.
+    pub actor: ActorId,
+    /// The owner's name.
+    pub actor_name: String,
+    /// Fence or call.
+    pub kind: HoldKind,
+    /// Its keys.
+    pub paths: Vec<DumpPath>,
+    /// Its label.
+    pub label: Option<String>,
+    /// Its fencing token (the revision of its commit).
+    pub revision: i64,
+}
+
+/// A waiting request in a [`TableDump`].
+#[derive(Debug, Clone, Serialize)]
+pub struct DumpWaiter {
+    /// The requester.
+    pub actor: ActorId,
+    /// The requester's name.
+    pub actor_name: String,
+    /// The kind it asks for.
+    pub kind: HoldKind,
+    /// The keys it asks for.
+    pub paths: Vec<DumpPath>,
+    /// Its priority.
+    pub priority: i32,
+    /// The revision it was queued at (its place among equal priorities).
+    pub revision: i64,
+}
+
+/// One process's handle on a session's table in etcd.
+///
+/// Cheap to clone (one gRPC channel, shared).
+#[derive(Clone)]
+pub struct Table {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Table")
+            .field("session", &self.inner.session)
+            .field("instance", &self.inner.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    client: Client,
+    layout: Layout,
+    session: String,
+    options: TableOptions,
+    /// This table's number in the session (from the `i` counter): the high
+    /// half of every id it makes, so ids from different tables never meet
+    /// and making one needs no shared counter.
+    instance: u64,
+    next: AtomicU64,
+}
+
+/// An etcd failure as writ's error: a lease etcd does not know is
+/// `UnknownLease`, a transaction over etcd's limit is `TxnTooLarge`,
+/// anything else `Unavailable`.
+fn etcd_error(e: etcd_client::Error, lease: Option<LeaseId>, ops: usize, limit: usize) -> Error {
+    let text = e.to_string();
+    if text.contains("lease not found") {
+        return Error::UnknownLease {
+            lease: lease.map_or_else(|| "?".to_string(), |l| l.to_string()),
+        };
+    }
+    if text.contains("too many operations in txn request") {
+        return Error::TxnTooLarge { ops, limit };
+    }
+    Error::Unavailable {
+        reason: format!("etcd: {text}"),
+    }
+}
+
+fn unavailable(e: etcd_client::Error) -> Error {
+    etcd_error(e, None, 0, 0)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The session name becomes part of every key: one path component of
+/// printable ASCII.
+fn check_session(session: &str) -> Result<()> {
+    let fine = !session.is_empty()
+        && session.len() <= 128
+        && session
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if fine {
+        Ok(())
+    } else {
+        Err(Error::Protocol {
+            kind: crate::ProtocolError::InvalidParams,
+            detail: format!(
+                "the session name '{session}' must be 1 to 128 letters, digits, '.', '_' or '-'"
+            ),
+        })
+    }
+}
+
+/// The entries of every range read of one transaction response, with their
+/// create revisions.
+fn ranges_of(response: &TxnResponse) -> Vec<Vec<KeyValue>> {
+    response
+        .op_responses()
+        .into_iter()
+        .map(|op| match op {
+            TxnOpResponse::Get(mut get) => get.take_kvs(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+fn revision_of(response: &TxnResponse) -> i64 {
+    response.header().map_or(0, |h| h.revision())
+}
+
+/// The id at the end of a record's key (`…/<16 hex digits>`).
+fn id_in(key: &[u8]) -> Option<u64> {
+    let hex = key.rsplit(|&b| b == b'/').next()?;
+    u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+}
+
+fn prefix_get(prefix: &[u8]) -> TxnOp {
+    TxnOp::get(prefix.to_vec(), Some(GetOptions::new().with_prefix()))
+}
+
+/// Nothing in `prefix` was created or changed after `revision`.
+fn unchanged_since(prefix: &[u8], revision: i64) -> Compare {
+    Compare::mod_revision(prefix.to_vec(), CompareOp::Less, revision + 1)
+        .with_range(prefix_end(prefix))
+}
+
+/// The key still exists as it was created at `revision`.
+fn still(key: Vec<u8>, revision: i64) -> Compare {
+    Compare::create_revision(key, CompareOp::Equal, revision)
+}
+
+fn with_lease(lease: LeaseId) -> Option<PutOptions> {
+    Some(PutOptions::new().with_lease(lease.0))
+}
+
+fn to_json<T: Serialize>(value: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(|e| Error::Unavailable {
+        reason: format!("could not encode a record: {e}"),
+    })
+}
+
+fn dump_paths(record: &ClaimRecord) -> Vec<DumpPath> {
+    record
+        .keys
+        .iter()
+        .map(|k| DumpPath {
+            path: PathBuf::from(&k.path),
+            tree: k.tree,
+            mode: k.mode.into(),
+        })
+        .collect()
+}
+
+/// A request's keys, checked and merged.
+fn keys_of(actor: &ActorRef, targets: &[Target]) -> Result<Vec<(Key, Mode)>> {
+    if targets.is_empty() {
+        return Err(Error::invalid("", "the request names no targets"));
+    }
+    let mut keys = Vec::with_capacity(targets.len());
+    for target in targets {
+        let path = if target.is_workspace() {
+            actor.root.clone()
+        } else {
+            target.path().to_path_buf()
+        };
+        check_spelling(&path, false)?;
+        if !path.is_absolute() {
+            return Err(Error::invalid(
+                &path,
+                "the etcd table takes absolute, resolved paths (keys)",
+            ));
+        }
+        let path = normalize_lexically(&path);
+        if path.to_str().is_none() {
+            return Err(Error::invalid(
+                &path,
+                "the etcd table stores paths as UTF-8",
+            ));
+        }
+        let tree = target.is_tree() || path == Path::new("/");
+        keys.push((Key::exact(path, tree), target.mode()));
+    }
+    Ok(merge(keys))
+}
+
+fn key_records(keys: &[(Key, Mode)]) -> Vec<KeyRecord> {
+    keys.iter()
+        .map(|(k, m)| KeyRecord {
+            path: k.norm.to_string_lossy().into_owned(),
+            tree: k.tree,
+            mode: (*m).into(),
+        })
+        .collect()
+}
+
+/// What blocks a request, as read at one revision.
+enum Blocker<'a> {
+    Hold(&'a Other, usize),
+    Waiter(&'a Other, usize),
+}
+
+/// One request on its way through the table.
+struct Admission {
+    actor: ActorRef,
+    kind: HoldKind,
+    keys: Vec<(Key, Mode)>,
+    claim: Claim,
+    ranges: Vec<Vec<u8>>,
+    priority: i32,
+    label: Option<String>,
+    wait: Wait,
+    hold: u64,
+    since_ms: u64,
+}
+
+impl Admission {
+    fn meta(&self) -> Meta {
+        Meta {
+            owner: self.actor.id.0,
+            lineage: self.actor.lineage.to_vec(),
+            kind: self.kind.into(),
+            name: self.actor.name.clone(),
+            label: self.label.clone(),
+            since_ms: self.since_ms,
+            priority: self.priority,
+        }
+    }
+
+    fn record(&self) -> ClaimRecord {
+        ClaimRecord {
+            meta: self.meta(),
+            keys: key_records(&self.keys),
+        }
+    }
+
+    /// The index entries of the request's keys, for a hold or a waiter,
+    /// on the actor's lease.
+    fn entry_puts(&self, layout: &Layout, owner: Owner) -> Result<Vec<TxnOp>> {
+        let meta = self.meta();
+        self.keys
+            .iter()
+            .map(|(key, mode)| {
+                let value = EntryValue {
+                    meta: meta.clone(),
+                    mode: (*mode).into(),
+                };
+                Ok(TxnOp::put(
+                    layout.entry(key, owner),
+                    to_json(&value)?,
+                    with_lease(self.actor.lease),
+                ))
+            })
+            .collect()
+    }
+
+    fn busy(&self, blocker: &Blocker<'_>) -> Error {
+        let (other, key, queued) = match *blocker {
+            Blocker::Hold(o, k) => (o, k, false),
+            Blocker::Waiter(o, k) => (o, k, true),
+        };
+        let requested = &self.keys[key].0;
+        let mode = other
+            .claim
+            .keys
+            .iter()
+            .find(|(k, _)| overlaps(k, requested))
+            .map_or(Mode::Exclusive, |(_, m)| *m);
+        let relative = requested
+            .path
+            .strip_prefix(&self.actor.root)
+            .map_or_else(|_| requested.path.clone(), Path::to_path_buf);
+        Error::Busy(Busy {
+            path: requested.path.clone(),
+            holder: other.meta.name.clone(),
+            kind: other.meta.kind.into(),
+            mode,
+            label: other.meta.label.clone(),
+            age: Duration::from_millis(now_ms().saturating_sub(other.meta.since_ms)),
+            queued,
+            relative: if relative.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                relative
+            },
+        })
+    }
+
+    /// The most operations any transaction of this request needs: the
+    /// read (a get per range, and the actor), the commit's compares (one
+    /// per range, the actor, the own waiter, each fence relied on — at most
+    /// one per ancestor) and its writes (the record, an entry per key, the
+    /// fence index, and deleting the own waiter, its entries and edges).
+    fn ops_needed(&self) -> usize {
+        let keys = self.keys.len();
+        let compares = self.ranges.len() + 2 + self.actor.lineage.len();
+        let waiting = if self.wait == Wait::Never {
+            0
+        } else {
+            2 + keys
+        };
+        let writes = 2 + keys + waiting;
+        compares.max(writes)
+    }
+}
+
+/// Why a wait ended.
+enum Woken {
+    Changed,
+    Cancelled,
+    TimedOut,
+}
+
+impl Table {
+    /// Connects to etcd at `endpoints` (e.g. `http://127.0.0.1:2379`) and
+    /// joins `session`, taking an instance number for the ids this table
+    /// makes.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), writ::Error> {
+    /// let table = writ::etcd::Table::connect(&["http://127.0.0.1:2379"], "s1", Default::default()).await?;
+    /// # let _ = table; Ok(()) }
+    /// ```
+    pub async fn connect<E: AsRef<str>>(
+        endpoints: &[E],
+        session: &str,
+        options: TableOptions,
+    ) -> Result<Table> {
+        check_session(session)?;
+        let connect = ConnectOptions::new().with_connect_timeout(options.connect_timeout);
+        let mut client = Client::connect(endpoints, Some(connect))
+            .await
+            .map_err(unavailable)?;
+        let layout = Layout::new(session);
+        let instance = Self::claim_instance(&mut client, &layout).await?;
+        Ok(Table {
+            inner: Arc::new(Inner {
+                client,
+                layout,
+                session: session.to_string(),
+                options,
+                instance,
+                next: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// The next number of the session's instance counter (compare-and-set).
+    async fn claim_instance(client: &mut Client, layout: &Layout) -> Result<u64> {
+        let key = layout.instances();
+        loop {
+            let got = client.get(key.clone(), None).await.map_err(unavailable)?;
+            let (current, version) = match got.kvs().first() {
+                Some(kv) => (
+                    std::str::from_utf8(kv.value())
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0),
+                    kv.version(),
+                ),
+                None => (0, 0),
+            };
+            let next = current + 1;
+            if next >= 1 << 31 {
+                return Err(Error::Unavailable {
+                    reason: "the session has used up its instance numbers".into(),
+                });
+            }
+            let txn = Txn::new()
+                .when([Compare::version(key.clone(), CompareOp::Equal, version)])
+                .and_then([TxnOp::put(key.clone(), next.to_string(), None)]);
+            if client.txn(txn).await.map_err(unavailable)?.succeeded() {
+                return Ok(next);
+            }
+        }
+    }
+
+    fn client(&self) -> Client {
+        self.inner.client.clone()
+    }
+
+    fn layout(&self) -> &Layout {
+        &self.inner.layout
+    }
+
+    /// A fresh id: this table's instance number, then its own counter.
+    fn next_id(&self) -> Result<u64> {
+        let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        if n >= 1 << 32 {
+            return Err(Error::Unavailable {
+                reason: "this table has used up its ids; connect again".into(),
+            });
+        }
+        Ok(self.inner.instance << 32 | n)
+    }
+
+    /// The session's name.
+    pub fn session(&self) -> &str {
+        &self.inner.session
+    }
+
+    /// Grants a lease of `ttl` (rounded up to whole seconds, at least 1;
+    /// etcd may raise it to its own minimum).
+    pub async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId> {
+        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
+        let granted = self
+            .client()
+            .lease_grant(secs, None)
+            .await
+            .map_err(unavailable)?;
+        Ok(LeaseId(granted.id()))
+    }
+
+    /// Renews `lease` once. Any table of the session may renew any lease.
+    pub async fn keep_alive(&self, lease: LeaseId) -> Result<()> {
+        let gone = || Error::UnknownLease {
+            lease: lease.to_string(),
+        };
+        let (mut keeper, mut stream) = self
+            .client()
+            .lease_keep_alive(lease.0)
+            .await
+            .map_err(|e| etcd_error(e, Some(lease), 0, 0))?;
+        keeper
+            .keep_alive()
+            .await
+            .map_err(|e| etcd_error(e, Some(lease), 0, 0))?;
+        match stream.message().await {
+            Ok(Some(answer)) if answer.ttl() > 0 => Ok(()),
+            Ok(_) => Err(gone()),
+            Err(e) => Err(etcd_error(e, Some(lease), 0, 0)),
+        }
+    }
+
+    /// Revokes `lease`: every key attached to it — its actors, their holds
+    /// and waiters — is deleted in one step.
+    pub async fn revoke(&self, lease: LeaseId) -> Result<()> {
+        self.client()
+            .lease_revoke(lease.0)
+            .await
+            .map(drop)
+            .map_err(|e| etcd_error(e, Some(lease), 0, 0))
+    }
+
+    /// Creates an actor on `lease`, as a child of `parent` if given (the
+    /// parent must still be live). `root` is the folder
+    /// `Target::workspace()` names for it.
+    pub async fn create_actor(
+        &self,
+        lease: LeaseId,
+        name: &str,
+        root: &Path,
+        parent: Option<&ActorRef>,
+    ) -> Result<ActorRef> {
+        let Some(root_text) = root.to_str().filter(|_| root.is_absolute()) else {
+            return Err(Error::invalid(
+                root,
+                "an actor's root must be an absolute UTF-8 path",
+            ));
+        };
+        let id = self.next_id()?;
+        let mut lineage = parent.map(|p| p.lineage.to_vec()).unwrap_or_default();
+        lineage.push(id);
+        let record = ActorRecord {
+            name: name.to_string(),
+            lineage: lineage.clone(),
+            root: root_text.to_string(),
+            lease: lease.0,
+        };
+        let compares: Vec<Compare> = parent
+            .map(|p| still(self.layout().actor(p.id.0), p.revision))
+            .into_iter()
+            .collect();
+        let txn = Txn::new().when(compares).and_then([TxnOp::put(
+            self.layout().actor(id),
+            to_json(&record)?,
+            with_lease(lease),
+        )]);
+        let done = self
+            .client()
+            .txn(txn)
+            .await
+            .map_err(|e| etcd_error(e, Some(lease), 0, 0))?;
+        if !done.succeeded() {
+            return Err(Error::UnknownActor {
+                actor: parent.map_or_else(String::new, |p| p.id.0.to_string()),
+            });
+        }
+        Ok(ActorRef {
+            id: ActorId(id),
+            name: name.to_string(),
+            lineage: lineage.into(),
+            lease,
+            root: root.to_path_buf(),
+            revision: revision_of(&done),
+        })
+    }
+
+    /// Looks up a live actor, wherever it was created.
+    pub async fn actor(&self, id: ActorId) -> Result<ActorRef> {
+        let got = self
+            .client()
+            .get(self.layout().actor(id.0), None)
+            .await
+            .map_err(unavailable)?;
+        let unknown = || Error::UnknownActor {
+            actor: id.0.to_string(),
+        };
+        let kv = got.kvs().first().ok_or_else(unknown)?;
+        let record: ActorRecord = serde_json::from_slice(kv.value()).map_err(|_| unknown())?;
+        Ok(ActorRef {
+            id,
+            name: record.name,
+            lineage: record.lineage.into(),
+            lease: LeaseId(record.lease),
+            root: PathBuf::from(record.root),
+            revision: kv.create_revision(),
+        })
+    }
+
+    /// Drops an actor: releases its fences (each atomically) and deletes
+    /// its record. Its calls stay until released, its children stay (SPEC
+    /// §3).
+    pub async fn drop_actor(&self, actor: &ActorRef) -> Result<()> {
+        let fences = self
+            .client()
+            .get(
+                self.layout().fences_of(actor.id.0),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await
+            .map_err(unavailable)?;
+        for kv in fences.kvs() {
+            let id = id_in(kv.key());
+            if let Some(id) = id {
+                match self.release(HoldId(id)).await {
+                    Ok(()) | Err(Error::UnknownHold { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.client()
+            .delete(self.layout().actor(actor.id.0), None)
+            .await
+            .map(drop)
+            .map_err(unavailable)
+    }
+
+    /// Admits `request` for `actor`: grants the whole set or nothing.
+    ///
+    /// Try-only requests return `Err(Busy)` when a live hold, or an earlier
+    /// waiting request they do not pass, is in the way (SPEC §4); waiting
+    /// ones queue and watch the ranges that block them.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing behind: the request runs in a
+    /// task of its own, which deletes its waiter keys, and releases a grant
+    /// that committed after the future was dropped.
+    pub async fn admit(&self, actor: &ActorRef, request: AdmitRequest) -> Result<Grant> {
+        let keys = keys_of(actor, &request.targets)?;
+        let claim = Claim {
+            owner: actor.id,
+            lineage: actor.lineage.iter().map(|&a| ActorId(a)).collect(),
+            kind: request.kind,
+            keys: keys.clone(),
+        };
+        let ranges = self.layout().conflict_ranges(keys.iter().map(|(k, _)| k));
+        let admission = Admission {
+            actor: actor.clone(),
+            kind: request.kind,
+            keys,
+            claim,
+            ranges,
+            priority: request.priority,
+            label: request.label,
+            wait: request.wait,
+            hold: self.next_id()?,
+            since_ms: now_ms(),
+        };
+        let (ops, limit) = (admission.ops_needed(), self.inner.options.max_txn_ops);
+        if ops > limit {
+            return Err(Error::TxnTooLarge { ops, limit });
+        }
+        let (answer, answered) = oneshot::channel();
+        let table = self.clone();
+        tokio::spawn(async move { table.run(admission, answer).await });
+        answered.await.unwrap_or_else(|_| {
+            Err(Error::Unavailable {
+                reason: "the admission task ended without an answer".into(),
+            })
+        })
+    }
+
+    /// The admission task: read, decide, commit or wait, until an answer.
+    async fn run(self, admission: Admission, answer: oneshot::Sender<Result<Grant>>) {
+        let limit = self.inner.options.max_txn_ops;
+        let ops = admission.ops_needed();
+        let mut place = Place::New {
+            priority: admission.priority,
+        };
+        let mut waiter: Option<u64> = None;
+        let deadline = match admission.wait {
+            Wait::For(d) => Some(tokio::time::Instant::now() + d),
+            _ => None,
+        };
+        let started = tokio::time::Instant::now();
+        let mut answer = answer;
+        let mut last_edges: Option<Edges> = None;
+        let outcome: Result<Grant> = loop {
+            if answer.is_closed() {
+                break Err(Error::Unavailable {
+                    reason: "cancelled".into(),
+                });
+            }
+            let step = self.step(&admission, place, waiter, ops, limit).await;
+            let revision = match step {
+                Ok(Step::Granted(grant)) => break Ok(grant),
+                Ok(Step::Raced) => continue,
+                Ok(Step::Blocked(busy, revision, edges)) => {
+                    if admission.wait == Wait::Never {
+                        break Err(busy);
+                    }
+                    let me = waiter.unwrap_or(u64::MAX);
+                    match self.refused_cycle(me, &edges, &admission.claim).await {
+                        Ok(Some(cycle)) => break Err(Error::Deadlock { cycle }),
+                        Ok(None) => {}
+                        Err(e) => break Err(e),
+                    }
+                    if let Some(id) = waiter {
+                        if last_edges.as_ref() != Some(&edges) {
+                            if let Err(e) = self.put_edges(id, &edges, admission.actor.lease).await
+                            {
+                                break Err(e);
+                            }
+                            last_edges = Some(edges);
+                        }
+                    } else {
+                        last_edges = Some(edges);
+                    }
+                    revision
+                }
+                Err(e) => break Err(e),
+            };
+            if waiter.is_none() {
+                let edges = last_edges.as_ref();
+                match self.enqueue(&admission, edges, ops, limit).await {
+                    Ok((id, at)) => {
+                        waiter = Some(id);
+                        place = Place::Queued {
+                            priority: admission.priority,
+                            waiter: id,
+                            revision: at,
+                        };
+                        continue;
+                    }
+                    Err(e) => break Err(e),
+                }
+            }
+            match self
+                .wait_for_change(&admission.ranges, revision, deadline, &mut answer)
+                .await
+            {
+                Ok(Woken::Changed) => {}
+                Ok(Woken::Cancelled) => {
+                    break Err(Error::Unavailable {
+                        reason: "cancelled".into(),
+                    });
+                }
+                Ok(Woken::TimedOut) => {
+                    break Err(Error::Timeout {
+                        paths: admission.keys.iter().map(|(k, _)| k.path.clone()).collect(),
+                        waited: started.elapsed(),
+                    });
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        if outcome.is_err() {
+            if let Some(id) = waiter {
+                // Best effort: the lease deletes the keys if this fails.
+                let _ = self.dequeue(id, &admission.keys).await;
+            }
+        }
+        if matches!(outcome, Err(Error::Unavailable { .. })) {
+            // A commit whose answer was lost may still have landed: its
+            // hold would otherwise stay until the lease ends.
+            let _ = self.release(HoldId(admission.hold)).await;
+        }
+        if let Err(Ok(grant)) = answer.send(outcome) {
+            let _ = self.release(grant.hold).await;
+        }
+    }
+
+    /// One round: read at a revision, decide, and commit if free.
+    async fn step(
+        &self,
+        admission: &Admission,
+        place: Place,
+        waiter: Option<u64>,
+        ops: usize,
+        limit: usize,
+    ) -> Result<Step> {
+        let layout = self.layout();
+        let actor_key = layout.actor(admission.actor.id.0);
+        let mut reads: Vec<TxnOp> = admission.ranges.iter().map(|r| prefix_get(r)).collect();
+        reads.push(TxnOp::get(actor_key.clone(), None));
+        let read = self
+            .client()
+            .txn(Txn::new().and_then(reads))
+            .await
+            .map_err(|e| etcd_error(e, None, ops, limit))?;
+        let revision = revision_of(&read);
+        let mut ranges = ranges_of(&read);
+        let actor_alive = ranges.pop().is_some_and(|kvs| !kvs.is_empty());
+        if !actor_alive {
+            return Err(Error::UnknownActor {
+                actor: admission.actor.id.0.to_string(),
+            });
+        }
+        let (holds, waiters) = decide::group(
+            layout,
+            ranges
+                .iter()
+                .flatten()
+                .map(|kv| (kv.key(), kv.value(), kv.create_revision())),
+        );
+        let waiting = admission.wait != Wait::Never;
+        let hold_in_the_way = decide::blocking_hold(&admission.claim, &holds);
+        let mut waiter_in_the_way = None;
+        let mut soft = Vec::new();
+        let mut relied: Vec<(u64, i64)> = Vec::new();
+        let in_the_way = decide::waiters_in_the_way(&admission.claim, place, &waiters);
+        // A try-only request blocked by a hold needs nothing more; a
+        // waiting one needs every edge for the deadlock check.
+        if !in_the_way.is_empty() && (hold_in_the_way.is_none() || waiting) {
+            let fences = self.lineage_fences(&admission.actor).await?;
+            for (earlier, key) in in_the_way {
+                let Owner::Waiter(id) = earlier.owner else {
+                    continue;
+                };
+                let whole = match self.waiter_claim(id).await? {
+                    Some(claim) => claim,
+                    // Gone since the read: it blocks nobody any more.
+                    None => continue,
+                };
+                match decide::passing_fence(&whole, &admission.claim, &fences) {
+                    Some((fence, at, _)) => relied.push((*fence, *at)),
+                    None => {
+                        soft.push(id);
+                        waiter_in_the_way.get_or_insert((earlier, key));
+                        if !waiting {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let blocker = match (hold_in_the_way, waiter_in_the_way) {
+            (Some((hold, key)), _) => Some(Blocker::Hold(hold, key)),
+            (None, Some((earlier, key))) => Some(Blocker::Waiter(earlier, key)),
+            (None, None) => None,
+        };
+        if let Some(blocker) = blocker {
+            let mut hard: Vec<(u64, String)> = decide::fences_in_the_way(&admission.claim, &holds)
+                .map(|h| (h.meta.owner, h.meta.name.clone()))
+                .collect();
+            hard.sort();
+            hard.dedup();
+            let edges = Edges {
+                actor: admission.actor.id.0,
+                name: admission.actor.name.clone(),
+                queued: i64::MAX,
+                hard,
+                soft,
+            };
+            return Ok(Step::Blocked(admission.busy(&blocker), revision, edges));
+        }
+        self.commit(admission, revision, waiter, &relied, ops, limit)
+            .await
+    }
+
+    /// The live fences of `actor`'s lineage (each with its id and commit
+    /// revision): the only fences that can let it pass a waiter.
+    async fn lineage_fences(&self, actor: &ActorRef) -> Result<Vec<(u64, i64, Claim)>> {
+        let reads: Vec<TxnOp> = actor
+            .lineage
+            .iter()
+            .map(|&a| prefix_get(&self.layout().fences_of(a)))
+            .collect();
+        let read = self
+            .client()
+            .txn(Txn::new().and_then(reads))
+            .await
+            .map_err(unavailable)?;
+        let mut out = Vec::new();
+        for kv in ranges_of(&read).iter().flatten() {
+            let id = id_in(kv.key());
+            if let (Some(id), Ok(record)) = (id, serde_json::from_slice::<ClaimRecord>(kv.value()))
+            {
+                out.push((id, kv.create_revision(), record.claim()));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn waiter_claim(&self, id: u64) -> Result<Option<Claim>> {
+        let got = self
+            .client()
+            .get(self.layout().waiter(id), None)
+            .await
+            .map_err(unavailable)?;
+        Ok(got
+            .kvs()
+            .first()
+            .and_then(|kv| serde_json::from_slice::<ClaimRecord>(kv.value()).ok())
+            .map(|record| record.claim()))
+    }
+
+    /// The commit: compares on every range read (nothing new since
+    /// `revision`), on the actor, on the own waiter and on each fence
+    /// relied on; then the hold's record, its index entries and (for a
+    /// fence) its owner index, and the own waiter's keys deleted.
+    async fn commit(
+        &self,
+        admission: &Admission,
+        revision: i64,
+        waiter: Option<u64>,
+        relied: &[(u64, i64)],
+        ops: usize,
+        limit: usize,
+    ) -> Result<Step> {
+        let layout = self.layout();
+        let actor = &admission.actor;
+        let mut compares: Vec<Compare> = admission
+            .ranges
+            .iter()
+            .map(|r| unchanged_since(r, revision))
+            .collect();
+        compares.push(still(layout.actor(actor.id.0), actor.revision));
+        compares.extend(relied.iter().map(|&(id, at)| still(layout.hold(id), at)));
+        let hold = admission.hold;
+        let record = to_json(&admission.record())?;
+        let lease = with_lease(actor.lease);
+        let mut writes = vec![TxnOp::put(layout.hold(hold), record.clone(), lease.clone())];
+        if admission.kind == HoldKind::Fence {
+            writes.push(TxnOp::put(
+                layout.fence(actor.id.0, hold),
+                record,
+                lease.clone(),
+            ));
+        }
+        writes.extend(admission.entry_puts(layout, Owner::Hold(hold))?);
+        if let Some(id) = waiter {
+            writes.push(TxnOp::delete(layout.waiter(id), None));
+            writes.push(TxnOp::delete(layout.edges(id), None));
+            for (key, _) in &admission.keys {
+                writes.push(TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None));
+            }
+        }
+        let txn = Txn::new().when(compares).and_then(writes);
+        let done = self
+            .client()
+            .txn(txn)
+            .await
+            .map_err(|e| etcd_error(e, Some(actor.lease), ops, limit))?;
+        if !done.succeeded() {
+            return Ok(Step::Raced);
+        }
+        Ok(Step::Granted(Grant {
+            hold: HoldId(hold),
+            revision: revision_of(&done),
+            kind: admission.kind,
+            paths: admission.keys.iter().map(|(k, _)| k.path.clone()).collect(),
+        }))
+    }
+
+    /// Queues the request: its waiter record and index entries, on the
+    /// actor's lease, while the actor lives. Returns the waiter's id and
+    /// its revision (its place among equal priorities).
+    async fn enqueue(
+        &self,
+        admission: &Admission,
+        edges: Option<&Edges>,
+        ops: usize,
+        limit: usize,
+    ) -> Result<(u64, i64)> {
+        let layout = self.layout();
+        let actor = &admission.actor;
+        let id = self.next_id()?;
+        let lease = with_lease(actor.lease);
+        let mut writes = vec![TxnOp::put(
+            layout.waiter(id),
+            to_json(&admission.record())?,
+            lease.clone(),
+        )];
+        writes.extend(admission.entry_puts(layout, Owner::Waiter(id))?);
+        if let Some(edges) = edges {
+            writes.push(TxnOp::put(layout.edges(id), to_json(edges)?, lease.clone()));
+        }
+        let txn = Txn::new()
+            .when([still(layout.actor(actor.id.0), actor.revision)])
+            .and_then(writes);
+        let done = self
+            .client()
+            .txn(txn)
+            .await
+            .map_err(|e| etcd_error(e, Some(actor.lease), ops, limit))?;
+        if !done.succeeded() {
+            return Err(Error::UnknownActor {
+                actor: actor.id.0.to_string(),
+            });
+        }
+        Ok((id, revision_of(&done)))
+    }
+
+    /// The deadlock check (SPEC §4, across tables): reads every waiting
+    /// request's edges and refuses `me` if it is the newest request of a
+    /// cycle through it. `me` is `u64::MAX` for a request about to queue.
+    ///
+    /// Edge records are written by their waiters when they look, so one may
+    /// be stale (its blocker released a moment ago). The check therefore
+    /// reads the edges, the waiting requests and the live fences in one
+    /// transaction — one revision — and keeps only the edges true at it: a
+    /// hard edge while its owner holds a fence that conflicts with the
+    /// request, a soft edge while the earlier request still waits. A cycle
+    /// found is then a cycle at that revision.
+    async fn refused_cycle(
+        &self,
+        me: u64,
+        mine: &Edges,
+        my_claim: &Claim,
+    ) -> Result<Option<Vec<String>>> {
+        let layout = self.layout();
+        let (_, [edges, waiters, fences]) = self
+            .read_prefixes([layout.all_edges(), layout.waiters(), layout.all_fences()])
+            .await?;
+        let claims: std::collections::HashMap<u64, Claim> = waiters
+            .iter()
+            .filter_map(|kv| {
+                let record = serde_json::from_slice::<ClaimRecord>(kv.value()).ok()?;
+                Some((id_in(kv.key())?, record.claim()))
+            })
+            .collect();
+        let mut fences_of: std::collections::HashMap<u64, Vec<Claim>> = Default::default();
+        for kv in &fences {
+            if let Ok(record) = serde_json::from_slice::<ClaimRecord>(kv.value()) {
+                fences_of
+                    .entry(record.meta.owner)
+                    .or_default()
+                    .push(record.claim());
+            }
+        }
+        let true_now = |claim: &Claim, edges: &mut Edges| {
+            edges.hard.retain(|(owner, _)| {
+                fences_of.get(owner).is_some_and(|fs| {
+                    fs.iter()
+                        .any(|f| crate::core::table::conflict(claim, f).is_some())
+                })
+            });
+            edges.soft.retain(|v| claims.contains_key(v));
+        };
+        let mut others = std::collections::BTreeMap::new();
+        for kv in &edges {
+            let Some(id) = id_in(kv.key()) else { continue };
+            let (Some(claim), Ok(mut found)) =
+                (claims.get(&id), serde_json::from_slice::<Edges>(kv.value()))
+            else {
+                continue;
+            };
+            // The queue position is the record's creation (with the waiter).
+            found.queued = kv.create_revision();
+            true_now(claim, &mut found);
+            others.insert(id, found);
+        }
+        let mut mine = mine.clone();
+        mine.queued = others.get(&me).map_or(i64::MAX, |e| e.queued);
+        true_now(my_claim, &mut mine);
+        Ok(deadlock::refused_cycle(me, &mine, &others))
+    }
+
+    async fn put_edges(&self, waiter: u64, edges: &Edges, lease: LeaseId) -> Result<()> {
+        self.client()
+            .put(
+                self.layout().edges(waiter),
+                to_json(edges)?,
+                with_lease(lease),
+            )
+            .await
+            .map(drop)
+            .map_err(|e| etcd_error(e, Some(lease), 0, 0))
+    }
+
+    /// Deletes a waiter's record, entries and edges in one transaction.
+    async fn dequeue(&self, id: u64, keys: &[(Key, Mode)]) -> Result<()> {
+        let layout = self.layout();
+        let mut deletes = vec![
+            TxnOp::delete(layout.waiter(id), None),
+            TxnOp::delete(layout.edges(id), None),
+        ];
+        deletes.extend(
+            keys.iter()
+                .map(|(key, _)| TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None)),
+        );
+        self.client()
+            .txn(Txn::new().and_then(deletes))
+            .await
+            .map(drop)
+            .map_err(unavailable)
+    }
+
+    /// Waits until something changes in `ranges` after `revision`, the
+    /// deadline passes, the caller goes away, or a `deadlock_check` period
+    /// ends (a re-read then catches whatever no event announced).
+    async fn wait_for_change(
+        &self,
+        ranges: &[Vec<u8>],
+        revision: i64,
+        deadline: Option<tokio::time::Instant>,
+        answer: &mut oneshot::Sender<Result<Grant>>,
+    ) -> Result<Woken> {
+        let options = || {
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(revision + 1),
+            )
+        };
+        let mut client = self.client();
+        let Some((first, rest)) = ranges.split_first() else {
+            return Ok(Woken::Changed);
+        };
+        let mut stream = client
+            .watch(first.clone(), options())
+            .await
+            .map_err(unavailable)?;
+        for range in rest {
+            stream
+                .watch(range.clone(), options())
+                .await
+                .map_err(unavailable)?;
+        }
+        let period = tokio::time::sleep(self.inner.options.deadlock_check);
+        tokio::pin!(period);
+        let until = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(until);
+        loop {
+            tokio::select! {
+                message = stream.message() => match message {
+                    Ok(Some(m)) if m.canceled() || !m.events().is_empty() => return Ok(Woken::Changed),
+                    Ok(Some(_)) => continue,
+                    Ok(None) => return Ok(Woken::Changed),
+                    Err(e) => return Err(unavailable(e)),
+                },
+                () = &mut period => return Ok(Woken::Changed),
+                () = &mut until => return Ok(Woken::TimedOut),
+                () = answer.closed() => return Ok(Woken::Cancelled),
+            }
+        }
+    }
+
+    /// Releases a hold: its record, index entries and owner index go in
+    /// one transaction. `UnknownHold` if it is already gone.
+    pub async fn release(&self, hold: HoldId) -> Result<()> {
+        let layout = self.layout();
+        let key = layout.hold(hold.0);
+        let got = self
+            .client()
+            .get(key.clone(), None)
+            .await
+            .map_err(unavailable)?;
+        let unknown = || Error::UnknownHold {
+            hold: hold.0.to_string(),
+        };
+        let kv = got.kvs().first().ok_or_else(unknown)?;
+        let record: ClaimRecord = serde_json::from_slice(kv.value()).map_err(|_| unknown())?;
+        let mut deletes = vec![TxnOp::delete(key.clone(), None)];
+        if HoldKind::from(record.meta.kind) == HoldKind::Fence {
+            deletes.push(TxnOp::delete(layout.fence(record.meta.owner, hold.0), None));
+        }
+        for (k, _) in record.keys() {
+            deletes.push(TxnOp::delete(layout.entry(&k, Owner::Hold(hold.0)), None));
+        }
+        let txn = Txn::new()
+            .when([still(key, kv.create_revision())])
+            .and_then(deletes);
+        let done = self.client().txn(txn).await.map_err(unavailable)?;
+        if done.succeeded() {
+            Ok(())
+        } else {
+            Err(unknown())
+        }
+    }
+
+    /// Reads whole prefixes in one transaction, so at one revision.
+    async fn read_prefixes<const N: usize>(
+        &self,
+        prefixes: [Vec<u8>; N],
+    ) -> Result<(i64, [Vec<KeyValue>; N])> {
+        let reads: Vec<TxnOp> = prefixes.iter().map(|p| prefix_get(p)).collect();
+        let read = self
+            .client()
+            .txn(Txn::new().and_then(reads))
+            .await
+            .map_err(unavailable)?;
+        let mut ranges = ranges_of(&read).into_iter();
+        let found = std::array::from_fn(|_| ranges.next().unwrap_or_default());
+        Ok((revision_of(&read), found))
+    }
+
+    /// A copy of the whole session's table, read in one transaction at one
+    /// revision.
+    pub async fn dump(&self) -> Result<TableDump> {
+        let layout = self.layout();
+        let (revision, [actors, holds, waiters]) = self
+            .read_prefixes([layout.actors(), layout.holds(), layout.waiters()])
+            .await?;
+        let actors = actors
+            .iter()
+            .filter_map(|kv| {
+                let record: ActorRecord = serde_json::from_slice(kv.value()).ok()?;
+                let parent = record.lineage.iter().rev().nth(1).map(|&p| ActorId(p));
+                Some(DumpActor {
+                    id: ActorId(id_in(kv.key())?),
+                    name: record.name,
+                    parent,
+                    lease: LeaseId(record.lease),
+                })
+            })
+            .collect();
+        let mut holds: Vec<DumpHold> = holds
+            .iter()
+            .filter_map(|kv| {
+                let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
+                Some(DumpHold {
+                    id: HoldId(id_in(kv.key())?),
+                    actor: ActorId(record.meta.owner),
+                    paths: dump_paths(&record),
+                    actor_name: record.meta.name,
+                    kind: record.meta.kind.into(),
+                    label: record.meta.label,
+                    revision: kv.create_revision(),
+                })
+            })
+            .collect();
+        holds.sort_by_key(|h| (h.revision, h.id));
+        let mut waiters: Vec<DumpWaiter> = waiters
+            .iter()
+            .filter_map(|kv| {
+                let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
+                Some(DumpWaiter {
+                    actor: ActorId(record.meta.owner),
+                    paths: dump_paths(&record),
+                    actor_name: record.meta.name,
+                    kind: record.meta.kind.into(),
+                    priority: record.meta.priority,
+                    revision: kv.create_revision(),
+                })
+            })
+            .collect();
+        waiters.sort_by_key(|w| (std::cmp::Reverse(w.priority), w.revision));
+        Ok(TableDump {
+            revision,
+            actors,
+            holds,
+            waiters,
+        })
+    }
+}
+
+/// What one round of an admission came to.
+enum Step {
+    Granted(Grant),
+    /// Something changed in the ranges since the read: read again.
+    Raced,
+    /// Blocked (the `Busy` a try-only request returns), as read at this
+    /// revision.
+    Blocked(Error, i64, Edges),
+}

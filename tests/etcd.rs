@@ -1,0 +1,1046 @@
+//! The session's table in etcd (SPEC §16), against a real etcd.
+//!
+//! Each test starts its own `etcd` (Debian's `etcd-server`) on free
+//! loopback ports with a data folder of its own, waits for its `/health`
+//! to answer (polled, with a deadline), and stops it when the test ends.
+//! Without an `etcd` on `PATH` every test fails with one line saying what
+//! to install. Tables are the way several servers share a session: two
+//! `Table`s connected separately stand for two servers.
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use writ::etcd::{ActorRef, AdmitRequest, Grant, LeaseId, Table, TableDump, TableOptions};
+use writ::{Error, HoldKind, Mode, Target};
+
+const NEED_ETCD: &str = "these tests need etcd: apt-get install etcd-server";
+
+/// An etcd of this test's own; killed and its data removed on drop.
+struct Etcd {
+    child: Child,
+    endpoint: String,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.contains("\"health\":\"true\"")
+}
+
+impl Etcd {
+    fn start() -> Etcd {
+        Etcd::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Etcd {
+        if Command::new("etcd")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .output()
+            .is_err()
+        {
+            panic!("{NEED_ETCD}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (client, peer) = (free_port(), free_port());
+        let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
+        let client_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let mut command = Command::new("etcd");
+        command
+            .arg("--name=writ-test")
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!("--advertise-client-urls={client_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=writ-test={peer_url}"))
+            .arg("--initial-cluster-state=new")
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let mut child = command.spawn().unwrap_or_else(|_| panic!("{NEED_ETCD}"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !healthy(client) {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(dir.path().join("etcd.log")).unwrap_or_default();
+                panic!("etcd exited ({status}) before it was healthy:\n{log}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd was not healthy within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Etcd {
+            child,
+            endpoint: client_url,
+            _dir: dir,
+        }
+    }
+
+    async fn table(&self, session: &str) -> Table {
+        self.table_with(session, TableOptions::default()).await
+    }
+
+    async fn table_with(&self, session: &str, options: TableOptions) -> Table {
+        Table::connect(&[self.endpoint.as_str()], session, options)
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const TTL: Duration = Duration::from_secs(30);
+
+async fn actor(table: &Table, name: &str) -> ActorRef {
+    let lease = table.grant_lease(TTL).await.unwrap();
+    table
+        .create_actor(lease, name, Path::new("/ws"), None)
+        .await
+        .unwrap()
+}
+
+fn target(path: &str, mode: Mode) -> Target {
+    let target = Target::from(path);
+    match mode {
+        Mode::Shared => target.shared(),
+        Mode::Exclusive => target,
+    }
+}
+
+fn request(kind: HoldKind, targets: Vec<Target>) -> AdmitRequest {
+    match kind {
+        HoldKind::Fence => AdmitRequest::fence(targets),
+        HoldKind::Call => AdmitRequest::call(targets),
+    }
+}
+
+fn busy_path(result: Result<Grant, Error>) -> PathBuf {
+    match result {
+        Err(Error::Busy(busy)) => busy.path,
+        other => panic!("expected Busy, got {other:?}"),
+    }
+}
+
+/// SPEC §3's table, as the expected answer: does `a` clash with `b`?
+fn spec_clash(a: (HoldKind, Mode), b: (HoldKind, Mode)) -> bool {
+    use HoldKind::{Call, Fence};
+    use Mode::{Exclusive as X, Shared as S};
+    let row = |k: (HoldKind, Mode)| match k {
+        (Fence, X) => 0,
+        (Fence, S) => 1,
+        (Call, X) => 2,
+        (Call, S) => 3,
+    };
+    const TABLE: [[bool; 4]; 4] = [
+        [true, true, true, false],
+        [true, false, true, false],
+        [true, true, true, true],
+        [false, false, true, false],
+    ];
+    TABLE[row(a)][row(b)]
+}
+
+const SHAPES: [(HoldKind, Mode); 4] = [
+    (HoldKind::Fence, Mode::Exclusive),
+    (HoldKind::Fence, Mode::Shared),
+    (HoldKind::Call, Mode::Exclusive),
+    (HoldKind::Call, Mode::Shared),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conflict_matrix_holds_between_unrelated_actors_on_two_tables() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("matrix").await, etcd.table("matrix").await);
+    let (a, b) = (actor(&one, "a").await, actor(&two, "b").await);
+    for held in SHAPES {
+        for asked in SHAPES {
+            let first = one
+                .admit(&a, request(held.0, vec![target("/ws/f.rs", held.1)]))
+                .await
+                .unwrap();
+            let second = two
+                .admit(&b, request(asked.0, vec![target("/ws/f.rs", asked.1)]))
+                .await;
+            assert_eq!(
+                second.is_err(),
+                spec_clash(held, asked),
+                "{held:?} held, {asked:?} asked: {second:?}"
+            );
+            if let Ok(grant) = second {
+                two.release(grant.hold()).await.unwrap();
+            } else {
+                assert_eq!(busy_path(second), PathBuf::from("/ws/f.rs"));
+            }
+            one.release(first.hold()).await.unwrap();
+        }
+    }
+    let dump = one.dump().await.unwrap();
+    assert!(dump.holds.is_empty(), "{dump:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trees_overlap_what_lies_beneath_them_and_nothing_else() {
+    let etcd = Etcd::start();
+    let table = etcd.table("trees").await;
+    let (a, b) = (actor(&table, "a").await, actor(&table, "b").await);
+    let tree = table
+        .admit(&a, AdmitRequest::call(["/ws/src/"]))
+        .await
+        .unwrap();
+    let refused = table
+        .admit(&b, AdmitRequest::call(["/ws/src/deep/x.rs"]))
+        .await;
+    assert_eq!(busy_path(refused), PathBuf::from("/ws/src/deep/x.rs"));
+    let refused = table.admit(&b, AdmitRequest::call(["/ws/"])).await;
+    assert_eq!(busy_path(refused), PathBuf::from("/ws"));
+    for free in ["/ws/src-old/x.rs", "/ws/sr", "/ws/other/"] {
+        let grant = table.admit(&b, AdmitRequest::call([free])).await.unwrap();
+        table.release(grant.hold()).await.unwrap();
+    }
+    table.release(tree.hold()).await.unwrap();
+    let file = table
+        .admit(&a, AdmitRequest::call(["/ws/a"]))
+        .await
+        .unwrap();
+    let beneath = table
+        .admit(&b, AdmitRequest::call(["/ws/a/b"]))
+        .await
+        .unwrap();
+    assert_eq!(table.dump().await.unwrap().holds.len(), 2);
+    table.release(file.hold()).await.unwrap();
+    table.release(beneath.hold()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_covers_its_owner_and_descendants_but_not_upwards() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("covers").await, etcd.table("covers").await);
+    let lease = one.grant_lease(TTL).await.unwrap();
+    let parent = one
+        .create_actor(lease, "parent", Path::new("/ws"), None)
+        .await
+        .unwrap();
+    // The child is made through the other table: the lineage is in etcd.
+    let child = two
+        .create_actor(lease, "child", Path::new("/ws"), Some(&parent))
+        .await
+        .unwrap();
+    let stranger = actor(&two, "stranger").await;
+    let fence = one
+        .admit(&parent, AdmitRequest::fence(["/ws/src/"]))
+        .await
+        .unwrap();
+    let call = two
+        .admit(&child, AdmitRequest::call(["/ws/src/a.rs"]))
+        .await
+        .unwrap();
+    // Within the line, calls still exclude each other.
+    let twin = one
+        .admit(&child, AdmitRequest::call(["/ws/src/a.rs"]))
+        .await;
+    assert_eq!(busy_path(twin), PathBuf::from("/ws/src/a.rs"));
+    let outsider = two
+        .admit(&stranger, AdmitRequest::call(["/ws/src/b.rs"]))
+        .await;
+    assert_eq!(busy_path(outsider), PathBuf::from("/ws/src/b.rs"));
+    // Ownership moves down, never up.
+    let child_fence = two
+        .admit(&child, AdmitRequest::fence(["/ws/src/lex/"]))
+        .await
+        .unwrap();
+    let upwards = one
+        .admit(&parent, AdmitRequest::call(["/ws/src/lex/x.rs"]))
+        .await;
+    assert_eq!(busy_path(upwards), PathBuf::from("/ws/src/lex/x.rs"));
+    let own = one
+        .admit(&parent, AdmitRequest::call(["/ws/src/main.rs"]))
+        .await
+        .unwrap();
+    // Dropping the parent releases its fence only; the stranger gets in.
+    one.drop_actor(&parent).await.unwrap();
+    let dump = one.dump().await.unwrap();
+    assert!(
+        dump.holds.iter().any(|h| h.id == own.hold()),
+        "calls survive their actor's drop: {dump:?}"
+    );
+    assert!(!dump.holds.iter().any(|h| h.id == fence.hold()));
+    let now = two
+        .admit(&stranger, AdmitRequest::call(["/ws/src/b.rs"]))
+        .await
+        .unwrap();
+    for hold in [call.hold(), child_fence.hold(), own.hold(), now.hold()] {
+        one.release(hold).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_one_contested_path_leaves_nothing_behind() {
+    let etcd = Etcd::start();
+    let table = etcd.table("whole").await;
+    let (a, b, c) = (
+        actor(&table, "a").await,
+        actor(&table, "b").await,
+        actor(&table, "c").await,
+    );
+    let held = table
+        .admit(&b, AdmitRequest::call(["/ws/b"]))
+        .await
+        .unwrap();
+    let refused = table
+        .admit(&a, AdmitRequest::call(["/ws/a", "/ws/b", "/ws/c/"]))
+        .await;
+    assert_eq!(busy_path(refused), PathBuf::from("/ws/b"));
+    let dump = table.dump().await.unwrap();
+    assert_eq!(dump.holds.len(), 1, "{dump:?}");
+    assert!(dump.waiters.is_empty());
+    let free = table
+        .admit(&c, AdmitRequest::call(["/ws/a", "/ws/c/x"]))
+        .await
+        .unwrap();
+    assert_eq!(free.paths().len(), 2);
+    table.release(free.hold()).await.unwrap();
+    table.release(held.hold()).await.unwrap();
+    assert!(matches!(
+        table.release(held.hold()).await,
+        Err(Error::UnknownHold { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tables_racing_for_one_path_grant_it_once() {
+    let etcd = Etcd::start();
+    let tables = [etcd.table("race").await, etcd.table("race").await];
+    for round in 0..5 {
+        let mut actors = Vec::new();
+        for i in 0..16 {
+            let table = &tables[i % 2];
+            actors.push((table.clone(), actor(table, &format!("r{round}-{i}")).await));
+        }
+        let start = Arc::new(tokio::sync::Barrier::new(actors.len()));
+        let tasks: Vec<_> = actors
+            .into_iter()
+            .map(|(table, me)| {
+                let start = start.clone();
+                tokio::spawn(async move {
+                    start.wait().await;
+                    table
+                        .admit(&me, AdmitRequest::call(["/ws/src/", "/ws/README.md"]))
+                        .await
+                })
+            })
+            .collect();
+        let mut granted = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(grant) => granted.push(grant),
+                Err(Error::Busy(_)) => {}
+                Err(other) => panic!("{other}"),
+            }
+        }
+        assert_eq!(granted.len(), 1, "round {round}: {granted:?}");
+        tables[0].release(granted[0].hold()).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_increase_per_path_and_show_in_the_dump() {
+    let etcd = Etcd::start();
+    let tables = [etcd.table("tokens").await, etcd.table("tokens").await];
+    let actors = [actor(&tables[0], "a").await, actor(&tables[1], "b").await];
+    let mut last = 0;
+    for i in 0..8 {
+        let (table, me) = (&tables[i % 2], &actors[i % 2]);
+        let path = if i % 3 == 0 { "/ws/x/" } else { "/ws/x/y.rs" };
+        let grant = table.admit(me, AdmitRequest::call([path])).await.unwrap();
+        assert!(grant.revision() > last, "{} after {last}", grant.revision());
+        last = grant.revision();
+        let dump = tables[(i + 1) % 2].dump().await.unwrap();
+        let shown = dump.holds.iter().find(|h| h.id == grant.hold()).unwrap();
+        assert_eq!(shown.revision, grant.revision());
+        table.release(grant.hold()).await.unwrap();
+    }
+}
+
+async fn poll_until<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_not_renewed_frees_its_holds_within_the_ttl() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("lapse").await, etcd.table("lapse").await);
+    let ttl = Duration::from_secs(2);
+    let kept = one.grant_lease(ttl).await.unwrap();
+    let lapsing = one.grant_lease(ttl).await.unwrap();
+    let keeper = one
+        .create_actor(kept, "keeper", Path::new("/ws"), None)
+        .await
+        .unwrap();
+    let dying = one
+        .create_actor(lapsing, "dying", Path::new("/ws"), None)
+        .await
+        .unwrap();
+    let kept_fence = one
+        .admit(&keeper, AdmitRequest::fence(["/ws/kept/"]))
+        .await
+        .unwrap();
+    one.admit(&dying, AdmitRequest::fence(["/ws/src/"]))
+        .await
+        .unwrap();
+    let other = actor(&two, "other").await;
+    assert!(
+        two.admit(&other, AdmitRequest::call(["/ws/src/a.rs"]))
+            .await
+            .is_err()
+    );
+    let lapsed_at = Instant::now();
+    // The other lease is renewed through the *other* table while we wait.
+    let granted = loop {
+        two.keep_alive(kept).await.unwrap();
+        match two
+            .admit(&other, AdmitRequest::call(["/ws/src/a.rs"]))
+            .await
+        {
+            Ok(grant) => break grant,
+            Err(Error::Busy(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            lapsed_at.elapsed() < ttl + Duration::from_secs(4),
+            "the lapsed lease's fence was still held after {:?}",
+            lapsed_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    two.keep_alive(kept).await.unwrap();
+    let dump = two.dump().await.unwrap();
+    assert!(!dump.actors.iter().any(|a| a.id == dying.id()), "{dump:?}");
+    assert!(
+        dump.holds.iter().any(|h| h.id == kept_fence.hold()),
+        "{dump:?}"
+    );
+    assert!(matches!(
+        one.keep_alive(lapsing).await,
+        Err(Error::UnknownLease { .. })
+    ));
+    assert!(matches!(
+        one.admit(&dying, AdmitRequest::call(["/ws/x"])).await,
+        Err(Error::UnknownActor { .. })
+    ));
+    two.release(granted.hold()).await.unwrap();
+    // Revoking frees everything at once.
+    one.revoke(kept).await.unwrap();
+    poll_until(Duration::from_secs(5), "revoked holds gone", || async {
+        one.dump()
+            .await
+            .is_ok_and(|d| !d.holds.iter().any(|h| h.id == kept_fence.hold()))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_too_large_for_one_transaction_is_refused_whole() {
+    // etcd's own limit, lower than the table believes: etcd refuses, and
+    // the table reports it the same way.
+    let etcd = Etcd::start_with(&["--max-txn-ops=16"]);
+    let trusting = etcd.table("large").await;
+    let (a, b) = (actor(&trusting, "a").await, actor(&trusting, "b").await);
+    let many: Vec<String> = (0..12).map(|i| format!("/ws/d{i}/f.rs")).collect();
+    let refused = trusting
+        .admit(&a, AdmitRequest::call(many.iter().map(String::as_str)))
+        .await;
+    assert!(
+        matches!(refused, Err(Error::TxnTooLarge { .. })),
+        "{refused:?}"
+    );
+    // Told the limit, the table refuses before sending anything.
+    let told = etcd
+        .table_with("large", TableOptions::default().max_txn_ops(16))
+        .await;
+    match told
+        .admit(&a, AdmitRequest::call(many.iter().map(String::as_str)))
+        .await
+    {
+        Err(Error::TxnTooLarge { ops, limit }) => {
+            assert_eq!(limit, 16);
+            assert!(ops > 16);
+        }
+        other => panic!("{other:?}"),
+    }
+    let dump = told.dump().await.unwrap();
+    assert!(dump.holds.is_empty() && dump.waiters.is_empty(), "{dump:?}");
+    // Every path is free for another: nothing was left behind.
+    let grant = told
+        .admit(
+            &b,
+            AdmitRequest::call(many.iter().take(2).map(String::as_str)),
+        )
+        .await
+        .unwrap();
+    told.release(grant.hold()).await.unwrap();
+}
+
+/// The oracle's rule for unrelated actors (no covers): overlapping keys
+/// whose kinds and modes clash.
+fn keys_overlap(a: &(PathBuf, bool), b: &(PathBuf, bool)) -> bool {
+    a.0 == b.0 || (a.1 && b.0.starts_with(&a.0)) || (b.1 && a.0.starts_with(&b.0))
+}
+
+type Held = (HoldKind, Vec<(PathBuf, bool, Mode)>);
+
+fn holds_conflict(a: &Held, b: &Held) -> bool {
+    a.1.iter().any(|(pa, ta, ma)| {
+        b.1.iter().any(|(pb, tb, mb)| {
+            keys_overlap(&(pa.clone(), *ta), &(pb.clone(), *tb))
+                && spec_clash((a.0, *ma), (b.0, *mb))
+        })
+    })
+}
+
+fn dump_conflicts(dump: &TableDump) -> Option<String> {
+    let held: Vec<Held> = dump
+        .holds
+        .iter()
+        .map(|h| {
+            (
+                h.kind,
+                h.paths
+                    .iter()
+                    .map(|p| (p.path.clone(), p.tree, p.mode))
+                    .collect(),
+            )
+        })
+        .collect();
+    for (i, a) in held.iter().enumerate() {
+        for b in &held[i + 1..] {
+            if holds_conflict(a, b) {
+                return Some(format!("{a:?} and {b:?} at revision {}", dump.revision));
+            }
+        }
+    }
+    None
+}
+
+/// A small deterministic generator (xorshift), so a failing run can be
+/// told apart by its seed.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_tables_and_32_clients_never_hold_conflicting_paths_at_once() {
+    let secs: u64 = std::env::var("WRIT_ETCD_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let etcd = Etcd::start();
+    let tables = [
+        etcd.table("stress").await,
+        etcd.table("stress").await,
+        etcd.table("stress").await,
+    ];
+    let paths = [
+        ("/ws/", true),
+        ("/ws/a/", true),
+        ("/ws/a/x", false),
+        ("/ws/a/y", false),
+        ("/ws/b/", true),
+        ("/ws/b/x", false),
+        ("/ws/c", false),
+    ];
+    let live: Arc<parking_lot::Mutex<Vec<(u64, Held)>>> = Arc::default();
+    let stop = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for client in 0..32u64 {
+        let table = tables[client as usize % 3].clone();
+        let live = live.clone();
+        tasks.push(tokio::spawn(async move {
+            let me = actor(&table, &format!("c{client}")).await;
+            let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ (client + 1));
+            let mut grants = 0u64;
+            while Instant::now() < stop {
+                let kind = if dice.roll(4) == 0 {
+                    HoldKind::Fence
+                } else {
+                    HoldKind::Call
+                };
+                let mut targets = Vec::new();
+                let mut keys = Vec::new();
+                for _ in 0..1 + dice.roll(2) {
+                    let (path, tree) = paths[dice.roll(paths.len())];
+                    let mode = if dice.roll(2) == 0 {
+                        Mode::Shared
+                    } else {
+                        Mode::Exclusive
+                    };
+                    targets.push(target(path, mode));
+                    keys.push((PathBuf::from(path.trim_end_matches('/')), tree, mode));
+                }
+                let mut asked = request(kind, targets);
+                if dice.roll(3) == 0 {
+                    asked = asked.wait_timeout(Duration::from_millis(500));
+                }
+                let grant = match table.admit(&me, asked).await {
+                    Ok(grant) => grant,
+                    Err(Error::Busy(_) | Error::Timeout { .. }) => continue,
+                    Err(e) => panic!("{e}"),
+                };
+                let mine: Held = (kind, keys);
+                {
+                    let mut live = live.lock();
+                    if let Some((_, other)) = live.iter().find(|(_, h)| holds_conflict(h, &mine)) {
+                        panic!("granted {mine:?} while {other:?} was held");
+                    }
+                    live.push((grant.hold().0, mine));
+                }
+                tokio::task::yield_now().await;
+                live.lock().retain(|(id, _)| *id != grant.hold().0);
+                table.release(grant.hold()).await.unwrap();
+                grants += 1;
+            }
+            grants
+        }));
+    }
+    // A second oracle: the store itself, one consistent snapshot at a time.
+    let watcher = tables[0].clone();
+    let snapshots = tokio::spawn(async move {
+        let mut seen = 0u64;
+        while Instant::now() < stop {
+            let dump = watcher.dump().await.unwrap();
+            if let Some(conflict) = dump_conflicts(&dump) {
+                panic!("the store held conflicting holds: {conflict}");
+            }
+            seen += 1;
+        }
+        seen
+    });
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.unwrap();
+    }
+    let snapshots = snapshots.await.unwrap();
+    assert!(total > 32, "only {total} grants in {secs} s");
+    assert!(snapshots > 0);
+    let dump = tables[1].dump().await.unwrap();
+    assert!(dump.holds.is_empty() && dump.waiters.is_empty(), "{dump:?}");
+    eprintln!("{total} grants and {snapshots} snapshots in {secs} s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_its_own_error() {
+    let etcd = Etcd::start();
+    assert!(matches!(
+        Table::connect(
+            &[etcd.endpoint.as_str()],
+            "no/slash",
+            TableOptions::default()
+        )
+        .await,
+        Err(Error::Protocol { .. })
+    ));
+    let table = etcd.table("bad").await;
+    let a = actor(&table, "a").await;
+    for bad in ["relative/path", "/ws/a\0b"] {
+        assert!(
+            matches!(
+                table.admit(&a, AdmitRequest::call([bad])).await,
+                Err(Error::InvalidPath { .. })
+            ),
+            "{bad:?}"
+        );
+    }
+    let none: [&str; 0] = [];
+    assert!(matches!(
+        table.admit(&a, AdmitRequest::call(none)).await,
+        Err(Error::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        table.keep_alive(LeaseId(12345)).await,
+        Err(Error::UnknownLease { .. })
+    ));
+    assert!(matches!(
+        table.actor(writ::ActorId(999)).await,
+        Err(Error::UnknownActor { .. })
+    ));
+    // The workspace target is the actor's root.
+    let all = table
+        .admit(&a, AdmitRequest::call([Target::workspace()]))
+        .await
+        .unwrap();
+    assert_eq!(all.paths(), [PathBuf::from("/ws")]);
+}
+
+/// The grant a spawned waiting admission ends with, within 5 s.
+async fn grant_of(task: tokio::task::JoinHandle<Result<Grant, Error>>) -> Grant {
+    match tokio::time::timeout(Duration::from_secs(5), task).await {
+        Ok(Ok(Ok(grant))) => grant,
+        Ok(Ok(Err(e))) => panic!("the waiter was refused: {e}"),
+        Ok(Err(e)) => panic!("the waiter's task failed: {e}"),
+        Err(_) => panic!("the waiter was not granted within 5 s"),
+    }
+}
+
+async fn waiters_in(table: &Table) -> usize {
+    table.dump().await.map_or(0, |d| d.waiters.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_admitted_when_the_holder_releases_through_another_table() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("wake").await, etcd.table("wake").await);
+    let (a, b) = (actor(&one, "a").await, actor(&two, "b").await);
+    let held = one.admit(&a, AdmitRequest::call(["/ws/x"])).await.unwrap();
+    let waiting = {
+        let two = two.clone();
+        tokio::spawn(async move { two.admit(&b, AdmitRequest::call(["/ws/x"]).wait()).await })
+    };
+    poll_until(Duration::from_secs(5), "b queued", || async {
+        waiters_in(&one).await == 1
+    })
+    .await;
+    let dump = one.dump().await.unwrap();
+    assert_eq!(dump.waiters[0].actor_name, "b");
+    one.release(held.hold()).await.unwrap();
+    let granted = grant_of(waiting).await;
+    assert!(granted.revision() > held.revision());
+    let dump = one.dump().await.unwrap();
+    assert!(dump.waiters.is_empty(), "{dump:?}");
+    assert_eq!(dump.holds.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_admit_cannot_jump_a_waiter_queued_through_another_table() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("fair").await, etcd.table("fair").await);
+    let (a, b, c) = (
+        actor(&one, "a").await,
+        actor(&two, "b").await,
+        actor(&one, "c").await,
+    );
+    let held = one.admit(&a, AdmitRequest::call(["/ws/x"])).await.unwrap();
+    let waiting = {
+        let two = two.clone();
+        tokio::spawn(async move {
+            two.admit(&b, AdmitRequest::call(["/ws/x", "/ws/y"]).wait())
+                .await
+        })
+    };
+    poll_until(Duration::from_secs(5), "b queued", || async {
+        waiters_in(&one).await == 1
+    })
+    .await;
+    // `/ws/y` is free, but b queued for it first.
+    match one.admit(&c, AdmitRequest::call(["/ws/y"])).await {
+        Err(Error::Busy(busy)) => {
+            assert!(busy.queued, "{busy}");
+            assert_eq!(busy.holder, "b");
+            assert!(busy.to_string().contains("queued"), "{busy}");
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    // A fence waits its turn too; a disjoint request passes freely.
+    assert!(one.admit(&c, AdmitRequest::fence(["/ws/"])).await.is_err());
+    let disjoint = one.admit(&c, AdmitRequest::call(["/ws/z"])).await.unwrap();
+    // Strictly higher priority goes ahead of the queue (SPEC §11).
+    let urgent = one
+        .admit(&c, AdmitRequest::call(["/ws/y"]).priority(1))
+        .await
+        .unwrap();
+    one.release(urgent.hold()).await.unwrap();
+    one.release(held.hold()).await.unwrap();
+    let granted = grant_of(waiting).await;
+    assert_eq!(granted.paths().len(), 2);
+    for hold in [granted.hold(), disjoint.hold()] {
+        one.release(hold).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_owner_and_its_children_pass_a_waiter_their_fence_blocks() {
+    let etcd = Etcd::start();
+    let (one, two) = (
+        etcd.table("precedence").await,
+        etcd.table("precedence").await,
+    );
+    let lease = one.grant_lease(TTL).await.unwrap();
+    let parent = one
+        .create_actor(lease, "parent", Path::new("/ws"), None)
+        .await
+        .unwrap();
+    let child = one
+        .create_actor(lease, "child", Path::new("/ws"), Some(&parent))
+        .await
+        .unwrap();
+    let (sibling, stranger) = (actor(&two, "sibling").await, actor(&two, "stranger").await);
+    let fence = one
+        .admit(&parent, AdmitRequest::fence(["/ws/src/"]))
+        .await
+        .unwrap();
+    let waiting = {
+        let two = two.clone();
+        let sibling = sibling.clone();
+        tokio::spawn(async move {
+            two.admit(&sibling, AdmitRequest::call(["/ws/src/a.rs"]).wait())
+                .await
+        })
+    };
+    poll_until(Duration::from_secs(5), "sibling queued", || async {
+        waiters_in(&one).await == 1
+    })
+    .await;
+    // The sibling cannot be granted before the fence goes: the owner's line
+    // passes it, on either table.
+    let by_child = two
+        .admit(&child, AdmitRequest::call(["/ws/src/a.rs"]))
+        .await
+        .unwrap();
+    one.release(by_child.hold()).await.unwrap();
+    let by_parent = one
+        .admit(&parent, AdmitRequest::call(["/ws/src/a.rs"]))
+        .await
+        .unwrap();
+    one.release(by_parent.hold()).await.unwrap();
+    // Outside the line, fairness is unchanged.
+    assert!(
+        two.admit(&stranger, AdmitRequest::call(["/ws/src/a.rs"]))
+            .await
+            .is_err()
+    );
+    one.release(fence.hold()).await.unwrap();
+    let granted = grant_of(waiting).await;
+    two.release(granted.hold()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_and_cancellation_leave_no_waiter_and_wake_those_behind() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("cancel").await, etcd.table("cancel").await);
+    let (a, b, c) = (
+        actor(&one, "a").await,
+        actor(&two, "b").await,
+        actor(&one, "c").await,
+    );
+    let held = one.admit(&a, AdmitRequest::call(["/ws/x"])).await.unwrap();
+    let started = Instant::now();
+    match two
+        .admit(
+            &b,
+            AdmitRequest::call(["/ws/x"]).wait_timeout(Duration::from_millis(300)),
+        )
+        .await
+    {
+        Err(Error::Timeout { paths, .. }) => assert_eq!(paths, [PathBuf::from("/ws/x")]),
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(waiters_in(&one).await, 0);
+    // A dropped future: b queues for x and y, then its caller goes away.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(300),
+        two.admit(&b, AdmitRequest::call(["/ws/x", "/ws/y"]).wait()),
+    )
+    .await;
+    assert!(dropped.is_err(), "it could not have been granted");
+    poll_until(
+        Duration::from_secs(5),
+        "the dropped waiter removed",
+        || async { waiters_in(&one).await == 0 },
+    )
+    .await;
+    // Nothing of b blocks c's try any more.
+    let y = one.admit(&c, AdmitRequest::call(["/ws/y"])).await.unwrap();
+    one.release(y.hold()).await.unwrap();
+    // An aborted task behind which another waits: the one behind is
+    // granted once the hold goes.
+    let aborted = {
+        let two = two.clone();
+        let b = b.clone();
+        tokio::spawn(async move { two.admit(&b, AdmitRequest::call(["/ws/x"]).wait()).await })
+    };
+    poll_until(Duration::from_secs(5), "b queued", || async {
+        waiters_in(&one).await == 1
+    })
+    .await;
+    let behind = {
+        let one = one.clone();
+        tokio::spawn(async move { one.admit(&c, AdmitRequest::call(["/ws/x"]).wait()).await })
+    };
+    poll_until(Duration::from_secs(5), "c queued", || async {
+        waiters_in(&one).await == 2
+    })
+    .await;
+    aborted.abort();
+    poll_until(
+        Duration::from_secs(5),
+        "the aborted waiter removed",
+        || async { waiters_in(&one).await == 1 },
+    )
+    .await;
+    one.release(held.hold()).await.unwrap();
+    let granted = grant_of(behind).await;
+    let dump = one.dump().await.unwrap();
+    assert_eq!(dump.holds.len(), 1, "{dump:?}");
+    assert_eq!(dump.holds[0].actor_name, "c");
+    one.release(granted.hold()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlock_between_fence_holders_on_two_tables_is_refused_with_the_cycle() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("deadlock").await, etcd.table("deadlock").await);
+    let (a, b) = (actor(&one, "a").await, actor(&two, "b").await);
+    let fence_a = one
+        .admit(&a, AdmitRequest::fence(["/ws/a/"]))
+        .await
+        .unwrap();
+    let fence_b = two
+        .admit(&b, AdmitRequest::fence(["/ws/b/"]))
+        .await
+        .unwrap();
+    let a_waits = {
+        let one = one.clone();
+        let a = a.clone();
+        tokio::spawn(async move { one.admit(&a, AdmitRequest::call(["/ws/b/x"]).wait()).await })
+    };
+    poll_until(Duration::from_secs(5), "a queued", || async {
+        waiters_in(&one).await == 1
+    })
+    .await;
+    // b's wait would close the cycle: it is refused at once, and nothing of
+    // it stays queued.
+    let started = Instant::now();
+    match two.admit(&b, AdmitRequest::call(["/ws/a/x"]).wait()).await {
+        Err(Error::Deadlock { cycle }) => assert_eq!(cycle, ["b", "a"]),
+        other => panic!("expected Deadlock, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(waiters_in(&one).await, 1);
+    // Calls make no edges: b's call on a free file waits for nobody.
+    two.release(fence_b.hold()).await.unwrap();
+    let granted = grant_of(a_waits).await;
+    one.release(granted.hold()).await.unwrap();
+    one.release(fence_a.hold()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_formed_by_a_race_between_tables_is_refused_within_the_check_period() {
+    let etcd = Etcd::start();
+    let options = || TableOptions::default().deadlock_check(Duration::from_millis(500));
+    let (one, two) = (
+        etcd.table_with("race-deadlock", options()).await,
+        etcd.table_with("race-deadlock", options()).await,
+    );
+    for round in 0..3 {
+        let (a, b) = (
+            actor(&one, &format!("a{round}")).await,
+            actor(&two, &format!("b{round}")).await,
+        );
+        let fence_a = one
+            .admit(&a, AdmitRequest::fence(["/ws/a/"]))
+            .await
+            .unwrap();
+        let fence_b = two
+            .admit(&b, AdmitRequest::fence(["/ws/b/"]))
+            .await
+            .unwrap();
+        let start = Arc::new(tokio::sync::Barrier::new(2));
+        let mut wait_a = {
+            let (one, a, start) = (one.clone(), a.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                one.admit(
+                    &a,
+                    AdmitRequest::call(["/ws/b/x"]).wait_timeout(Duration::from_secs(10)),
+                )
+                .await
+            })
+        };
+        let mut wait_b = {
+            let (two, b, start) = (two.clone(), b.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                two.admit(
+                    &b,
+                    AdmitRequest::call(["/ws/a/x"]).wait_timeout(Duration::from_secs(10)),
+                )
+                .await
+            })
+        };
+        // Exactly one of the two is refused, within the check period (and
+        // a margin for the round trips); the other waits on.
+        let started = Instant::now();
+        let (first, a_refused) = tokio::select! {
+            done = &mut wait_a => (done.unwrap(), true),
+            done = &mut wait_b => (done.unwrap(), false),
+        };
+        let (survivor, survivor_fence, refused_fence) = if a_refused {
+            (wait_b, fence_b.hold(), fence_a.hold())
+        } else {
+            (wait_a, fence_a.hold(), fence_b.hold())
+        };
+        let cycle = match first {
+            Err(Error::Deadlock { cycle }) => cycle,
+            other => panic!("round {round}: expected Deadlock, got {other:?}"),
+        };
+        assert_eq!(cycle.len(), 2, "{cycle:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        // The refused one's fence goes; the survivor is granted.
+        one.release(refused_fence).await.unwrap();
+        let granted = grant_of(survivor).await;
+        one.release(granted.hold()).await.unwrap();
+        one.release(survivor_fence).await.unwrap();
+        assert!(one.dump().await.unwrap().holds.is_empty());
+    }
+}
