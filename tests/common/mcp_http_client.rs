@@ -155,6 +155,37 @@ impl McpHttp {
         (result["isError"].as_bool().unwrap_or(false), text)
     }
 
+    /// The same session with another bearer token (an attacker who learned
+    /// the session id).
+    #[allow(dead_code)] // the benchmark shares this file and attacks nothing
+    pub fn with_token(&self, token: &str) -> Self {
+        McpHttp {
+            token: token.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// Opens the session's event stream (HTTP GET) and returns its status;
+    /// the stream itself is dropped.
+    #[allow(dead_code)] // the benchmark shares this file and attacks nothing
+    pub async fn listen(&self) -> StatusCode {
+        let mut request = hyper::Request::get(self.url.as_str())
+            .header("accept", "text/event-stream")
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("mcp-protocol-version", PROTOCOL);
+        if let Some(session) = &self.session {
+            request = request.header("mcp-session-id", session);
+        }
+        let request = request
+            .body(Full::new(Bytes::new()))
+            .unwrap_or_else(|e| panic!("request: {e}"));
+        self.client
+            .request(request)
+            .await
+            .map(|r| r.status())
+            .unwrap_or_else(|e| panic!("GET {}: {e}", self.url))
+    }
+
     /// Ends the session (HTTP DELETE).
     pub async fn close(&mut self) -> StatusCode {
         let Some(session) = self.session.take() else {
