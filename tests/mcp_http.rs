@@ -468,14 +468,10 @@ fn an_mcp_session_answers_only_the_token_that_opened_it() {
         let session = writ::remote::Session::connect(server.url(), server.token())
             .await
             .unwrap_or_else(|e| panic!("connect: {e}"));
-        let victim = session
-            .actor("victim", writ::Grant::workspace(&root))
-            .await
-            .unwrap_or_else(|e| panic!("actor: {e}"));
-        let attacker = session
-            .actor("attacker", writ::Grant::workspace(&root))
-            .await
-            .unwrap_or_else(|e| panic!("actor: {e}"));
+        let [victim, attacker] =
+            ["victim", "attacker"].map(|name| session.actor(name, writ::Grant::workspace(&root)));
+        let victim = victim.await.unwrap_or_else(|e| panic!("actor: {e}"));
+        let attacker = attacker.await.unwrap_or_else(|e| panic!("actor: {e}"));
         let mut owner = http_client::McpHttp::new(&url, victim.token());
         assert_eq!(owner.initialize("victim-agent").await.status, 200);
         let (error, text) = owner.call("reserve", json!({"paths": ["src/"]})).await;

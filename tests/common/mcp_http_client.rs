@@ -61,17 +61,26 @@ impl McpHttp {
         }
     }
 
-    /// POSTs one JSON-RPC message on this client's session (if any).
-    pub async fn post(&self, message: &Value) -> Reply {
-        let mut request = hyper::Request::post(self.url.as_str())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
+    /// A request to the endpoint with this client's token, protocol and
+    /// session (if any).
+    fn on_session(&self, method: hyper::Method) -> hyper::http::request::Builder {
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(self.url.as_str())
             .header("authorization", format!("Bearer {}", self.token))
             .header("mcp-protocol-version", PROTOCOL);
-        if let Some(session) = &self.session {
-            request = request.header("mcp-session-id", session);
+        match &self.session {
+            Some(session) => request.header("mcp-session-id", session),
+            None => request,
         }
-        let request = request
+    }
+
+    /// POSTs one JSON-RPC message on this client's session (if any).
+    pub async fn post(&self, message: &Value) -> Reply {
+        let request = self
+            .on_session(hyper::Method::POST)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
             .body(Full::new(Bytes::from(message.to_string())))
             .unwrap_or_else(|e| panic!("request: {e}"));
         let response = self
@@ -165,41 +174,36 @@ impl McpHttp {
         }
     }
 
-    /// Opens the session's event stream (HTTP GET) and returns its status;
-    /// the stream itself is dropped.
-    #[allow(dead_code)] // the benchmark shares this file and attacks nothing
-    pub async fn listen(&self) -> StatusCode {
-        let mut request = hyper::Request::get(self.url.as_str())
-            .header("accept", "text/event-stream")
-            .header("authorization", format!("Bearer {}", self.token))
-            .header("mcp-protocol-version", PROTOCOL);
-        if let Some(session) = &self.session {
-            request = request.header("mcp-session-id", session);
-        }
-        let request = request
+    /// Sends a bodiless request on the session; returns its status (the
+    /// body, an event stream for GET, is dropped).
+    async fn bodiless(&self, method: hyper::Method, accept: &str) -> StatusCode {
+        let request = self
+            .on_session(method.clone())
+            .header("accept", accept)
             .body(Full::new(Bytes::new()))
             .unwrap_or_else(|e| panic!("request: {e}"));
         self.client
             .request(request)
             .await
             .map(|r| r.status())
-            .unwrap_or_else(|e| panic!("GET {}: {e}", self.url))
+            .unwrap_or_else(|e| panic!("{method} {}: {e}", self.url))
+    }
+
+    /// Opens the session's event stream (HTTP GET) and returns its status.
+    #[allow(dead_code)] // the benchmark shares this file and attacks nothing
+    pub async fn listen(&self) -> StatusCode {
+        self.bodiless(hyper::Method::GET, "text/event-stream").await
     }
 
     /// Ends the session (HTTP DELETE).
     pub async fn close(&mut self) -> StatusCode {
-        let Some(session) = self.session.take() else {
+        if self.session.is_none() {
             return StatusCode::OK;
-        };
-        let request = hyper::Request::delete(self.url.as_str())
-            .header("authorization", format!("Bearer {}", self.token))
-            .header("mcp-session-id", session)
-            .body(Full::new(Bytes::new()))
-            .unwrap_or_else(|e| panic!("request: {e}"));
-        self.client
-            .request(request)
-            .await
-            .map(|r| r.status())
-            .unwrap_or_else(|e| panic!("DELETE {}: {e}", self.url))
+        }
+        let status = self
+            .bodiless(hyper::Method::DELETE, "application/json, text/event-stream")
+            .await;
+        self.session = None;
+        status
     }
 }
