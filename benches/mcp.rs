@@ -4,7 +4,9 @@
 //!
 //! - `mcp_write`: one `write_file` of 4 KiB through an MCP session (one
 //!   `tools/call` POST, answered as an SSE stream), against the same
-//!   `Files::write` in process and against a bare HTTP round trip on the same
+//!   `Files::write` in process (called directly, handed to the blocking pool
+//!   as the tools run it, or run in place on an async worker) and against a
+//!   bare HTTP round trip on the same
 //!   stack (axum server, hyper-util client, one kept-alive connection)
 //!   carrying the same request body, echoed back — and a small one.
 //!   Both writers use the same configuration (no history, `Durability::Process`,
@@ -117,6 +119,30 @@ fn mcp_write(c: &mut Criterion) {
                     black_box(receipt);
                 }
                 start.elapsed()
+            })
+        })
+    });
+
+    // The same write run on the async worker that awaits it, which hands
+    // its other tasks over meanwhile (`block_in_place`): the alternative to
+    // the blocking pool that the MCP tools were measured with.
+    group.bench_function("in_process_block_in_place", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let actor = shared.clone();
+                let data = data.clone();
+                let task = tokio::spawn(async move {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let receipt = tokio::task::block_in_place(|| {
+                            actor.files().write("local.txt", &data).unwrap()
+                        });
+                        black_box(receipt);
+                        tokio::task::yield_now().await;
+                    }
+                    start.elapsed()
+                });
+                task.await.unwrap()
             })
         })
     });

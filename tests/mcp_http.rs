@@ -362,6 +362,184 @@ fn only_this_servers_live_tokens_open_an_mcp_session() {
     });
 }
 
+/// Waits (bounded) until the server's table satisfies `ready`.
+async fn until(server: &Server, what: &str, ready: impl Fn(&writ::Dump) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ready(&server.scheduler().dump()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}:\n{}",
+            server.scheduler().dump()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[test]
+fn a_contested_write_waits_out_a_read_or_a_write_then_proceeds_or_is_refused() {
+    let (_dir, root) = workspace();
+    fs::write(root.join("notes.md"), "start\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        for call_wait in [Duration::from_secs(30), Duration::from_millis(300)] {
+            let config = writ::Config::default().durability(writ::Durability::Process);
+            let server = Server::start(Options::new(&root).config(config).call_wait(call_wait))
+                .await
+                .unwrap_or_else(|e| panic!("start: {e}"));
+            let holder = server
+                .scheduler()
+                .actor("holder", writ::Grant::workspace(&root))
+                .unwrap_or_else(|e| panic!("actor: {e}"));
+            let mut client =
+                http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
+            assert_eq!(client.initialize("writer").await.status, 200);
+            for (n, shared) in [true, false].into_iter().enumerate() {
+                let (error, text) = client.call("read_file", json!({"path": "notes.md"})).await;
+                assert!(!error, "{text}");
+                let before = fs::read_to_string(root.join("notes.md")).unwrap_or_default();
+                let target = writ::Target::file("notes.md");
+                let target = if shared { target.shared() } else { target };
+                let hold = holder
+                    .request([target])
+                    .label("working")
+                    .try_admit()
+                    .unwrap_or_else(|e| panic!("hold: {e}"));
+                let content = format!("write {n}\n");
+                let writing = tokio::spawn({
+                    let content = content.clone();
+                    async move {
+                        let result = client
+                            .call(
+                                "write_file",
+                                json!({"path": "notes.md", "content": content}),
+                            )
+                            .await;
+                        (client, result)
+                    }
+                });
+                let what = if shared { "a read" } else { "a write" };
+                if call_wait > Duration::from_secs(1) {
+                    // Released once the write waits for it: the write proceeds.
+                    until(&server, "the write to wait", |d| {
+                        d.waiters.iter().any(|w| w.actor == "writer")
+                    })
+                    .await;
+                    drop(hold);
+                    let (back, (error, text)) =
+                        writing.await.unwrap_or_else(|e| panic!("call: {e}"));
+                    client = back;
+                    assert!(!error, "a write behind {what} must wait for it: {text}");
+                    assert_eq!(
+                        fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
+                        content
+                    );
+                } else {
+                    // Held past the call wait: refused, naming the holder.
+                    let (back, (error, text)) =
+                        writing.await.unwrap_or_else(|e| panic!("call: {e}"));
+                    client = back;
+                    drop(hold);
+                    assert!(
+                        error,
+                        "a write behind {what} held too long is refused: {text}"
+                    );
+                    assert!(text.contains("'holder'"), "{text}");
+                    assert_eq!(
+                        fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
+                        before,
+                        "a refused write changes nothing"
+                    );
+                }
+                let dump = server.scheduler().dump();
+                assert!(dump.holds.is_empty() && dump.waiters.is_empty(), "{dump}");
+            }
+            client.close().await;
+            drop(holder);
+            server.shutdown().await;
+        }
+    });
+}
+
+#[test]
+fn an_mcp_session_answers_only_the_token_that_opened_it() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let url = format!("{}/mcp", server.url());
+        let session = writ::remote::Session::connect(server.url(), server.token())
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let [victim, attacker] =
+            ["victim", "attacker"].map(|name| session.actor(name, writ::Grant::workspace(&root)));
+        let victim = victim.await.unwrap_or_else(|e| panic!("actor: {e}"));
+        let attacker = attacker.await.unwrap_or_else(|e| panic!("actor: {e}"));
+        let mut owner = http_client::McpHttp::new(&url, victim.token());
+        assert_eq!(owner.initialize("victim-agent").await.status, 200);
+        let (error, text) = owner.call("reserve", json!({"paths": ["src/"]})).await;
+        assert!(!error, "{text}");
+        let table = |server: &Server| {
+            let d = server.scheduler().dump();
+            let mut holds: Vec<String> = d
+                .holds
+                .iter()
+                .map(|h| format!("{} {:?} {:?}", h.actor, h.kind, h.paths))
+                .collect();
+            holds.sort();
+            let mut actors: Vec<String> = d.actors.iter().map(|a| a.name.clone()).collect();
+            actors.sort();
+            (holds, actors)
+        };
+        let before = table(&server);
+
+        // The victim's session id with another actor's token, and with the
+        // session token: every method is refused and nothing happens.
+        for token in [attacker.token(), server.token()] {
+            let mut intruder = owner.with_token(token);
+            let reply = intruder
+                .request(
+                    "tools/call",
+                    json!({"name": "write_file",
+                           "arguments": {"path": "src/evil.rs", "content": "pwned\n"}}),
+                )
+                .await;
+            assert_eq!(reply.status, 403, "{}", reply.body);
+            assert!(reply.body.contains("another token"), "{}", reply.body);
+            let reply = intruder
+                .request("tools/call", json!({"name": "release", "arguments": {}}))
+                .await;
+            assert_eq!(reply.status, 403, "{}", reply.body);
+            assert_eq!(intruder.listen().await, 403);
+            assert_eq!(intruder.close().await, 403);
+            assert_eq!(
+                table(&server),
+                before,
+                "a refused request changed the table"
+            );
+        }
+        assert!(!root.join("src/evil.rs").exists());
+
+        // The session is unaffected: its own token still works, its
+        // reservation still holds.
+        let (error, text) = owner.call("writ_status", json!({})).await;
+        assert!(!error && text.contains("You are 'victim'"), "{text}");
+        assert!(text.contains("reserved src/"), "{text}");
+        let (error, text) = owner
+            .call(
+                "write_file",
+                json!({"path": "src/ok.rs", "content": "mine\n"}),
+            )
+            .await;
+        assert!(!error, "{text}");
+        assert!(owner.close().await.is_success());
+
+        drop((victim, attacker));
+        session
+            .close()
+            .await
+            .unwrap_or_else(|e| panic!("close: {e}"));
+        server.shutdown().await;
+    });
+}
+
 /// Runs `writ hook claude-code` on one event, as Claude Code would, and
 /// returns what it printed.
 fn hook(root: &Path, event: Value) -> String {
@@ -400,6 +578,46 @@ fn event(root: &Path, session: &str, when: &str, tool: &str, id: &str, file: &st
         "tool_input": {"file_path": root.join(file), "old_string": "a", "new_string": "b"},
         "tool_use_id": id,
     })
+}
+
+#[test]
+fn claude_code_hook_reaches_the_server_through_the_discovery_files_socket() {
+    let (_dir, root) = workspace();
+    let sockets = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    fs::write(root.join("lib.rs"), "a\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let discovery = root.join(".writ/serve.json");
+        let server = Server::start(
+            Options::new(&root)
+                .socket(sockets.path().join("writ.sock"))
+                .discovery_file(&discovery),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        // The file's URL leads nowhere: only its socket reaches the server.
+        let text = fs::read_to_string(&discovery).unwrap_or_else(|e| panic!("{e}"));
+        let mut found: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        found["url"] = json!("http://127.0.0.1:9");
+        fs::write(&discovery, found.to_string()).unwrap_or_else(|e| panic!("{e}"));
+        let r = root.clone();
+        let allowed = tokio::task::spawn_blocking(move || {
+            hook(
+                &r,
+                event(&r, "sess-dddd4444", "PreToolUse", "Edit", "t1", "lib.rs"),
+            )
+        })
+        .await
+        .unwrap_or_else(|e| panic!("hook thread: {e}"));
+        assert_eq!(allowed, "");
+        let dump = server.scheduler().dump();
+        assert!(
+            dump.holds
+                .iter()
+                .any(|h| h.paths.iter().any(|p| p.path.ends_with("lib.rs"))),
+            "the hook reserved lib.rs over the socket:\n{dump}"
+        );
+        server.shutdown().await;
+    });
 }
 
 #[test]

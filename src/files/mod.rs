@@ -239,6 +239,8 @@ pub struct Files<'a> {
     use_cache: bool,
     steps: Option<StepHook>,
     history: Option<Arc<dyn HistoryHook>>,
+    /// The call reservation operations run inside, when given one.
+    within: Option<parking_lot::Mutex<&'a mut Reservation>>,
     /// The grant root's folder handle, opened on first use: the walk to
     /// every file starts from it.
     root: OnceLock<Arc<OwnedFd>>,
@@ -266,6 +268,7 @@ impl<'a> Files<'a> {
             use_cache: true,
             steps: None,
             history,
+            within: None,
             root: OnceLock::new(),
         }
     }
@@ -400,6 +403,35 @@ impl<'a> Files<'a> {
         self
     }
 
+    /// This handle's operations run inside `call`, a call reservation of
+    /// the same actor (e.g. one its caller waited for with
+    /// [`Request::admit_timeout`](crate::Request::admit_timeout)), instead of
+    /// admitting a call hold of their own, which `call` would conflict with:
+    /// two calls of one actor on one path are serialized. Paths `call` does
+    /// not cover yet are added to it without waiting
+    /// ([`Reservation::extend`]: all or nothing, `Busy` when contested) and
+    /// stay until it drops. A reservation of another actor is not used.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+    /// let mut call = agent.request(["notes.md"]).label("edit notes").try_admit()?;
+    /// // A second call of the same actor on the same path is refused...
+    /// assert!(matches!(agent.files().write("notes.md", "x"), Err(writ::Error::Busy(_))));
+    /// // ...while inside the first one the write runs.
+    /// agent.files().within(&mut call).write("notes.md", "x")?;
+    /// assert_eq!(sched.dump().holds.len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn within(mut self, call: &'a mut Reservation) -> Self {
+        if Arc::ptr_eq(call.meta(), &self.actor.meta) {
+            self.within = Some(parking_lot::Mutex::new(call));
+        }
+        self
+    }
+
     /// Re-hash every file the gate checks instead of trusting the stat cache
     /// (for measurements).
     #[doc(hidden)]
@@ -459,16 +491,21 @@ impl<'a> Files<'a> {
     /// resolved keys, so admission does no second lookup). Should a folder
     /// on the way be swapped for a symlink afterwards, the `O_NOFOLLOW` walk
     /// in step 6 refuses it: the hold and the I/O always agree.
-    fn admit(&self, places: &[(&Place, Mode)], label: String) -> Result<Reservation> {
+    fn admit(&self, places: &[(&Place, Mode)], label: String) -> Result<Option<Reservation>> {
         let targets = places.iter().map(|(place, mode)| {
             let t = Target::file(place.key.path.clone()).resolved();
             if *mode == Mode::Shared { t.shared() } else { t }
         });
+        if let Some(call) = &self.within {
+            // Already admitted: only what the call does not cover is asked for.
+            return call.lock().extend(targets).map(|()| None);
+        }
         let request = self.actor.request(targets).label(label);
         match self.actor.sched.shared.config.file_op_wait {
             Some(wait) => request.admit_blocking_timeout(wait),
             None => request.try_admit(),
         }
+        .map(Some)
     }
 
     /// Opens the folder of a place through directory handles.

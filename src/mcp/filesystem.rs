@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 
 use super::ToolServer;
 use super::args::Args;
-use super::tools::{Failure, read_whole, with_wait, write_args, write_whole};
+use super::tools::{
+    Access, Failure, call_hold, files, read_whole, with_wait, write_args, write_whole,
+};
 use crate::{Actor, Error, Target};
 
 /// The tools of the `filesystem` [`ToolSet`](super::ToolSet), in the order
@@ -594,8 +596,8 @@ async fn edit_file(
     }
     let outcome: Arc<parking_lot::Mutex<Option<Result<String, String>>>> = Arc::default();
     let (p, o) = (path.clone(), outcome.clone());
-    let written = with_wait(server, actor, &[&path], true, move |a| {
-        a.files().rewrite(&p, |bytes| {
+    let written = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
+        files(a, call).rewrite(&p, |bytes| {
             let result = edited(&shown_path, bytes, &edits);
             let new = result
                 .as_ref()
@@ -630,11 +632,8 @@ async fn create_directory(
     // An exclusive call hold on the folder: admitted (fences, read-only
     // grants) and ordered with every write there.
     let p = path.clone();
-    with_wait(server, actor, &[&path], true, move |a| {
-        let _hold = a
-            .request([p.as_str()])
-            .label("create directory")
-            .try_admit()?;
+    with_wait(server, actor, &[&path], Access::Write, move |a, call| {
+        let _hold = call_hold(a, call, vec![Target::from(p.as_str())], "create directory")?;
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("create the folder", &dir, e))
     })
     .await?;
@@ -1018,21 +1017,29 @@ async fn move_file(
     if is_dir {
         // A folder moves whole under exclusive holds on both trees, so no
         // write inside either is in progress while it goes.
-        with_wait(server, actor, &[&source, &destination], true, move |a| {
-            let _hold = a
-                .request([Target::tree(&from), Target::tree(&to)])
-                .label("move folder")
-                .try_admit()?;
-            if std::fs::symlink_metadata(&to).is_ok() {
-                return Err(Error::invalid(&to, "the destination already exists"));
-            }
-            std::fs::rename(&from, &to).map_err(|e| Error::io("move", &from, e))
-        })
+        with_wait(
+            server,
+            actor,
+            &[&source, &destination],
+            Access::Write,
+            move |a, call| {
+                let targets = vec![Target::tree(&from), Target::tree(&to)];
+                let _hold = call_hold(a, call, targets, "move folder")?;
+                if std::fs::symlink_metadata(&to).is_ok() {
+                    return Err(Error::invalid(&to, "the destination already exists"));
+                }
+                std::fs::rename(&from, &to).map_err(|e| Error::io("move", &from, e))
+            },
+        )
         .await?;
     } else {
-        with_wait(server, actor, &[&source, &destination], true, move |a| {
-            a.files().rename(&s, &d)
-        })
+        with_wait(
+            server,
+            actor,
+            &[&source, &destination],
+            Access::Write,
+            move |a, call| files(a, call).rename(&s, &d),
+        )
         .await?;
     }
     Ok(text(format!(

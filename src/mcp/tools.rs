@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::args::{Args, Bad};
 use super::{Held, ToolServer, tool_error, tool_ok};
-use crate::{Actor, Error, HoldKind, Receipt, Target};
+use crate::{Actor, Error, HoldKind, Receipt, Reservation, Target};
 
 /// The tools of [`ToolServer`](super::ToolServer), in the order `tools/list`
 /// gives them.
@@ -287,14 +287,51 @@ pub(super) fn shown(actor: &Actor, path: &Path) -> String {
     }
 }
 
-/// A file operation as the tools run it, perhaps twice (after a wait).
-type FileCall<T> = Arc<dyn Fn(&Actor) -> crate::Result<T> + Send + Sync>;
+/// A file operation as the tools run it: at once (no call hold given), or
+/// inside the call reservation it waited for.
+type FileCall<T> = Arc<dyn Fn(&Actor, Option<&mut Reservation>) -> crate::Result<T> + Send + Sync>;
 
-/// Runs a `Files` operation on a blocking thread (file operations block on
-/// I/O and, with `Config::file_op_wait`, on admission).
-async fn blocking<T: Send + 'static>(actor: &Arc<Actor>, op: &FileCall<T>) -> crate::Result<T> {
+/// The actor's file tools, inside `call` when the operation waited for one.
+pub(super) fn files<'a>(actor: &'a Actor, call: Option<&'a mut Reservation>) -> crate::Files<'a> {
+    match call {
+        Some(call) => actor.files().within(call),
+        None => actor.files(),
+    }
+}
+
+/// A call hold on `targets` for an operation that is not a `Files` one:
+/// added to `call` when the operation waited for one, else its own,
+/// try-only.
+pub(super) fn call_hold(
+    actor: &Actor,
+    call: Option<&mut Reservation>,
+    targets: Vec<Target>,
+    label: &str,
+) -> crate::Result<Option<Reservation>> {
+    match call {
+        Some(call) => call.extend(targets).map(|()| None),
+        None => actor.request(targets).label(label).try_admit().map(Some),
+    }
+}
+
+/// Runs a file operation on a blocking thread (file operations block on
+/// I/O and, with `Config::file_op_wait`, on admission); `call` goes with it
+/// and is released when the operation is done.
+///
+/// (Running it in place on the async worker with `block_in_place` instead
+/// saved no time in `cargo bench --bench mcp` and cost more CPU: see
+/// docs/PERFORMANCE.md.)
+async fn blocking<T: Send + 'static>(
+    actor: &Arc<Actor>,
+    op: &FileCall<T>,
+    call: Option<Reservation>,
+) -> crate::Result<T> {
     let (actor, op) = (actor.clone(), op.clone());
-    match tokio::task::spawn_blocking(move || op(&actor)).await {
+    let run = move || {
+        let mut call = call;
+        op(&actor, call.as_mut())
+    };
+    match tokio::task::spawn_blocking(run).await {
         Ok(result) => result,
         Err(e) => Err(Error::io(
             "run the tool",
@@ -304,55 +341,54 @@ async fn blocking<T: Send + 'static>(actor: &Arc<Actor>, op: &FileCall<T>) -> cr
     }
 }
 
+/// Whether an operation changes its paths or only reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    /// A read: it waits only for writes in progress.
+    Read,
+    /// A write: it waits for everything on its paths.
+    Write,
+}
+
 /// Runs a file operation; when it finds a path busy, waits up to the call
-/// wait for the paths and tries again.
+/// wait for the paths and runs it once more.
 ///
-/// A write waits by taking a fence on its paths (`fence_wait`): the fence
-/// covers this actor's own call, so once it is granted nobody can slip in
-/// between the wait and the write, and the wait is fair and joins deadlock
-/// detection like any other. A read waits for a shared call hold and drops
-/// it before reading again: it only ever waits for a write in progress.
+/// The wait is for a call reservation on the paths (exclusive for a write,
+/// shared for a read), in the queue with every other request: fair, part of
+/// deadlock detection, cancelled with the tool call. Once it is granted the
+/// operation runs inside it, so nobody can slip in between the wait and the
+/// operation, and a write waits out reads in progress as well as writes and
+/// other agents' reservations. When the wait runs out, one last try-only
+/// attempt answers: `Busy` naming whoever holds the path then.
 pub(super) async fn with_wait<T: Send + 'static>(
     server: &ToolServer,
     actor: &Arc<Actor>,
     paths: &[&str],
-    write: bool,
-    op: impl Fn(&Actor) -> crate::Result<T> + Send + Sync + 'static,
+    access: Access,
+    op: impl Fn(&Actor, Option<&mut Reservation>) -> crate::Result<T> + Send + Sync + 'static,
 ) -> crate::Result<T> {
     let op: FileCall<T> = Arc::new(op);
-    let wait = server.session.opts.call_wait;
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        let busy = match blocking(actor, &op).await {
-            Err(Error::Busy(busy)) => busy,
-            other => return other,
-        };
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() {
-            return Err(Error::Busy(busy));
-        }
-        if write {
-            let fence = actor
-                .request(paths.iter().copied())
-                .label("waiting to write")
-                .fence_wait_timeout(left)
-                .await;
-            return match fence {
-                Ok(fence) => {
-                    let result = blocking(actor, &op).await;
-                    drop(fence);
-                    result
-                }
-                Err(Error::Timeout { .. }) => Err(Error::Busy(busy)),
-                Err(e) => Err(e),
-            };
-        }
-        let targets: Vec<Target> = paths.iter().map(|p| Target::file(*p).shared()).collect();
-        match actor.request(targets).admit_timeout(left).await {
-            Ok(hold) => drop(hold),
-            Err(Error::Timeout { .. }) => return Err(Error::Busy(busy)),
-            Err(e) => return Err(e),
-        }
+    match blocking(actor, &op, None).await {
+        Err(Error::Busy(_)) => {}
+        other => return other,
+    }
+    let targets = paths.iter().map(|p| match access {
+        Access::Read => Target::file(*p).shared(),
+        Access::Write => Target::file(*p),
+    });
+    let label = match access {
+        Access::Read => "waiting to read",
+        Access::Write => "waiting to write",
+    };
+    let waited = actor
+        .request(targets)
+        .label(label)
+        .admit_timeout(server.session.opts.call_wait)
+        .await;
+    match waited {
+        Ok(call) => blocking(actor, &op, Some(call)).await,
+        Err(Error::Timeout { .. }) => blocking(actor, &op, None).await,
+        Err(e) => Err(e),
     }
 }
 
@@ -495,8 +531,8 @@ pub(super) async fn write_whole(
     content: String,
 ) -> crate::Result<Receipt> {
     let p = path.to_string();
-    with_wait(server, actor, &[path], true, move |a| {
-        a.files().write(&p, content.as_bytes())
+    with_wait(server, actor, &[path], Access::Write, move |a, call| {
+        files(a, call).write(&p, content.as_bytes())
     })
     .await
 }
@@ -508,7 +544,10 @@ pub(super) async fn read_whole(
     path: &str,
 ) -> crate::Result<(Vec<u8>, crate::ReadMark)> {
     let p = path.to_string();
-    with_wait(server, actor, &[path], false, move |a| a.files().read(&p)).await
+    with_wait(server, actor, &[path], Access::Read, move |a, call| {
+        files(a, call).read(&p)
+    })
+    .await
 }
 
 async fn edit_file(
@@ -539,11 +578,11 @@ async fn edit_file(
         ));
     }
     let p = path.clone();
-    let receipt = with_wait(server, actor, &[&path], true, move |a| {
+    let receipt = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
         if all {
-            a.files().replace_all(&p, &old, &new)
+            files(a, call).replace_all(&p, &old, &new)
         } else {
-            a.files().replace(&p, &old, &new)
+            files(a, call).replace(&p, &old, &new)
         }
     })
     .await?;
@@ -559,8 +598,8 @@ async fn append_file(
     let path = args.path("path")?;
     let content = args.string("content")?;
     let p = path.clone();
-    let receipt = with_wait(server, actor, &[&path], true, move |a| {
-        a.files().append(&p, content.as_bytes())
+    let receipt = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
+        files(a, call).append(&p, content.as_bytes())
     })
     .await?;
     Ok(done(actor, &receipt))
@@ -574,7 +613,10 @@ async fn delete_file(
     let args = Args::new("delete_file", arguments, &["path"])?;
     let path = args.path("path")?;
     let p = path.clone();
-    let receipt = with_wait(server, actor, &[&path], true, move |a| a.files().delete(&p)).await?;
+    let receipt = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
+        files(a, call).delete(&p)
+    })
+    .await?;
     Ok(done(actor, &receipt))
 }
 
@@ -587,9 +629,13 @@ async fn move_file(
     let from = args.path("from")?;
     let to = args.path("to")?;
     let (f, t) = (from.clone(), to.clone());
-    let receipt = with_wait(server, actor, &[&from, &to], true, move |a| {
-        a.files().rename(&f, &t)
-    })
+    let receipt = with_wait(
+        server,
+        actor,
+        &[&from, &to],
+        Access::Write,
+        move |a, call| files(a, call).rename(&f, &t),
+    )
     .await?;
     Ok(done(actor, &receipt))
 }

@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq as _;
 use crate::{Error, ProtocolError, Result};
 
 /// Who is calling.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Caller {
     /// The session token: may do everything.
     Session,

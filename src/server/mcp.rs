@@ -11,10 +11,17 @@
 //! silence, ends it, and with it its actor (when owned) and every
 //! reservation it made.
 //!
+//! An MCP session belongs to the token that opened it: a request naming the
+//! session (`Mcp-Session-Id`) with any other token, even a valid one (another
+//! actor's, or the session token on an actor's session), is refused with 403
+//! and reaches nothing, so a leaked session id gives no one else the
+//! session's actor or its reservations.
+//!
 //! The session's tool set is the server's (`--mcp-tools`) unless the URL
 //! that opens it asks for one: `/mcp?tools=filesystem` serves the reference
 //! filesystem server's tools (`writ mcp --tools filesystem` bridges so).
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
@@ -24,6 +31,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::any;
 use http_body_util::BodyExt as _;
+use parking_lot::Mutex;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -32,21 +40,39 @@ use super::rpc::App;
 use crate::mcp::{Identity, SessionActor, SessionStart, ToolOptions, ToolServer, ToolSet};
 use crate::{Error, Grant, Result};
 
+/// The header that names an MCP session.
+const SESSION_ID: &str = "mcp-session-id";
+
 /// Adds `/mcp` to the server's routes.
 pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<Arc<App>>> {
-    let service = service(app)?;
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(app.ttl);
+    let sessions = Arc::new(sessions);
+    let mcp = Arc::new(Mcp {
+        service: service(app, sessions.clone())?,
+        sessions,
+        owners: Mutex::default(),
+    });
     Ok(router.route(
         "/mcp",
         any(move |State(app): State<Arc<App>>, request: Request| {
-            let service = service.clone();
-            async move { handle(&app, &service, request).await }
+            let mcp = mcp.clone();
+            async move { mcp.handle(&app, request).await }
         }),
     ))
 }
 
 type Service = StreamableHttpService<ToolServer, LocalSessionManager>;
 
-fn service(app: &Arc<App>) -> Result<Service> {
+/// `/mcp`: rmcp's service, and who opened each of its sessions.
+struct Mcp {
+    service: Service,
+    sessions: Arc<LocalSessionManager>,
+    /// The caller whose token opened each session, by session id.
+    owners: Mutex<HashMap<String, Caller>>,
+}
+
+fn service(app: &Arc<App>, sessions: Arc<LocalSessionManager>) -> Result<Service> {
     // Session-token sessions get children of one root actor, so the dump
     // shows them together and their names are made unique in one place. It
     // is made with the first such session: a server no MCP client uses shows
@@ -95,12 +121,10 @@ fn service(app: &Arc<App>) -> Result<Service> {
     let opts = ToolOptions::default()
         .call_wait(app.call_wait)
         .tools(app.mcp_tools);
-    let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(app.ttl);
     let config = StreamableHttpServerConfig::default().with_max_request_body_bytes(app.max_body);
     Ok(StreamableHttpService::new(
         move || Ok(ToolServer::new(identity.clone(), opts.clone())),
-        Arc::new(sessions),
+        sessions,
         config,
     ))
 }
@@ -116,34 +140,75 @@ fn asked_tools(uri: &axum::http::Uri) -> std::result::Result<Option<ToolSet>, St
         .transpose()
 }
 
-async fn handle(app: &App, service: &Service, request: Request) -> Response {
-    let headers = request.headers();
-    if !auth::origin_allowed(headers) {
-        let e = Error::Forbidden {
-            reason: "requests from a non-loopback Origin are refused".into(),
+impl Mcp {
+    async fn handle(&self, app: &App, request: Request) -> Response {
+        let headers = request.headers();
+        if !auth::origin_allowed(headers) {
+            let e = Error::Forbidden {
+                reason: "requests from a non-loopback Origin are refused".into(),
+            };
+            return auth::refuse(StatusCode::FORBIDDEN, &e);
+        }
+        // Every request is authenticated (an actor token renews its lease),
+        // not only the one that opens the session.
+        let caller = match app.authenticate(auth::bearer(headers)) {
+            Ok(caller) => caller,
+            Err(e) => return auth::refuse(StatusCode::UNAUTHORIZED, &e),
         };
-        return auth::refuse(StatusCode::FORBIDDEN, &e);
+        let session = headers
+            .get(SESSION_ID)
+            .map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned());
+        if let Some(id) = &session {
+            // A session unknown here is unknown to rmcp too (it is recorded
+            // before its id is sent), which answers 404.
+            if self
+                .owners
+                .lock()
+                .get(id)
+                .is_some_and(|owner| *owner != caller)
+            {
+                let e = Error::Forbidden {
+                    reason: "this MCP session was opened with another token; use that token, \
+                             or open a session of your own"
+                        .into(),
+                };
+                return auth::refuse(StatusCode::FORBIDDEN, &e);
+            }
+        }
+        let method = request.method().clone();
+        let response = self.service.handle(request).await;
+        match (&session, method) {
+            (None, axum::http::Method::POST) => self.opened(&response, caller).await,
+            (Some(id), axum::http::Method::DELETE) if response.status().is_success() => {
+                self.owners.lock().remove(id);
+            }
+            (_, axum::http::Method::POST) => {}
+            // GET opens the session's long-lived event stream: stream it.
+            _ => return response.map(Body::new),
+        }
+        // A POST is answered with a short SSE stream that ends with the reply
+        // (writ's tools send nothing before it). Sent as it is produced, its
+        // last piece (the end of the chunked body) waits for the client's
+        // delayed ACK behind the event before it (Nagle's algorithm on the
+        // accepted socket): tens of milliseconds per tool call on a
+        // kept-alive connection. Collected first, it leaves in one write.
+        let (parts, body) = response.into_parts();
+        match body.collect().await {
+            Ok(body) => Response::from_parts(parts, Body::from(body.to_bytes())),
+            Err(never) => match never {},
+        }
     }
-    // Every request is authenticated (an actor token renews its lease), not
-    // only the one that opens the session.
-    if let Err(e) = app.authenticate(auth::bearer(headers)) {
-        return auth::refuse(StatusCode::UNAUTHORIZED, &e);
-    }
-    let post = request.method() == axum::http::Method::POST;
-    let response = service.handle(request).await;
-    if !post {
-        // GET opens the session's long-lived event stream: stream it.
-        return response.map(Body::new);
-    }
-    // A POST is answered with a short SSE stream that ends with the reply
-    // (writ's tools send nothing before it). Sent as it is produced, its
-    // last piece (the end of the chunked body) waits for the client's
-    // delayed ACK behind the event before it (Nagle's algorithm on the
-    // accepted socket): tens of milliseconds per tool call on a kept-alive
-    // connection. Collected first, it leaves in one write.
-    let (parts, body) = response.into_parts();
-    match body.collect().await {
-        Ok(body) => Response::from_parts(parts, Body::from(body.to_bytes())),
-        Err(never) => match never {},
+
+    /// Records who opened the session a POST without a session id opened
+    /// (if it did), and forgets the sessions that have ended since.
+    async fn opened<B>(&self, response: &axum::http::Response<B>, caller: Caller) {
+        let Some(id) = response.headers().get(SESSION_ID) else {
+            return;
+        };
+        let id = String::from_utf8_lossy(id.as_bytes()).into_owned();
+        let live = self.sessions.sessions.read().await;
+        let mut owners = self.owners.lock();
+        owners.retain(|known, _| live.contains_key(known.as_str()));
+        owners.insert(id, caller);
     }
 }

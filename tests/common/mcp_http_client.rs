@@ -61,17 +61,26 @@ impl McpHttp {
         }
     }
 
-    /// POSTs one JSON-RPC message on this client's session (if any).
-    pub async fn post(&self, message: &Value) -> Reply {
-        let mut request = hyper::Request::post(self.url.as_str())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
+    /// A request to the endpoint with this client's token, protocol and
+    /// session (if any).
+    fn on_session(&self, method: hyper::Method) -> hyper::http::request::Builder {
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(self.url.as_str())
             .header("authorization", format!("Bearer {}", self.token))
             .header("mcp-protocol-version", PROTOCOL);
-        if let Some(session) = &self.session {
-            request = request.header("mcp-session-id", session);
+        match &self.session {
+            Some(session) => request.header("mcp-session-id", session),
+            None => request,
         }
-        let request = request
+    }
+
+    /// POSTs one JSON-RPC message on this client's session (if any).
+    pub async fn post(&self, message: &Value) -> Reply {
+        let request = self
+            .on_session(hyper::Method::POST)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
             .body(Full::new(Bytes::from(message.to_string())))
             .unwrap_or_else(|e| panic!("request: {e}"));
         let response = self
@@ -155,20 +164,46 @@ impl McpHttp {
         (result["isError"].as_bool().unwrap_or(false), text)
     }
 
-    /// Ends the session (HTTP DELETE).
-    pub async fn close(&mut self) -> StatusCode {
-        let Some(session) = self.session.take() else {
-            return StatusCode::OK;
-        };
-        let request = hyper::Request::delete(self.url.as_str())
-            .header("authorization", format!("Bearer {}", self.token))
-            .header("mcp-session-id", session)
+    /// The same session with another bearer token (an attacker who learned
+    /// the session id).
+    #[allow(dead_code)] // the benchmark shares this file and attacks nothing
+    pub fn with_token(&self, token: &str) -> Self {
+        McpHttp {
+            token: token.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// Sends a bodiless request on the session; returns its status (the
+    /// body, an event stream for GET, is dropped).
+    async fn bodiless(&self, method: hyper::Method, accept: &str) -> StatusCode {
+        let request = self
+            .on_session(method.clone())
+            .header("accept", accept)
             .body(Full::new(Bytes::new()))
             .unwrap_or_else(|e| panic!("request: {e}"));
         self.client
             .request(request)
             .await
             .map(|r| r.status())
-            .unwrap_or_else(|e| panic!("DELETE {}: {e}", self.url))
+            .unwrap_or_else(|e| panic!("{method} {}: {e}", self.url))
+    }
+
+    /// Opens the session's event stream (HTTP GET) and returns its status.
+    #[allow(dead_code)] // the benchmark shares this file and attacks nothing
+    pub async fn listen(&self) -> StatusCode {
+        self.bodiless(hyper::Method::GET, "text/event-stream").await
+    }
+
+    /// Ends the session (HTTP DELETE).
+    pub async fn close(&mut self) -> StatusCode {
+        if self.session.is_none() {
+            return StatusCode::OK;
+        }
+        let status = self
+            .bodiless(hyper::Method::DELETE, "application/json, text/event-stream")
+            .await;
+        self.session = None;
+        status
     }
 }

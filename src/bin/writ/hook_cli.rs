@@ -171,6 +171,20 @@ fn sha256_of(path: &Path) -> Option<String> {
     )
 }
 
+/// A session with the first of `urls` that answers (a socket that does not
+/// answer falls back to the next), or the last one's error.
+async fn connect(urls: &[String], token: &str) -> Result<writ::remote::Session, String> {
+    let mut last = "no server address".to_string();
+    for url in urls {
+        match writ::remote::Session::connect(url, token).await {
+            Ok(session) => return Ok(session),
+            Err(writ::Error::Unavailable { reason }) => last = reason,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err(last)
+}
+
 /// A name fit for a file and an actor: the session id's safe characters.
 fn short(session: &str) -> String {
     let safe: String = session
@@ -203,9 +217,11 @@ async fn handle(args: &ClaudeCode, event: &Event) -> Result<Option<String>, Stri
         .unwrap_or_else(|| PathBuf::from("."));
     let root = root.canonicalize().unwrap_or(root);
     let state_dir = args.state_dir.clone().unwrap_or_else(|| root.join(".writ"));
-    let (url, token) = match &args.url {
+    // Where to reach the server, best first: a discovery file's socket
+    // before its URL, as the client libraries do.
+    let (urls, token) = match &args.url {
         Some(url) => (
-            url.clone(),
+            vec![url.clone()],
             args.token
                 .clone()
                 .or_else(|| std::env::var("WRIT_TOKEN").ok())
@@ -214,7 +230,8 @@ async fn handle(args: &ClaudeCode, event: &Event) -> Result<Option<String>, Stri
         None => {
             let found = writ::server::read_discovery(&state_dir.join("serve.json"))
                 .map_err(|e| format!("no writ serve for {}: {e}", root.display()))?;
-            (found.url, found.token)
+            let socket = found.socket.map(|s| format!("unix:{}", s.display()));
+            (socket.into_iter().chain([found.url]).collect(), found.token)
         }
     };
     let store = state_dir
@@ -224,9 +241,7 @@ async fn handle(args: &ClaudeCode, event: &Event) -> Result<Option<String>, Stri
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default();
-    let session = writ::remote::Session::connect(&url, &token)
-        .await
-        .map_err(|e| e.to_string())?;
+    let session = connect(&urls, &token).await?;
     let ttl = Duration::try_from_secs_f64(args.hook_ttl).unwrap_or(Duration::from_secs(60));
     release_expired(&session, &mut state, ttl).await;
     let decision = match (event.hook_event_name.as_str(), is_write, path) {
