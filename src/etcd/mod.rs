@@ -868,24 +868,33 @@ impl Table {
 
     /// Looks up a live actor, wherever it was created.
     pub async fn actor(&self, id: ActorId) -> Result<ActorRef> {
-        let got = self
-            .client()
-            .get(self.layout().actor(id.0), None)
-            .await
-            .map_err(unavailable)?;
         let unknown = || Error::UnknownActor {
             actor: id.0.to_string(),
         };
-        let kv = got.kvs().first().ok_or_else(unknown)?;
-        let record: ActorRecord = serde_json::from_slice(kv.value()).map_err(|_| unknown())?;
+        let (record, created): (ActorRecord, i64) =
+            self.record(self.layout().actor(id.0), unknown).await?;
         Ok(ActorRef {
             id,
             name: record.name,
             lineage: record.lineage.into(),
             lease: LeaseId(record.lease),
             root: PathBuf::from(record.root),
-            revision: kv.create_revision(),
+            revision: created,
         })
+    }
+
+    /// Reads one record and its create revision; a missing or unreadable
+    /// record is `unknown()` (a key under the session's prefix that does not
+    /// decode was not written by a table).
+    async fn record<T: serde::de::DeserializeOwned>(
+        &self,
+        key: Vec<u8>,
+        unknown: impl Fn() -> Error,
+    ) -> Result<(T, i64)> {
+        let got = self.client().get(key, None).await.map_err(unavailable)?;
+        let kv = got.kvs().first().ok_or_else(&unknown)?;
+        let record = serde_json::from_slice(kv.value()).map_err(|_| unknown())?;
+        Ok((record, kv.create_revision()))
     }
 
     /// Drops an actor: releases its fences (each atomically) and deletes
@@ -1439,16 +1448,10 @@ impl Table {
     pub async fn release(&self, hold: HoldId) -> Result<()> {
         let layout = self.layout();
         let key = layout.hold(hold.0);
-        let got = self
-            .client()
-            .get(key.clone(), None)
-            .await
-            .map_err(unavailable)?;
         let unknown = || Error::UnknownHold {
             hold: hold.0.to_string(),
         };
-        let kv = got.kvs().first().ok_or_else(unknown)?;
-        let record: ClaimRecord = serde_json::from_slice(kv.value()).map_err(|_| unknown())?;
+        let (record, created): (ClaimRecord, i64) = self.record(key.clone(), unknown).await?;
         let mut deletes = vec![TxnOp::delete(key.clone(), None)];
         if HoldKind::from(record.meta.kind) == HoldKind::Fence {
             deletes.push(TxnOp::delete(layout.fence(record.meta.owner, hold.0), None));
@@ -1456,9 +1459,7 @@ impl Table {
         for (k, _) in record.keys() {
             deletes.push(TxnOp::delete(layout.entry(&k, Owner::Hold(hold.0)), None));
         }
-        let txn = Txn::new()
-            .when([still(key, kv.create_revision())])
-            .and_then(deletes);
+        let txn = Txn::new().when([still(key, created)]).and_then(deletes);
         let done = self.client().txn(txn).await.map_err(unavailable)?;
         if done.succeeded() {
             Ok(())
