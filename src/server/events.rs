@@ -22,7 +22,7 @@
 //! so none in a log or a browser history.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -183,7 +183,7 @@ impl Reader {
                 _ = stop.wait_for(|s| *s) => return None,
             }
         }
-        let mut chunk = String::new();
+        let mut chunk = Vec::new();
         let mut next = Some(first);
         let mut count = 0;
         while let Some(event) = next {
@@ -191,11 +191,17 @@ impl Reader {
             // fell behind the ring while connected: it is told, then dropped.
             let lagged = !self.may_gap && matches!(event.kind, EventKind::Gap { .. });
             self.may_gap = false;
-            let data = serde_json::to_string(&*event).unwrap_or_else(|e| {
-                json!({"seq": event.seq, "kind": "error", "message": e.to_string()}).to_string()
-            });
-            // Compact JSON has no newline, so one `data:` line carries it.
-            let _ = write!(chunk, "id: {}\ndata: {data}\n\n", event.seq);
+            // Serialized straight into the chunk: compact JSON has no
+            // newline, so one `data:` line carries it.
+            // Writing into a `Vec` cannot fail.
+            let _ = write!(chunk, "id: {}\ndata: ", event.seq);
+            let start = chunk.len();
+            if let Err(e) = serde_json::to_writer(&mut chunk, &*event) {
+                chunk.truncate(start);
+                let error = json!({"seq": event.seq, "kind": "error", "message": e.to_string()});
+                chunk.extend_from_slice(error.to_string().as_bytes());
+            }
+            chunk.extend_from_slice(b"\n\n");
             count += 1;
             if lagged {
                 self.done = true;
