@@ -752,6 +752,22 @@ impl Table {
         &self.inner.layout
     }
 
+    /// Runs one transaction of an admission of `ops` operations: etcd's
+    /// refusal of a lapsed `lease` or of more than `limit` operations
+    /// becomes writ's error for it.
+    async fn admission_txn(
+        &self,
+        txn: Txn,
+        lease: Option<LeaseId>,
+        ops: usize,
+        limit: usize,
+    ) -> Result<TxnResponse> {
+        self.client()
+            .txn(txn)
+            .await
+            .map_err(|e| etcd_error(e, lease, ops, limit))
+    }
+
     /// A fresh id: this table's instance number, then its own counter.
     fn next_id(&self) -> Result<u64> {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
@@ -1085,10 +1101,8 @@ impl Table {
         let mut reads: Vec<TxnOp> = admission.ranges.iter().map(|r| prefix_get(r)).collect();
         reads.push(TxnOp::get(actor_key.clone(), None));
         let read = self
-            .client()
-            .txn(Txn::new().and_then(reads))
-            .await
-            .map_err(|e| etcd_error(e, None, ops, limit))?;
+            .admission_txn(Txn::new().and_then(reads), None, ops, limit)
+            .await?;
         let revision = revision_of(&read);
         let mut ranges = ranges_of(&read);
         let actor_alive = ranges.pop().is_some_and(|kvs| !kvs.is_empty());
@@ -1239,10 +1253,8 @@ impl Table {
         }
         let txn = Txn::new().when(compares).and_then(writes);
         let done = self
-            .client()
-            .txn(txn)
-            .await
-            .map_err(|e| etcd_error(e, Some(actor.lease), ops, limit))?;
+            .admission_txn(txn, Some(actor.lease), ops, limit)
+            .await?;
         if !done.succeeded() {
             return Ok(Step::Raced);
         }
@@ -1281,10 +1293,8 @@ impl Table {
             .when([still(layout.actor(actor.id.0), actor.revision)])
             .and_then(writes);
         let done = self
-            .client()
-            .txn(txn)
-            .await
-            .map_err(|e| etcd_error(e, Some(actor.lease), ops, limit))?;
+            .admission_txn(txn, Some(actor.lease), ops, limit)
+            .await?;
         if !done.succeeded() {
             return Err(Error::UnknownActor {
                 actor: actor.id.0.to_string(),
