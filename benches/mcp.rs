@@ -3,12 +3,14 @@
 //! same run.
 //!
 //! - `mcp_write`: one `write_file` of 4 KiB through an MCP session (one
-//!   `tools/call` POST, answered as an SSE stream), against the same
-//!   `Files::write` in process (called directly, handed to the blocking pool
-//!   as the tools run it, or run in place on an async worker) and against a
-//!   bare HTTP round trip on the same
-//!   stack (axum server, hyper-util client, one kept-alive connection)
-//!   carrying the same request body, echoed back — and a small one.
+//!   `tools/call` POST, answered with one JSON reply), against the same
+//!   `Files::write` in process (called directly, handed to the blocking
+//!   pool, or run in place on an async worker as the tools run it) and
+//!   against a bare HTTP round trip on the same stack (axum server,
+//!   hyper-util client, one kept-alive connection) carrying the same
+//!   request body, echoed back — and a small one. After criterion's
+//!   groups, the target's ratio is measured again with the three taken in
+//!   turn, round after round (`interleaved`).
 //!   Both writers use the same configuration (no history, `Durability::Process`,
 //!   marks refreshed on write so that the same file can be rewritten without
 //!   a read in between).
@@ -83,6 +85,60 @@ fn content() -> String {
     line.repeat(4096 / line.len())
 }
 
+/// One kept-alive HTTP client and the echo endpoint it talks to.
+struct Echo {
+    client: Client<HttpConnector, Full<Bytes>>,
+    url: String,
+}
+
+impl Echo {
+    async fn start() -> Self {
+        let url = echo_server().await;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        Echo {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            url,
+        }
+    }
+
+    /// `iters` round trips carrying `body` there and back.
+    async fn time(&self, body: &Bytes, iters: u64) -> Duration {
+        let start = Instant::now();
+        for _ in 0..iters {
+            let request = hyper::Request::post(self.url.as_str())
+                .header("content-type", "application/json")
+                .body(Full::new(body.clone()))
+                .unwrap();
+            let response = self.client.request(request).await.unwrap();
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            black_box(bytes);
+        }
+        start.elapsed()
+    }
+}
+
+/// `iters` in-process writes of `data`.
+fn time_in_process(actor: &writ::Actor, data: &str, iters: u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        black_box(actor.files().write("local.txt", data).unwrap());
+    }
+    start.elapsed()
+}
+
+/// `iters` `write_file` calls of `data` on an MCP session.
+async fn time_mcp(client: &mut McpHttp, data: &str, iters: u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        let (error, text) = client
+            .call("write_file", json!({"path": "mcp.txt", "content": data}))
+            .await;
+        assert!(!error, "{text}");
+    }
+    start.elapsed()
+}
+
 fn mcp_write(c: &mut Criterion) {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
@@ -99,11 +155,12 @@ fn mcp_write(c: &mut Criterion) {
     let local = sched.actor("bench", Grant::workspace(&root)).unwrap();
     local.files().write("local.txt", &data).unwrap();
     group.bench_function("in_process", |b| {
-        b.iter(|| black_box(local.files().write("local.txt", &data).unwrap()))
+        b.iter_custom(|iters| time_in_process(&local, &data, iters))
     });
 
-    // The same write handed to tokio's blocking pool and awaited, as an
-    // async server must run a blocking file operation: the thread hop alone.
+    // The same write handed to tokio's blocking pool and awaited, and run
+    // in place on an async worker (`block_in_place`, as the tools run it):
+    // what each way of leaving the async threads costs.
     let shared = std::sync::Arc::new(local);
     group.bench_function("in_process_spawn_blocking", |b| {
         b.iter_custom(|iters| {
@@ -122,10 +179,6 @@ fn mcp_write(c: &mut Criterion) {
             })
         })
     });
-
-    // The same write run on the async worker that awaits it, which hands
-    // its other tasks over meanwhile (`block_in_place`): the alternative to
-    // the blocking pool that the MCP tools were measured with.
     group.bench_function("in_process_block_in_place", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
@@ -151,25 +204,11 @@ fn mcp_write(c: &mut Criterion) {
         let server = start(&root).await;
         let mut client = McpHttp::new(&format!("{}/mcp", server.url()), server.token());
         assert_eq!(client.initialize("bench").await.status, 200);
-        let (error, text) = client
-            .call("write_file", json!({"path": "mcp.txt", "content": data}))
-            .await;
-        assert!(!error, "{text}");
+        time_mcp(&mut client, &data, 1).await;
         (server, client)
     });
     group.bench_function("mcp_write_file", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    let (error, text) = client
-                        .call("write_file", json!({"path": "mcp.txt", "content": data}))
-                        .await;
-                    assert!(!error, "{text}");
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| rt.block_on(time_mcp(&mut client, &data, iters)))
     });
 
     // The same session's round trip with no tool behind it: what the MCP
@@ -187,14 +226,7 @@ fn mcp_write(c: &mut Criterion) {
         })
     });
 
-    let (echo, url) = rt.block_on(async {
-        let url = echo_server().await;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build(connector);
-        (client, url)
-    });
+    let echo = rt.block_on(Echo::start());
     // The MCP request's own bytes, and a small request.
     let big = Bytes::from(
         json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -202,30 +234,55 @@ fn mcp_write(c: &mut Criterion) {
         .to_string(),
     );
     let small = Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"Wrote mcp.txt"}]}}"#);
-    for (name, body) in [("http_echo_4k", big), ("http_echo_small", small)] {
+    for (name, body) in [("http_echo_4k", &big), ("http_echo_small", &small)] {
         group.bench_function(name, |b| {
-            b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        let request = hyper::Request::post(url.as_str())
-                            .header("content-type", "application/json")
-                            .body(Full::new(body.clone()))
-                            .unwrap();
-                        let response = echo.request(request).await.unwrap();
-                        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-                        black_box(bytes);
-                    }
-                    start.elapsed()
-                })
-            })
+            b.iter_custom(|iters| rt.block_on(echo.time(body, iters)))
         });
     }
     group.finish();
+    interleaved(&rt, &shared, &data, &mut client, &echo, &big);
     rt.block_on(async move {
         client.close().await;
         server.shutdown().await;
     });
+}
+
+/// The target's ratio, M ÷ (A + B), measured in rounds that take A, B and M
+/// one after the other (`WRIT_MCP_ROUNDS`, default 15; 0 skips it): load
+/// that comes and goes during a run then weighs on all three alike, where
+/// criterion's groups, minutes apart, each meet their own.
+fn interleaved(
+    rt: &tokio::runtime::Runtime,
+    local: &writ::Actor,
+    data: &str,
+    client: &mut McpHttp,
+    echo: &Echo,
+    body: &Bytes,
+) {
+    let rounds: usize = std::env::var("WRIT_MCP_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(15);
+    if rounds == 0 {
+        return;
+    }
+    const ITERS: u64 = 300;
+    let per_call = |d: Duration| d.as_secs_f64() * 1e6 / ITERS as f64;
+    let mut seen = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let a = per_call(time_in_process(local, data, ITERS));
+        let b = per_call(rt.block_on(echo.time(body, ITERS)));
+        let m = per_call(rt.block_on(time_mcp(client, data, ITERS)));
+        seen.push((m / (a + b), a, b, m));
+    }
+    seen.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let (ratio, a, b, m) = seen[rounds / 2];
+    println!(
+        "mcp_write interleaved ({rounds} rounds of {ITERS} calls each): median round A {a:.1} µs, \
+         B {b:.1} µs, M {m:.1} µs; M ÷ (A + B) median {ratio:.2} (min {:.2}, max {:.2}; target ≤ 1.5)",
+        seen[0].0,
+        seen[rounds - 1].0
+    );
 }
 
 /// A random number generator good enough to pick files (xorshift).

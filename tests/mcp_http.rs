@@ -876,3 +876,199 @@ fn claude_code_hook_writes_are_history_a_rewind_restores_and_later_edits_conflic
         server.shutdown().await;
     });
 }
+
+/// `/mcp` answers a session's `tools/call` itself, as one JSON reply; the
+/// other requests keep rmcp's answer (an SSE stream). Both carry the same
+/// JSON-RPC reply, so a client cannot tell them apart by content.
+#[test]
+fn tool_calls_are_answered_as_json_and_the_rest_as_rmcp_does() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let mut client =
+            http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
+        assert_eq!(client.initialize("json").await.status, 200);
+        let content_type = |reply: &http_client::Reply| {
+            reply
+                .headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let reply = client
+            .request(
+                "tools/call",
+                json!({"name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}}),
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(content_type(&reply), "application/json", "{}", reply.body);
+        let message: Value = serde_json::from_str(&reply.body)
+            .unwrap_or_else(|e| panic!("one JSON reply: {e}: {}", reply.body));
+        assert_eq!(message["jsonrpc"], "2.0");
+        assert_eq!(message["id"], 1);
+        assert_eq!(message["result"]["isError"], false, "{message}");
+        assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap_or_default(), "a\n");
+        // A refusal is a result too, never a protocol error.
+        let reply = client
+            .request("tools/call", json!({"name": "write_file", "arguments": {"path": "../x"}}))
+            .await;
+        let message = reply.message().unwrap_or_else(|| panic!("{}", reply.body));
+        assert_eq!(message["result"]["isError"], true, "{message}");
+        assert_eq!(message["id"], 2);
+        // A string id comes back as it was sent.
+        let reply = client
+            .post(&json!({"jsonrpc": "2.0", "id": "call-α", "method": "tools/call",
+                          "params": {"name": "writ_status", "arguments": {}}}))
+            .await;
+        assert_eq!(reply.message().map(|m| m["id"].clone()), Some(json!("call-α")));
+        for method in ["ping", "tools/list"] {
+            let reply = client.request(method, json!({})).await;
+            assert_eq!(reply.status, 200, "{method}: {}", reply.body);
+            assert_eq!(content_type(&reply), "text/event-stream", "{method}");
+            assert!(reply.message().is_some_and(|m| m.get("result").is_some()));
+        }
+        // Broken calls reach rmcp, which answers them as before: the server
+        // survives and the session goes on.
+        for broken in [
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"arguments": {}}}),
+            json!({"jsonrpc": "1.0", "id": 9, "method": "tools/call", "params": {"name": "writ_status"}}),
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": "nope"}),
+        ] {
+            let reply = client.post(&broken).await;
+            assert!(
+                reply.message().is_none_or(|m| m.get("result").is_none()),
+                "{broken} must not run a tool: {}",
+                reply.body
+            );
+        }
+        let (error, text) = client.call("read_file", json!({"path": "a.txt"})).await;
+        assert!(!error, "{text}");
+        client.close().await;
+        server.shutdown().await;
+    });
+}
+
+/// A `tools/call` waiting for a contested path stops when the client
+/// cancels it (`notifications/cancelled`): it leaves no waiter, writes
+/// nothing, and the session goes on.
+#[test]
+fn a_cancelled_tool_call_stops_waiting_and_writes_nothing() {
+    let (_dir, root) = workspace();
+    fs::write(root.join("notes.md"), "start\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let config = writ::Config::default().durability(writ::Durability::Process);
+        let server = Server::start(
+            Options::new(&root)
+                .config(config)
+                .call_wait(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        let holder = server
+            .scheduler()
+            .actor("holder", writ::Grant::workspace(&root))
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        let mut client =
+            http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
+        assert_eq!(client.initialize("writer").await.status, 200);
+        let hold = holder
+            .request([writ::Target::file("notes.md")])
+            .try_admit()
+            .unwrap_or_else(|e| panic!("hold: {e}"));
+        let writing = tokio::spawn({
+            let client = client.clone();
+            async move {
+                client
+                    .post(&json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call",
+                                  "params": {"name": "write_file",
+                                             "arguments": {"path": "notes.md", "content": "lost\n"}}}))
+                    .await
+            }
+        });
+        until(&server, "the write to wait", |d| {
+            d.waiters.iter().any(|w| w.actor == "writer")
+        })
+        .await;
+        let sent = client
+            .post(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                          "params": {"requestId": 41, "reason": "the user stopped it"}}))
+            .await;
+        assert_eq!(sent.status, 202, "{}", sent.body);
+        let reply = tokio::time::timeout(Duration::from_secs(10), writing)
+            .await
+            .unwrap_or_else(|_| panic!("a cancelled call must end long before its 60 s wait"))
+            .unwrap_or_else(|e| panic!("call: {e}"));
+        assert!(reply.message().is_none(), "no reply to a cancelled call: {}", reply.body);
+        let dump = server.scheduler().dump();
+        assert!(dump.waiters.is_empty(), "{dump}");
+        drop(hold);
+        let dump = server.scheduler().dump();
+        assert!(dump.holds.is_empty() && dump.waiters.is_empty(), "{dump}");
+        assert_eq!(fs::read_to_string(root.join("notes.md")).unwrap_or_default(), "start\n");
+        // Cancelling a call that already ended, or never existed, is harmless.
+        let sent = client
+            .post(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                          "params": {"requestId": 41}}))
+            .await;
+        assert!(sent.status.is_success(), "{}", sent.status);
+        let (error, text) = client.call("read_file", json!({"path": "notes.md"})).await;
+        assert!(!error, "{text}");
+        client.close().await;
+        drop(holder);
+        server.shutdown().await;
+    });
+}
+
+/// The MCP session is a lease: `--lease-ttl` after its last request it is
+/// closed, and its reservations with it; a session in use lives on however
+/// long it is used, whichever path answers its requests.
+#[test]
+fn an_idle_session_ends_after_the_lease_ttl_and_a_busy_one_lives_on() {
+    let (_dir, root) = workspace();
+    let ttl = Duration::from_millis(400);
+    runtime().block_on(async {
+        let config = writ::Config::default().durability(writ::Durability::Process);
+        let server = Server::start(Options::new(&root).config(config).lease_ttl(ttl))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let url = format!("{}/mcp", server.url());
+        let mut idle = http_client::McpHttp::new(&url, server.token());
+        let mut busy = http_client::McpHttp::new(&url, server.token());
+        assert_eq!(idle.initialize("idle").await.status, 200);
+        assert_eq!(busy.initialize("busy").await.status, 200);
+        let (error, text) = idle.call("reserve", json!({"paths": ["a/"]})).await;
+        assert!(!error, "{text}");
+        let (error, text) = busy.call("reserve", json!({"paths": ["b/"]})).await;
+        assert!(!error, "{text}");
+        // Time passing is the point here: the busy session calls (tools
+        // answered by /mcp, pings by rmcp) for three TTLs.
+        let start = std::time::Instant::now();
+        while start.elapsed() < ttl * 3 {
+            let (error, text) = busy.call("writ_status", json!({})).await;
+            assert!(!error, "{text}");
+            let reply = busy.request("ping", json!({})).await;
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            tokio::time::sleep(ttl / 4).await;
+        }
+        until(&server, "the idle session's reservation to go", |d| {
+            d.holds.iter().all(|h| h.actor != "idle")
+        })
+        .await;
+        let dump = server.scheduler().dump();
+        assert!(dump.holds.iter().any(|h| h.actor == "busy"), "{dump}");
+        let reply = idle
+            .request("tools/call", json!({"name": "writ_status"}))
+            .await;
+        assert_eq!(
+            reply.status, 404,
+            "a closed session is unknown: {}",
+            reply.body
+        );
+        let (error, text) = busy.call("writ_status", json!({})).await;
+        assert!(!error, "{text}");
+        busy.close().await;
+        server.shutdown().await;
+    });
+}

@@ -149,7 +149,7 @@ fn resolve(actor: &Actor, path: &str) -> Result<PathBuf, Failure> {
 async fn off_thread<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, Failure> + Send + 'static,
 ) -> Result<T, Failure> {
-    tokio::task::spawn_blocking(work)
+    super::off_async_threads(work)
         .await
         .map_err(|e| bad(format!("the tool failed: {e}")))?
 }

@@ -314,13 +314,8 @@ pub(super) fn call_hold(
     }
 }
 
-/// Runs a file operation on a blocking thread (file operations block on
-/// I/O and, with `Config::file_op_wait`, on admission); `call` goes with it
-/// and is released when the operation is done.
-///
-/// (Running it in place on the async worker with `block_in_place` instead
-/// saved no time in `cargo bench --bench mcp` and cost more CPU: see
-/// docs/PERFORMANCE.md.)
+/// Runs a file operation off the async threads (`off_async_threads`);
+/// `call` goes with it and is released when the operation is done.
 async fn blocking<T: Send + 'static>(
     actor: &Arc<Actor>,
     op: &FileCall<T>,
@@ -331,7 +326,7 @@ async fn blocking<T: Send + 'static>(
         let mut call = call;
         op(&actor, call.as_mut())
     };
-    match tokio::task::spawn_blocking(run).await {
+    match super::off_async_threads(run).await {
         Ok(result) => result,
         Err(e) => Err(Error::io(
             "run the tool",
@@ -655,7 +650,7 @@ async fn list_dir(
     };
     let limit = server.session.opts.list_entries;
     let shown_dir = shown(actor, &dir);
-    let listing = tokio::task::spawn_blocking(move || list(&dir, limit))
+    let listing = super::off_async_threads(move || list(&dir, limit))
         .await
         .map_err(|e| Failure::Bad(format!("list_dir failed: {e}")))?;
     match listing {

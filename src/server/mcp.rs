@@ -17,28 +17,51 @@
 //! and reaches nothing, so a leaked session id gives no one else the
 //! session's actor or its reservations.
 //!
+//! `tools/call` on an open session is answered by `/mcp` itself, as one
+//! JSON reply (`application/json`, which Streamable HTTP lets a server choose
+//! per request), straight from the session's tools: rmcp's session worker,
+//! its channels and its parse of the whole message cost more than the tool
+//! (docs/PERFORMANCE.md). Everything else, and any request this path is not
+//! sure of (a protocol revision with per-request headers, no
+//! `Content-Length`, JSON it cannot read), goes to rmcp unchanged. Because
+//! of that, rmcp does not see every request of a session, so `/mcp` keeps
+//! the lease clock itself: `--lease-ttl` after a session's last request
+//! ends, it is closed.
+//!
 //! The session's tool set is the server's (`--mcp-tools`) unless the URL
 //! that opens it asks for one: `/mcp?tools=filesystem` serves the reference
 //! filesystem server's tools (`writ mcp --tools filesystem` bridges so).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::Response;
 use axum::routing::any;
 use http_body_util::BodyExt as _;
 use parking_lot::Mutex;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ProtocolVersion, RequestId,
+};
+use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tokio::sync::oneshot;
 
 use super::auth::{self, Caller};
 use super::rpc::App;
-use crate::mcp::{Identity, SessionActor, SessionStart, ToolOptions, ToolServer, ToolSet};
-use crate::{Error, Grant, Result};
+use crate::mcp::{
+    Identity, OpeningSlot, SessionActor, SessionStart, SessionTools, ToolOptions, ToolServer,
+    ToolSet,
+};
+use crate::{Error, Grant, ProtocolError, Result};
 
 /// The header that names an MCP session.
 const SESSION_ID: &str = "mcp-session-id";
@@ -46,13 +69,18 @@ const SESSION_ID: &str = "mcp-session-id";
 /// Adds `/mcp` to the server's routes.
 pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<Arc<App>>> {
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(app.ttl);
+    // `/mcp` ends idle sessions itself (see `reap`): rmcp's own timer would
+    // count only the requests it sees.
+    sessions.session_config.keep_alive = None;
     let sessions = Arc::new(sessions);
     let mcp = Arc::new(Mcp {
         service: service(app, sessions.clone())?,
         sessions,
-        owners: Mutex::default(),
+        live: Mutex::default(),
+        ttl: app.ttl,
+        max_body: app.max_body,
     });
+    tokio::spawn(reap(Arc::downgrade(&mcp)));
     Ok(router.route(
         "/mcp",
         any(move |State(app): State<Arc<App>>, request: Request| {
@@ -64,12 +92,32 @@ pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<A
 
 type Service = StreamableHttpService<ToolServer, LocalSessionManager>;
 
-/// `/mcp`: rmcp's service, and who opened each of its sessions.
+/// `/mcp`: rmcp's service, and what writ keeps of each of its sessions.
 struct Mcp {
     service: Service,
     sessions: Arc<LocalSessionManager>,
-    /// The caller whose token opened each session, by session id.
-    owners: Mutex<HashMap<String, Caller>>,
+    /// The open sessions, by session id.
+    live: Mutex<HashMap<String, Live>>,
+    /// A session with no request for this long is closed.
+    ttl: Duration,
+    max_body: usize,
+}
+
+/// One open MCP session.
+struct Live {
+    /// The caller whose token opened the session.
+    owner: Caller,
+    /// The session's tools, for the `tools/call`s `/mcp` answers itself.
+    tools: Option<SessionTools>,
+    /// When its last request ended (or the one in progress began).
+    last: Instant,
+    /// Requests of the session in progress: it is not idle while one runs.
+    in_progress: usize,
+    /// The `tools/call`s `/mcp` is answering, by request id: a
+    /// `notifications/cancelled` naming one ends it. The number tells a
+    /// call from a later one that reused its id.
+    calls: HashMap<RequestId, (u64, oneshot::Sender<()>)>,
+    next_call: u64,
 }
 
 fn service(app: &Arc<App>, sessions: Arc<LocalSessionManager>) -> Result<Service> {
@@ -140,6 +188,129 @@ fn asked_tools(uri: &axum::http::Uri) -> std::result::Result<Option<ToolSet>, St
         .transpose()
 }
 
+/// Closes the sessions idle for longer than the TTL, until `/mcp` is gone.
+async fn reap(mcp: Weak<Mcp>) {
+    let Some(period) = mcp
+        .upgrade()
+        .map(|mcp| (mcp.ttl / 8).clamp(Duration::from_millis(10), Duration::from_secs(1)))
+    else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(mcp) = mcp.upgrade() else { return };
+        let now = Instant::now();
+        let idle = {
+            let mut live = mcp.live.lock();
+            let idle: Vec<String> = live
+                .iter()
+                .filter(|(_, s)| s.in_progress == 0 && now.duration_since(s.last) >= mcp.ttl)
+                .map(|(id, _)| id.clone())
+                .collect();
+            live.retain(|id, _| !idle.contains(id));
+            idle
+        };
+        for id in idle {
+            // The session's tools, reservations and owned actor go with it.
+            if let Err(e) = mcp.sessions.close_session(&Arc::from(id.as_str())).await {
+                tracing::warn!("closing idle MCP session {id}: {e}");
+            }
+        }
+    }
+}
+
+/// What a request of a known session finds.
+enum Entry<'a> {
+    /// The session is live and the caller owns it: the request counts as
+    /// activity until the guard goes.
+    Known(Activity<'a>),
+    /// Another token opened it.
+    Foreign,
+    /// Not a session of this server (rmcp answers 404).
+    Unknown,
+}
+
+/// One request of a session in progress; it renews the session's lease
+/// when it ends, however it ends.
+struct Activity<'a> {
+    mcp: &'a Mcp,
+    id: &'a str,
+}
+
+impl Drop for Activity<'_> {
+    fn drop(&mut self) {
+        if let Some(live) = self.mcp.live.lock().get_mut(self.id) {
+            live.in_progress -= 1;
+            live.last = Instant::now();
+        }
+    }
+}
+
+/// A JSON-RPC message as far as `/mcp` reads it before deciding who answers.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    #[serde(default)]
+    id: Option<RequestId>,
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+}
+
+/// A JSON-RPC result.
+#[derive(Serialize)]
+struct Reply<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    result: &'a CallToolResult,
+}
+
+/// Protocol revisions `/mcp` answers `tools/call` in itself: those opened
+/// by `initialize`, with no per-request headers to check against the body.
+const DIRECT_REVISIONS: [ProtocolVersion; 4] = [
+    ProtocolVersion::V_2024_11_05,
+    ProtocolVersion::V_2025_03_26,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_11_25,
+];
+
+/// Whether a POST's headers are ones `/mcp` may answer without rmcp: the
+/// checks rmcp makes before it reads a body, passed for certain (anything
+/// unusual goes to rmcp, which answers it as it always did).
+fn direct_headers(headers: &HeaderMap, max_body: usize) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let accepts = |wanted: &str| {
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|media| media.trim().eq_ignore_ascii_case(wanted))
+    };
+    let json_body = text(header::CONTENT_TYPE.as_str()).is_some_and(|ct| {
+        let essence = ct.split_once(';').map_or(ct, |(essence, _)| essence);
+        essence.trim().eq_ignore_ascii_case("application/json")
+    });
+    let revision = match text("mcp-protocol-version") {
+        None => headers.get("mcp-protocol-version").is_none(),
+        Some(v) => DIRECT_REVISIONS.iter().any(|known| known.as_str() == v),
+    };
+    let bounded = text(header::CONTENT_LENGTH.as_str())
+        .and_then(|n| n.parse::<usize>().ok())
+        .is_some_and(|n| n <= max_body);
+    accepts("application/json") && accepts("text/event-stream") && json_body && revision && bounded
+}
+
+/// Who answers a POST.
+enum Answer {
+    /// `/mcp` did.
+    Done(Response),
+    /// rmcp does: the request, whole again.
+    Pass(Request),
+}
+
 impl Mcp {
     async fn handle(&self, app: &App, request: Request) -> Response {
         let headers = request.headers();
@@ -158,15 +329,10 @@ impl Mcp {
         let session = headers
             .get(SESSION_ID)
             .map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned());
-        if let Some(id) = &session {
-            // A session unknown here is unknown to rmcp too (it is recorded
-            // before its id is sent), which answers 404.
-            if self
-                .owners
-                .lock()
-                .get(id)
-                .is_some_and(|owner| *owner != caller)
-            {
+        let method = request.method().clone();
+        let mut request = request;
+        let _activity = match session.as_deref().map(|id| self.enter(id, &caller)) {
+            Some(Entry::Foreign) => {
                 let e = Error::Forbidden {
                     reason: "this MCP session was opened with another token; use that token, \
                              or open a session of your own"
@@ -174,15 +340,30 @@ impl Mcp {
                 };
                 return auth::refuse(StatusCode::FORBIDDEN, &e);
             }
+            Some(Entry::Known(activity)) => {
+                if method == Method::POST {
+                    request = match self.answer(activity.id, request).await {
+                        Answer::Done(response) => return response,
+                        Answer::Pass(request) => request,
+                    };
+                }
+                Some(activity)
+            }
+            // A session unknown here is unknown to rmcp too (it is recorded
+            // before its id is sent), which answers 404.
+            Some(Entry::Unknown) | None => None,
+        };
+        let opening = OpeningSlot::default();
+        if session.is_none() {
+            request.extensions_mut().insert(opening.clone());
         }
-        let method = request.method().clone();
         let response = self.service.handle(request).await;
         match (&session, method) {
-            (None, axum::http::Method::POST) => self.opened(&response, caller).await,
-            (Some(id), axum::http::Method::DELETE) if response.status().is_success() => {
-                self.owners.lock().remove(id);
+            (None, Method::POST) => self.opened(&response, caller, &opening),
+            (Some(id), Method::DELETE) if response.status().is_success() => {
+                self.live.lock().remove(id);
             }
-            (_, axum::http::Method::POST) => {}
+            (_, Method::POST) => {}
             // GET opens the session's long-lived event stream: stream it.
             _ => return response.map(Body::new),
         }
@@ -199,16 +380,204 @@ impl Mcp {
         }
     }
 
-    /// Records who opened the session a POST without a session id opened
-    /// (if it did), and forgets the sessions that have ended since.
-    async fn opened<B>(&self, response: &axum::http::Response<B>, caller: Caller) {
+    /// Looks a session up for a request of `caller`, and if it may go on,
+    /// counts the request as the session's activity.
+    fn enter<'a>(&'a self, id: &'a str, caller: &Caller) -> Entry<'a> {
+        let mut live = self.live.lock();
+        match live.get_mut(id) {
+            None => Entry::Unknown,
+            Some(session) if session.owner != *caller => Entry::Foreign,
+            Some(session) => {
+                session.in_progress += 1;
+                session.last = Instant::now();
+                Entry::Known(Activity { mcp: self, id })
+            }
+        }
+    }
+
+    /// Answers a POST of session `id` that is a `tools/call` (or cancels
+    /// one) from the session's tools; hands anything else back for rmcp.
+    async fn answer(&self, id: &str, request: Request) -> Answer {
+        if !direct_headers(request.headers(), self.max_body) {
+            return Answer::Pass(request);
+        }
+        let Some(tools) = self.live.lock().get(id).and_then(|s| s.tools.clone()) else {
+            return Answer::Pass(request);
+        };
+        let (parts, body) = request.into_parts();
+        let bytes = match axum::body::to_bytes(Body::new(body), self.max_body).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let e = Error::Protocol {
+                    kind: ProtocolError::ParseError,
+                    detail: format!("the request body could not be read: {e}"),
+                };
+                return Answer::Done(auth::refuse(StatusCode::BAD_REQUEST, &e));
+            }
+        };
+        let pass = |bytes: Bytes| Answer::Pass(Request::from_parts(parts, Body::from(bytes)));
+        let Ok(message) = serde_json::from_slice::<Envelope<'_>>(&bytes) else {
+            return pass(bytes);
+        };
+        if message.jsonrpc != "2.0" {
+            return pass(bytes);
+        }
+        let params = message.params.map_or("{}", RawValue::get);
+        match (&*message.method, message.id) {
+            ("tools/call", Some(request_id)) => {
+                let Ok(call) = serde_json::from_str::<CallToolRequestParams>(params) else {
+                    return pass(bytes);
+                };
+                let revision_in_meta = call
+                    .meta
+                    .as_ref()
+                    .is_some_and(|m| m.protocol_version().is_some());
+                if revision_in_meta
+                    || call.input_responses.is_some()
+                    || call.request_state.is_some()
+                {
+                    return pass(bytes);
+                }
+                match self.call(id, &tools, request_id.clone(), call).await {
+                    Called::Answered(result) => Answer::Done(json_reply(&request_id, &result)),
+                    Called::Cancelled => Answer::Done(no_reply()),
+                    Called::Closed => pass(bytes),
+                }
+            }
+            ("notifications/cancelled", None) => {
+                let Ok(cancel) = serde_json::from_str::<CancelledNotificationParam>(params) else {
+                    return pass(bytes);
+                };
+                let call = cancel
+                    .request_id
+                    .and_then(|request_id| self.live.lock().get_mut(id)?.calls.remove(&request_id));
+                match call {
+                    Some((_, stop)) => {
+                        let _ = stop.send(());
+                        Answer::Done(accepted())
+                    }
+                    // Not one of ours: rmcp's, or already answered.
+                    None => pass(bytes),
+                }
+            }
+            _ => pass(bytes),
+        }
+    }
+
+    /// Runs one `tools/call` of session `id`, registered so that a
+    /// `notifications/cancelled` (or the session's end) stops it.
+    async fn call(
+        &self,
+        id: &str,
+        tools: &SessionTools,
+        request_id: RequestId,
+        call: CallToolRequestParams,
+    ) -> Called {
+        let (stop, stopped) = oneshot::channel();
+        let number = {
+            let mut live = self.live.lock();
+            let Some(session) = live.get_mut(id) else {
+                return Called::Closed;
+            };
+            session.next_call += 1;
+            let number = session.next_call;
+            session.calls.insert(request_id.clone(), (number, stop));
+            number
+        };
+        let outcome = tokio::select! {
+            result = tools.call(call) => match result {
+                Some(result) => Called::Answered(result),
+                None => Called::Closed,
+            },
+            // Cancelled, or the session ended (its entry, and so the
+            // sender, is gone).
+            _ = stopped => Called::Cancelled,
+        };
+        let mut live = self.live.lock();
+        if let Some(session) = live.get_mut(id) {
+            if session
+                .calls
+                .get(&request_id)
+                .is_some_and(|(n, _)| *n == number)
+            {
+                session.calls.remove(&request_id);
+            }
+        }
+        outcome
+    }
+
+    /// Records a session a POST without a session id opened (if it did):
+    /// who opened it, and its tools.
+    fn opened<B>(&self, response: &axum::http::Response<B>, caller: Caller, opening: &OpeningSlot) {
         let Some(id) = response.headers().get(SESSION_ID) else {
             return;
         };
         let id = String::from_utf8_lossy(id.as_bytes()).into_owned();
-        let live = self.sessions.sessions.read().await;
-        let mut owners = self.owners.lock();
-        owners.retain(|known, _| live.contains_key(known.as_str()));
-        owners.insert(id, caller);
+        self.live.lock().insert(
+            id,
+            Live {
+                owner: caller,
+                tools: opening.opened(),
+                last: Instant::now(),
+                in_progress: 0,
+                calls: HashMap::new(),
+                next_call: 0,
+            },
+        );
     }
+}
+
+/// How a `tools/call` `/mcp` ran ended.
+enum Called {
+    Answered(CallToolResult),
+    /// Stopped by `notifications/cancelled`, or by the session's end.
+    Cancelled,
+    /// The session was gone before the call began: rmcp answers (404).
+    Closed,
+}
+
+fn json_reply(id: &RequestId, result: &CallToolResult) -> Response {
+    let reply = Reply {
+        jsonrpc: "2.0",
+        id,
+        result,
+    };
+    match serde_json::to_vec(&reply) {
+        Ok(body) => Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap_or_else(|_| internal()),
+        Err(e) => {
+            let e = Error::Protocol {
+                kind: ProtocolError::Internal,
+                detail: format!("the tool's result could not be encoded: {e}"),
+            };
+            auth::refuse(StatusCode::INTERNAL_SERVER_ERROR, &e)
+        }
+    }
+}
+
+/// The answer to a cancelled request: an event stream with no event (the
+/// protocol sends no reply to a cancelled request).
+fn no_reply() -> Response {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::empty())
+        .unwrap_or_else(|_| internal())
+}
+
+/// The answer to a notification.
+fn accepted() -> Response {
+    Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .body(Body::empty())
+        .unwrap_or_else(|_| internal())
+}
+
+fn internal() -> Response {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response
 }
