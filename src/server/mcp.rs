@@ -52,7 +52,6 @@ use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 use super::auth::{self, Caller};
@@ -246,17 +245,25 @@ impl Drop for Activity<'_> {
     }
 }
 
-/// A JSON-RPC message as far as `/mcp` reads it before deciding who answers.
+/// A JSON-RPC message read as a request or notification whose parameters
+/// are `P`; anything else fails to parse and goes to rmcp. Read in one pass
+/// with its parameters: the 4 KiB of a `write_file` are parsed once.
 #[derive(Deserialize)]
-struct Envelope<'a> {
+struct Incoming<'a, P> {
     #[serde(borrow)]
     jsonrpc: Cow<'a, str>,
     #[serde(default)]
     id: Option<RequestId>,
     #[serde(borrow)]
     method: Cow<'a, str>,
-    #[serde(borrow, default)]
-    params: Option<&'a RawValue>,
+    params: P,
+}
+
+impl<P> Incoming<'_, P> {
+    /// A request (`id` given) or a notification (`None`) of `method`.
+    fn is(&self, method: &str, request: bool) -> bool {
+        self.jsonrpc == "2.0" && self.method == method && self.id.is_some() == request
+    }
 }
 
 /// A JSON-RPC result.
@@ -416,52 +423,39 @@ impl Mcp {
             }
         };
         let pass = |bytes: Bytes| Answer::Pass(Request::from_parts(parts, Body::from(bytes)));
-        let Ok(message) = serde_json::from_slice::<Envelope<'_>>(&bytes) else {
-            return pass(bytes);
-        };
-        if message.jsonrpc != "2.0" {
-            return pass(bytes);
-        }
-        let params = message.params.map_or("{}", RawValue::get);
-        match (&*message.method, message.id) {
-            ("tools/call", Some(request_id)) => {
-                let Ok(call) = serde_json::from_str::<CallToolRequestParams>(params) else {
-                    return pass(bytes);
-                };
-                let revision_in_meta = call
-                    .meta
-                    .as_ref()
-                    .is_some_and(|m| m.protocol_version().is_some());
-                if revision_in_meta
-                    || call.input_responses.is_some()
-                    || call.request_state.is_some()
-                {
-                    return pass(bytes);
-                }
-                match self.call(id, &tools, request_id.clone(), call).await {
-                    Called::Answered(result) => Answer::Done(json_reply(&request_id, &result)),
-                    Called::Cancelled => Answer::Done(no_reply()),
-                    Called::Closed => pass(bytes),
-                }
+        if let Ok(message) = serde_json::from_slice::<Incoming<'_, CallToolRequestParams>>(&bytes)
+            && message.is("tools/call", true)
+            && let Some(request_id) = message.id
+        {
+            let call = message.params;
+            let revision_in_meta = call
+                .meta
+                .as_ref()
+                .is_some_and(|m| m.protocol_version().is_some());
+            if revision_in_meta || call.input_responses.is_some() || call.request_state.is_some() {
+                return pass(bytes);
             }
-            ("notifications/cancelled", None) => {
-                let Ok(cancel) = serde_json::from_str::<CancelledNotificationParam>(params) else {
-                    return pass(bytes);
-                };
-                let call = cancel
-                    .request_id
-                    .and_then(|request_id| self.live.lock().get_mut(id)?.calls.remove(&request_id));
-                match call {
-                    Some((_, stop)) => {
-                        let _ = stop.send(());
-                        Answer::Done(accepted())
-                    }
-                    // Not one of ours: rmcp's, or already answered.
-                    None => pass(bytes),
-                }
-            }
-            _ => pass(bytes),
+            return match self.call(id, &tools, request_id.clone(), call).await {
+                Called::Answered(result) => Answer::Done(json_reply(&request_id, &result)),
+                Called::Cancelled => Answer::Done(no_reply()),
+                Called::Closed => pass(bytes),
+            };
         }
+        if let Ok(message) =
+            serde_json::from_slice::<Incoming<'_, CancelledNotificationParam>>(&bytes)
+            && message.is("notifications/cancelled", false)
+        {
+            let call = message
+                .params
+                .request_id
+                .and_then(|request_id| self.live.lock().get_mut(id)?.calls.remove(&request_id));
+            if let Some((_, stop)) = call {
+                let _ = stop.send(());
+                return Answer::Done(accepted());
+            }
+            // Not one of ours: rmcp's, or already answered.
+        }
+        pass(bytes)
     }
 
     /// Runs one `tools/call` of session `id`, registered so that a
