@@ -81,7 +81,11 @@ impl McpHttp {
             .on_session(hyper::Method::POST)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .body(Full::new(Bytes::from(message.to_string())))
+            // `to_vec`, not `to_string`: Value's Display escapes through a
+            // formatter, several times slower on a 4 KiB argument.
+            .body(Full::new(Bytes::from(
+                serde_json::to_vec(message).unwrap_or_else(|e| panic!("encode: {e}")),
+            )))
             .unwrap_or_else(|e| panic!("request: {e}"));
         let response = self
             .client
