@@ -1072,3 +1072,73 @@ fn an_idle_session_ends_after_the_lease_ttl_and_a_busy_one_lives_on() {
         server.shutdown().await;
     });
 }
+
+/// A client that reuses the id of a call still running gets both answers:
+/// neither call is taken for a cancellation of the other.
+#[test]
+fn a_reused_request_id_cancels_nothing() {
+    let (_dir, root) = workspace();
+    fs::write(root.join("notes.md"), "start\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let config = writ::Config::default().durability(writ::Durability::Process);
+        let server = Server::start(
+            Options::new(&root)
+                .config(config)
+                .call_wait(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        let holder = server
+            .scheduler()
+            .actor("holder", writ::Grant::workspace(&root))
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        let mut client =
+            http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
+        assert_eq!(client.initialize("writer").await.status, 200);
+        let (error, text) = client.call("read_file", json!({"path": "notes.md"})).await;
+        assert!(!error, "{text}");
+        let hold = holder
+            .request([writ::Target::file("notes.md")])
+            .try_admit()
+            .unwrap_or_else(|e| panic!("hold: {e}"));
+        let call = |name: &str, arguments: Value| {
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                   "params": {"name": name, "arguments": arguments}})
+        };
+        let writing = tokio::spawn({
+            let client = client.clone();
+            let message = call(
+                "write_file",
+                json!({"path": "notes.md", "content": "mine\n"}),
+            );
+            async move { client.post(&message).await }
+        });
+        until(&server, "the write to wait", |d| {
+            d.waiters.iter().any(|w| w.actor == "writer")
+        })
+        .await;
+        let status = client.post(&call("writ_status", json!({}))).await;
+        let status = status
+            .message()
+            .unwrap_or_else(|| panic!("{}", status.body));
+        assert_eq!(status["result"]["isError"], false, "{status}");
+        let dump = server.scheduler().dump();
+        assert!(dump.waiters.iter().any(|w| w.actor == "writer"), "{dump}");
+        drop(hold);
+        let written = tokio::time::timeout(Duration::from_secs(10), writing)
+            .await
+            .unwrap_or_else(|_| panic!("the write must proceed once the hold goes"))
+            .unwrap_or_else(|e| panic!("call: {e}"));
+        let written = written
+            .message()
+            .unwrap_or_else(|| panic!("{}", written.body));
+        assert_eq!(written["result"]["isError"], false, "{written}");
+        assert_eq!(
+            fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
+            "mine\n"
+        );
+        client.close().await;
+        drop(holder);
+        server.shutdown().await;
+    });
+}

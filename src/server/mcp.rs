@@ -34,6 +34,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -219,7 +220,7 @@ async fn reap(mcp: Weak<Mcp>) {
 }
 
 /// What a request of a known session finds.
-enum Entry<'a> {
+enum Lookup<'a> {
     /// The session is live and the caller owns it: the request counts as
     /// activity until the guard goes.
     Known(Activity<'a>),
@@ -339,7 +340,7 @@ impl Mcp {
         let method = request.method().clone();
         let mut request = request;
         let _activity = match session.as_deref().map(|id| self.enter(id, &caller)) {
-            Some(Entry::Foreign) => {
+            Some(Lookup::Foreign) => {
                 let e = Error::Forbidden {
                     reason: "this MCP session was opened with another token; use that token, \
                              or open a session of your own"
@@ -347,7 +348,7 @@ impl Mcp {
                 };
                 return auth::refuse(StatusCode::FORBIDDEN, &e);
             }
-            Some(Entry::Known(activity)) => {
+            Some(Lookup::Known(activity)) => {
                 if method == Method::POST {
                     request = match self.answer(activity.id, request).await {
                         Answer::Done(response) => return response,
@@ -358,7 +359,7 @@ impl Mcp {
             }
             // A session unknown here is unknown to rmcp too (it is recorded
             // before its id is sent), which answers 404.
-            Some(Entry::Unknown) | None => None,
+            Some(Lookup::Unknown) | None => None,
         };
         let opening = OpeningSlot::default();
         if session.is_none() {
@@ -389,15 +390,15 @@ impl Mcp {
 
     /// Looks a session up for a request of `caller`, and if it may go on,
     /// counts the request as the session's activity.
-    fn enter<'a>(&'a self, id: &'a str, caller: &Caller) -> Entry<'a> {
+    fn enter<'a>(&'a self, id: &'a str, caller: &Caller) -> Lookup<'a> {
         let mut live = self.live.lock();
         match live.get_mut(id) {
-            None => Entry::Unknown,
-            Some(session) if session.owner != *caller => Entry::Foreign,
+            None => Lookup::Unknown,
+            Some(session) if session.owner != *caller => Lookup::Foreign,
             Some(session) => {
                 session.in_progress += 1;
                 session.last = Instant::now();
-                Entry::Known(Activity { mcp: self, id })
+                Lookup::Known(Activity { mcp: self, id })
             }
         }
     }
@@ -468,15 +469,23 @@ impl Mcp {
         call: CallToolRequestParams,
     ) -> Called {
         let (stop, stopped) = oneshot::channel();
-        let number = {
+        let (number, _unnamed) = {
             let mut live = self.live.lock();
             let Some(session) = live.get_mut(id) else {
                 return Called::Closed;
             };
             session.next_call += 1;
             let number = session.next_call;
-            session.calls.insert(request_id.clone(), (number, stop));
-            number
+            match session.calls.entry(request_id.clone()) {
+                Entry::Vacant(slot) => {
+                    slot.insert((number, stop));
+                    (number, None)
+                }
+                // The client reused the id of a call still running: that call
+                // keeps the name, this one runs to its end (its sender is
+                // kept here, so it is not taken as a cancellation).
+                Entry::Occupied(_) => (number, Some(stop)),
+            }
         };
         let outcome = tokio::select! {
             result = tools.call(call) => match result {
