@@ -1142,3 +1142,52 @@ fn a_reused_request_id_cancels_nothing() {
         server.shutdown().await;
     });
 }
+
+/// A tool call that names a foreign host or comes from a foreign page (DNS
+/// rebinding, a browser tab) is refused before it reaches a tool, with the
+/// right token and session: nothing is written and the session goes on.
+#[test]
+fn a_tool_call_from_a_foreign_host_or_origin_is_refused_and_writes_nothing() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let mut client =
+            http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
+        assert_eq!(client.initialize("victim").await.status, 200);
+        let write = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                           "params": {"name": "write_file",
+                                      "arguments": {"path": "owned.txt", "content": "pwned\n"}}});
+        for attack in [
+            ("host", "evil.example"),
+            ("host", "evil.example:80"),
+            ("host", "127.0.0.1.evil.example"),
+            ("origin", "http://evil.example"),
+            ("origin", "http://localhost.evil.example"),
+        ] {
+            let reply = client.post_with(&write, &[attack]).await;
+            assert_eq!(reply.status, 403, "{attack:?}: {}", reply.body);
+            assert!(
+                reply.message().is_none_or(|m| m.get("result").is_none()),
+                "{attack:?} reached a tool: {}",
+                reply.body
+            );
+            assert!(
+                !root.join("owned.txt").exists(),
+                "{attack:?} wrote the file"
+            );
+        }
+        let (error, text) = client
+            .call(
+                "write_file",
+                json!({"path": "owned.txt", "content": "mine\n"}),
+            )
+            .await;
+        assert!(!error, "{text}");
+        assert_eq!(
+            fs::read_to_string(root.join("owned.txt")).unwrap_or_default(),
+            "mine\n"
+        );
+        client.close().await;
+        server.shutdown().await;
+    });
+}

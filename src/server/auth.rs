@@ -76,23 +76,22 @@ pub(crate) fn origin_allowed(headers: &HeaderMap) -> bool {
     let Ok(origin) = origin.to_str() else {
         return false;
     };
-    let Some(rest) = origin
+    origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    let host = if let Some(v6) = rest.strip_prefix('[') {
+        .is_some_and(|rest| !rest.contains('/') && loopback_authority(rest))
+}
+
+/// True when `authority` (`host[:port]`, as in a `Host` header or an
+/// origin after its scheme) names the loopback host.
+pub(crate) fn loopback_authority(authority: &str) -> bool {
+    let host = if let Some(v6) = authority.strip_prefix('[') {
         match v6.split_once(']') {
             Some((host, after)) if after.is_empty() || after.starts_with(':') => host,
             _ => return false,
         }
     } else {
-        let host = rest.split(':').next().unwrap_or("");
-        if rest.contains('/') {
-            return false;
-        }
-        host
+        authority.split(':').next().unwrap_or("")
     };
     matches!(host, "localhost" | "127.0.0.1" | "::1")
 }

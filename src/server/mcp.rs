@@ -308,7 +308,15 @@ fn direct_headers(headers: &HeaderMap, max_body: usize) -> bool {
     let bounded = text(header::CONTENT_LENGTH.as_str())
         .and_then(|n| n.parse::<usize>().ok())
         .is_some_and(|n| n <= max_body);
-    accepts("application/json") && accepts("text/event-stream") && json_body && revision && bounded
+    // rmcp refuses a Host that is not loopback (DNS rebinding); so does this
+    // path, by leaving such a request to rmcp.
+    let loopback = text(header::HOST.as_str()).is_some_and(auth::loopback_authority);
+    accepts("application/json")
+        && accepts("text/event-stream")
+        && json_body
+        && revision
+        && bounded
+        && loopback
 }
 
 /// Who answers a POST.

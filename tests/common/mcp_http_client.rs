@@ -77,8 +77,17 @@ impl McpHttp {
 
     /// POSTs one JSON-RPC message on this client's session (if any).
     pub async fn post(&self, message: &Value) -> Reply {
-        let request = self
-            .on_session(hyper::Method::POST)
+        self.post_with(message, &[]).await
+    }
+
+    /// The same, with extra headers (a `Host` given here is sent instead of
+    /// the one the client would add).
+    pub async fn post_with(&self, message: &Value, headers: &[(&str, &str)]) -> Reply {
+        let mut request = self.on_session(hyper::Method::POST);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             // `to_vec`, not `to_string`: Value's Display escapes through a
