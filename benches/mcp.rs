@@ -211,8 +211,26 @@ fn mcp_write(c: &mut Criterion) {
         b.iter_custom(|iters| rt.block_on(time_mcp(&mut client, &data, iters)))
     });
 
-    // The same session's round trip with no tool behind it: what the MCP
-    // layer (rmcp's session, SSE framing, the /mcp checks) costs alone.
+    // The same call naming no tool (its 4 KiB of arguments still sent,
+    // parsed and answered with a tool error): what `/mcp` costs without
+    // the file operation.
+    group.bench_function("mcp_no_tool", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let (error, text) = client
+                        .call("no_such_tool", json!({"path": "mcp.txt", "content": data}))
+                        .await;
+                    assert!(error, "{text}");
+                }
+                start.elapsed()
+            })
+        })
+    });
+
+    // The same session's round trip through rmcp, with no tool behind it:
+    // what the MCP layer (rmcp's session, SSE framing, the /mcp checks) costs.
     group.bench_function("mcp_ping", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
