@@ -950,6 +950,36 @@ fn tool_calls_are_answered_as_json_and_the_rest_as_rmcp_does() {
     });
 }
 
+/// A server whose contested tool calls wait up to 60 s, an in-process
+/// actor "holder" to contest them, and an MCP session "writer".
+struct Contested {
+    server: Server,
+    holder: writ::Actor,
+    client: http_client::McpHttp,
+}
+
+async fn contested(root: &Path) -> Contested {
+    let config = writ::Config::default().durability(writ::Durability::Process);
+    let server = Server::start(
+        Options::new(root)
+            .config(config)
+            .call_wait(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("start: {e}"));
+    let holder = server
+        .scheduler()
+        .actor("holder", writ::Grant::workspace(root))
+        .unwrap_or_else(|e| panic!("actor: {e}"));
+    let mut client = http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
+    assert_eq!(client.initialize("writer").await.status, 200);
+    Contested {
+        server,
+        holder,
+        client,
+    }
+}
+
 /// A `tools/call` waiting for a contested path stops when the client
 /// cancels it (`notifications/cancelled`): it leaves no waiter, writes
 /// nothing, and the session goes on.
@@ -958,21 +988,11 @@ fn a_cancelled_tool_call_stops_waiting_and_writes_nothing() {
     let (_dir, root) = workspace();
     fs::write(root.join("notes.md"), "start\n").unwrap_or_else(|e| panic!("{e}"));
     runtime().block_on(async {
-        let config = writ::Config::default().durability(writ::Durability::Process);
-        let server = Server::start(
-            Options::new(&root)
-                .config(config)
-                .call_wait(Duration::from_secs(60)),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("start: {e}"));
-        let holder = server
-            .scheduler()
-            .actor("holder", writ::Grant::workspace(&root))
-            .unwrap_or_else(|e| panic!("actor: {e}"));
-        let mut client =
-            http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
-        assert_eq!(client.initialize("writer").await.status, 200);
+        let Contested {
+            server,
+            holder,
+            mut client,
+        } = contested(&root).await;
         let hold = holder
             .request([writ::Target::file("notes.md")])
             .try_admit()
@@ -1080,21 +1100,11 @@ fn a_reused_request_id_cancels_nothing() {
     let (_dir, root) = workspace();
     fs::write(root.join("notes.md"), "start\n").unwrap_or_else(|e| panic!("{e}"));
     runtime().block_on(async {
-        let config = writ::Config::default().durability(writ::Durability::Process);
-        let server = Server::start(
-            Options::new(&root)
-                .config(config)
-                .call_wait(Duration::from_secs(60)),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("start: {e}"));
-        let holder = server
-            .scheduler()
-            .actor("holder", writ::Grant::workspace(&root))
-            .unwrap_or_else(|e| panic!("actor: {e}"));
-        let mut client =
-            http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
-        assert_eq!(client.initialize("writer").await.status, 200);
+        let Contested {
+            server,
+            holder,
+            mut client,
+        } = contested(&root).await;
         let (error, text) = client.call("read_file", json!({"path": "notes.md"})).await;
         assert!(!error, "{text}");
         let hold = holder
