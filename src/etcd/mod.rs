@@ -48,6 +48,7 @@
 mod deadlock;
 mod decide;
 mod layout;
+pub(crate) mod tokens;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -335,6 +336,8 @@ pub struct DumpActor {
     pub parent: Option<ActorId>,
     /// Its lease.
     pub lease: LeaseId,
+    /// Its root.
+    pub root: PathBuf,
 }
 
 /// One held or requested key in a [`TableDump`].
@@ -838,13 +841,28 @@ impl Table {
         root: &Path,
         parent: Option<&ActorRef>,
     ) -> Result<ActorRef> {
+        let id = self.next_id()?;
+        self.put_actor(id, lease, name, root, parent, Vec::new())
+            .await
+    }
+
+    /// Writes an actor's record (and `extra`, on the same lease, in the same
+    /// transaction), guarded by its parent's record being the one it knew.
+    async fn put_actor(
+        &self,
+        id: u64,
+        lease: LeaseId,
+        name: &str,
+        root: &Path,
+        parent: Option<&ActorRef>,
+        extra: Vec<TxnOp>,
+    ) -> Result<ActorRef> {
         let Some(root_text) = root.to_str().filter(|_| root.is_absolute()) else {
             return Err(Error::invalid(
                 root,
                 "an actor's root must be an absolute UTF-8 path",
             ));
         };
-        let id = self.next_id()?;
         let mut lineage = parent.map(|p| p.lineage.to_vec()).unwrap_or_default();
         lineage.push(id);
         let record = ActorRecord {
@@ -857,11 +875,13 @@ impl Table {
             .map(|p| still(self.layout().actor(p.id.0), p.revision))
             .into_iter()
             .collect();
-        let txn = Txn::new().when(compares).and_then([TxnOp::put(
+        let mut puts = vec![TxnOp::put(
             self.layout().actor(id),
             to_json(&record)?,
             with_lease(lease),
-        )]);
+        )];
+        puts.extend(extra);
+        let txn = Txn::new().when(compares).and_then(puts);
         let done = self
             .client()
             .txn(txn)
@@ -1511,6 +1531,7 @@ impl Table {
                     name: record.name,
                     parent,
                     lease: LeaseId(record.lease),
+                    root: PathBuf::from(record.root),
                 })
             })
             .collect();

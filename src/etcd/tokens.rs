@@ -1,0 +1,141 @@
+//! What a server keeps in etcd besides the table: the session token's hash
+//! and one key per actor token (SPEC §16: every server of a session accepts
+//! the same tokens). Only sha256 hashes are stored, so reading etcd does not
+//! reveal a token.
+
+use std::path::Path;
+
+use etcd_client::{Compare, CompareOp, LeaseTimeToLiveOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+
+use super::{ActorRef, LeaseId, Table, etcd_error, ranges_of, to_json, unavailable, with_lease};
+use crate::core::table::{ActorId, HoldId};
+use crate::error::{Error, Result};
+
+/// The value of `P t/<hash>`.
+#[derive(Debug, Serialize, Deserialize)]
+struct TokenRecord {
+    actor: u64,
+    lease: i64,
+}
+
+/// The hex sha256 of a token: what etcd stores instead of it.
+pub(crate) fn token_hash(token: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl Table {
+    /// Stores the session token's hash unless the session has one already
+    /// (a compare on its absence, so two servers starting at once agree),
+    /// and says whether the session's hash is `hash`.
+    pub(crate) async fn claim_session_token(&self, hash: &str) -> Result<bool> {
+        let key = self.layout().session_token();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), hash, None)])
+            .or_else([TxnOp::get(key, None)]);
+        let done = self.client().txn(txn).await.map_err(unavailable)?;
+        if done.succeeded() {
+            return Ok(true);
+        }
+        let stored = ranges_of(&done)
+            .into_iter()
+            .flatten()
+            .next()
+            .map(|kv| kv.value().to_vec());
+        Ok(stored.is_some_and(|v| v == hash.as_bytes()))
+    }
+
+    /// Creates an actor as [`Table::create_actor`] does, with its token:
+    /// `token` makes the token from the new actor's id, and its hash is
+    /// stored on the actor's lease in the same transaction as the record.
+    pub(crate) async fn create_actor_with_token(
+        &self,
+        lease: LeaseId,
+        name: &str,
+        root: &Path,
+        parent: Option<&ActorRef>,
+        token: impl FnOnce(ActorId) -> Result<String>,
+    ) -> Result<(ActorRef, String)> {
+        let id = self.next_id()?;
+        let token = token(ActorId(id))?;
+        let record = TokenRecord {
+            actor: id,
+            lease: lease.0,
+        };
+        let put = TxnOp::put(
+            self.layout().token(&token_hash(&token)),
+            to_json(&record)?,
+            with_lease(lease),
+        );
+        let actor = self
+            .put_actor(id, lease, name, root, parent, vec![put])
+            .await?;
+        Ok((actor, token))
+    }
+
+    /// The actor and lease of a token that names actor `id`, if the token
+    /// is known and the actor still live (one read of both keys).
+    pub(crate) async fn token_owner(
+        &self,
+        hash: &str,
+        id: ActorId,
+    ) -> Result<Option<(ActorId, LeaseId)>> {
+        let layout = self.layout();
+        let read = Txn::new().and_then([
+            TxnOp::get(layout.token(hash), None),
+            TxnOp::get(layout.actor(id.0), None),
+        ]);
+        let done = self.client().txn(read).await.map_err(unavailable)?;
+        let mut ranges = ranges_of(&done).into_iter();
+        let (Some(token), Some(actor)) = (ranges.next(), ranges.next()) else {
+            return Ok(None);
+        };
+        let (Some(token), false) = (token.first(), actor.is_empty()) else {
+            return Ok(None);
+        };
+        match serde_json::from_slice::<TokenRecord>(token.value()) {
+            Ok(record) if record.actor == id.0 => Ok(Some((id, LeaseId(record.lease)))),
+            _ => Ok(None),
+        }
+    }
+
+    /// The lineage (root first) of a live hold's owner.
+    pub(crate) async fn hold_lineage(&self, hold: HoldId) -> Result<Vec<u64>> {
+        let unknown = || Error::UnknownHold {
+            hold: hold.0.to_string(),
+        };
+        let (record, _): (super::ClaimRecord, i64) =
+            self.record(self.layout().hold(hold.0), unknown).await?;
+        Ok(record.meta.lineage)
+    }
+
+    /// How many actors and holds are attached to `lease` (what revoking it
+    /// drops). `UnknownLease` if etcd does not know it.
+    pub(crate) async fn lease_contents(&self, lease: LeaseId) -> Result<(usize, usize)> {
+        let answer = self
+            .client()
+            .lease_time_to_live(lease.0, Some(LeaseTimeToLiveOptions::new().with_keys()))
+            .await
+            .map_err(|e| etcd_error(e, Some(lease), 0, 0))?;
+        // etcd answers a lease it does not know with a TTL of -1.
+        if answer.ttl() < 0 {
+            return Err(Error::UnknownLease {
+                lease: lease.to_string(),
+            });
+        }
+        let (actors, holds) = (self.layout().actors(), self.layout().holds());
+        let count = |prefix: &[u8]| {
+            answer
+                .keys()
+                .iter()
+                .filter(|k| k.starts_with(prefix))
+                .count()
+        };
+        Ok((count(&actors), count(&holds)))
+    }
+}
