@@ -7,99 +7,26 @@
 //! to install. Tables are the way several servers share a session: two
 //! `Table`s connected separately stand for two servers.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+#![allow(async_fn_in_trait)]
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use writ::etcd::{ActorRef, AdmitRequest, Grant, LeaseId, Table, TableDump, TableOptions};
 use writ::{Error, HoldKind, Mode, Target};
 
-const NEED_ETCD: &str = "these tests need etcd: apt-get install etcd-server";
+#[path = "common/etcd_server.rs"]
+mod etcd_server;
+use etcd_server::Etcd;
 
-/// An etcd of this test's own; killed and its data removed on drop.
-struct Etcd {
-    child: Child,
-    endpoint: String,
-    _dir: tempfile::TempDir,
+/// Tables on a test's etcd: two of them stand for two servers.
+trait Tables {
+    async fn table(&self, session: &str) -> Table;
+    async fn table_with(&self, session: &str, options: TableOptions) -> Table;
 }
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-fn healthy(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    answer.contains("\"health\":\"true\"")
-}
-
-impl Etcd {
-    fn start() -> Etcd {
-        Etcd::start_with(&[])
-    }
-
-    fn start_with(extra: &[&str]) -> Etcd {
-        if Command::new("etcd")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .output()
-            .is_err()
-        {
-            panic!("{NEED_ETCD}");
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
-        let client_url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut command = Command::new("etcd");
-        command
-            .arg("--name=writ-test")
-            .arg(format!("--data-dir={}", dir.path().join("data").display()))
-            .arg(format!("--listen-client-urls={client_url}"))
-            .arg(format!("--advertise-client-urls={client_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=writ-test={peer_url}"))
-            .arg("--initial-cluster-state=new")
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        let mut child = command.spawn().unwrap_or_else(|_| panic!("{NEED_ETCD}"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !healthy(client) {
-            if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(dir.path().join("etcd.log")).unwrap_or_default();
-                panic!("etcd exited ({status}) before it was healthy:\n{log}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "etcd was not healthy within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Etcd {
-            child,
-            endpoint: client_url,
-            _dir: dir,
-        }
-    }
-
+impl Tables for Etcd {
     async fn table(&self, session: &str) -> Table {
         self.table_with(session, TableOptions::default()).await
     }
@@ -108,13 +35,6 @@ impl Etcd {
         Table::connect(&[self.endpoint.as_str()], session, options)
             .await
             .unwrap()
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -335,7 +335,8 @@ impl App {
         if !grant.read_roots().is_empty() {
             return Err(unsupported("read-only roots"));
         }
-        let root = grant.root().to_path_buf();
+        // As in process: a grant root is an existing folder.
+        let root = crate::sched::resolve::canonical_root(grant.root())?;
         let token = |id: ActorId| -> Result<String> {
             Ok(format!(
                 "{}.{}",
