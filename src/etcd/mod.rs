@@ -79,6 +79,7 @@ pub struct TableOptions {
     max_txn_ops: usize,
     deadlock_check: Duration,
     connect_timeout: Duration,
+    waiter_ttl: Duration,
 }
 
 impl Default for TableOptions {
@@ -87,6 +88,7 @@ impl Default for TableOptions {
             max_txn_ops: 128,
             deadlock_check: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
+            waiter_ttl: Duration::from_secs(3),
         }
     }
 }
@@ -118,6 +120,23 @@ impl TableOptions {
     #[must_use]
     pub fn deadlock_check(mut self, every: Duration) -> Self {
         self.deadlock_check = every;
+        self
+    }
+
+    /// The TTL of the lease this table puts its waiting requests on
+    /// (default 3 s): a request waits in the table that serves it, so when
+    /// that process dies its queue places go within this time, and the
+    /// client, asking again through another server, is not queued behind
+    /// its own dead request. The table renews the lease while it lives.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let options = writ::etcd::TableOptions::default().waiter_ttl(Duration::from_secs(5));
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn waiter_ttl(mut self, ttl: Duration) -> Self {
+        self.waiter_ttl = ttl;
         self
     }
 }
@@ -414,6 +433,9 @@ struct Inner {
     /// and making one needs no shared counter.
     instance: u64,
     next: AtomicU64,
+    /// The lease of this table's waiting requests (granted when the first
+    /// one queues, renewed in the background while the table lives).
+    waiter_lease: tokio::sync::Mutex<Option<LeaseId>>,
 }
 
 /// An etcd failure as writ's error: a lease etcd does not know is
@@ -606,9 +628,9 @@ impl Admission {
         }
     }
 
-    /// The index entries of the request's keys, for a hold or a waiter,
-    /// on the actor's lease.
-    fn entry_puts(&self, layout: &Layout, owner: Owner) -> Result<Vec<TxnOp>> {
+    /// The index entries of the request's keys, for a hold (on the actor's
+    /// lease) or a waiter (on the waiter lease of the table serving it).
+    fn entry_puts(&self, layout: &Layout, owner: Owner, lease: LeaseId) -> Result<Vec<TxnOp>> {
         let meta = self.meta();
         self.keys
             .iter()
@@ -620,7 +642,7 @@ impl Admission {
                 Ok(TxnOp::put(
                     layout.entry(key, owner),
                     to_json(&value)?,
-                    with_lease(self.actor.lease),
+                    with_lease(lease),
                 ))
             })
             .collect()
@@ -713,6 +735,7 @@ impl Table {
                 options,
                 instance,
                 next: AtomicU64::new(1),
+                waiter_lease: tokio::sync::Mutex::new(None),
             }),
         })
     }
@@ -1044,8 +1067,7 @@ impl Table {
                     }
                     if let Some(id) = waiter {
                         if last_edges.as_ref() != Some(&edges) {
-                            if let Err(e) = self.put_edges(id, &edges, admission.actor.lease).await
-                            {
+                            if let Err(e) = self.put_edges(id, &edges).await {
                                 break Err(e);
                             }
                             last_edges = Some(edges);
@@ -1120,11 +1142,24 @@ impl Table {
         let actor_key = layout.actor(admission.actor.id.0);
         let mut reads: Vec<TxnOp> = admission.ranges.iter().map(|r| prefix_get(r)).collect();
         reads.push(TxnOp::get(actor_key.clone(), None));
+        if let Some(id) = waiter {
+            reads.push(TxnOp::get(
+                layout.waiter(id),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+        }
         let read = self
             .admission_txn(Txn::new().and_then(reads), None, ops, limit)
             .await?;
         let revision = revision_of(&read);
         let mut ranges = ranges_of(&read);
+        if waiter.is_some() && ranges.pop().is_none_or(|kvs| kvs.is_empty()) {
+            // The waiter lease lapsed under a waiting request: its place
+            // is gone, and committing against it would never succeed.
+            return Err(Error::Unavailable {
+                reason: "this request's place in the queue was lost (etcd was unreachable for longer than the queue lease); ask again".into(),
+            });
+        }
         let actor_alive = ranges.pop().is_some_and(|kvs| !kvs.is_empty());
         if !actor_alive {
             return Err(Error::UnknownActor {
@@ -1263,7 +1298,7 @@ impl Table {
                 lease.clone(),
             ));
         }
-        writes.extend(admission.entry_puts(layout, Owner::Hold(hold))?);
+        writes.extend(admission.entry_puts(layout, Owner::Hold(hold), admission.actor.lease)?);
         if let Some(id) = waiter {
             writes.push(TxnOp::delete(layout.waiter(id), None));
             writes.push(TxnOp::delete(layout.edges(id), None));
@@ -1286,9 +1321,41 @@ impl Table {
         }))
     }
 
-    /// Queues the request: its waiter record and index entries, on the
-    /// actor's lease, while the actor lives. Returns the waiter's id and
-    /// its revision (its place among equal priorities).
+    /// The lease of this table's waiting requests: granted on first use
+    /// and renewed every third of its TTL by a task that ends with the
+    /// table (then etcd ends the lease, and the queue places with it).
+    async fn waiter_lease(&self) -> Result<LeaseId> {
+        let mut slot = self.inner.waiter_lease.lock().await;
+        if let Some(lease) = *slot {
+            return Ok(lease);
+        }
+        let ttl = self.inner.options.waiter_ttl;
+        let lease = self.grant_lease(ttl).await?;
+        *slot = Some(lease);
+        let table = Arc::downgrade(&self.inner);
+        let period = (ttl / 3).max(Duration::from_millis(100));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let Some(inner) = table.upgrade() else { return };
+                let table = Table { inner };
+                if let Err(Error::UnknownLease { .. }) = table.keep_alive(lease).await {
+                    // Lapsed (etcd was out for longer than the TTL): the
+                    // next request to queue gets a new one.
+                    let mut slot = table.inner.waiter_lease.lock().await;
+                    if *slot == Some(lease) {
+                        *slot = None;
+                    }
+                    return;
+                }
+            }
+        });
+        Ok(lease)
+    }
+
+    /// Queues the request: its waiter record and index entries, on this
+    /// table's waiter lease, while the actor lives. Returns the waiter's id
+    /// and its revision (its place among equal priorities).
     async fn enqueue(
         &self,
         admission: &Admission,
@@ -1299,22 +1366,32 @@ impl Table {
         let layout = self.layout();
         let actor = &admission.actor;
         let id = self.next_id()?;
-        let lease = with_lease(actor.lease);
+        let waiter_lease = self.waiter_lease().await?;
+        let lease = with_lease(waiter_lease);
         let mut writes = vec![TxnOp::put(
             layout.waiter(id),
             to_json(&admission.record())?,
             lease.clone(),
         )];
-        writes.extend(admission.entry_puts(layout, Owner::Waiter(id))?);
+        writes.extend(admission.entry_puts(layout, Owner::Waiter(id), waiter_lease)?);
         if let Some(edges) = edges {
             writes.push(TxnOp::put(layout.edges(id), to_json(edges)?, lease.clone()));
         }
         let txn = Txn::new()
             .when([still(layout.actor(actor.id.0), actor.revision)])
             .and_then(writes);
-        let done = self
-            .admission_txn(txn, Some(actor.lease), ops, limit)
-            .await?;
+        let done = match self
+            .admission_txn(txn, Some(waiter_lease), ops, limit)
+            .await
+        {
+            Err(Error::UnknownLease { .. }) => {
+                *self.inner.waiter_lease.lock().await = None;
+                return Err(Error::Unavailable {
+                    reason: "this server's queue lease in etcd lapsed; ask again".into(),
+                });
+            }
+            other => other?,
+        };
         if !done.succeeded() {
             return Err(Error::UnknownActor {
                 actor: actor.id.0.to_string(),
@@ -1388,7 +1465,8 @@ impl Table {
         Ok(deadlock::refused_cycle(me, &mine, &others))
     }
 
-    async fn put_edges(&self, waiter: u64, edges: &Edges, lease: LeaseId) -> Result<()> {
+    async fn put_edges(&self, waiter: u64, edges: &Edges) -> Result<()> {
+        let lease = self.waiter_lease().await?;
         self.client()
             .put(
                 self.layout().edges(waiter),
