@@ -964,3 +964,299 @@ async fn a_cycle_formed_by_a_race_between_tables_is_refused_within_the_check_per
         assert!(one.dump().await.unwrap().holds.is_empty());
     }
 }
+
+// ---- `writ serve --etcd`: processes killed mid-run ----
+
+/// The session token every server of these tests shares.
+const SESSION_TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+/// A `writ serve --etcd` process of this test's own, killed on drop.
+struct ServeProcess {
+    child: std::process::Child,
+    url: String,
+    _state: tempfile::TempDir,
+}
+
+impl ServeProcess {
+    /// Starts a server of session `session` for `root` with a lease TTL of
+    /// `ttl` seconds, and waits (polled, with a deadline) for its discovery
+    /// file to name its URL.
+    fn start(etcd: &Etcd, root: &Path, session: &str, ttl: &str) -> ServeProcess {
+        let state = tempfile::tempdir().unwrap();
+        let token_file = state.path().join("token");
+        std::fs::write(&token_file, SESSION_TOKEN).unwrap();
+        let log = std::fs::File::create(state.path().join("serve.log")).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+            .arg("serve")
+            .arg(root)
+            .args(["--etcd", &etcd.endpoint, "--session", session])
+            .args(["--lease-ttl", ttl, "--no-history"])
+            .arg("--token-file")
+            .arg(&token_file)
+            .arg("--state-dir")
+            .arg(state.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut server = ServeProcess {
+            child,
+            url: String::new(),
+            _state: state,
+        };
+        let discovery = server._state.path().join("serve.json");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = std::fs::read_to_string(&discovery)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+            if let Some(url) = found.as_ref().and_then(|f| f["url"].as_str()) {
+                server.url = url.to_string();
+                return server;
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                let log = std::fs::read_to_string(server._state.path().join("serve.log"));
+                panic!("writ serve exited ({status}): {}", log.unwrap_or_default());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "writ serve did not start in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, and wait until it is gone.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One JSON-RPC call over plain HTTP: the result, or the error object.
+fn rpc(
+    url: &str,
+    token: &str,
+    method: &str,
+    params: serde_json::Value,
+) -> Result<serde_json::Value, serde_json::Value> {
+    use std::io::{Read as _, Write as _};
+    let address = url.trim_start_matches("http://");
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        .to_string();
+    let request = format!(
+        "POST /rpc HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = std::net::TcpStream::connect(address)
+        .map_err(|e| serde_json::json!({"connect": e.to_string()}))?;
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| serde_json::json!({"send": e.to_string()}))?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| serde_json::json!({"read": e.to_string()}))?;
+    let json = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let mut reply: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| serde_json::json!({"answer": answer, "parse": e.to_string()}))?;
+    match reply.get_mut("result") {
+        Some(result) => Ok(result.take()),
+        None => Err(reply["error"].take()),
+    }
+}
+
+/// Holds on `path` in a dump read through `url`.
+fn holds_on(url: &str, path: &Path) -> usize {
+    let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+    dump["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| {
+            h["paths"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["path"].as_str() == path.to_str())
+        })
+        .count()
+}
+
+fn waiters_through(url: &str) -> usize {
+    let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+    dump["waiters"].as_array().map_or(0, Vec::len)
+}
+
+/// Polls `check` every 20 ms until it holds, for at most `limit`.
+fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn workspace_root() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, root)
+}
+
+/// A root actor made through `url`: (handle, token).
+fn root_actor(url: &str, name: &str) -> (String, String) {
+    let made = rpc(
+        url,
+        SESSION_TOKEN,
+        "actor.create",
+        serde_json::json!({"name": name, "grant": {"workspace": true}}),
+    )
+    .unwrap();
+    (
+        made["actor"].as_str().unwrap().to_string(),
+        made["token"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn a_client_killed_with_sigkill_frees_its_holds_within_the_ttl() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start(&etcd, &root, "kill-client", "2");
+    let two = ServeProcess::start(&etcd, &root, "kill-client", "2");
+    let path = root.join("x.rs");
+    // The client: another process, fencing x.rs through server one and
+    // renewing its lease in the background.
+    let mut client = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["__hold", &one.url, SESSION_TOKEN, "x.rs"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the client's fence", || {
+        holds_on(&two.url, &path) == 1
+    });
+    // A waiter through server two.
+    let (waiter, token) = root_actor(&two.url, "waiter");
+    let url = two.url.clone();
+    let waiting = std::thread::spawn(move || {
+        let asked = serde_json::json!({"actor": waiter, "targets": ["x.rs"], "timeout_ms": 30_000});
+        let answer = rpc(&url, &token, "admit", asked);
+        (answer, Instant::now())
+    });
+    wait_until(Duration::from_secs(10), "the waiter", || {
+        waiters_through(&one.url) == 1
+    });
+    // Three TTLs while the client lives: its renewals keep the fence.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(holds_on(&one.url, &path), 1, "a live client lost its fence");
+    assert!(
+        !waiting.is_finished(),
+        "the waiter was admitted past a live fence"
+    );
+    client.kill().unwrap();
+    let killed = Instant::now();
+    client.wait().unwrap();
+    let (answer, at) = waiting.join().unwrap();
+    let grant = answer.unwrap_or_else(|e| panic!("the waiter was refused: {e}"));
+    let took = at.duration_since(killed);
+    assert!(
+        took < Duration::from_secs(2) + Duration::from_millis(2_500),
+        "the killed client's fence went after {took:?}, TTL 2 s"
+    );
+    assert_eq!(grant["paths"][0].as_str(), path.to_str());
+    assert_eq!(holds_on(&one.url, &path), 1, "exactly the waiter's hold");
+}
+
+#[test]
+fn a_server_killed_mid_run_loses_no_holds_and_grants_nothing_twice() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let mut one = ServeProcess::start(&etcd, &root, "kill-server", "2");
+    let two = ServeProcess::start(&etcd, &root, "kill-server", "2");
+    let path = root.join("x.rs");
+    let (holder, holder_token) = root_actor(&one.url, "holder");
+    let fence = rpc(
+        &one.url,
+        &holder_token,
+        "fence",
+        serde_json::json!({"actor": holder, "targets": ["x.rs"]}),
+    )
+    .unwrap();
+    // A waiter whose wait runs on server one, when server one dies.
+    let (waiter, waiter_token) = root_actor(&one.url, "waiter");
+    let ask = |url: String| {
+        let (waiter, token) = (waiter.clone(), waiter_token.clone());
+        std::thread::spawn(move || {
+            let asked =
+                serde_json::json!({"actor": waiter, "targets": ["x.rs"], "timeout_ms": 30_000});
+            rpc(&url, &token, "admit", asked)
+        })
+    };
+    let first = ask(one.url.clone());
+    wait_until(Duration::from_secs(10), "the waiter", || {
+        waiters_through(&two.url) == 1
+    });
+    one.kill();
+    assert!(
+        first.join().unwrap().is_err(),
+        "a wait on a killed server cannot have been granted"
+    );
+    // Both clients go on through server two: the waiter asks again, the
+    // holder renews its lease there for three TTLs and keeps its fence.
+    let second = ask(two.url.clone());
+    let lease = fence_lease(&two.url, &holder);
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        rpc(
+            &two.url,
+            &holder_token,
+            "lease.keepalive",
+            serde_json::json!({ "lease": lease }),
+        )
+        .unwrap();
+        assert_eq!(holds_on(&two.url, &path), 1, "the holder lost its fence");
+        assert!(!second.is_finished(), "granted while the fence is held");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // The holder's actor is known to server two: it can still act.
+    rpc(
+        &two.url,
+        &holder_token,
+        "admit",
+        serde_json::json!({"actor": holder, "targets": ["y.rs"], "wait": false}),
+    )
+    .unwrap();
+    rpc(
+        &two.url,
+        &holder_token,
+        "release",
+        serde_json::json!({"hold": fence["hold"]}),
+    )
+    .unwrap();
+    let granted = second
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the waiter was refused: {e}"));
+    assert_eq!(granted["paths"][0].as_str(), path.to_str());
+    assert_eq!(holds_on(&two.url, &path), 1, "exactly the waiter's hold");
+}
+
+/// The lease of actor `actor`, from a dump.
+fn fence_lease(url: &str, actor: &str) -> String {
+    let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+    let id: u64 = actor.rsplit('-').next().unwrap().parse().unwrap();
+    dump["actors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"].as_u64() == Some(id))
+        .map(|a| a["lease"].as_str().unwrap().to_string())
+        .unwrap()
+}
