@@ -1260,3 +1260,61 @@ fn fence_lease(url: &str, actor: &str) -> String {
         .map(|a| a["lease"].as_str().unwrap().to_string())
         .unwrap()
 }
+
+#[test]
+fn an_etcd_restart_mid_run_fails_requests_clearly_and_grants_nothing_twice() {
+    let mut etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start(&etcd, &root, "restart", "10");
+    let two = ServeProcess::start(&etcd, &root, "restart", "10");
+    let path = root.join("x.rs");
+    let (holder, holder_token) = root_actor(&one.url, "holder");
+    let (other, _) = root_actor(&two.url, "other");
+    let fence = rpc(
+        &one.url,
+        &holder_token,
+        "fence",
+        serde_json::json!({"actor": holder, "targets": ["x.rs"]}),
+    )
+    .unwrap();
+    let try_x = |url: &str| {
+        rpc(
+            url,
+            SESSION_TOKEN,
+            "admit",
+            serde_json::json!({"actor": other, "targets": ["x.rs"], "wait": false}),
+        )
+    };
+    etcd.kill();
+    // While etcd is down every server refuses clearly, and grants nothing.
+    for url in [&one.url, &two.url] {
+        let refused = try_x(url).expect_err("granted while etcd was down");
+        assert_eq!(refused["data"]["kind"], "unavailable", "{refused}");
+        let refused = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({}))
+            .expect_err("a dump while etcd was down");
+        assert_eq!(refused["data"]["kind"], "unavailable", "{refused}");
+    }
+    etcd.restart();
+    // The servers recover on their own: the fence is still held, and the
+    // other actor is refused it, through either server.
+    wait_until(Duration::from_secs(30), "a server answering again", || {
+        rpc(&two.url, SESSION_TOKEN, "dump", serde_json::json!({})).is_ok()
+    });
+    for url in [&one.url, &two.url] {
+        let refused = try_x(url).expect_err("granted twice after the restart");
+        assert_eq!(refused["data"]["kind"], "busy", "{refused}");
+        assert_eq!(holds_on(url, &path), 1);
+    }
+    rpc(
+        &two.url,
+        &holder_token,
+        "release",
+        serde_json::json!({"hold": fence["hold"]}),
+    )
+    .unwrap();
+    let granted = try_x(&one.url).unwrap();
+    assert!(
+        granted["revision"].as_i64() > fence["revision"].as_i64(),
+        "fencing tokens grow across the restart: {granted} after {fence}"
+    );
+}
