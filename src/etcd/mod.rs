@@ -1224,6 +1224,25 @@ impl Table {
             };
             return Ok(Step::Blocked(admission.busy(&blocker), revision, edges));
         }
+        if admission.kind == HoldKind::Fence {
+            // The waiters this fence passes (by priority or by its owner's
+            // precedence) will wait on it: refuse it if that closes a cycle.
+            let mut passed: Vec<u64> = waiters
+                .iter()
+                .filter(|w| crate::core::table::conflict(&admission.claim, &w.claim).is_some())
+                .filter_map(|w| match w.owner {
+                    Owner::Waiter(id) if Some(id) != waiter => Some(id),
+                    _ => None,
+                })
+                .collect();
+            passed.sort_unstable();
+            passed.dedup();
+            if !passed.is_empty() {
+                if let Some(cycle) = self.cycle_by_granting(admission, &passed).await? {
+                    return Err(Error::Deadlock { cycle });
+                }
+            }
+        }
         self.commit(admission, revision, waiter, &relied, ops, limit)
             .await
     }
@@ -1417,6 +1436,28 @@ impl Table {
         mine: &Edges,
         my_claim: &Claim,
     ) -> Result<Option<Vec<String>>> {
+        let (others, fences_of) = self.graph_and_fences().await?;
+        let mut mine = mine.clone();
+        mine.queued = others.get(&me).map_or(i64::MAX, |e| e.queued);
+        true_edges(&fences_of, None, my_claim, &mut mine);
+        Ok(deadlock::refused_cycle(me, &mine, &others))
+    }
+
+    /// Every waiting request's edges that are true at one revision.
+    async fn wait_for_graph(&self) -> Result<std::collections::BTreeMap<u64, Edges>> {
+        Ok(self.graph_and_fences().await?.0)
+    }
+
+    /// The edges true at one revision (a hard edge while its owner holds a
+    /// fence that conflicts with the request, a soft one while the earlier
+    /// request still waits), and the live fences by owner.
+    #[allow(clippy::type_complexity)]
+    async fn graph_and_fences(
+        &self,
+    ) -> Result<(
+        std::collections::BTreeMap<u64, Edges>,
+        std::collections::HashMap<u64, Vec<Claim>>,
+    )> {
         let layout = self.layout();
         let (_, [edges, waiters, fences]) = self
             .read_prefixes([layout.all_edges(), layout.waiters(), layout.all_fences()])
@@ -1437,15 +1478,6 @@ impl Table {
                     .push(record.claim());
             }
         }
-        let true_now = |claim: &Claim, edges: &mut Edges| {
-            edges.hard.retain(|(owner, _)| {
-                fences_of.get(owner).is_some_and(|fs| {
-                    fs.iter()
-                        .any(|f| crate::core::table::conflict(claim, f).is_some())
-                })
-            });
-            edges.soft.retain(|v| claims.contains_key(v));
-        };
         let mut others = std::collections::BTreeMap::new();
         for kv in &edges {
             let Some(id) = id_in(kv.key()) else { continue };
@@ -1456,13 +1488,35 @@ impl Table {
             };
             // The queue position is the record's creation (with the waiter).
             found.queued = kv.create_revision();
-            true_now(claim, &mut found);
+            true_edges(&fences_of, Some(&claims), claim, &mut found);
             others.insert(id, found);
         }
-        let mut mine = mine.clone();
-        mine.queued = others.get(&me).map_or(i64::MAX, |e| e.queued);
-        true_now(my_claim, &mut mine);
-        Ok(deadlock::refused_cycle(me, &mine, &others))
+        Ok((others, fences_of))
+    }
+
+    /// The cycle that granting `admission` (a fence) would close: each
+    /// waiter in `passed` gains a hard edge to the fence's owner.
+    async fn cycle_by_granting(
+        &self,
+        admission: &Admission,
+        passed: &[u64],
+    ) -> Result<Option<Vec<String>>> {
+        let owner = (admission.actor.id.0, admission.actor.name.clone());
+        let others = self.wait_for_graph().await?;
+        for &w in passed {
+            let Some(mut edges) = others.get(&w).cloned() else {
+                continue;
+            };
+            edges.hard.push(owner.clone());
+            if let Some(mut cycle) = deadlock::cycle_through(w, &edges, &others) {
+                // Named from the requester, as a refused wait is.
+                if let Some(at) = cycle.iter().position(|n| *n == owner.1) {
+                    cycle.rotate_left(at);
+                }
+                return Ok(Some(cycle));
+            }
+        }
+        Ok(None)
     }
 
     async fn put_edges(&self, waiter: u64, edges: &Edges) -> Result<()> {
@@ -1650,6 +1704,26 @@ impl Table {
             holds,
             waiters,
         })
+    }
+}
+
+/// Keeps the edges of a request (whole claim `claim`) that are true: a
+/// hard edge while its owner holds a fence in the way, a soft one while the
+/// earlier request still waits (`waiting`; `None` keeps every soft edge).
+fn true_edges(
+    fences_of: &std::collections::HashMap<u64, Vec<Claim>>,
+    waiting: Option<&std::collections::HashMap<u64, Claim>>,
+    claim: &Claim,
+    edges: &mut Edges,
+) {
+    edges.hard.retain(|(owner, _)| {
+        fences_of.get(owner).is_some_and(|fs| {
+            fs.iter()
+                .any(|f| crate::core::table::conflict(claim, f).is_some())
+        })
+    });
+    if let Some(waiting) = waiting {
+        edges.soft.retain(|v| waiting.contains_key(v));
     }
 }
 
