@@ -1318,3 +1318,87 @@ fn an_etcd_restart_mid_run_fails_requests_clearly_and_grants_nothing_twice() {
         "fencing tokens grow across the restart: {granted} after {fence}"
     );
 }
+
+#[test]
+fn a_server_on_etcd_shares_tokens_and_refuses_what_the_table_cannot_do() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start(&etcd, &root, "refusals", "10");
+    let two = ServeProcess::start(&etcd, &root, "refusals", "10");
+    let (actor, token) = root_actor(&one.url, "lead");
+    // The actor's token works on the other server, and names its actor.
+    let info = rpc(&two.url, &token, "session.info", serde_json::json!({})).unwrap();
+    assert_eq!(info["caller"], actor.as_str());
+    assert_eq!(info["backend"], "etcd");
+    // What the etcd table cannot do is refused whole, with one kind.
+    let call = rpc(
+        &two.url,
+        &token,
+        "admit",
+        serde_json::json!({"actor": actor, "targets": ["a.rs"], "wait": false}),
+    )
+    .unwrap();
+    for (method, params) in [
+        (
+            "fence.extend",
+            serde_json::json!({"hold": call["hold"], "targets": ["b.rs"]}),
+        ),
+        (
+            "files.read",
+            serde_json::json!({"actor": actor, "path": "a.rs"}),
+        ),
+        (
+            "actor.create",
+            serde_json::json!({"name": "f", "grant": {"fenced": ["src/"]}}),
+        ),
+        (
+            "actor.create",
+            serde_json::json!({"name": "r", "grant": {"read_only": true}}),
+        ),
+    ] {
+        let refused = rpc(&one.url, SESSION_TOKEN, method, params).expect_err(method);
+        assert_eq!(
+            refused["data"]["kind"], "unsupported",
+            "{method}: {refused}"
+        );
+        assert_eq!(refused["code"], 1027);
+    }
+    let dump = rpc(&one.url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+    assert_eq!(dump["actors"].as_array().unwrap().len(), 1, "{dump}");
+    assert_eq!(dump["holds"].as_array().unwrap().len(), 1, "{dump}");
+    // A dropped actor's token is unknown on every server.
+    rpc(
+        &two.url,
+        &token,
+        "actor.drop",
+        serde_json::json!({ "actor": actor }),
+    )
+    .unwrap();
+    for url in [&one.url, &two.url] {
+        let refused = rpc(url, &token, "session.info", serde_json::json!({})).unwrap_err();
+        assert_eq!(refused["data"]["kind"], "unauthorized", "{refused}");
+    }
+    // A server with another session token is refused at start.
+    let state = tempfile::tempdir().unwrap();
+    let other = state.path().join("token");
+    std::fs::write(&other, "fedcba9876543210fedcba9876543210").unwrap();
+    let started = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+        .arg("serve")
+        .arg(&root)
+        .args([
+            "--etcd",
+            &etcd.endpoint,
+            "--session",
+            "refusals",
+            "--no-history",
+        ])
+        .arg("--token-file")
+        .arg(&other)
+        .arg("--state-dir")
+        .arg(state.path())
+        .output()
+        .unwrap();
+    assert!(!started.status.success());
+    let said = String::from_utf8_lossy(&started.stderr);
+    assert!(said.contains("another session token"), "{said}");
+}
