@@ -2442,6 +2442,7 @@ conformance_on_etcd!(
     sensitive_case_tells_spellings_apart(config().case(writ::CaseMode::Sensitive)),
     detect_probes_the_root_file_system(config().case(writ::CaseMode::Detect)),
     overlapping_targets_in_one_request_merge,
+    a_read_only_actor_takes_shared_holds_only,
     workspace_target_reserves_the_grant_root_as_a_tree,
     all_or_nothing_leaves_nothing_behind,
     try_admit_cannot_jump_a_queued_waiter,

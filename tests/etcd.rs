@@ -1320,7 +1320,7 @@ fn an_etcd_restart_mid_run_fails_requests_clearly_and_grants_nothing_twice() {
 }
 
 #[test]
-fn a_server_on_etcd_shares_tokens_and_refuses_what_the_table_cannot_do() {
+fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_table_cannot_do() {
     let etcd = Etcd::start();
     let (_dir, root) = workspace_root();
     let one = ServeProcess::start(&etcd, &root, "refusals", "10");
@@ -1351,10 +1351,6 @@ fn a_server_on_etcd_shares_tokens_and_refuses_what_the_table_cannot_do() {
             "actor.create",
             serde_json::json!({"name": "f", "grant": {"fenced": ["src/"]}}),
         ),
-        (
-            "actor.create",
-            serde_json::json!({"name": "r", "grant": {"read_only": true}}),
-        ),
     ] {
         let refused = rpc(&one.url, SESSION_TOKEN, method, params).expect_err(method);
         assert_eq!(
@@ -1363,6 +1359,44 @@ fn a_server_on_etcd_shares_tokens_and_refuses_what_the_table_cannot_do() {
         );
         assert_eq!(refused["code"], 1027);
     }
+    // A read-only actor's children are read-only too, on every server.
+    let reader = rpc(
+        &one.url,
+        SESSION_TOKEN,
+        "actor.create",
+        serde_json::json!({"name": "reader", "grant": {"read_only": true}}),
+    )
+    .unwrap();
+    let writer = rpc(
+        &two.url,
+        SESSION_TOKEN,
+        "actor.create",
+        serde_json::json!({"name": "w", "parent": reader["actor"], "grant": {"workspace": true}}),
+    )
+    .unwrap_err();
+    assert_eq!(writer["data"]["kind"], "read_only", "{writer}");
+    let child = rpc(
+        &two.url,
+        SESSION_TOKEN,
+        "actor.create",
+        serde_json::json!({"name": "r", "parent": reader["actor"], "grant": {"read_only": true}}),
+    )
+    .unwrap();
+    let write = rpc(
+        &one.url,
+        SESSION_TOKEN,
+        "admit",
+        serde_json::json!({"actor": child["actor"], "targets": ["a.rs"], "wait": false}),
+    )
+    .unwrap_err();
+    assert_eq!(write["data"]["kind"], "read_only", "{write}");
+    rpc(
+        &one.url,
+        SESSION_TOKEN,
+        "lease.revoke",
+        serde_json::json!({"lease": reader["lease"]}),
+    )
+    .unwrap();
     let dump = rpc(&one.url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
     assert_eq!(dump["actors"].as_array().unwrap().len(), 1, "{dump}");
     assert_eq!(dump["holds"].as_array().unwrap().len(), 1, "{dump}");

@@ -179,6 +179,9 @@ pub struct ActorRef {
     /// The revision its record was created at: compared on every commit,
     /// so that nothing is granted to an actor whose lease ended.
     revision: i64,
+    /// Made with a read-only grant (SPEC §3): whoever serves it refuses
+    /// its exclusive targets.
+    read_only: bool,
 }
 
 impl ActorRef {
@@ -206,6 +209,12 @@ impl ActorRef {
     pub fn lineage(&self) -> Vec<ActorId> {
         self.lineage.iter().map(|&a| ActorId(a)).collect()
     }
+
+    /// Whether it was made read-only (by a server, for a `read_only`
+    /// grant): it may take shared holds only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -214,6 +223,8 @@ struct ActorRecord {
     lineage: Vec<u64>,
     root: String,
     lease: i64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    read_only: bool,
 }
 
 /// How long a request may wait.
@@ -865,12 +876,13 @@ impl Table {
         parent: Option<&ActorRef>,
     ) -> Result<ActorRef> {
         let id = self.next_id()?;
-        self.put_actor(id, lease, name, root, parent, Vec::new())
+        self.put_actor(id, lease, name, root, parent, false, Vec::new())
             .await
     }
 
     /// Writes an actor's record (and `extra`, on the same lease, in the same
     /// transaction), guarded by its parent's record being the one it knew.
+    #[allow(clippy::too_many_arguments)]
     async fn put_actor(
         &self,
         id: u64,
@@ -878,6 +890,7 @@ impl Table {
         name: &str,
         root: &Path,
         parent: Option<&ActorRef>,
+        read_only: bool,
         extra: Vec<TxnOp>,
     ) -> Result<ActorRef> {
         let Some(root_text) = root.to_str().filter(|_| root.is_absolute()) else {
@@ -893,6 +906,7 @@ impl Table {
             lineage: lineage.clone(),
             root: root_text.to_string(),
             lease: lease.0,
+            read_only,
         };
         let compares: Vec<Compare> = parent
             .map(|p| still(self.layout().actor(p.id.0), p.revision))
@@ -922,6 +936,7 @@ impl Table {
             lease,
             root: root.to_path_buf(),
             revision: revision_of(&done),
+            read_only,
         })
     }
 
@@ -939,6 +954,7 @@ impl Table {
             lease: LeaseId(record.lease),
             root: PathBuf::from(record.root),
             revision: created,
+            read_only: record.read_only,
         })
     }
 

@@ -53,12 +53,16 @@ impl Table {
     /// Creates an actor as [`Table::create_actor`] does, with its token:
     /// `token` makes the token from the new actor's id, and its hash is
     /// stored on the actor's lease in the same transaction as the record.
+    /// A `read_only` actor may take shared holds only (its server refuses
+    /// the rest).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn create_actor_with_token(
         &self,
         lease: LeaseId,
         name: &str,
         root: &Path,
         parent: Option<&ActorRef>,
+        read_only: bool,
         token: impl FnOnce(ActorId) -> Result<String>,
     ) -> Result<(ActorRef, String)> {
         let id = self.next_id()?;
@@ -73,7 +77,7 @@ impl Table {
             with_lease(lease),
         );
         let actor = self
-            .put_actor(id, lease, name, root, parent, vec![put])
+            .put_actor(id, lease, name, root, parent, read_only, vec![put])
             .await?;
         Ok((actor, token))
     }

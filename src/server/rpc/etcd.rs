@@ -15,7 +15,7 @@
 //! given up through the server that took the wait (the client's own
 //! connection); entries are dropped with their hold, or after a while.
 //!
-//! What the table cannot do yet (fenced and read-only grants, slots,
+//! What the table cannot do yet (fenced grants, slots,
 //! `fence.extend`/`narrow`, `reservation.extend`, the file tools, history)
 //! is refused whole with `Error::Unsupported`, never approximated.
 
@@ -329,14 +329,12 @@ impl App {
         if grant.fenced_targets().is_some() {
             return Err(unsupported("a fenced grant"));
         }
-        if grant.is_read_only() {
-            return Err(unsupported("a read-only grant"));
-        }
         if !grant.read_roots().is_empty() {
             return Err(unsupported("read-only roots"));
         }
         // As in process: a grant root is an existing folder.
         let root = crate::sched::resolve::canonical_root(grant.root())?;
+        let read_only = grant.is_read_only();
         let token = |id: ActorId| -> Result<String> {
             Ok(format!(
                 "{}.{}",
@@ -361,7 +359,7 @@ impl App {
                     None => (table.grant_lease(self.ttl).await?, true),
                 };
                 let made = table
-                    .create_actor_with_token(lease, &p.name, &root, None, token)
+                    .create_actor_with_token(lease, &p.name, &root, None, read_only, token)
                     .await;
                 if made.is_err() && fresh {
                     let _ = table.revoke(lease).await;
@@ -378,8 +376,21 @@ impl App {
                         root: parent.root().to_path_buf(),
                     });
                 }
+                if parent.is_read_only() && !read_only {
+                    return Err(Error::ReadOnly {
+                        actor: parent.name().to_string(),
+                        path: root,
+                    });
+                }
                 table
-                    .create_actor_with_token(parent.lease(), &p.name, &root, Some(&parent), token)
+                    .create_actor_with_token(
+                        parent.lease(),
+                        &p.name,
+                        &root,
+                        Some(&parent),
+                        read_only,
+                        token,
+                    )
                     .await?
             }
         };
@@ -409,6 +420,14 @@ impl App {
         let p: AdmitParams = params(p)?;
         let targets = targets(&p.targets)?;
         let actor = self.etcd_actor(backend, caller, &p.actor).await?;
+        if actor.is_read_only() {
+            if let Some(write) = targets.iter().find(|t| t.mode() == crate::Mode::Exclusive) {
+                return Err(Error::ReadOnly {
+                    actor: actor.name().to_string(),
+                    path: write.path().to_path_buf(),
+                });
+            }
+        }
         // Targets become keys here, as in process (symlinks resolved, the
         // grant root enforced); the table takes keys.
         let resolver = Resolver::new(
