@@ -1347,10 +1347,6 @@ fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_ta
             "files.read",
             serde_json::json!({"actor": actor, "path": "a.rs"}),
         ),
-        (
-            "actor.create",
-            serde_json::json!({"name": "f", "grant": {"fenced": ["src/"]}}),
-        ),
     ] {
         let refused = rpc(&one.url, SESSION_TOKEN, method, params).expect_err(method);
         assert_eq!(

@@ -9,6 +9,7 @@
 //! | `P i` | the last instance number handed out | none |
 //! | `P s` | sha256 of the session token (hex), set by the first server | none |
 //! | `P t/<sha256 of an actor token>` | the token's actor and lease | the actor's |
+//! | `P r/<hold>` | a fence released by its owner's drop: the owner's lineage | the owner's |
 //! | `P a/<actor>` | the actor record | the actor's |
 //! | `P h/<hold>` | the hold record (every key of the hold) | the owner's |
 //! | `P f/<owner>/<hold>` | the fence's record again, found by owner | the owner's |
@@ -90,6 +91,11 @@ impl Layout {
     /// An actor token's key: the hex sha256 of the token, never the token.
     pub(crate) fn token(&self, hash: &str) -> Vec<u8> {
         self.under(format!("t/{hash}").as_bytes())
+    }
+
+    /// The mark of a fence released because its owner was dropped.
+    pub(crate) fn dropped(&self, hold: u64) -> Vec<u8> {
+        self.under(format!("r/{}", hex(hold)).as_bytes())
     }
 
     pub(crate) fn actor(&self, id: u64) -> Vec<u8> {

@@ -182,6 +182,9 @@ pub struct ActorRef {
     /// Made with a read-only grant (SPEC §3): whoever serves it refuses
     /// its exclusive targets.
     read_only: bool,
+    /// The keys of its grant fence (path, tree), for an actor made with a
+    /// fenced grant: whoever serves it keeps its writes inside them.
+    fence: Option<Arc<[(PathBuf, bool)]>>,
 }
 
 impl ActorRef {
@@ -215,6 +218,20 @@ impl ActorRef {
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
+
+    /// The keys (path, tree) of its grant fence, for an actor made (by a
+    /// server) with a fenced grant.
+    pub fn grant_fence(&self) -> Option<&[(PathBuf, bool)]> {
+        self.fence.as_deref()
+    }
+}
+
+/// What a server records of an actor's grant besides its root (SPEC §3),
+/// so that every server of the session enforces it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GrantRecord {
+    pub(crate) read_only: bool,
+    pub(crate) fence: Option<Vec<(PathBuf, bool)>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -225,6 +242,8 @@ struct ActorRecord {
     lease: i64,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     read_only: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fence: Option<Vec<(String, bool)>>,
 }
 
 /// How long a request may wait.
@@ -876,8 +895,16 @@ impl Table {
         parent: Option<&ActorRef>,
     ) -> Result<ActorRef> {
         let id = self.next_id()?;
-        self.put_actor(id, lease, name, root, parent, false, Vec::new())
-            .await
+        self.put_actor(
+            id,
+            lease,
+            name,
+            root,
+            parent,
+            GrantRecord::default(),
+            Vec::new(),
+        )
+        .await
     }
 
     /// Writes an actor's record (and `extra`, on the same lease, in the same
@@ -890,7 +917,7 @@ impl Table {
         name: &str,
         root: &Path,
         parent: Option<&ActorRef>,
-        read_only: bool,
+        grant: GrantRecord,
         extra: Vec<TxnOp>,
     ) -> Result<ActorRef> {
         let Some(root_text) = root.to_str().filter(|_| root.is_absolute()) else {
@@ -906,7 +933,20 @@ impl Table {
             lineage: lineage.clone(),
             root: root_text.to_string(),
             lease: lease.0,
-            read_only,
+            read_only: grant.read_only,
+            fence: grant
+                .fence
+                .as_ref()
+                .map(|keys| {
+                    keys.iter()
+                        .map(|(p, tree)| {
+                            p.to_str().map(|p| (p.to_string(), *tree)).ok_or_else(|| {
+                                Error::invalid(p, "the etcd table stores paths as UTF-8")
+                            })
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })
+                .transpose()?,
         };
         let compares: Vec<Compare> = parent
             .map(|p| still(self.layout().actor(p.id.0), p.revision))
@@ -936,7 +976,8 @@ impl Table {
             lease,
             root: root.to_path_buf(),
             revision: revision_of(&done),
-            read_only,
+            read_only: grant.read_only,
+            fence: grant.fence.map(Into::into),
         })
     }
 
@@ -955,6 +996,11 @@ impl Table {
             root: PathBuf::from(record.root),
             revision: created,
             read_only: record.read_only,
+            fence: record.fence.map(|keys| {
+                keys.into_iter()
+                    .map(|(p, tree)| (PathBuf::from(p), tree))
+                    .collect()
+            }),
         })
     }
 

@@ -5,10 +5,13 @@
 
 use std::path::Path;
 
-use etcd_client::{Compare, CompareOp, LeaseTimeToLiveOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, LeaseTimeToLiveOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
-use super::{ActorRef, LeaseId, Table, etcd_error, ranges_of, to_json, unavailable, with_lease};
+use super::{
+    ActorRef, GrantRecord, LeaseId, Table, etcd_error, id_in, ranges_of, to_json, unavailable,
+    with_lease,
+};
 use crate::core::table::{ActorId, HoldId};
 use crate::error::{Error, Result};
 
@@ -53,16 +56,15 @@ impl Table {
     /// Creates an actor as [`Table::create_actor`] does, with its token:
     /// `token` makes the token from the new actor's id, and its hash is
     /// stored on the actor's lease in the same transaction as the record.
-    /// A `read_only` actor may take shared holds only (its server refuses
-    /// the rest).
-    #[allow(clippy::too_many_arguments)]
+    /// `grant` is what the servers enforce of the actor's grant (read-only,
+    /// its grant fence).
     pub(crate) async fn create_actor_with_token(
         &self,
         lease: LeaseId,
         name: &str,
         root: &Path,
         parent: Option<&ActorRef>,
-        read_only: bool,
+        grant: GrantRecord,
         token: impl FnOnce(ActorId) -> Result<String>,
     ) -> Result<(ActorRef, String)> {
         let id = self.next_id()?;
@@ -77,7 +79,7 @@ impl Table {
             with_lease(lease),
         );
         let actor = self
-            .put_actor(id, lease, name, root, parent, read_only, vec![put])
+            .put_actor(id, lease, name, root, parent, grant, vec![put])
             .await?;
         Ok((actor, token))
     }
@@ -141,5 +143,63 @@ impl Table {
                 .count()
         };
         Ok((count(&actors), count(&holds)))
+    }
+
+    /// Drops an actor as [`Table::drop_actor`] does, first leaving a mark
+    /// (on its lease, with its lineage) for each of its fences: releasing
+    /// such a fence later is harmless, as releasing a `Fence` guard of a
+    /// dropped actor is in process (SPEC §3).
+    pub(crate) async fn drop_actor_marking(&self, actor: &ActorRef) -> Result<()> {
+        let fences = self
+            .client()
+            .get(
+                self.layout().fences_of(actor.id.0),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await
+            .map_err(unavailable)?;
+        let lineage = to_json(&actor.lineage.to_vec())?;
+        let marks: Vec<TxnOp> = fences
+            .kvs()
+            .iter()
+            .filter_map(|kv| id_in(kv.key()))
+            .map(|id| {
+                TxnOp::put(
+                    self.layout().dropped(id),
+                    lineage.clone(),
+                    with_lease(actor.lease),
+                )
+            })
+            .collect();
+        if !marks.is_empty() {
+            self.client()
+                .txn(Txn::new().and_then(marks))
+                .await
+                .map_err(|e| etcd_error(e, Some(actor.lease), 0, 0))?;
+        }
+        self.drop_actor(actor).await
+    }
+
+    /// The lineage of the owner of a fence released by its owner's drop,
+    /// if `hold` is one.
+    pub(crate) async fn drop_mark(&self, hold: HoldId) -> Result<Option<Vec<u64>>> {
+        let got = self
+            .client()
+            .get(self.layout().dropped(hold.0), None)
+            .await
+            .map_err(unavailable)?;
+        Ok(got
+            .kvs()
+            .first()
+            .and_then(|kv| serde_json::from_slice(kv.value()).ok()))
+    }
+
+    /// Removes the mark: a dropped fence is handed back once.
+    pub(crate) async fn clear_drop_mark(&self, hold: HoldId) -> Result<()> {
+        self.client()
+            .delete(self.layout().dropped(hold.0), None)
+            .await
+            .map(drop)
+            .map_err(unavailable)
     }
 }

@@ -15,12 +15,13 @@
 //! given up through the server that took the wait (the client's own
 //! connection); entries are dropped with their hold, or after a while.
 //!
-//! What the table cannot do yet (fenced grants, slots,
+//! What the table cannot do yet (slots,
 //! `fence.extend`/`narrow`, `reservation.extend`, the file tools, history)
 //! is refused whole with `Error::Unsupported`, never approximated.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,12 +33,12 @@ use super::{
     params, targets, timeout,
 };
 use crate::etcd::tokens::token_hash;
-use crate::etcd::{ActorRef, AdmitRequest, LeaseId, Table, TableDump, TableOptions};
+use crate::etcd::{ActorRef, AdmitRequest, GrantRecord, LeaseId, Table, TableDump, TableOptions};
 use crate::sched::resolve::Resolver;
 use crate::server::auth::{self, Caller};
 use crate::server::lease::Ticket;
 use crate::wire::PROTOCOL_VERSION;
-use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, ProtocolError, Result};
+use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, ProtocolError, Result, Target};
 
 /// Where a server finds its session's table in etcd.
 #[derive(Debug, Clone)]
@@ -145,10 +146,44 @@ impl EtcdBackend {
         }
     }
 
+    /// The resolver of targets for an actor rooted at `root`: keys as the
+    /// in-process table makes them (case-sensitive; refused otherwise at
+    /// start).
+    fn resolver(&self, root: &Path) -> Resolver {
+        Resolver::new(
+            root.to_path_buf(),
+            Vec::new(),
+            CaseMode::Sensitive,
+            self.portable,
+        )
+    }
+
+    /// Whether the key (path, tree) lies inside one of `fence`'s keys
+    /// (equal counts as inside).
+    fn inside_fence(&self, path: &Path, tree: bool, fence: &[(PathBuf, bool)]) -> bool {
+        let resolver = self.resolver(Path::new("/"));
+        let key = resolver.key_for(path.to_path_buf(), tree);
+        fence
+            .iter()
+            .any(|(f, t)| crate::core::key::inside(&key, &resolver.key_for(f.clone(), *t)))
+    }
+
     fn forget_hold(&self, hold: u64) {
         self.tickets
             .lock()
             .retain(|_, (t, _)| *t != Ticket::Granted(hold));
+    }
+}
+
+/// A resolved target, `workspace()` spelled as the tree of `root`.
+fn resolved_path(target: &Target, root: &Path) -> Target {
+    if !target.is_workspace() {
+        return target.clone();
+    }
+    let tree = Target::tree(root);
+    match target.mode() {
+        crate::Mode::Shared => tree.shared(),
+        crate::Mode::Exclusive => tree,
     }
 }
 
@@ -326,15 +361,36 @@ impl App {
     ) -> Result<Value> {
         let p: CreateParams = params(p)?;
         let grant = self.grant(caller, &p.grant)?;
-        if grant.fenced_targets().is_some() {
-            return Err(unsupported("a fenced grant"));
-        }
         if !grant.read_roots().is_empty() {
             return Err(unsupported("read-only roots"));
         }
         // As in process: a grant root is an existing folder.
         let root = crate::sched::resolve::canonical_root(grant.root())?;
         let read_only = grant.is_read_only();
+        // A fenced grant's targets, resolved against its root: the fence
+        // the new actor takes (all-or-nothing) and the keys its writes
+        // must lie inside.
+        let fence_targets = match grant.fenced_targets() {
+            Some(targets) => {
+                let resolver = backend.resolver(&root);
+                Some(
+                    targets
+                        .iter()
+                        .map(|t| Ok(resolved_path(&resolver.resolve_target(t)?, &root)))
+                        .collect::<Result<Vec<Target>>>()?,
+                )
+            }
+            None => None,
+        };
+        let fence_keys: Option<Vec<(PathBuf, bool)>> = fence_targets.as_ref().map(|ts| {
+            ts.iter()
+                .map(|t| (t.path().to_path_buf(), t.is_tree()))
+                .collect()
+        });
+        let record = GrantRecord {
+            read_only,
+            fence: fence_keys.clone(),
+        };
         let token = |id: ActorId| -> Result<String> {
             Ok(format!(
                 "{}.{}",
@@ -359,8 +415,14 @@ impl App {
                     None => (table.grant_lease(self.ttl).await?, true),
                 };
                 let made = table
-                    .create_actor_with_token(lease, &p.name, &root, None, read_only, token)
+                    .create_actor_with_token(lease, &p.name, &root, None, record, token)
                     .await;
+                let made = match (made, &fence_targets) {
+                    (Ok(made), Some(fence)) => {
+                        self.take_grant_fence(backend, made, fence, fresh).await
+                    }
+                    (made, _) => made,
+                };
                 if made.is_err() && fresh {
                     let _ = table.revoke(lease).await;
                 }
@@ -382,16 +444,36 @@ impl App {
                         path: root,
                     });
                 }
-                table
+                // A writable child of a fenced actor is fenced inside its
+                // parent's fence (SPEC §3).
+                if let (Some(outer), false) = (parent.grant_fence(), read_only) {
+                    let wanted = fence_keys
+                        .clone()
+                        .unwrap_or_else(|| vec![(root.clone(), true)]);
+                    for (path, tree) in &wanted {
+                        if !backend.inside_fence(path, *tree, outer) {
+                            return Err(Error::OutsideFence {
+                                path: path.clone(),
+                                actor: parent.name().to_string(),
+                                fence: outer.iter().map(|(p, _)| p.clone()).collect(),
+                            });
+                        }
+                    }
+                }
+                let made = table
                     .create_actor_with_token(
                         parent.lease(),
                         &p.name,
                         &root,
                         Some(&parent),
-                        read_only,
+                        record,
                         token,
                     )
-                    .await?
+                    .await?;
+                match &fence_targets {
+                    Some(fence) => self.take_grant_fence(backend, made, fence, false).await?,
+                    None => made,
+                }
             }
         };
         Ok(json!({
@@ -403,10 +485,35 @@ impl App {
         }))
     }
 
+    /// Takes a new actor's grant fence, try-only; if it is refused the
+    /// actor goes again (its whole lease, when it had one of its own), so
+    /// a refused creation leaves nothing (SPEC §3).
+    async fn take_grant_fence(
+        &self,
+        backend: &EtcdBackend,
+        (actor, token): (ActorRef, String),
+        fence: &[Target],
+        own_lease: bool,
+    ) -> Result<(ActorRef, String)> {
+        let taken = backend
+            .table
+            .admit(&actor, AdmitRequest::fence(fence.to_vec()))
+            .await;
+        match taken {
+            Ok(_) => Ok((actor, token)),
+            Err(e) => {
+                if !own_lease {
+                    let _ = backend.table.drop_actor(&actor).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
     async fn etcd_drop(&self, backend: &EtcdBackend, caller: &Caller, p: Value) -> Result<Value> {
         let p: ActorParams = params(p)?;
         let actor = self.etcd_actor(backend, caller, &p.actor).await?;
-        backend.table.drop_actor(&actor).await?;
+        backend.table.drop_actor_marking(&actor).await?;
         Ok(json!({"dropped": p.actor}))
     }
 
@@ -430,16 +537,42 @@ impl App {
         }
         // Targets become keys here, as in process (symlinks resolved, the
         // grant root enforced); the table takes keys.
-        let resolver = Resolver::new(
-            actor.root().to_path_buf(),
-            Vec::new(),
-            CaseMode::Sensitive,
-            backend.portable,
-        );
-        let resolved = targets
-            .iter()
-            .map(|t| resolver.resolve_target(t))
-            .collect::<Result<Vec<_>>>()?;
+        let resolver = backend.resolver(actor.root());
+        let mut resolved = Vec::with_capacity(targets.len());
+        for target in &targets {
+            let target = resolver.resolve_target(target)?;
+            match actor.grant_fence() {
+                // A fenced actor's `workspace()` is its grant fence.
+                Some(fence) if target.is_workspace() => {
+                    resolved.extend(fence.iter().map(|(path, tree)| {
+                        let key = if *tree {
+                            Target::tree(path)
+                        } else {
+                            Target::file(path)
+                        };
+                        match target.mode() {
+                            crate::Mode::Shared => key.shared(),
+                            crate::Mode::Exclusive => key,
+                        }
+                    }));
+                }
+                _ => resolved.push(resolved_path(&target, actor.root())),
+            }
+        }
+        // A fenced actor writes (and fences) only inside its grant fence.
+        if let Some(fence) = actor.grant_fence() {
+            for target in &resolved {
+                if target.mode() == crate::Mode::Exclusive
+                    && !backend.inside_fence(target.path(), target.is_tree(), fence)
+                {
+                    return Err(Error::OutsideFence {
+                        path: target.path().to_path_buf(),
+                        actor: actor.name().to_string(),
+                        fence: fence.iter().map(|(p, _)| p.clone()).collect(),
+                    });
+                }
+            }
+        }
         let fence = method == "fence";
         let mut request = if fence {
             AdmitRequest::fence(resolved)
@@ -500,11 +633,27 @@ impl App {
             }
             _ => return Err(invalid("release takes {hold} or {actor, ticket}")),
         };
-        if let Caller::Actor(_) = caller {
-            let lineage = backend.table.hold_lineage(HoldId(n)).await?;
-            self.may(caller, &lineage, &named)?;
+        let hold = HoldId(n);
+        let released = match backend.table.hold_lineage(hold).await {
+            Ok(lineage) => {
+                self.may(caller, &lineage, &named)?;
+                backend.table.release(hold).await
+            }
+            Err(e) => Err(e),
+        };
+        match released {
+            Ok(()) => {}
+            // A fence its owner's drop released: handing it back is
+            // harmless (once), as in process.
+            Err(Error::UnknownHold { .. }) => match backend.table.drop_mark(hold).await? {
+                Some(lineage) => {
+                    self.may(caller, &lineage, &named)?;
+                    backend.table.clear_drop_mark(hold).await?;
+                }
+                None => return Err(Error::UnknownHold { hold: named }),
+            },
+            Err(e) => return Err(e),
         }
-        backend.table.release(HoldId(n)).await?;
         backend.forget_hold(n);
         Ok(json!({"released": named}))
     }
