@@ -1432,3 +1432,120 @@ fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_ta
     let said = String::from_utf8_lossy(&started.stderr);
     assert!(said.contains("another session token"), "{said}");
 }
+
+/// Two `writ serve --etcd` on one session, 16 clients of the Rust client
+/// (alternately on one server and the other) asking for calls on
+/// overlapping files and trees, shared and exclusive, try-only and
+/// waiting, for `WRIT_ETCD_STRESS_SECS` (default 10) seconds. The oracle
+/// registers each grant after it arrives and unregisters it before its
+/// release, so the intervals it sees lie inside the real holds: two
+/// conflicting entries at once would be a double grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_and_16_clients_never_grant_conflicting_calls() {
+    let secs: u64 = std::env::var("WRIT_ETCD_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let options = writ::server::Options::new(&root).token(SESSION_TOKEN).etcd(
+            [etcd.endpoint.as_str()],
+            "serve-stress",
+            TableOptions::default(),
+        );
+        servers.push(writ::server::Server::start(options).await.unwrap());
+    }
+    let targets: [(&str, bool); 5] = [
+        ("src/a.rs", false),
+        ("src/b.rs", false),
+        ("docs/c.md", false),
+        ("src", true),
+        ("docs", true),
+    ];
+    // Who holds what: (client, path, tree, mode).
+    type Granted = Vec<(usize, PathBuf, bool, Mode)>;
+    let held: Arc<std::sync::Mutex<Granted>> = Default::default();
+    let granted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut clients = Vec::new();
+    for n in 0..16usize {
+        let server = &servers[n % 2];
+        let session = writ::remote::Session::connect(server.url(), server.token())
+            .await
+            .unwrap();
+        let actor = session
+            .actor(format!("c{n}"), writ::Grant::workspace(&root))
+            .await
+            .unwrap();
+        let (held, granted, root) = (held.clone(), granted.clone(), root.clone());
+        clients.push(tokio::spawn(async move {
+            let _session = session;
+            let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ (n as u64 + 1));
+            while Instant::now() < until {
+                let (rel, tree) = targets[dice.roll(targets.len())];
+                let mode = if dice.roll(3) == 0 {
+                    Mode::Exclusive
+                } else {
+                    Mode::Shared
+                };
+                let path = root.join(rel);
+                let target = match (tree, mode) {
+                    (true, Mode::Shared) => Target::tree(&path).shared(),
+                    (true, Mode::Exclusive) => Target::tree(&path),
+                    (false, Mode::Shared) => Target::file(&path).shared(),
+                    (false, Mode::Exclusive) => Target::file(&path),
+                };
+                let asked = if dice.roll(2) == 0 {
+                    actor.try_admit([target]).await
+                } else {
+                    actor
+                        .admit_timeout([target], Duration::from_millis(300))
+                        .await
+                };
+                let call = match asked {
+                    Ok(call) => call,
+                    Err(Error::Busy(_) | Error::Timeout { .. }) => continue,
+                    Err(e) => panic!("c{n}: {e}"),
+                };
+                {
+                    let mut now = held.lock().unwrap();
+                    for (m, other, other_tree, other_mode) in now.iter() {
+                        let overlap = other == &path
+                            || (*other_tree && path.starts_with(other))
+                            || (tree && other.starts_with(&path));
+                        let clash = mode == Mode::Exclusive || *other_mode == Mode::Exclusive;
+                        assert!(
+                            !(overlap && clash),
+                            "c{n} was granted {path:?} ({mode:?}) while c{m} holds {other:?} ({other_mode:?})"
+                        );
+                    }
+                    now.push((n, path.clone(), tree, mode));
+                }
+                granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::task::yield_now().await;
+                held.lock().unwrap().retain(|(m, ..)| *m != n);
+                call.release().await.unwrap();
+            }
+            actor.close().await.unwrap();
+        }));
+    }
+    for client in clients {
+        client.await.unwrap();
+    }
+    let total = granted.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(total > 16, "only {total} grants in {secs} s");
+    let dump = writ::remote::Session::connect(servers[1].url(), SESSION_TOKEN)
+        .await
+        .unwrap()
+        .dump()
+        .await
+        .unwrap();
+    assert_eq!(dump["holds"].as_array().map(Vec::len), Some(0), "{dump}");
+    assert_eq!(dump["waiters"].as_array().map(Vec::len), Some(0), "{dump}");
+    println!("{total} grants in {secs} s through two servers");
+    for server in servers {
+        server.shutdown().await;
+    }
+}
