@@ -2457,6 +2457,8 @@ conformance_on_etcd!(
     try_admit_cannot_jump_a_queued_waiter,
     disjoint_requests_pass_a_waiter,
     cancelling_a_waiter_leaves_nothing_and_wakes_those_behind,
+    soft_edges_close_cycles_too,
+    calls_never_create_wait_edges,
     a_fence_taken_by_precedence_may_not_close_a_cycle,
     a_fence_granted_past_waiters_may_not_close_a_cycle,
     higher_priority_first_then_arrival_order,

@@ -1549,3 +1549,44 @@ async fn two_servers_and_16_clients_never_grant_conflicting_calls() {
         server.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dump_shows_ages_waiter_ids_labels_and_the_wait_for_edges() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("edges").await, etcd.table("edges").await);
+    let a = actor(&one, "a").await;
+    let b = actor(&two, "b").await;
+    let fence = one
+        .admit(&a, AdmitRequest::fence(["/ws/src/"]))
+        .await
+        .unwrap();
+    let waiting = {
+        let (two, b) = (two.clone(), b.clone());
+        tokio::spawn(async move {
+            let asked = AdmitRequest::call(["/ws/src/x.rs"]).wait().label("edit");
+            two.admit(&b, asked).await
+        })
+    };
+    poll_until(Duration::from_secs(10), "the waiter's edge", || async {
+        !one.dump().await.unwrap().edges.is_empty()
+    })
+    .await;
+    let dump = one.dump().await.unwrap();
+    assert_eq!(
+        dump.edges,
+        vec![writ::WaitEdge {
+            from: b.id(),
+            to: a.id(),
+            hard: true
+        }]
+    );
+    assert_eq!(dump.waiters.len(), 1);
+    assert_eq!(dump.waiters[0].label.as_deref(), Some("edit"));
+    assert!(dump.waiters[0].waited < Duration::from_secs(60));
+    assert!(dump.holds[0].age < Duration::from_secs(60));
+    one.release(fence.hold()).await.unwrap();
+    let grant = grant_of(waiting).await;
+    let dump = two.dump().await.unwrap();
+    assert!(dump.edges.is_empty() && dump.waiters.is_empty(), "{dump:?}");
+    two.release(grant.hold()).await.unwrap();
+}

@@ -372,6 +372,13 @@ pub struct TableDump {
     pub holds: Vec<DumpHold>,
     /// Waiting requests, in queue order.
     pub waiters: Vec<DumpWaiter>,
+    /// The wait-for graph folded onto actors (SPEC §5): the edges true at
+    /// the dump's revision, without self-edges.
+    pub edges: Vec<crate::WaitEdge>,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 /// An actor in a [`TableDump`].
@@ -417,11 +424,22 @@ pub struct DumpHold {
     pub label: Option<String>,
     /// Its fencing token (the revision of its commit).
     pub revision: i64,
+    /// How long it has been held (by the wall clocks of the table that
+    /// granted it and the one dumping).
+    #[serde(serialize_with = "secs")]
+    pub age: Duration,
 }
 
 /// A waiting request in a [`TableDump`].
 #[derive(Debug, Clone, Serialize)]
 pub struct DumpWaiter {
+    /// Its id (unique in the session).
+    pub id: u64,
+    /// Its label.
+    pub label: Option<String>,
+    /// How long it has waited (wall clocks, as a hold's age).
+    #[serde(serialize_with = "secs")]
+    pub waited: Duration,
     /// The requester.
     pub actor: ActorId,
     /// The requester's name.
@@ -1712,9 +1730,18 @@ impl Table {
     /// revision.
     pub async fn dump(&self) -> Result<TableDump> {
         let layout = self.layout();
-        let (revision, [actors, holds, waiters]) = self
-            .read_prefixes([layout.actors(), layout.holds(), layout.waiters()])
+        let (revision, [actors, holds, waiters, edges, fences]) = self
+            .read_prefixes([
+                layout.actors(),
+                layout.holds(),
+                layout.waiters(),
+                layout.all_edges(),
+                layout.all_fences(),
+            ])
             .await?;
+        let now = now_ms();
+        let age = |since: u64| Duration::from_millis(now.saturating_sub(since));
+        let edges = dump_edges(&waiters, &edges, &fences);
         let actors = actors
             .iter()
             .filter_map(|kv| {
@@ -1741,6 +1768,7 @@ impl Table {
                     kind: record.meta.kind.into(),
                     label: record.meta.label,
                     revision: kv.create_revision(),
+                    age: age(record.meta.since_ms),
                 })
             })
             .collect();
@@ -1750,6 +1778,9 @@ impl Table {
             .filter_map(|kv| {
                 let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
                 Some(DumpWaiter {
+                    id: id_in(kv.key())?,
+                    label: record.meta.label.clone(),
+                    waited: age(record.meta.since_ms),
                     actor: ActorId(record.meta.owner),
                     paths: dump_paths(&record),
                     actor_name: record.meta.name,
@@ -1765,8 +1796,62 @@ impl Table {
             actors,
             holds,
             waiters,
+            edges,
         })
     }
+}
+
+/// The wait-for edges between actors that are true at one read: each
+/// waiting request's recorded edges, kept while they hold (its fence
+/// owners still hold a fence in its way, its earlier requests still wait),
+/// folded onto actors, without self-edges, each once.
+fn dump_edges(
+    waiters: &[KeyValue],
+    edges: &[KeyValue],
+    fences: &[KeyValue],
+) -> Vec<crate::WaitEdge> {
+    let claims: std::collections::HashMap<u64, Claim> = waiters
+        .iter()
+        .filter_map(|kv| {
+            let record = serde_json::from_slice::<ClaimRecord>(kv.value()).ok()?;
+            Some((id_in(kv.key())?, record.claim()))
+        })
+        .collect();
+    let mut fences_of: std::collections::HashMap<u64, Vec<Claim>> = Default::default();
+    for kv in fences {
+        if let Ok(record) = serde_json::from_slice::<ClaimRecord>(kv.value()) {
+            fences_of
+                .entry(record.meta.owner)
+                .or_default()
+                .push(record.claim());
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    for kv in edges {
+        let Some(id) = id_in(kv.key()) else { continue };
+        let (Some(claim), Ok(mut found)) =
+            (claims.get(&id), serde_json::from_slice::<Edges>(kv.value()))
+        else {
+            continue;
+        };
+        true_edges(&fences_of, Some(&claims), claim, &mut found);
+        for (owner, _) in &found.hard {
+            out.insert((found.actor, *owner, true));
+        }
+        for earlier in &found.soft {
+            if let Some(other) = claims.get(earlier) {
+                out.insert((found.actor, other.owner.0, false));
+            }
+        }
+    }
+    out.into_iter()
+        .filter(|(from, to, _)| from != to)
+        .map(|(from, to, hard)| crate::WaitEdge {
+            from: ActorId(from),
+            to: ActorId(to),
+            hard,
+        })
+        .collect()
 }
 
 /// Keeps the edges of a request (whole claim `claim`) that are true: a

@@ -671,7 +671,7 @@ impl App {
     }
 
     /// The table's dump in the shape of SPEC §5's, as far as the table
-    /// keeps it (no ages, waiter ids, edges, slots or counters yet).
+    /// keeps it (no causes, `blocked_by`, slots or counters yet).
     fn dump_json(&self, backend: &EtcdBackend, dump: &TableDump) -> Value {
         let actors: Vec<Value> = dump
             .actors
@@ -690,6 +690,7 @@ impl App {
                 json!({
                     "id": h.id, "actor": h.actor_name, "actor_id": h.actor, "kind": h.kind,
                     "paths": h.paths, "label": h.label, "revision": h.revision,
+                    "age": h.age.as_secs_f64(),
                 })
             })
             .collect();
@@ -698,8 +699,9 @@ impl App {
             .iter()
             .map(|w| {
                 json!({
-                    "actor": w.actor_name, "actor_id": w.actor, "kind": w.kind,
+                    "id": w.id, "actor": w.actor_name, "actor_id": w.actor, "kind": w.kind,
                     "paths": w.paths, "priority": w.priority, "revision": w.revision,
+                    "label": w.label, "waited": w.waited.as_secs_f64(),
                 })
             })
             .collect();
@@ -710,6 +712,7 @@ impl App {
             "actors": actors,
             "holds": holds,
             "waiters": waiters,
+            "edges": dump.edges,
         })
     }
 
@@ -805,6 +808,7 @@ fn dump_table(dump: &TableDump) -> String {
         .iter()
         .map(|w| {
             vec![
+                w.id.to_string(),
                 w.actor_name.clone(),
                 kind(w.kind),
                 paths(&w.paths),
@@ -814,8 +818,21 @@ fn dump_table(dump: &TableDump) -> String {
         })
         .collect();
     out.push_str(&crate::text::table(
-        &["actor", "kind", "paths", "priority", "revision"],
+        &["id", "actor", "kind", "paths", "priority", "revision"],
         &rows,
     ));
+    out.push_str("\nwaits for\n");
+    let rows: Vec<Vec<String>> = dump
+        .edges
+        .iter()
+        .map(|e| {
+            vec![
+                e.from.0.to_string(),
+                e.to.0.to_string(),
+                if e.hard { "hard" } else { "soft" }.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&crate::text::table(&["actor", "waits for", "edge"], &rows));
     out
 }
