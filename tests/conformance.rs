@@ -2461,9 +2461,16 @@ conformance_on_etcd!(
     calls_never_create_wait_edges,
     a_fence_taken_by_precedence_may_not_close_a_cycle,
     a_fence_granted_past_waiters_may_not_close_a_cycle,
+    extend_is_judged_at_the_requests_own_priority,
+    reservation_extend_is_all_or_nothing,
     higher_priority_first_then_arrival_order,
     a_request_keeps_its_priority_in_every_form,
     disjoint_requests_never_wait_for_each_other,
+    no_starvation_within_a_priority_level,
+    widen_is_all_or_nothing,
+    widen_is_not_refused_by_a_waiter_on_the_part_already_held,
+    narrow_outside_the_current_fence_changes_nothing,
+    narrow_can_only_weaken_a_mode,
 );
 
 conformance!(

@@ -1331,7 +1331,7 @@ fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_ta
     assert_eq!(info["caller"], actor.as_str());
     assert_eq!(info["backend"], "etcd");
     // What the etcd table cannot do is refused whole, with one kind.
-    let call = rpc(
+    rpc(
         &two.url,
         &token,
         "admit",
@@ -1340,8 +1340,8 @@ fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_ta
     .unwrap();
     for (method, params) in [
         (
-            "fence.extend",
-            serde_json::json!({"hold": call["hold"], "targets": ["b.rs"]}),
+            "turn.set",
+            serde_json::json!({"actor": actor, "turn": "t1"}),
         ),
         (
             "files.read",

@@ -45,6 +45,7 @@
 //! the task notices the dropped receiver, deletes its waiter keys, and
 //! releases a grant that landed after the caller left.
 
+mod change;
 mod deadlock;
 mod decide;
 mod layout;
@@ -654,6 +655,16 @@ struct Admission {
     wait: Wait,
     hold: u64,
     since_ms: u64,
+    /// For a widening of a live hold (`Table::extend`): that hold's record
+    /// as read, which the commit replaces.
+    replaces: Option<Replace>,
+}
+
+/// The hold a widening replaces: its record's mod revision (compared at
+/// the commit) and its keys (whose entries not kept are deleted).
+struct Replace {
+    revision: i64,
+    old: Vec<(Key, Mode)>,
 }
 
 impl Admission {
@@ -701,7 +712,7 @@ impl Admission {
             Blocker::Hold(o, k) => (o, k, false),
             Blocker::Waiter(o, k) => (o, k, true),
         };
-        let requested = &self.keys[key].0;
+        let requested = &self.claim.keys[key].0;
         let mode = other
             .claim
             .keys
@@ -741,8 +752,9 @@ impl Admission {
         } else {
             2 + keys
         };
-        let writes = 2 + keys + waiting;
-        compares.max(writes)
+        let replacing = self.replaces.as_ref().map_or(0, |r| r.old.len() + 1);
+        let writes = 2 + keys + waiting + replacing;
+        (compares + usize::from(self.replaces.is_some())).max(writes)
     }
 }
 
@@ -1095,7 +1107,13 @@ impl Table {
             wait: request.wait,
             hold: self.next_id()?,
             since_ms: now_ms(),
+            replaces: None,
         };
+        self.spawn_admission(admission).await
+    }
+
+    /// Runs an admission in a task of its own and waits for its answer.
+    async fn spawn_admission(&self, admission: Admission) -> Result<Grant> {
         let (ops, limit) = (admission.ops_needed(), self.inner.options.max_txn_ops);
         if ops > limit {
             return Err(Error::TxnTooLarge { ops, limit });
@@ -1228,11 +1246,35 @@ impl Table {
                 Some(GetOptions::new().with_keys_only()),
             ));
         }
+        if admission.replaces.is_some() {
+            reads.push(TxnOp::get(
+                layout.hold(admission.hold),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+        }
         let read = self
             .admission_txn(Txn::new().and_then(reads), None, ops, limit)
             .await?;
         let revision = revision_of(&read);
         let mut ranges = ranges_of(&read);
+        if let Some(replace) = &admission.replaces {
+            match ranges
+                .pop()
+                .and_then(|kvs| kvs.first().map(KeyValue::mod_revision))
+            {
+                None => {
+                    return Err(Error::UnknownHold {
+                        hold: admission.hold.to_string(),
+                    });
+                }
+                Some(at) if at != replace.revision => {
+                    return Err(Error::Unavailable {
+                        reason: "the hold changed while it was being widened; ask again".into(),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
         if waiter.is_some() && ranges.pop().is_none_or(|kvs| kvs.is_empty()) {
             // The waiter lease lapsed under a waiting request: its place
             // is gone, and committing against it would never succeed.
@@ -1246,13 +1288,17 @@ impl Table {
                 actor: admission.actor.id.0.to_string(),
             });
         }
-        let (holds, waiters) = decide::group(
+        let (mut holds, waiters) = decide::group(
             layout,
             ranges
                 .iter()
                 .flatten()
                 .map(|kv| (kv.key(), kv.value(), kv.create_revision())),
         );
+        if admission.replaces.is_some() {
+            // A widened hold does not conflict with itself.
+            holds.retain(|h| h.owner != Owner::Hold(admission.hold));
+        }
         let waiting = admission.wait != Wait::Never;
         let hold_in_the_way = decide::blocking_hold(&admission.claim, &holds);
         let mut waiter_in_the_way = None;
@@ -1387,6 +1433,23 @@ impl Table {
         compares.push(still(layout.actor(actor.id.0), actor.revision));
         compares.extend(relied.iter().map(|&(id, at)| still(layout.hold(id), at)));
         let hold = admission.hold;
+        let mut stale = Vec::new();
+        if let Some(replace) = &admission.replaces {
+            compares.push(Compare::mod_revision(
+                layout.hold(hold),
+                CompareOp::Equal,
+                replace.revision,
+            ));
+            for (key, _) in &replace.old {
+                if !admission
+                    .keys
+                    .iter()
+                    .any(|(k, _)| k.norm == key.norm && k.tree == key.tree)
+                {
+                    stale.push(TxnOp::delete(layout.entry(key, Owner::Hold(hold)), None));
+                }
+            }
+        }
         let record = to_json(&admission.record())?;
         let lease = with_lease(actor.lease);
         let mut writes = vec![TxnOp::put(layout.hold(hold), record.clone(), lease.clone())];
@@ -1398,6 +1461,7 @@ impl Table {
             ));
         }
         writes.extend(admission.entry_puts(layout, Owner::Hold(hold), admission.actor.lease)?);
+        writes.extend(stale);
         if let Some(id) = waiter {
             writes.push(TxnOp::delete(layout.waiter(id), None));
             writes.push(TxnOp::delete(layout.edges(id), None));

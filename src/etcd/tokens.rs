@@ -14,6 +14,7 @@ use super::{
 };
 use crate::core::table::{ActorId, HoldId};
 use crate::error::{Error, Result};
+use crate::kinds::HoldKind;
 
 /// The value of `P t/<hash>`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -110,14 +111,14 @@ impl Table {
         }
     }
 
-    /// The lineage (root first) of a live hold's owner.
-    pub(crate) async fn hold_lineage(&self, hold: HoldId) -> Result<Vec<u64>> {
+    /// The lineage (root first) of a live hold's owner, and its kind.
+    pub(crate) async fn hold_lineage(&self, hold: HoldId) -> Result<(Vec<u64>, HoldKind)> {
         let unknown = || Error::UnknownHold {
             hold: hold.0.to_string(),
         };
         let (record, _): (super::ClaimRecord, i64) =
             self.record(self.layout().hold(hold.0), unknown).await?;
-        Ok(record.meta.lineage)
+        Ok((record.meta.lineage, record.meta.kind.into()))
     }
 
     /// How many actors and holds are attached to `lease` (what revoking it

@@ -29,8 +29,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use super::{
-    ActorParams, AdmitParams, App, CreateParams, DumpParams, HoldParams, LeaseParams, invalid,
-    params, targets, timeout,
+    ActorParams, AdmitParams, App, CreateParams, DumpParams, HoldParams, HoldTargetsParams,
+    LeaseParams, invalid, params, targets, timeout,
 };
 use crate::etcd::tokens::token_hash;
 use crate::etcd::{ActorRef, AdmitRequest, GrantRecord, LeaseId, Table, TableDump, TableOptions};
@@ -62,8 +62,6 @@ const TICKET_MEMORY: Duration = Duration::from_secs(120);
 
 /// The methods of SPEC §13 the etcd table does not serve yet.
 const UNSUPPORTED: &[&str] = &[
-    "fence.extend",
-    "fence.narrow",
     "files.read",
     "files.write",
     "files.append",
@@ -323,6 +321,7 @@ impl App {
             "actor.drop" => self.etcd_drop(backend, caller, p).await,
             "admit" | "fence" => self.etcd_admit(backend, caller, method, p).await,
             "release" => self.etcd_release(backend, caller, p).await,
+            "fence.extend" | "fence.narrow" => self.etcd_change(backend, caller, method, p).await,
             "dump" => self.etcd_dump(backend, p).await,
             "lease.keepalive" => self.etcd_keepalive(backend, caller, p).await,
             "lease.revoke" => self.etcd_revoke(backend, caller, p).await,
@@ -517,16 +516,16 @@ impl App {
         Ok(json!({"dropped": p.actor}))
     }
 
-    async fn etcd_admit(
+    /// An actor's targets as the table takes them: a read-only actor's
+    /// writes refused, targets resolved as in process (symlinks, the grant
+    /// root), a fenced actor's `workspace()` spelled as its grant fence and
+    /// its writes kept inside it.
+    fn etcd_targets(
         &self,
         backend: &EtcdBackend,
-        caller: &Caller,
-        method: &str,
-        p: Value,
-    ) -> Result<Value> {
-        let p: AdmitParams = params(p)?;
-        let targets = targets(&p.targets)?;
-        let actor = self.etcd_actor(backend, caller, &p.actor).await?;
+        actor: &ActorRef,
+        targets: &[Target],
+    ) -> Result<Vec<Target>> {
         if actor.is_read_only() {
             if let Some(write) = targets.iter().find(|t| t.mode() == crate::Mode::Exclusive) {
                 return Err(Error::ReadOnly {
@@ -539,7 +538,7 @@ impl App {
         // grant root enforced); the table takes keys.
         let resolver = backend.resolver(actor.root());
         let mut resolved = Vec::with_capacity(targets.len());
-        for target in &targets {
+        for target in targets {
             let target = resolver.resolve_target(target)?;
             match actor.grant_fence() {
                 // A fenced actor's `workspace()` is its grant fence.
@@ -573,6 +572,20 @@ impl App {
                 }
             }
         }
+        Ok(resolved)
+    }
+
+    async fn etcd_admit(
+        &self,
+        backend: &EtcdBackend,
+        caller: &Caller,
+        method: &str,
+        p: Value,
+    ) -> Result<Value> {
+        let p: AdmitParams = params(p)?;
+        let targets = targets(&p.targets)?;
+        let actor = self.etcd_actor(backend, caller, &p.actor).await?;
+        let resolved = self.etcd_targets(backend, &actor, &targets)?;
         let fence = method == "fence";
         let mut request = if fence {
             AdmitRequest::fence(resolved)
@@ -615,6 +628,36 @@ impl App {
         }))
     }
 
+    /// `fence.extend` (a fence or a call reservation, try-only) and
+    /// `fence.narrow` (a fence), all-or-nothing.
+    async fn etcd_change(
+        &self,
+        backend: &EtcdBackend,
+        caller: &Caller,
+        method: &str,
+        p: Value,
+    ) -> Result<Value> {
+        let p: HoldTargetsParams = params(p)?;
+        let targets = targets(&p.targets)?;
+        let hold = HoldId(self.parse('h', "a hold", &p.hold)?);
+        let (lineage, kind) = backend.table.hold_lineage(hold).await?;
+        self.may(caller, &lineage, &p.hold)?;
+        let owner = lineage.last().copied().unwrap_or_default();
+        let actor = backend.table.actor(ActorId(owner)).await?;
+        let resolved = self.etcd_targets(backend, &actor, &targets)?;
+        let changed = if method == "fence.extend" {
+            backend.table.extend(&actor, hold, &resolved).await?
+        } else if kind == HoldKind::Fence {
+            backend.table.narrow(&actor, hold, &resolved).await?
+        } else {
+            return Err(invalid(format!(
+                "{} is a call reservation; only a fence can be narrowed",
+                p.hold
+            )));
+        };
+        Ok(json!({"hold": p.hold, "paths": changed.paths(), "revision": changed.revision()}))
+    }
+
     async fn etcd_release(
         &self,
         backend: &EtcdBackend,
@@ -635,7 +678,7 @@ impl App {
         };
         let hold = HoldId(n);
         let released = match backend.table.hold_lineage(hold).await {
-            Ok(lineage) => {
+            Ok((lineage, _)) => {
                 self.may(caller, &lineage, &named)?;
                 backend.table.release(hold).await
             }
