@@ -1590,3 +1590,42 @@ async fn the_dump_shows_ages_waiter_ids_labels_and_the_wait_for_edges() {
     assert!(dump.edges.is_empty() && dump.waiters.is_empty(), "{dump:?}");
     two.release(grant.hold()).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_lease_is_revoked_leaves_the_queue_at_once() {
+    // A check period far longer than the test's patience: only the watch
+    // on the actor's record can end the wait in time.
+    let etcd = Etcd::start();
+    let options = TableOptions::default().deadlock_check(Duration::from_secs(60));
+    let one = etcd.table_with("revoked", options.clone()).await;
+    let two = etcd.table_with("revoked", options).await;
+    let holder = actor(&one, "holder").await;
+    let first = actor(&two, "first").await;
+    let held = one
+        .admit(&holder, AdmitRequest::call(["/ws/x.rs"]))
+        .await
+        .unwrap();
+    let waiting = {
+        let (two, first) = (two.clone(), first.clone());
+        tokio::spawn(async move {
+            two.admit(&first, AdmitRequest::call(["/ws/x.rs"]).wait())
+                .await
+        })
+    };
+    poll_until(Duration::from_secs(10), "the waiter", || async {
+        waiters_in(&one).await == 1
+    })
+    .await;
+    one.revoke(first.lease()).await.unwrap();
+    poll_until(
+        Duration::from_secs(5),
+        "the revoked waiter gone",
+        || async { waiters_in(&one).await == 0 },
+    )
+    .await;
+    match tokio::time::timeout(Duration::from_secs(5), waiting).await {
+        Ok(Ok(Err(Error::UnknownActor { .. }))) => {}
+        other => panic!("expected unknown_actor, got {other:?}"),
+    }
+    one.release(held.hold()).await.unwrap();
+}

@@ -1143,6 +1143,11 @@ impl Table {
         let started = tokio::time::Instant::now();
         let mut answer = answer;
         let mut last_edges: Option<Edges> = None;
+        // The conflicting ranges, and the actor's own record: when its
+        // lease ends (or it is dropped) its waiting request goes at once,
+        // not one check period later.
+        let mut watched = admission.ranges.clone();
+        watched.push(self.layout().actor(admission.actor.id.0));
         let outcome: Result<Grant> = loop {
             if answer.is_closed() {
                 break Err(Error::Unavailable {
@@ -1193,7 +1198,7 @@ impl Table {
                 }
             }
             match self
-                .wait_for_change(&admission.ranges, revision, deadline, &mut answer)
+                .wait_for_change(&watched, revision, deadline, &mut answer)
                 .await
             {
                 Ok(Woken::Changed) => {}
