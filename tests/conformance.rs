@@ -2471,6 +2471,10 @@ conformance_on_etcd!(
     widen_is_not_refused_by_a_waiter_on_the_part_already_held,
     narrow_outside_the_current_fence_changes_nothing,
     narrow_can_only_weaken_a_mode,
+    root_actors_count_against_no_limit(config().max_actors(1).max_writers(1)),
+    child_past_max_actors_is_no_slot_naming_the_limit(config().max_actors(2)),
+    read_only_children_do_not_count_as_writers(config().max_writers(1)),
+    read_only_children_still_count_as_actors(config().max_actors(1).max_writers(5)),
 );
 
 conformance!(

@@ -1629,3 +1629,72 @@ async fn a_waiter_whose_lease_is_revoked_leaves_the_queue_at_once() {
     }
     one.release(held.hold()).await.unwrap();
 }
+
+/// Slot limits through two servers: children made at once through both
+/// never exceed `max_actors` (each creation is committed only if no actor
+/// was created or dropped since it counted), and a server with other
+/// limits than the session's does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_made_at_once_through_two_servers_never_exceed_max_actors() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let config = || writ::Config::default().max_actors(3);
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let options = writ::server::Options::new(&root)
+            .config(config())
+            .token(SESSION_TOKEN)
+            .etcd([etcd.endpoint.as_str()], "slots", TableOptions::default());
+        servers.push(writ::server::Server::start(options).await.unwrap());
+    }
+    let other = writ::server::Options::new(&root)
+        .config(writ::Config::default().max_actors(4))
+        .token(SESSION_TOKEN)
+        .etcd([etcd.endpoint.as_str()], "slots", TableOptions::default());
+    match writ::server::Server::start(other).await {
+        Err(Error::Forbidden { reason }) => assert!(reason.contains("slot limits"), "{reason}"),
+        other => panic!("expected forbidden, got {:?}", other.err()),
+    }
+    let mut sessions = Vec::new();
+    for server in &servers {
+        sessions.push(
+            writ::remote::Session::connect(server.url(), server.token())
+                .await
+                .unwrap(),
+        );
+    }
+    let lead = Arc::new(
+        sessions[0]
+            .actor("lead", writ::Grant::workspace(&root))
+            .await
+            .unwrap(),
+    );
+    let mut made = Vec::new();
+    for n in 0..12 {
+        let lead = lead.clone();
+        let root = root.clone();
+        made.push(tokio::spawn(async move {
+            lead.child(format!("k{n}"), writ::Grant::workspace(&root))
+                .await
+        }));
+    }
+    let (mut children, mut refused) = (Vec::new(), 0);
+    for task in made {
+        match task.await.unwrap() {
+            Ok(child) => children.push(child),
+            Err(Error::NoSlot { max: 3, .. }) => refused += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert_eq!((children.len(), refused), (3, 9));
+    let dump = sessions[1].dump().await.unwrap();
+    assert_eq!(dump["slots"]["actors"], 3, "{dump}");
+    assert_eq!(dump["slots"]["max_actors"], 3, "{dump}");
+    for child in children {
+        child.close().await.unwrap();
+    }
+    drop(sessions);
+    for server in servers {
+        server.shutdown().await;
+    }
+}

@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `P i` | the last instance number handed out | none |
 //! | `P s` | sha256 of the session token (hex), set by the first server | none |
+//! | `P l` | the session's slot limits, set by the first server | none |
 //! | `P t/<sha256 of an actor token>` | the token's actor and lease | the actor's |
 //! | `P r/<hold>` | a fence released by its owner's drop: the owner's lineage | the owner's |
 //! | `P a/<actor>` | the actor record | the actor's |
@@ -86,6 +87,11 @@ impl Layout {
 
     pub(crate) fn session_token(&self) -> Vec<u8> {
         self.under(b"s")
+    }
+
+    /// The session's slot limits (SPEC §11), set by its first server.
+    pub(crate) fn limits(&self) -> Vec<u8> {
+        self.under(b"l")
     }
 
     /// An actor token's key: the hex sha256 of the token, never the token.

@@ -395,6 +395,8 @@ pub struct DumpActor {
     pub lease: LeaseId,
     /// Its root.
     pub root: PathBuf,
+    /// Whether it was made read-only (it takes no writer slot).
+    pub read_only: bool,
 }
 
 /// One held or requested key in a [`TableDump`].
@@ -933,6 +935,7 @@ impl Table {
             parent,
             GrantRecord::default(),
             Vec::new(),
+            Vec::new(),
         )
         .await
     }
@@ -949,6 +952,7 @@ impl Table {
         parent: Option<&ActorRef>,
         grant: GrantRecord,
         extra: Vec<TxnOp>,
+        extra_compares: Vec<Compare>,
     ) -> Result<ActorRef> {
         let Some(root_text) = root.to_str().filter(|_| root.is_absolute()) else {
             return Err(Error::invalid(
@@ -978,10 +982,11 @@ impl Table {
                 })
                 .transpose()?,
         };
-        let compares: Vec<Compare> = parent
+        let mut compares: Vec<Compare> = parent
             .map(|p| still(self.layout().actor(p.id.0), p.revision))
             .into_iter()
             .collect();
+        compares.extend(extra_compares);
         let mut puts = vec![TxnOp::put(
             self.layout().actor(id),
             to_json(&record)?,
@@ -1822,6 +1827,7 @@ impl Table {
                     parent,
                     lease: LeaseId(record.lease),
                     root: PathBuf::from(record.root),
+                    read_only: record.read_only,
                 })
             })
             .collect();

@@ -37,7 +37,19 @@ impl Table {
     /// (a compare on its absence, so two servers starting at once agree),
     /// and says whether the session's hash is `hash`.
     pub(crate) async fn claim_session_token(&self, hash: &str) -> Result<bool> {
-        let key = self.layout().session_token();
+        self.claim_session_value(self.layout().session_token(), hash)
+            .await
+    }
+
+    /// Stores the session's slot limits (as text) unless it has some, and
+    /// says whether the session's are these: every server of a session
+    /// must count against the same limits.
+    pub(crate) async fn claim_limits(&self, limits: &str) -> Result<bool> {
+        self.claim_session_value(self.layout().limits(), limits)
+            .await
+    }
+
+    async fn claim_session_value(&self, key: Vec<u8>, hash: &str) -> Result<bool> {
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.clone(), hash, None)])
@@ -68,6 +80,26 @@ impl Table {
         grant: GrantRecord,
         token: impl FnOnce(ActorId) -> Result<String>,
     ) -> Result<(ActorRef, String)> {
+        self.create_actor_with_token_in(lease, name, root, parent, grant, None, token)
+            .await
+    }
+
+    /// As [`Table::create_actor_with_token`], for a child counted against
+    /// the session's slot limits (SPEC §11; root actors count against
+    /// none): the live children (and writable children) are counted at one
+    /// revision and the actor is created only if nothing was created or
+    /// dropped since, else counted again. `NoSlot` when a limit is reached.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn create_actor_with_token_in(
+        &self,
+        lease: LeaseId,
+        name: &str,
+        root: &Path,
+        parent: Option<&ActorRef>,
+        grant: GrantRecord,
+        limits: Option<(Option<usize>, Option<usize>)>,
+        token: impl FnOnce(ActorId) -> Result<String>,
+    ) -> Result<(ActorRef, String)> {
         let id = self.next_id()?;
         let token = token(ActorId(id))?;
         let record = TokenRecord {
@@ -79,10 +111,63 @@ impl Table {
             to_json(&record)?,
             with_lease(lease),
         );
-        let actor = self
-            .put_actor(id, lease, name, root, parent, grant, vec![put])
-            .await?;
-        Ok((actor, token))
+        let Some((max_actors, max_writers)) = limits.filter(|_| parent.is_some()) else {
+            let actor = self
+                .put_actor(id, lease, name, root, parent, grant, vec![put], Vec::new())
+                .await?;
+            return Ok((actor, token));
+        };
+        loop {
+            let (actors, writers, revision) = self.count_children().await?;
+            if max_actors.is_some_and(|max| actors >= max) {
+                return Err(Error::NoSlot {
+                    limit: crate::SlotLimit::MaxActors,
+                    max: max_actors.unwrap_or(0),
+                });
+            }
+            if !grant.read_only && max_writers.is_some_and(|max| writers >= max) {
+                return Err(Error::NoSlot {
+                    limit: crate::SlotLimit::MaxWriters,
+                    max: max_writers.unwrap_or(0),
+                });
+            }
+            let counted = vec![super::unchanged_since(&self.layout().actors(), revision)];
+            let made = self
+                .put_actor(
+                    id,
+                    lease,
+                    name,
+                    root,
+                    parent,
+                    grant.clone(),
+                    vec![put.clone()],
+                    counted,
+                )
+                .await;
+            match (made, parent) {
+                (Ok(actor), _) => return Ok((actor, token)),
+                // Lost a race with another creation or drop: count again,
+                // unless the parent is what went.
+                (Err(Error::UnknownActor { .. }), Some(parent))
+                    if self.actor(parent.id).await.is_ok() => {}
+                (Err(e), _) => return Err(e),
+            }
+        }
+    }
+
+    /// The live child actors and writable child actors, at one revision.
+    pub(crate) async fn count_children(&self) -> Result<(usize, usize, i64)> {
+        let (revision, [actors]) = self.read_prefixes([self.layout().actors()]).await?;
+        let (mut children, mut writers) = (0, 0);
+        for kv in &actors {
+            if let Ok(record) = serde_json::from_slice::<super::ActorRecord>(kv.value()) {
+                if record.lineage.len() > 1 {
+                    children += 1;
+                    writers += usize::from(!record.read_only);
+                }
+            }
+        }
+        Ok((children, writers, revision))
     }
 
     /// The actor and lease of a token that names actor `id`, if the token

@@ -53,6 +53,9 @@ pub(crate) struct EtcdOptions {
 pub(crate) struct EtcdBackend {
     table: Table,
     portable: bool,
+    /// `max_actors`, `max_writers` (SPEC §11): the same on every server of
+    /// the session (the first one stores them).
+    limits: (Option<usize>, Option<usize>),
     /// Tickets of waits this server answered, with when they were filed.
     tickets: Mutex<HashMap<(u64, String), (Ticket, Instant)>>,
 }
@@ -91,9 +94,6 @@ impl EtcdBackend {
         root: &std::path::Path,
         token: &str,
     ) -> Result<EtcdBackend> {
-        if config.max_actors.is_some() || config.max_writers.is_some() {
-            return Err(unsupported("slot limits (max_actors, max_writers)"));
-        }
         let case = match config.case {
             CaseMode::Detect => crate::sched::resolve::detect_case(root),
             other => other,
@@ -114,9 +114,20 @@ impl EtcdBackend {
                 ),
             });
         }
+        let limits = (config.max_actors, config.max_writers);
+        let spelled = json!({"max_actors": limits.0, "max_writers": limits.1}).to_string();
+        if !table.claim_limits(&spelled).await? {
+            return Err(Error::Forbidden {
+                reason: format!(
+                    "session '{}' in etcd was started with other slot limits than this server's {spelled}; give every server of a session the same max_actors and max_writers",
+                    options.session
+                ),
+            });
+        }
         Ok(EtcdBackend {
             table,
             portable: config.portable_names,
+            limits,
             tickets: Mutex::new(HashMap::new()),
         })
     }
@@ -428,8 +439,13 @@ impl App {
                 made?
             }
             (Some(parent), None) => {
-                // Without slot limits (refused at start) a child never
-                // waits for a slot: `child_wait` is `child`.
+                // Without slot limits a child never waits for a slot, and
+                // `child_wait` is `child`; waiting for a slot is not served
+                // through etcd yet.
+                let limited = backend.limits != (None, None);
+                if method == "actor.child_wait" && limited {
+                    return Err(unsupported("actor.child_wait with slot limits"));
+                }
                 let parent = self.etcd_actor(backend, caller, parent).await?;
                 if !root.starts_with(parent.root()) {
                     return Err(Error::OutsideGrant {
@@ -460,12 +476,13 @@ impl App {
                     }
                 }
                 let made = table
-                    .create_actor_with_token(
+                    .create_actor_with_token_in(
                         parent.lease(),
                         &p.name,
                         &root,
                         Some(&parent),
                         record,
+                        limited.then_some(backend.limits),
                         token,
                     )
                     .await?;
@@ -748,10 +765,16 @@ impl App {
                 })
             })
             .collect();
+        let children = dump.actors.iter().filter(|a| a.parent.is_some());
+        let writers = children.clone().filter(|a| !a.read_only).count();
         json!({
             "session": backend.table.session(),
             "backend": "etcd",
             "revision": dump.revision,
+            "slots": {
+                "actors": children.count(), "max_actors": backend.limits.0,
+                "writers": writers, "max_writers": backend.limits.1,
+            },
             "actors": actors,
             "holds": holds,
             "waiters": waiters,
