@@ -424,7 +424,9 @@ impl Server {
         &self.app.root
     }
 
-    /// The server's scheduler (the same table every client sees).
+    /// The server's scheduler (the same table every client sees). A
+    /// server whose table is in etcd (`Options::etcd`, feature `etcd`)
+    /// leaves it empty.
     pub fn scheduler(&self) -> &Scheduler {
         &self.app.sched
     }
