@@ -10,6 +10,12 @@
 //!   delete transaction: four etcd round trips, two of them Raft writes.
 //! - `admission/etcd_admit_release_deep`: the same for a key 10 components
 //!   deep (more ranges read and compared).
+//! - `admission/serve_admit_release`: `try_admit` + `release` of one file
+//!   through `writ serve` (its in-process table) with the Rust client: two
+//!   HTTP round trips on loopback.
+//! - `admission/serve_etcd_admit_release`: the same through a `writ serve
+//!   --etcd` on the bench's etcd: the HTTP round trips, the actor's token
+//!   and record looked up in etcd, and the table's transactions.
 //!
 //! Needs `etcd` on `PATH` (`apt-get install etcd-server`).
 //! `cargo bench --features etcd --bench etcd`.
@@ -137,7 +143,56 @@ fn admission(c: &mut Criterion) {
             })
         });
     }
+
+    // The same client call through `writ serve`, in process and on etcd.
+    let servers = rt.block_on(async {
+        let local = writ::server::Server::start(writ::server::Options::new(&root))
+            .await
+            .unwrap();
+        let on_etcd = writ::server::Server::start(
+            writ::server::Options::new(&root)
+                .token("0123456789abcdef0123456789abcdef")
+                .etcd([endpoint.as_str()], "bench-serve", TableOptions::default()),
+        )
+        .await
+        .unwrap();
+        let mut actors = Vec::new();
+        for server in [&local, &on_etcd] {
+            let session = writ::remote::Session::connect(server.url(), server.token())
+                .await
+                .unwrap();
+            let actor = session
+                .actor("bench", Grant::workspace(&root))
+                .await
+                .unwrap();
+            actors.push((session, actor));
+        }
+        (local, on_etcd, actors)
+    });
+    for (name, (_, actor)) in ["serve_admit_release", "serve_etcd_admit_release"]
+        .into_iter()
+        .zip(&servers.2)
+    {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let call = actor.try_admit(["src/lib.rs"]).await.unwrap();
+                        black_box(call).release().await.unwrap();
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+    }
     group.finish();
+    rt.block_on(async {
+        let (local, on_etcd, actors) = servers;
+        drop(actors);
+        local.shutdown().await;
+        on_etcd.shutdown().await;
+    });
 }
 
 fn main() {

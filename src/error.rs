@@ -341,6 +341,16 @@ pub enum Error {
         limit: usize,
     },
 
+    /// A request a server whose session's table is in etcd (`writ serve
+    /// --etcd`) cannot serve yet: refused whole, never approximated.
+    #[error(
+        "{what} is not supported yet when the session's table is in etcd (writ serve --etcd); nothing was changed."
+    )]
+    Unsupported {
+        /// What was asked for.
+        what: String,
+    },
+
     /// The server cannot be reached or is shutting down.
     #[error("the writ server is unavailable: {reason}.")]
     Unavailable {

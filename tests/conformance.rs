@@ -328,6 +328,61 @@ impl Agent for writ::remote::Actor {
     }
 }
 
+// ---- two servers sharing one session on etcd (feature `etcd`) ----
+
+#[cfg(feature = "etcd")]
+#[path = "common/etcd_server.rs"]
+mod etcd_server;
+
+/// Two `writ serve --etcd` servers on one session of a real etcd. Root
+/// actors are made alternately through one and the other (a child goes
+/// through its parent's server), and dumps are read alternately too, so a
+/// behaviour passes only if every server sees what another one did.
+#[cfg(feature = "etcd")]
+struct OverEtcd {
+    sessions: [writ::remote::Session; 2],
+    servers: Vec<writ::server::Server>,
+    root: PathBuf,
+    turn: std::sync::atomic::AtomicUsize,
+    _etcd: etcd_server::Etcd,
+}
+
+#[cfg(feature = "etcd")]
+impl OverEtcd {
+    fn next(&self) -> &writ::remote::Session {
+        let n = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        &self.sessions[n % 2]
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Backend for OverEtcd {
+    type Actor = writ::remote::Actor;
+    fn root(&self) -> &Path {
+        &self.root
+    }
+    async fn actor(&self, name: &str, grant: Grant) -> Result<Self::Actor, Error> {
+        self.next().actor(name, grant).await
+    }
+    async fn dump(&self) -> Value {
+        self.next().dump().await.unwrap()
+    }
+    async fn dump_table(&self) -> String {
+        self.next().dump_table().await.unwrap()
+    }
+    /// Nothing reached either server's in-process table: the whole
+    /// session is in etcd.
+    fn check(&self) {
+        for server in &self.servers {
+            let local = server.scheduler().dump();
+            assert!(
+                local.actors.is_empty() && local.holds.is_empty() && local.waiters.is_empty(),
+                "a server on etcd used its in-process table: {local}"
+            );
+        }
+    }
+}
+
 // ---- helpers ----
 
 fn t(paths: &[&str]) -> Vec<Target> {
@@ -2323,6 +2378,104 @@ macro_rules! conformance {
         }
     };
 }
+
+/// The part of the suite a session on etcd serves (SPEC §16), through two
+/// servers sharing it. docs/DISTRIBUTED.md says what is left out and why.
+#[cfg(feature = "etcd")]
+macro_rules! conformance_on_etcd {
+    ($($name:ident $(($config:expr))?),* $(,)?) => {
+        mod over_etcd {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let (_dir, root) = workspace();
+                    #[allow(unused_variables)]
+                    let config = config();
+                    $(let config = $config;)?
+                    let etcd = etcd_server::Etcd::start();
+                    let mut servers = Vec::new();
+                    for _ in 0..2 {
+                        let options = writ::server::Options::new(&root)
+                            .config(config.clone())
+                            .token("0123456789abcdef0123456789abcdef")
+                            .etcd([etcd.endpoint.as_str()], "conformance", Default::default());
+                        servers.push(writ::server::Server::start(options).await.unwrap());
+                    }
+                    let mut sessions = Vec::new();
+                    for server in &servers {
+                        sessions.push(
+                            writ::remote::Session::connect(server.url(), server.token())
+                                .await
+                                .unwrap(),
+                        );
+                    }
+                    let Ok(sessions) = <[_; 2]>::try_from(sessions) else { unreachable!() };
+                    let backend = OverEtcd {
+                        sessions,
+                        servers,
+                        root,
+                        turn: Default::default(),
+                        _etcd: etcd,
+                    };
+                    super::$name(&backend).await;
+                    backend.check();
+                    for server in backend.servers {
+                        server.shutdown().await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+#[cfg(feature = "etcd")]
+conformance_on_etcd!(
+    conflict_matrix_between_unrelated_actors,
+    a_fence_covers_its_owner_and_descendants_but_not_upwards,
+    trees_cover_descendants_exact_keys_only_themselves,
+    spellings_resolve_to_one_key,
+    escapes_are_refused_without_residue,
+    malformed_targets_are_invalid_paths,
+    without_portable_names_windows_rules_do_not_apply(config().portable_names(false)),
+    grant_roots_must_exist_and_children_stay_inside,
+    sensitive_case_tells_spellings_apart(config().case(writ::CaseMode::Sensitive)),
+    detect_probes_the_root_file_system(config().case(writ::CaseMode::Detect)),
+    overlapping_targets_in_one_request_merge,
+    parallel_calls_of_one_actor_on_one_file_are_serialized,
+    fenced_actor_writes_only_inside_its_fence_and_reads_anywhere,
+    a_fenced_grant_is_acquired_all_or_nothing_at_creation,
+    children_of_fenced_actors_are_fenced_inside_or_read_only,
+    a_read_only_actor_takes_shared_holds_only,
+    a_child_of_a_read_only_actor_must_be_read_only,
+    a_read_only_child_of_a_fenced_parent_needs_no_fence,
+    workspace_target_reserves_the_grant_root_as_a_tree,
+    workspace_target_of_a_fenced_actor_is_its_grant_fence,
+    dropping_an_actor_releases_its_fences_but_not_its_calls_or_children,
+    busy_names_the_holder_and_reads_well,
+    all_or_nothing_leaves_nothing_behind,
+    try_admit_cannot_jump_a_queued_waiter,
+    disjoint_requests_pass_a_waiter,
+    cancelling_a_waiter_leaves_nothing_and_wakes_those_behind,
+    soft_edges_close_cycles_too,
+    calls_never_create_wait_edges,
+    a_fence_taken_by_precedence_may_not_close_a_cycle,
+    a_fence_granted_past_waiters_may_not_close_a_cycle,
+    extend_is_judged_at_the_requests_own_priority,
+    reservation_extend_is_all_or_nothing,
+    higher_priority_first_then_arrival_order,
+    a_request_keeps_its_priority_in_every_form,
+    disjoint_requests_never_wait_for_each_other,
+    no_starvation_within_a_priority_level,
+    widen_is_all_or_nothing,
+    widen_is_not_refused_by_a_waiter_on_the_part_already_held,
+    narrow_outside_the_current_fence_changes_nothing,
+    narrow_can_only_weaken_a_mode,
+    root_actors_count_against_no_limit(config().max_actors(1).max_writers(1)),
+    child_past_max_actors_is_no_slot_naming_the_limit(config().max_actors(2)),
+    read_only_children_do_not_count_as_writers(config().max_writers(1)),
+    read_only_children_still_count_as_actors(config().max_actors(1).max_writers(5)),
+);
 
 conformance!(
     // §3 the conflict matrix

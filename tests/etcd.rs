@@ -7,99 +7,26 @@
 //! to install. Tables are the way several servers share a session: two
 //! `Table`s connected separately stand for two servers.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+#![allow(async_fn_in_trait)]
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use writ::etcd::{ActorRef, AdmitRequest, Grant, LeaseId, Table, TableDump, TableOptions};
 use writ::{Error, HoldKind, Mode, Target};
 
-const NEED_ETCD: &str = "these tests need etcd: apt-get install etcd-server";
+#[path = "common/etcd_server.rs"]
+mod etcd_server;
+use etcd_server::Etcd;
 
-/// An etcd of this test's own; killed and its data removed on drop.
-struct Etcd {
-    child: Child,
-    endpoint: String,
-    _dir: tempfile::TempDir,
+/// Tables on a test's etcd: two of them stand for two servers.
+trait Tables {
+    async fn table(&self, session: &str) -> Table;
+    async fn table_with(&self, session: &str, options: TableOptions) -> Table;
 }
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-fn healthy(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    answer.contains("\"health\":\"true\"")
-}
-
-impl Etcd {
-    fn start() -> Etcd {
-        Etcd::start_with(&[])
-    }
-
-    fn start_with(extra: &[&str]) -> Etcd {
-        if Command::new("etcd")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .output()
-            .is_err()
-        {
-            panic!("{NEED_ETCD}");
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
-        let client_url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut command = Command::new("etcd");
-        command
-            .arg("--name=writ-test")
-            .arg(format!("--data-dir={}", dir.path().join("data").display()))
-            .arg(format!("--listen-client-urls={client_url}"))
-            .arg(format!("--advertise-client-urls={client_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=writ-test={peer_url}"))
-            .arg("--initial-cluster-state=new")
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        let mut child = command.spawn().unwrap_or_else(|_| panic!("{NEED_ETCD}"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !healthy(client) {
-            if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(dir.path().join("etcd.log")).unwrap_or_default();
-                panic!("etcd exited ({status}) before it was healthy:\n{log}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "etcd was not healthy within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Etcd {
-            child,
-            endpoint: client_url,
-            _dir: dir,
-        }
-    }
-
+impl Tables for Etcd {
     async fn table(&self, session: &str) -> Table {
         self.table_with(session, TableOptions::default()).await
     }
@@ -108,13 +35,6 @@ impl Etcd {
         Table::connect(&[self.endpoint.as_str()], session, options)
             .await
             .unwrap()
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -1042,5 +962,739 @@ async fn a_cycle_formed_by_a_race_between_tables_is_refused_within_the_check_per
         one.release(granted.hold()).await.unwrap();
         one.release(survivor_fence).await.unwrap();
         assert!(one.dump().await.unwrap().holds.is_empty());
+    }
+}
+
+// ---- `writ serve --etcd`: processes killed mid-run ----
+
+/// The session token every server of these tests shares.
+const SESSION_TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+/// A `writ serve --etcd` process of this test's own, killed on drop.
+struct ServeProcess {
+    child: std::process::Child,
+    url: String,
+    _state: tempfile::TempDir,
+}
+
+impl ServeProcess {
+    /// Starts a server of session `session` for `root` with a lease TTL of
+    /// `ttl` seconds, and waits (polled, with a deadline) for its discovery
+    /// file to name its URL.
+    fn start(etcd: &Etcd, root: &Path, session: &str, ttl: &str) -> ServeProcess {
+        let state = tempfile::tempdir().unwrap();
+        let token_file = state.path().join("token");
+        std::fs::write(&token_file, SESSION_TOKEN).unwrap();
+        let log = std::fs::File::create(state.path().join("serve.log")).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+            .arg("serve")
+            .arg(root)
+            .args(["--etcd", &etcd.endpoint, "--session", session])
+            .args(["--lease-ttl", ttl, "--no-history"])
+            .arg("--token-file")
+            .arg(&token_file)
+            .arg("--state-dir")
+            .arg(state.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut server = ServeProcess {
+            child,
+            url: String::new(),
+            _state: state,
+        };
+        let discovery = server._state.path().join("serve.json");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = std::fs::read_to_string(&discovery)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+            if let Some(url) = found.as_ref().and_then(|f| f["url"].as_str()) {
+                server.url = url.to_string();
+                return server;
+            }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                let log = std::fs::read_to_string(server._state.path().join("serve.log"));
+                panic!("writ serve exited ({status}): {}", log.unwrap_or_default());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "writ serve did not start in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, and wait until it is gone.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One JSON-RPC call over plain HTTP: the result, or the error object.
+fn rpc(
+    url: &str,
+    token: &str,
+    method: &str,
+    params: serde_json::Value,
+) -> Result<serde_json::Value, serde_json::Value> {
+    use std::io::{Read as _, Write as _};
+    let address = url.trim_start_matches("http://");
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        .to_string();
+    let request = format!(
+        "POST /rpc HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = std::net::TcpStream::connect(address)
+        .map_err(|e| serde_json::json!({"connect": e.to_string()}))?;
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| serde_json::json!({"send": e.to_string()}))?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| serde_json::json!({"read": e.to_string()}))?;
+    let json = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let mut reply: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| serde_json::json!({"answer": answer, "parse": e.to_string()}))?;
+    match reply.get_mut("result") {
+        Some(result) => Ok(result.take()),
+        None => Err(reply["error"].take()),
+    }
+}
+
+/// Holds on `path` in a dump read through `url`.
+fn holds_on(url: &str, path: &Path) -> usize {
+    let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+    dump["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| {
+            h["paths"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["path"].as_str() == path.to_str())
+        })
+        .count()
+}
+
+fn waiters_through(url: &str) -> usize {
+    let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+    dump["waiters"].as_array().map_or(0, Vec::len)
+}
+
+/// Polls `check` every 20 ms until it holds, for at most `limit`.
+fn wait_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn workspace_root() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, root)
+}
+
+/// A root actor made through `url`: (handle, token).
+fn root_actor(url: &str, name: &str) -> (String, String) {
+    let made = rpc(
+        url,
+        SESSION_TOKEN,
+        "actor.create",
+        serde_json::json!({"name": name, "grant": {"workspace": true}}),
+    )
+    .unwrap();
+    (
+        made["actor"].as_str().unwrap().to_string(),
+        made["token"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn a_client_killed_with_sigkill_frees_its_holds_within_the_ttl() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start(&etcd, &root, "kill-client", "2");
+    let two = ServeProcess::start(&etcd, &root, "kill-client", "2");
+    let path = root.join("x.rs");
+    // The client: another process, fencing x.rs through server one and
+    // renewing its lease in the background.
+    let mut client = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["__hold", &one.url, SESSION_TOKEN, "x.rs"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the client's fence", || {
+        holds_on(&two.url, &path) == 1
+    });
+    // A waiter through server two.
+    let (waiter, token) = root_actor(&two.url, "waiter");
+    let url = two.url.clone();
+    let waiting = std::thread::spawn(move || {
+        let asked = serde_json::json!({"actor": waiter, "targets": ["x.rs"], "timeout_ms": 30_000});
+        let answer = rpc(&url, &token, "admit", asked);
+        (answer, Instant::now())
+    });
+    wait_until(Duration::from_secs(10), "the waiter", || {
+        waiters_through(&one.url) == 1
+    });
+    // Three TTLs while the client lives: its renewals keep the fence.
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(holds_on(&one.url, &path), 1, "a live client lost its fence");
+    assert!(
+        !waiting.is_finished(),
+        "the waiter was admitted past a live fence"
+    );
+    client.kill().unwrap();
+    let killed = Instant::now();
+    client.wait().unwrap();
+    let (answer, at) = waiting.join().unwrap();
+    let grant = answer.unwrap_or_else(|e| panic!("the waiter was refused: {e}"));
+    let took = at.duration_since(killed);
+    assert!(
+        took < Duration::from_secs(2) + Duration::from_millis(2_500),
+        "the killed client's fence went after {took:?}, TTL 2 s"
+    );
+    assert_eq!(grant["paths"][0].as_str(), path.to_str());
+    assert_eq!(holds_on(&one.url, &path), 1, "exactly the waiter's hold");
+}
+
+#[test]
+fn a_server_killed_mid_run_loses_no_holds_and_grants_nothing_twice() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let mut one = ServeProcess::start(&etcd, &root, "kill-server", "2");
+    let two = ServeProcess::start(&etcd, &root, "kill-server", "2");
+    let path = root.join("x.rs");
+    let (holder, holder_token) = root_actor(&one.url, "holder");
+    let fence = rpc(
+        &one.url,
+        &holder_token,
+        "fence",
+        serde_json::json!({"actor": holder, "targets": ["x.rs"]}),
+    )
+    .unwrap();
+    // A waiter whose wait runs on server one, when server one dies.
+    let (waiter, waiter_token) = root_actor(&one.url, "waiter");
+    let ask = |url: String| {
+        let (waiter, token) = (waiter.clone(), waiter_token.clone());
+        std::thread::spawn(move || {
+            let asked =
+                serde_json::json!({"actor": waiter, "targets": ["x.rs"], "timeout_ms": 30_000});
+            rpc(&url, &token, "admit", asked)
+        })
+    };
+    let first = ask(one.url.clone());
+    wait_until(Duration::from_secs(10), "the waiter", || {
+        waiters_through(&two.url) == 1
+    });
+    one.kill();
+    assert!(
+        first.join().unwrap().is_err(),
+        "a wait on a killed server cannot have been granted"
+    );
+    // Both clients go on through server two: the waiter asks again, the
+    // holder renews its lease there for three TTLs and keeps its fence.
+    let second = ask(two.url.clone());
+    let lease = fence_lease(&two.url, &holder);
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        rpc(
+            &two.url,
+            &holder_token,
+            "lease.keepalive",
+            serde_json::json!({ "lease": lease }),
+        )
+        .unwrap();
+        assert_eq!(holds_on(&two.url, &path), 1, "the holder lost its fence");
+        assert!(!second.is_finished(), "granted while the fence is held");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // The holder's actor is known to server two: it can still act.
+    rpc(
+        &two.url,
+        &holder_token,
+        "admit",
+        serde_json::json!({"actor": holder, "targets": ["y.rs"], "wait": false}),
+    )
+    .unwrap();
+    rpc(
+        &two.url,
+        &holder_token,
+        "release",
+        serde_json::json!({"hold": fence["hold"]}),
+    )
+    .unwrap();
+    let granted = second
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the waiter was refused: {e}"));
+    assert_eq!(granted["paths"][0].as_str(), path.to_str());
+    assert_eq!(holds_on(&two.url, &path), 1, "exactly the waiter's hold");
+}
+
+/// The lease of actor `actor`, from a dump.
+fn fence_lease(url: &str, actor: &str) -> String {
+    let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+    let id: u64 = actor.rsplit('-').next().unwrap().parse().unwrap();
+    dump["actors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"].as_u64() == Some(id))
+        .map(|a| a["lease"].as_str().unwrap().to_string())
+        .unwrap()
+}
+
+#[test]
+fn an_etcd_restart_mid_run_fails_requests_clearly_and_grants_nothing_twice() {
+    let mut etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start(&etcd, &root, "restart", "10");
+    let two = ServeProcess::start(&etcd, &root, "restart", "10");
+    let path = root.join("x.rs");
+    let (holder, holder_token) = root_actor(&one.url, "holder");
+    let (other, _) = root_actor(&two.url, "other");
+    let fence = rpc(
+        &one.url,
+        &holder_token,
+        "fence",
+        serde_json::json!({"actor": holder, "targets": ["x.rs"]}),
+    )
+    .unwrap();
+    let try_x = |url: &str| {
+        rpc(
+            url,
+            SESSION_TOKEN,
+            "admit",
+            serde_json::json!({"actor": other, "targets": ["x.rs"], "wait": false}),
+        )
+    };
+    etcd.kill();
+    // While etcd is down every server refuses clearly, and grants nothing.
+    for url in [&one.url, &two.url] {
+        let refused = try_x(url).expect_err("granted while etcd was down");
+        assert_eq!(refused["data"]["kind"], "unavailable", "{refused}");
+        let refused = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({}))
+            .expect_err("a dump while etcd was down");
+        assert_eq!(refused["data"]["kind"], "unavailable", "{refused}");
+    }
+    etcd.restart();
+    // The servers recover on their own: the fence is still held, and the
+    // other actor is refused it, through either server.
+    wait_until(Duration::from_secs(30), "a server answering again", || {
+        rpc(&two.url, SESSION_TOKEN, "dump", serde_json::json!({})).is_ok()
+    });
+    for url in [&one.url, &two.url] {
+        let refused = try_x(url).expect_err("granted twice after the restart");
+        assert_eq!(refused["data"]["kind"], "busy", "{refused}");
+        assert_eq!(holds_on(url, &path), 1);
+    }
+    rpc(
+        &two.url,
+        &holder_token,
+        "release",
+        serde_json::json!({"hold": fence["hold"]}),
+    )
+    .unwrap();
+    let granted = try_x(&one.url).unwrap();
+    assert!(
+        granted["revision"].as_i64() > fence["revision"].as_i64(),
+        "fencing tokens grow across the restart: {granted} after {fence}"
+    );
+}
+
+#[test]
+fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_table_cannot_do() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start(&etcd, &root, "refusals", "10");
+    let two = ServeProcess::start(&etcd, &root, "refusals", "10");
+    let (actor, token) = root_actor(&one.url, "lead");
+    // The actor's token works on the other server, and names its actor.
+    let info = rpc(&two.url, &token, "session.info", serde_json::json!({})).unwrap();
+    assert_eq!(info["caller"], actor.as_str());
+    assert_eq!(info["backend"], "etcd");
+    // What the etcd table cannot do is refused whole, with one kind.
+    rpc(
+        &two.url,
+        &token,
+        "admit",
+        serde_json::json!({"actor": actor, "targets": ["a.rs"], "wait": false}),
+    )
+    .unwrap();
+    for (method, params) in [
+        (
+            "turn.set",
+            serde_json::json!({"actor": actor, "turn": "t1"}),
+        ),
+        (
+            "files.read",
+            serde_json::json!({"actor": actor, "path": "a.rs"}),
+        ),
+    ] {
+        let refused = rpc(&one.url, SESSION_TOKEN, method, params).expect_err(method);
+        assert_eq!(
+            refused["data"]["kind"], "unsupported",
+            "{method}: {refused}"
+        );
+        assert_eq!(refused["code"], 1027);
+    }
+    // A read-only actor's children are read-only too, on every server.
+    let reader = rpc(
+        &one.url,
+        SESSION_TOKEN,
+        "actor.create",
+        serde_json::json!({"name": "reader", "grant": {"read_only": true}}),
+    )
+    .unwrap();
+    let writer = rpc(
+        &two.url,
+        SESSION_TOKEN,
+        "actor.create",
+        serde_json::json!({"name": "w", "parent": reader["actor"], "grant": {"workspace": true}}),
+    )
+    .unwrap_err();
+    assert_eq!(writer["data"]["kind"], "read_only", "{writer}");
+    let child = rpc(
+        &two.url,
+        SESSION_TOKEN,
+        "actor.create",
+        serde_json::json!({"name": "r", "parent": reader["actor"], "grant": {"read_only": true}}),
+    )
+    .unwrap();
+    let write = rpc(
+        &one.url,
+        SESSION_TOKEN,
+        "admit",
+        serde_json::json!({"actor": child["actor"], "targets": ["a.rs"], "wait": false}),
+    )
+    .unwrap_err();
+    assert_eq!(write["data"]["kind"], "read_only", "{write}");
+    rpc(
+        &one.url,
+        SESSION_TOKEN,
+        "lease.revoke",
+        serde_json::json!({"lease": reader["lease"]}),
+    )
+    .unwrap();
+    let dump = rpc(&one.url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+    assert_eq!(dump["actors"].as_array().unwrap().len(), 1, "{dump}");
+    assert_eq!(dump["holds"].as_array().unwrap().len(), 1, "{dump}");
+    // A dropped actor's token is unknown on every server.
+    rpc(
+        &two.url,
+        &token,
+        "actor.drop",
+        serde_json::json!({ "actor": actor }),
+    )
+    .unwrap();
+    for url in [&one.url, &two.url] {
+        let refused = rpc(url, &token, "session.info", serde_json::json!({})).unwrap_err();
+        assert_eq!(refused["data"]["kind"], "unauthorized", "{refused}");
+    }
+    // A server with another session token is refused at start.
+    let state = tempfile::tempdir().unwrap();
+    let other = state.path().join("token");
+    std::fs::write(&other, "fedcba9876543210fedcba9876543210").unwrap();
+    let started = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+        .arg("serve")
+        .arg(&root)
+        .args([
+            "--etcd",
+            &etcd.endpoint,
+            "--session",
+            "refusals",
+            "--no-history",
+        ])
+        .arg("--token-file")
+        .arg(&other)
+        .arg("--state-dir")
+        .arg(state.path())
+        .output()
+        .unwrap();
+    assert!(!started.status.success());
+    let said = String::from_utf8_lossy(&started.stderr);
+    assert!(said.contains("another session token"), "{said}");
+}
+
+/// Two `writ serve --etcd` on one session, 16 clients of the Rust client
+/// (alternately on one server and the other) asking for calls on
+/// overlapping files and trees, shared and exclusive, try-only and
+/// waiting, for `WRIT_ETCD_STRESS_SECS` (default 10) seconds. The oracle
+/// registers each grant after it arrives and unregisters it before its
+/// release, so the intervals it sees lie inside the real holds: two
+/// conflicting entries at once would be a double grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_and_16_clients_never_grant_conflicting_calls() {
+    let secs: u64 = std::env::var("WRIT_ETCD_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let options = writ::server::Options::new(&root).token(SESSION_TOKEN).etcd(
+            [etcd.endpoint.as_str()],
+            "serve-stress",
+            TableOptions::default(),
+        );
+        servers.push(writ::server::Server::start(options).await.unwrap());
+    }
+    let targets: [(&str, bool); 5] = [
+        ("src/a.rs", false),
+        ("src/b.rs", false),
+        ("docs/c.md", false),
+        ("src", true),
+        ("docs", true),
+    ];
+    // Who holds what: (client, path, tree, mode).
+    type Granted = Vec<(usize, PathBuf, bool, Mode)>;
+    let held: Arc<std::sync::Mutex<Granted>> = Default::default();
+    let granted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut clients = Vec::new();
+    for n in 0..16usize {
+        let server = &servers[n % 2];
+        let session = writ::remote::Session::connect(server.url(), server.token())
+            .await
+            .unwrap();
+        let actor = session
+            .actor(format!("c{n}"), writ::Grant::workspace(&root))
+            .await
+            .unwrap();
+        let (held, granted, root) = (held.clone(), granted.clone(), root.clone());
+        clients.push(tokio::spawn(async move {
+            let _session = session;
+            let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ (n as u64 + 1));
+            while Instant::now() < until {
+                let (rel, tree) = targets[dice.roll(targets.len())];
+                let mode = if dice.roll(3) == 0 {
+                    Mode::Exclusive
+                } else {
+                    Mode::Shared
+                };
+                let path = root.join(rel);
+                let target = match (tree, mode) {
+                    (true, Mode::Shared) => Target::tree(&path).shared(),
+                    (true, Mode::Exclusive) => Target::tree(&path),
+                    (false, Mode::Shared) => Target::file(&path).shared(),
+                    (false, Mode::Exclusive) => Target::file(&path),
+                };
+                let asked = if dice.roll(2) == 0 {
+                    actor.try_admit([target]).await
+                } else {
+                    actor
+                        .admit_timeout([target], Duration::from_millis(300))
+                        .await
+                };
+                let call = match asked {
+                    Ok(call) => call,
+                    Err(Error::Busy(_) | Error::Timeout { .. }) => continue,
+                    Err(e) => panic!("c{n}: {e}"),
+                };
+                {
+                    let mut now = held.lock().unwrap();
+                    for (m, other, other_tree, other_mode) in now.iter() {
+                        let overlap = other == &path
+                            || (*other_tree && path.starts_with(other))
+                            || (tree && other.starts_with(&path));
+                        let clash = mode == Mode::Exclusive || *other_mode == Mode::Exclusive;
+                        assert!(
+                            !(overlap && clash),
+                            "c{n} was granted {path:?} ({mode:?}) while c{m} holds {other:?} ({other_mode:?})"
+                        );
+                    }
+                    now.push((n, path.clone(), tree, mode));
+                }
+                granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::task::yield_now().await;
+                held.lock().unwrap().retain(|(m, ..)| *m != n);
+                call.release().await.unwrap();
+            }
+            actor.close().await.unwrap();
+        }));
+    }
+    for client in clients {
+        client.await.unwrap();
+    }
+    let total = granted.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(total > 16, "only {total} grants in {secs} s");
+    let dump = writ::remote::Session::connect(servers[1].url(), SESSION_TOKEN)
+        .await
+        .unwrap()
+        .dump()
+        .await
+        .unwrap();
+    assert_eq!(dump["holds"].as_array().map(Vec::len), Some(0), "{dump}");
+    assert_eq!(dump["waiters"].as_array().map(Vec::len), Some(0), "{dump}");
+    println!("{total} grants in {secs} s through two servers");
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dump_shows_ages_waiter_ids_labels_and_the_wait_for_edges() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("edges").await, etcd.table("edges").await);
+    let a = actor(&one, "a").await;
+    let b = actor(&two, "b").await;
+    let fence = one
+        .admit(&a, AdmitRequest::fence(["/ws/src/"]))
+        .await
+        .unwrap();
+    let waiting = {
+        let (two, b) = (two.clone(), b.clone());
+        tokio::spawn(async move {
+            let asked = AdmitRequest::call(["/ws/src/x.rs"]).wait().label("edit");
+            two.admit(&b, asked).await
+        })
+    };
+    poll_until(Duration::from_secs(10), "the waiter's edge", || async {
+        !one.dump().await.unwrap().edges.is_empty()
+    })
+    .await;
+    let dump = one.dump().await.unwrap();
+    assert_eq!(
+        dump.edges,
+        vec![writ::WaitEdge {
+            from: b.id(),
+            to: a.id(),
+            hard: true
+        }]
+    );
+    assert_eq!(dump.waiters.len(), 1);
+    assert_eq!(dump.waiters[0].label.as_deref(), Some("edit"));
+    assert!(dump.waiters[0].waited < Duration::from_secs(60));
+    assert!(dump.holds[0].age < Duration::from_secs(60));
+    one.release(fence.hold()).await.unwrap();
+    let grant = grant_of(waiting).await;
+    let dump = two.dump().await.unwrap();
+    assert!(dump.edges.is_empty() && dump.waiters.is_empty(), "{dump:?}");
+    two.release(grant.hold()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_lease_is_revoked_leaves_the_queue_at_once() {
+    // A check period far longer than the test's patience: only the watch
+    // on the actor's record can end the wait in time.
+    let etcd = Etcd::start();
+    let options = TableOptions::default().deadlock_check(Duration::from_secs(60));
+    let one = etcd.table_with("revoked", options.clone()).await;
+    let two = etcd.table_with("revoked", options).await;
+    let holder = actor(&one, "holder").await;
+    let first = actor(&two, "first").await;
+    let held = one
+        .admit(&holder, AdmitRequest::call(["/ws/x.rs"]))
+        .await
+        .unwrap();
+    let waiting = {
+        let (two, first) = (two.clone(), first.clone());
+        tokio::spawn(async move {
+            two.admit(&first, AdmitRequest::call(["/ws/x.rs"]).wait())
+                .await
+        })
+    };
+    poll_until(Duration::from_secs(10), "the waiter", || async {
+        waiters_in(&one).await == 1
+    })
+    .await;
+    one.revoke(first.lease()).await.unwrap();
+    poll_until(
+        Duration::from_secs(5),
+        "the revoked waiter gone",
+        || async { waiters_in(&one).await == 0 },
+    )
+    .await;
+    match tokio::time::timeout(Duration::from_secs(5), waiting).await {
+        Ok(Ok(Err(Error::UnknownActor { .. }))) => {}
+        other => panic!("expected unknown_actor, got {other:?}"),
+    }
+    one.release(held.hold()).await.unwrap();
+}
+
+/// Slot limits through two servers: children made at once through both
+/// never exceed `max_actors` (each creation is committed only if no actor
+/// was created or dropped since it counted), and a server with other
+/// limits than the session's does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_made_at_once_through_two_servers_never_exceed_max_actors() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let config = || writ::Config::default().max_actors(3);
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let options = writ::server::Options::new(&root)
+            .config(config())
+            .token(SESSION_TOKEN)
+            .etcd([etcd.endpoint.as_str()], "slots", TableOptions::default());
+        servers.push(writ::server::Server::start(options).await.unwrap());
+    }
+    let other = writ::server::Options::new(&root)
+        .config(writ::Config::default().max_actors(4))
+        .token(SESSION_TOKEN)
+        .etcd([etcd.endpoint.as_str()], "slots", TableOptions::default());
+    match writ::server::Server::start(other).await {
+        Err(Error::Forbidden { reason }) => assert!(reason.contains("slot limits"), "{reason}"),
+        other => panic!("expected forbidden, got {:?}", other.err()),
+    }
+    let mut sessions = Vec::new();
+    for server in &servers {
+        sessions.push(
+            writ::remote::Session::connect(server.url(), server.token())
+                .await
+                .unwrap(),
+        );
+    }
+    let lead = Arc::new(
+        sessions[0]
+            .actor("lead", writ::Grant::workspace(&root))
+            .await
+            .unwrap(),
+    );
+    let mut made = Vec::new();
+    for n in 0..12 {
+        let lead = lead.clone();
+        let root = root.clone();
+        made.push(tokio::spawn(async move {
+            lead.child(format!("k{n}"), writ::Grant::workspace(&root))
+                .await
+        }));
+    }
+    let (mut children, mut refused) = (Vec::new(), 0);
+    for task in made {
+        match task.await.unwrap() {
+            Ok(child) => children.push(child),
+            Err(Error::NoSlot { max: 3, .. }) => refused += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert_eq!((children.len(), refused), (3, 9));
+    let dump = sessions[1].dump().await.unwrap();
+    assert_eq!(dump["slots"]["actors"], 3, "{dump}");
+    assert_eq!(dump["slots"]["max_actors"], 3, "{dump}");
+    for child in children {
+        child.close().await.unwrap();
+    }
+    drop(sessions);
+    for server in servers {
+        server.shutdown().await;
     }
 }

@@ -195,6 +195,11 @@ pub const ERROR_KINDS: &[ErrorKind] = &[
         1026,
         "an admission needs more operations than one etcd transaction allows",
     ),
+    kind(
+        "unsupported",
+        1027,
+        "a server whose table is in etcd cannot serve this request yet",
+    ),
 ];
 
 fn secs(d: &Duration) -> Value {
@@ -257,6 +262,7 @@ impl Error {
             Error::UnknownActor { .. } => "unknown_actor",
             Error::UnknownHold { .. } => "unknown_hold",
             Error::Unavailable { .. } => "unavailable",
+            Error::Unsupported { .. } => "unsupported",
             Error::Io { .. } => "io",
         }
     }
@@ -319,6 +325,7 @@ impl Error {
             Error::UnknownLease { lease } => json!({ "lease": lease }),
             Error::UnknownActor { actor } => json!({ "actor": actor }),
             Error::UnknownHold { hold } => json!({ "hold": hold }),
+            Error::Unsupported { what } => json!({ "what": what }),
             Error::Io { op, path, source } => json!({
                 "op": op, "path": path, "error": source.to_string(),
                 "io_kind": format!("{:?}", source.kind()),
@@ -495,6 +502,7 @@ impl Error {
             "unavailable" => Error::Unavailable {
                 reason: text("reason"),
             },
+            "unsupported" => Error::Unsupported { what: text("what") },
             "io" => Error::Io {
                 op: io_op(&text("op")),
                 path: path("path"),
@@ -590,6 +598,9 @@ mod tests {
             },
             Error::UnknownLease {
                 lease: "l-1".into(),
+            },
+            Error::Unsupported {
+                what: "fence.extend".into(),
             },
         ];
         for e in samples {

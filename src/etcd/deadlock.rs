@@ -43,6 +43,27 @@ pub(crate) fn refused_cycle(
     mine: &Edges,
     others: &BTreeMap<u64, Edges>,
 ) -> Option<Vec<String>> {
+    find_cycle(me, mine, others, true)
+}
+
+/// The cycle through request `me` (with edges `mine`) in the graph of
+/// `others`, whichever request on it is the newest: for a grant that would
+/// add `mine`'s edges, which is refused instead (SPEC §4: a fence granted
+/// past waiters may not close a cycle).
+pub(crate) fn cycle_through(
+    me: u64,
+    mine: &Edges,
+    others: &BTreeMap<u64, Edges>,
+) -> Option<Vec<String>> {
+    find_cycle(me, mine, others, false)
+}
+
+fn find_cycle(
+    me: u64,
+    mine: &Edges,
+    others: &BTreeMap<u64, Edges>,
+    newest_only: bool,
+) -> Option<Vec<String>> {
     let record = |w: u64| if w == me { Some(mine) } else { others.get(&w) };
     let mut requests_of: HashMap<u64, Vec<u64>> = HashMap::new();
     requests_of.entry(mine.actor).or_default().push(me);
@@ -114,7 +135,7 @@ pub(crate) fn refused_cycle(
             Node::Actor(_) => None,
         })
         .max()?;
-    if newest.1 != me {
+    if newest_only && newest.1 != me {
         return None;
     }
     let mut actors: Vec<u64> = Vec::new();
@@ -191,5 +212,24 @@ mod tests {
         // Two requests of one actor behind each other are no cycle.
         let mine = edges(1, 3, &[], &[10]);
         assert_eq!(refused_cycle(11, &mine, &others), None);
+    }
+
+    #[test]
+    fn a_grant_that_closes_a_cycle_finds_it_whoever_is_newest() {
+        // 10 (actor 1) waits for actor 2's fence. Granting actor 1 a fence
+        // that 20 (actor 2, the older request) waits for closes the cycle
+        // 20 -> 1 -> 10 -> 2 -> 20: the grant is refused, though 20 is not
+        // the newest request on it.
+        let newer = edges(1, 9, &[2], &[]);
+        let older_after_grant = edges(2, 5, &[1], &[]);
+        let others = BTreeMap::from([(10, newer), (20, edges(2, 5, &[], &[]))]);
+        assert_eq!(refused_cycle(20, &older_after_grant, &others), None);
+        assert_eq!(
+            cycle_through(20, &older_after_grant, &others),
+            Some(vec!["a2".into(), "a1".into()])
+        );
+        // Actor 1 not waiting: no cycle.
+        let idle = BTreeMap::from([(20, edges(2, 5, &[], &[]))]);
+        assert_eq!(cycle_through(20, &older_after_grant, &idle), None);
     }
 }

@@ -7,6 +7,10 @@
 //! | key | value | lease |
 //! |---|---|---|
 //! | `P i` | the last instance number handed out | none |
+//! | `P s` | sha256 of the session token (hex), set by the first server | none |
+//! | `P l` | the session's slot limits, set by the first server | none |
+//! | `P t/<sha256 of an actor token>` | the token's actor and lease | the actor's |
+//! | `P r/<hold>` | a fence released by its owner's drop: the owner's lineage | the owner's |
 //! | `P a/<actor>` | the actor record | the actor's |
 //! | `P h/<hold>` | the hold record (every key of the hold) | the owner's |
 //! | `P f/<owner>/<hold>` | the fence's record again, found by owner | the owner's |
@@ -79,6 +83,25 @@ impl Layout {
 
     pub(crate) fn instances(&self) -> Vec<u8> {
         self.under(b"i")
+    }
+
+    pub(crate) fn session_token(&self) -> Vec<u8> {
+        self.under(b"s")
+    }
+
+    /// The session's slot limits (SPEC §11), set by its first server.
+    pub(crate) fn limits(&self) -> Vec<u8> {
+        self.under(b"l")
+    }
+
+    /// An actor token's key: the hex sha256 of the token, never the token.
+    pub(crate) fn token(&self, hash: &str) -> Vec<u8> {
+        self.under(format!("t/{hash}").as_bytes())
+    }
+
+    /// The mark of a fence released because its owner was dropped.
+    pub(crate) fn dropped(&self, hold: u64) -> Vec<u8> {
+        self.under(format!("r/{}", hex(hold)).as_bytes())
     }
 
     pub(crate) fn actor(&self, id: u64) -> Vec<u8> {

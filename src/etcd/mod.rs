@@ -45,9 +45,11 @@
 //! the task notices the dropped receiver, deletes its waiter keys, and
 //! releases a grant that landed after the caller left.
 
+mod change;
 mod deadlock;
 mod decide;
 mod layout;
+pub(crate) mod tokens;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -78,6 +80,7 @@ pub struct TableOptions {
     max_txn_ops: usize,
     deadlock_check: Duration,
     connect_timeout: Duration,
+    waiter_ttl: Duration,
 }
 
 impl Default for TableOptions {
@@ -86,6 +89,7 @@ impl Default for TableOptions {
             max_txn_ops: 128,
             deadlock_check: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
+            waiter_ttl: Duration::from_secs(3),
         }
     }
 }
@@ -117,6 +121,23 @@ impl TableOptions {
     #[must_use]
     pub fn deadlock_check(mut self, every: Duration) -> Self {
         self.deadlock_check = every;
+        self
+    }
+
+    /// The TTL of the lease this table puts its waiting requests on
+    /// (default 3 s): a request waits in the table that serves it, so when
+    /// that process dies its queue places go within this time, and the
+    /// client, asking again through another server, is not queued behind
+    /// its own dead request. The table renews the lease while it lives.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let options = writ::etcd::TableOptions::default().waiter_ttl(Duration::from_secs(5));
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn waiter_ttl(mut self, ttl: Duration) -> Self {
+        self.waiter_ttl = ttl;
         self
     }
 }
@@ -159,6 +180,12 @@ pub struct ActorRef {
     /// The revision its record was created at: compared on every commit,
     /// so that nothing is granted to an actor whose lease ended.
     revision: i64,
+    /// Made with a read-only grant (SPEC §3): whoever serves it refuses
+    /// its exclusive targets.
+    read_only: bool,
+    /// The keys of its grant fence (path, tree), for an actor made with a
+    /// fenced grant: whoever serves it keeps its writes inside them.
+    fence: Option<Arc<[(PathBuf, bool)]>>,
 }
 
 impl ActorRef {
@@ -186,6 +213,26 @@ impl ActorRef {
     pub fn lineage(&self) -> Vec<ActorId> {
         self.lineage.iter().map(|&a| ActorId(a)).collect()
     }
+
+    /// Whether it was made read-only (by a server, for a `read_only`
+    /// grant): it may take shared holds only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The keys (path, tree) of its grant fence, for an actor made (by a
+    /// server) with a fenced grant.
+    pub fn grant_fence(&self) -> Option<&[(PathBuf, bool)]> {
+        self.fence.as_deref()
+    }
+}
+
+/// What a server records of an actor's grant besides its root (SPEC §3),
+/// so that every server of the session enforces it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GrantRecord {
+    pub(crate) read_only: bool,
+    pub(crate) fence: Option<Vec<(PathBuf, bool)>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -194,6 +241,10 @@ struct ActorRecord {
     lineage: Vec<u64>,
     root: String,
     lease: i64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    read_only: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fence: Option<Vec<(String, bool)>>,
 }
 
 /// How long a request may wait.
@@ -322,6 +373,13 @@ pub struct TableDump {
     pub holds: Vec<DumpHold>,
     /// Waiting requests, in queue order.
     pub waiters: Vec<DumpWaiter>,
+    /// The wait-for graph folded onto actors (SPEC §5): the edges true at
+    /// the dump's revision, without self-edges.
+    pub edges: Vec<crate::WaitEdge>,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 /// An actor in a [`TableDump`].
@@ -335,6 +393,10 @@ pub struct DumpActor {
     pub parent: Option<ActorId>,
     /// Its lease.
     pub lease: LeaseId,
+    /// Its root.
+    pub root: PathBuf,
+    /// Whether it was made read-only (it takes no writer slot).
+    pub read_only: bool,
 }
 
 /// One held or requested key in a [`TableDump`].
@@ -365,11 +427,22 @@ pub struct DumpHold {
     pub label: Option<String>,
     /// Its fencing token (the revision of its commit).
     pub revision: i64,
+    /// How long it has been held (by the wall clocks of the table that
+    /// granted it and the one dumping).
+    #[serde(serialize_with = "secs")]
+    pub age: Duration,
 }
 
 /// A waiting request in a [`TableDump`].
 #[derive(Debug, Clone, Serialize)]
 pub struct DumpWaiter {
+    /// Its id (unique in the session).
+    pub id: u64,
+    /// Its label.
+    pub label: Option<String>,
+    /// How long it has waited (wall clocks, as a hold's age).
+    #[serde(serialize_with = "secs")]
+    pub waited: Duration,
     /// The requester.
     pub actor: ActorId,
     /// The requester's name.
@@ -411,6 +484,9 @@ struct Inner {
     /// and making one needs no shared counter.
     instance: u64,
     next: AtomicU64,
+    /// The lease of this table's waiting requests (granted when the first
+    /// one queues, renewed in the background while the table lives).
+    waiter_lease: tokio::sync::Mutex<Option<LeaseId>>,
 }
 
 /// An etcd failure as writ's error: a lease etcd does not know is
@@ -581,6 +657,16 @@ struct Admission {
     wait: Wait,
     hold: u64,
     since_ms: u64,
+    /// For a widening of a live hold (`Table::extend`): that hold's record
+    /// as read, which the commit replaces.
+    replaces: Option<Replace>,
+}
+
+/// The hold a widening replaces: its record's mod revision (compared at
+/// the commit) and its keys (whose entries not kept are deleted).
+struct Replace {
+    revision: i64,
+    old: Vec<(Key, Mode)>,
 }
 
 impl Admission {
@@ -603,9 +689,9 @@ impl Admission {
         }
     }
 
-    /// The index entries of the request's keys, for a hold or a waiter,
-    /// on the actor's lease.
-    fn entry_puts(&self, layout: &Layout, owner: Owner) -> Result<Vec<TxnOp>> {
+    /// The index entries of the request's keys, for a hold (on the actor's
+    /// lease) or a waiter (on the waiter lease of the table serving it).
+    fn entry_puts(&self, layout: &Layout, owner: Owner, lease: LeaseId) -> Result<Vec<TxnOp>> {
         let meta = self.meta();
         self.keys
             .iter()
@@ -617,7 +703,7 @@ impl Admission {
                 Ok(TxnOp::put(
                     layout.entry(key, owner),
                     to_json(&value)?,
-                    with_lease(self.actor.lease),
+                    with_lease(lease),
                 ))
             })
             .collect()
@@ -628,7 +714,7 @@ impl Admission {
             Blocker::Hold(o, k) => (o, k, false),
             Blocker::Waiter(o, k) => (o, k, true),
         };
-        let requested = &self.keys[key].0;
+        let requested = &self.claim.keys[key].0;
         let mode = other
             .claim
             .keys
@@ -668,8 +754,9 @@ impl Admission {
         } else {
             2 + keys
         };
-        let writes = 2 + keys + waiting;
-        compares.max(writes)
+        let replacing = self.replaces.as_ref().map_or(0, |r| r.old.len() + 1);
+        let writes = 2 + keys + waiting + replacing;
+        (compares + usize::from(self.replaces.is_some())).max(writes)
     }
 }
 
@@ -710,6 +797,7 @@ impl Table {
                 options,
                 instance,
                 next: AtomicU64::new(1),
+                waiter_lease: tokio::sync::Mutex::new(None),
             }),
         })
     }
@@ -838,13 +926,40 @@ impl Table {
         root: &Path,
         parent: Option<&ActorRef>,
     ) -> Result<ActorRef> {
+        let id = self.next_id()?;
+        self.put_actor(
+            id,
+            lease,
+            name,
+            root,
+            parent,
+            GrantRecord::default(),
+            Vec::new(),
+            Vec::new(),
+        )
+        .await
+    }
+
+    /// Writes an actor's record (and `extra`, on the same lease, in the same
+    /// transaction), guarded by its parent's record being the one it knew.
+    #[allow(clippy::too_many_arguments)]
+    async fn put_actor(
+        &self,
+        id: u64,
+        lease: LeaseId,
+        name: &str,
+        root: &Path,
+        parent: Option<&ActorRef>,
+        grant: GrantRecord,
+        extra: Vec<TxnOp>,
+        extra_compares: Vec<Compare>,
+    ) -> Result<ActorRef> {
         let Some(root_text) = root.to_str().filter(|_| root.is_absolute()) else {
             return Err(Error::invalid(
                 root,
                 "an actor's root must be an absolute UTF-8 path",
             ));
         };
-        let id = self.next_id()?;
         let mut lineage = parent.map(|p| p.lineage.to_vec()).unwrap_or_default();
         lineage.push(id);
         let record = ActorRecord {
@@ -852,16 +967,33 @@ impl Table {
             lineage: lineage.clone(),
             root: root_text.to_string(),
             lease: lease.0,
+            read_only: grant.read_only,
+            fence: grant
+                .fence
+                .as_ref()
+                .map(|keys| {
+                    keys.iter()
+                        .map(|(p, tree)| {
+                            p.to_str().map(|p| (p.to_string(), *tree)).ok_or_else(|| {
+                                Error::invalid(p, "the etcd table stores paths as UTF-8")
+                            })
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })
+                .transpose()?,
         };
-        let compares: Vec<Compare> = parent
+        let mut compares: Vec<Compare> = parent
             .map(|p| still(self.layout().actor(p.id.0), p.revision))
             .into_iter()
             .collect();
-        let txn = Txn::new().when(compares).and_then([TxnOp::put(
+        compares.extend(extra_compares);
+        let mut puts = vec![TxnOp::put(
             self.layout().actor(id),
             to_json(&record)?,
             with_lease(lease),
-        )]);
+        )];
+        puts.extend(extra);
+        let txn = Txn::new().when(compares).and_then(puts);
         let done = self
             .client()
             .txn(txn)
@@ -879,6 +1011,8 @@ impl Table {
             lease,
             root: root.to_path_buf(),
             revision: revision_of(&done),
+            read_only: grant.read_only,
+            fence: grant.fence.map(Into::into),
         })
     }
 
@@ -896,6 +1030,12 @@ impl Table {
             lease: LeaseId(record.lease),
             root: PathBuf::from(record.root),
             revision: created,
+            read_only: record.read_only,
+            fence: record.fence.map(|keys| {
+                keys.into_iter()
+                    .map(|(p, tree)| (PathBuf::from(p), tree))
+                    .collect()
+            }),
         })
     }
 
@@ -972,7 +1112,13 @@ impl Table {
             wait: request.wait,
             hold: self.next_id()?,
             since_ms: now_ms(),
+            replaces: None,
         };
+        self.spawn_admission(admission).await
+    }
+
+    /// Runs an admission in a task of its own and waits for its answer.
+    async fn spawn_admission(&self, admission: Admission) -> Result<Grant> {
         let (ops, limit) = (admission.ops_needed(), self.inner.options.max_txn_ops);
         if ops > limit {
             return Err(Error::TxnTooLarge { ops, limit });
@@ -1002,6 +1148,11 @@ impl Table {
         let started = tokio::time::Instant::now();
         let mut answer = answer;
         let mut last_edges: Option<Edges> = None;
+        // The conflicting ranges, and the actor's own record: when its
+        // lease ends (or it is dropped) its waiting request goes at once,
+        // not one check period later.
+        let mut watched = admission.ranges.clone();
+        watched.push(self.layout().actor(admission.actor.id.0));
         let outcome: Result<Grant> = loop {
             if answer.is_closed() {
                 break Err(Error::Unavailable {
@@ -1024,8 +1175,7 @@ impl Table {
                     }
                     if let Some(id) = waiter {
                         if last_edges.as_ref() != Some(&edges) {
-                            if let Err(e) = self.put_edges(id, &edges, admission.actor.lease).await
-                            {
+                            if let Err(e) = self.put_edges(id, &edges).await {
                                 break Err(e);
                             }
                             last_edges = Some(edges);
@@ -1053,7 +1203,7 @@ impl Table {
                 }
             }
             match self
-                .wait_for_change(&admission.ranges, revision, deadline, &mut answer)
+                .wait_for_change(&watched, revision, deadline, &mut answer)
                 .await
             {
                 Ok(Woken::Changed) => {}
@@ -1100,24 +1250,65 @@ impl Table {
         let actor_key = layout.actor(admission.actor.id.0);
         let mut reads: Vec<TxnOp> = admission.ranges.iter().map(|r| prefix_get(r)).collect();
         reads.push(TxnOp::get(actor_key.clone(), None));
+        if let Some(id) = waiter {
+            reads.push(TxnOp::get(
+                layout.waiter(id),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+        }
+        if admission.replaces.is_some() {
+            reads.push(TxnOp::get(
+                layout.hold(admission.hold),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+        }
         let read = self
             .admission_txn(Txn::new().and_then(reads), None, ops, limit)
             .await?;
         let revision = revision_of(&read);
         let mut ranges = ranges_of(&read);
+        if let Some(replace) = &admission.replaces {
+            match ranges
+                .pop()
+                .and_then(|kvs| kvs.first().map(KeyValue::mod_revision))
+            {
+                None => {
+                    return Err(Error::UnknownHold {
+                        hold: admission.hold.to_string(),
+                    });
+                }
+                Some(at) if at != replace.revision => {
+                    return Err(Error::Unavailable {
+                        reason: "the hold changed while it was being widened; ask again".into(),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        if waiter.is_some() && ranges.pop().is_none_or(|kvs| kvs.is_empty()) {
+            // The waiter lease lapsed under a waiting request: its place
+            // is gone, and committing against it would never succeed.
+            return Err(Error::Unavailable {
+                reason: "this request's place in the queue was lost (etcd was unreachable for longer than the queue lease); ask again".into(),
+            });
+        }
         let actor_alive = ranges.pop().is_some_and(|kvs| !kvs.is_empty());
         if !actor_alive {
             return Err(Error::UnknownActor {
                 actor: admission.actor.id.0.to_string(),
             });
         }
-        let (holds, waiters) = decide::group(
+        let (mut holds, waiters) = decide::group(
             layout,
             ranges
                 .iter()
                 .flatten()
                 .map(|kv| (kv.key(), kv.value(), kv.create_revision())),
         );
+        if admission.replaces.is_some() {
+            // A widened hold does not conflict with itself.
+            holds.retain(|h| h.owner != Owner::Hold(admission.hold));
+        }
         let waiting = admission.wait != Wait::Never;
         let hold_in_the_way = decide::blocking_hold(&admission.claim, &holds);
         let mut waiter_in_the_way = None;
@@ -1168,6 +1359,25 @@ impl Table {
                 soft,
             };
             return Ok(Step::Blocked(admission.busy(&blocker), revision, edges));
+        }
+        if admission.kind == HoldKind::Fence {
+            // The waiters this fence passes (by priority or by its owner's
+            // precedence) will wait on it: refuse it if that closes a cycle.
+            let mut passed: Vec<u64> = waiters
+                .iter()
+                .filter(|w| crate::core::table::conflict(&admission.claim, &w.claim).is_some())
+                .filter_map(|w| match w.owner {
+                    Owner::Waiter(id) if Some(id) != waiter => Some(id),
+                    _ => None,
+                })
+                .collect();
+            passed.sort_unstable();
+            passed.dedup();
+            if !passed.is_empty() {
+                if let Some(cycle) = self.cycle_by_granting(admission, &passed).await? {
+                    return Err(Error::Deadlock { cycle });
+                }
+            }
         }
         self.commit(admission, revision, waiter, &relied, ops, limit)
             .await
@@ -1233,6 +1443,23 @@ impl Table {
         compares.push(still(layout.actor(actor.id.0), actor.revision));
         compares.extend(relied.iter().map(|&(id, at)| still(layout.hold(id), at)));
         let hold = admission.hold;
+        let mut stale = Vec::new();
+        if let Some(replace) = &admission.replaces {
+            compares.push(Compare::mod_revision(
+                layout.hold(hold),
+                CompareOp::Equal,
+                replace.revision,
+            ));
+            for (key, _) in &replace.old {
+                if !admission
+                    .keys
+                    .iter()
+                    .any(|(k, _)| k.norm == key.norm && k.tree == key.tree)
+                {
+                    stale.push(TxnOp::delete(layout.entry(key, Owner::Hold(hold)), None));
+                }
+            }
+        }
         let record = to_json(&admission.record())?;
         let lease = with_lease(actor.lease);
         let mut writes = vec![TxnOp::put(layout.hold(hold), record.clone(), lease.clone())];
@@ -1243,7 +1470,8 @@ impl Table {
                 lease.clone(),
             ));
         }
-        writes.extend(admission.entry_puts(layout, Owner::Hold(hold))?);
+        writes.extend(admission.entry_puts(layout, Owner::Hold(hold), admission.actor.lease)?);
+        writes.extend(stale);
         if let Some(id) = waiter {
             writes.push(TxnOp::delete(layout.waiter(id), None));
             writes.push(TxnOp::delete(layout.edges(id), None));
@@ -1266,9 +1494,41 @@ impl Table {
         }))
     }
 
-    /// Queues the request: its waiter record and index entries, on the
-    /// actor's lease, while the actor lives. Returns the waiter's id and
-    /// its revision (its place among equal priorities).
+    /// The lease of this table's waiting requests: granted on first use
+    /// and renewed every third of its TTL by a task that ends with the
+    /// table (then etcd ends the lease, and the queue places with it).
+    async fn waiter_lease(&self) -> Result<LeaseId> {
+        let mut slot = self.inner.waiter_lease.lock().await;
+        if let Some(lease) = *slot {
+            return Ok(lease);
+        }
+        let ttl = self.inner.options.waiter_ttl;
+        let lease = self.grant_lease(ttl).await?;
+        *slot = Some(lease);
+        let table = Arc::downgrade(&self.inner);
+        let period = (ttl / 3).max(Duration::from_millis(100));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let Some(inner) = table.upgrade() else { return };
+                let table = Table { inner };
+                if let Err(Error::UnknownLease { .. }) = table.keep_alive(lease).await {
+                    // Lapsed (etcd was out for longer than the TTL): the
+                    // next request to queue gets a new one.
+                    let mut slot = table.inner.waiter_lease.lock().await;
+                    if *slot == Some(lease) {
+                        *slot = None;
+                    }
+                    return;
+                }
+            }
+        });
+        Ok(lease)
+    }
+
+    /// Queues the request: its waiter record and index entries, on this
+    /// table's waiter lease, while the actor lives. Returns the waiter's id
+    /// and its revision (its place among equal priorities).
     async fn enqueue(
         &self,
         admission: &Admission,
@@ -1279,22 +1539,32 @@ impl Table {
         let layout = self.layout();
         let actor = &admission.actor;
         let id = self.next_id()?;
-        let lease = with_lease(actor.lease);
+        let waiter_lease = self.waiter_lease().await?;
+        let lease = with_lease(waiter_lease);
         let mut writes = vec![TxnOp::put(
             layout.waiter(id),
             to_json(&admission.record())?,
             lease.clone(),
         )];
-        writes.extend(admission.entry_puts(layout, Owner::Waiter(id))?);
+        writes.extend(admission.entry_puts(layout, Owner::Waiter(id), waiter_lease)?);
         if let Some(edges) = edges {
             writes.push(TxnOp::put(layout.edges(id), to_json(edges)?, lease.clone()));
         }
         let txn = Txn::new()
             .when([still(layout.actor(actor.id.0), actor.revision)])
             .and_then(writes);
-        let done = self
-            .admission_txn(txn, Some(actor.lease), ops, limit)
-            .await?;
+        let done = match self
+            .admission_txn(txn, Some(waiter_lease), ops, limit)
+            .await
+        {
+            Err(Error::UnknownLease { .. }) => {
+                *self.inner.waiter_lease.lock().await = None;
+                return Err(Error::Unavailable {
+                    reason: "this server's queue lease in etcd lapsed; ask again".into(),
+                });
+            }
+            other => other?,
+        };
         if !done.succeeded() {
             return Err(Error::UnknownActor {
                 actor: actor.id.0.to_string(),
@@ -1320,6 +1590,28 @@ impl Table {
         mine: &Edges,
         my_claim: &Claim,
     ) -> Result<Option<Vec<String>>> {
+        let (others, fences_of) = self.graph_and_fences().await?;
+        let mut mine = mine.clone();
+        mine.queued = others.get(&me).map_or(i64::MAX, |e| e.queued);
+        true_edges(&fences_of, None, my_claim, &mut mine);
+        Ok(deadlock::refused_cycle(me, &mine, &others))
+    }
+
+    /// Every waiting request's edges that are true at one revision.
+    async fn wait_for_graph(&self) -> Result<std::collections::BTreeMap<u64, Edges>> {
+        Ok(self.graph_and_fences().await?.0)
+    }
+
+    /// The edges true at one revision (a hard edge while its owner holds a
+    /// fence that conflicts with the request, a soft one while the earlier
+    /// request still waits), and the live fences by owner.
+    #[allow(clippy::type_complexity)]
+    async fn graph_and_fences(
+        &self,
+    ) -> Result<(
+        std::collections::BTreeMap<u64, Edges>,
+        std::collections::HashMap<u64, Vec<Claim>>,
+    )> {
         let layout = self.layout();
         let (_, [edges, waiters, fences]) = self
             .read_prefixes([layout.all_edges(), layout.waiters(), layout.all_fences()])
@@ -1340,15 +1632,6 @@ impl Table {
                     .push(record.claim());
             }
         }
-        let true_now = |claim: &Claim, edges: &mut Edges| {
-            edges.hard.retain(|(owner, _)| {
-                fences_of.get(owner).is_some_and(|fs| {
-                    fs.iter()
-                        .any(|f| crate::core::table::conflict(claim, f).is_some())
-                })
-            });
-            edges.soft.retain(|v| claims.contains_key(v));
-        };
         let mut others = std::collections::BTreeMap::new();
         for kv in &edges {
             let Some(id) = id_in(kv.key()) else { continue };
@@ -1359,16 +1642,39 @@ impl Table {
             };
             // The queue position is the record's creation (with the waiter).
             found.queued = kv.create_revision();
-            true_now(claim, &mut found);
+            true_edges(&fences_of, Some(&claims), claim, &mut found);
             others.insert(id, found);
         }
-        let mut mine = mine.clone();
-        mine.queued = others.get(&me).map_or(i64::MAX, |e| e.queued);
-        true_now(my_claim, &mut mine);
-        Ok(deadlock::refused_cycle(me, &mine, &others))
+        Ok((others, fences_of))
     }
 
-    async fn put_edges(&self, waiter: u64, edges: &Edges, lease: LeaseId) -> Result<()> {
+    /// The cycle that granting `admission` (a fence) would close: each
+    /// waiter in `passed` gains a hard edge to the fence's owner.
+    async fn cycle_by_granting(
+        &self,
+        admission: &Admission,
+        passed: &[u64],
+    ) -> Result<Option<Vec<String>>> {
+        let owner = (admission.actor.id.0, admission.actor.name.clone());
+        let others = self.wait_for_graph().await?;
+        for &w in passed {
+            let Some(mut edges) = others.get(&w).cloned() else {
+                continue;
+            };
+            edges.hard.push(owner.clone());
+            if let Some(mut cycle) = deadlock::cycle_through(w, &edges, &others) {
+                // Named from the requester, as a refused wait is.
+                if let Some(at) = cycle.iter().position(|n| *n == owner.1) {
+                    cycle.rotate_left(at);
+                }
+                return Ok(Some(cycle));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn put_edges(&self, waiter: u64, edges: &Edges) -> Result<()> {
+        let lease = self.waiter_lease().await?;
         self.client()
             .put(
                 self.layout().edges(waiter),
@@ -1498,9 +1804,18 @@ impl Table {
     /// revision.
     pub async fn dump(&self) -> Result<TableDump> {
         let layout = self.layout();
-        let (revision, [actors, holds, waiters]) = self
-            .read_prefixes([layout.actors(), layout.holds(), layout.waiters()])
+        let (revision, [actors, holds, waiters, edges, fences]) = self
+            .read_prefixes([
+                layout.actors(),
+                layout.holds(),
+                layout.waiters(),
+                layout.all_edges(),
+                layout.all_fences(),
+            ])
             .await?;
+        let now = now_ms();
+        let age = |since: u64| Duration::from_millis(now.saturating_sub(since));
+        let edges = dump_edges(&waiters, &edges, &fences);
         let actors = actors
             .iter()
             .filter_map(|kv| {
@@ -1511,6 +1826,8 @@ impl Table {
                     name: record.name,
                     parent,
                     lease: LeaseId(record.lease),
+                    root: PathBuf::from(record.root),
+                    read_only: record.read_only,
                 })
             })
             .collect();
@@ -1526,6 +1843,7 @@ impl Table {
                     kind: record.meta.kind.into(),
                     label: record.meta.label,
                     revision: kv.create_revision(),
+                    age: age(record.meta.since_ms),
                 })
             })
             .collect();
@@ -1535,6 +1853,9 @@ impl Table {
             .filter_map(|kv| {
                 let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
                 Some(DumpWaiter {
+                    id: id_in(kv.key())?,
+                    label: record.meta.label.clone(),
+                    waited: age(record.meta.since_ms),
                     actor: ActorId(record.meta.owner),
                     paths: dump_paths(&record),
                     actor_name: record.meta.name,
@@ -1550,7 +1871,81 @@ impl Table {
             actors,
             holds,
             waiters,
+            edges,
         })
+    }
+}
+
+/// The wait-for edges between actors that are true at one read: each
+/// waiting request's recorded edges, kept while they hold (its fence
+/// owners still hold a fence in its way, its earlier requests still wait),
+/// folded onto actors, without self-edges, each once.
+fn dump_edges(
+    waiters: &[KeyValue],
+    edges: &[KeyValue],
+    fences: &[KeyValue],
+) -> Vec<crate::WaitEdge> {
+    let claims: std::collections::HashMap<u64, Claim> = waiters
+        .iter()
+        .filter_map(|kv| {
+            let record = serde_json::from_slice::<ClaimRecord>(kv.value()).ok()?;
+            Some((id_in(kv.key())?, record.claim()))
+        })
+        .collect();
+    let mut fences_of: std::collections::HashMap<u64, Vec<Claim>> = Default::default();
+    for kv in fences {
+        if let Ok(record) = serde_json::from_slice::<ClaimRecord>(kv.value()) {
+            fences_of
+                .entry(record.meta.owner)
+                .or_default()
+                .push(record.claim());
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    for kv in edges {
+        let Some(id) = id_in(kv.key()) else { continue };
+        let (Some(claim), Ok(mut found)) =
+            (claims.get(&id), serde_json::from_slice::<Edges>(kv.value()))
+        else {
+            continue;
+        };
+        true_edges(&fences_of, Some(&claims), claim, &mut found);
+        for (owner, _) in &found.hard {
+            out.insert((found.actor, *owner, true));
+        }
+        for earlier in &found.soft {
+            if let Some(other) = claims.get(earlier) {
+                out.insert((found.actor, other.owner.0, false));
+            }
+        }
+    }
+    out.into_iter()
+        .filter(|(from, to, _)| from != to)
+        .map(|(from, to, hard)| crate::WaitEdge {
+            from: ActorId(from),
+            to: ActorId(to),
+            hard,
+        })
+        .collect()
+}
+
+/// Keeps the edges of a request (whole claim `claim`) that are true: a
+/// hard edge while its owner holds a fence in the way, a soft one while the
+/// earlier request still waits (`waiting`; `None` keeps every soft edge).
+fn true_edges(
+    fences_of: &std::collections::HashMap<u64, Vec<Claim>>,
+    waiting: Option<&std::collections::HashMap<u64, Claim>>,
+    claim: &Claim,
+    edges: &mut Edges,
+) {
+    edges.hard.retain(|(owner, _)| {
+        fences_of.get(owner).is_some_and(|fs| {
+            fs.iter()
+                .any(|f| crate::core::table::conflict(claim, f).is_some())
+        })
+    });
+    if let Some(waiting) = waiting {
+        edges.soft.retain(|v| waiting.contains_key(v));
     }
 }
 

@@ -38,6 +38,14 @@ fn router(app: Arc<App>) -> Router {
         .route("/rpc", post(rpc))
         .route("/dump", get(dump))
         .route("/health", get(health));
+    if app.in_etcd() {
+        // The event stream and the MCP file tools read the in-process
+        // table, which a server on etcd leaves empty: refused, not faked.
+        return routes
+            .route("/events", get(not_on_etcd))
+            .route("/mcp", axum::routing::any(not_on_etcd))
+            .with_state(app);
+    }
     let routes = super::events::mount(routes);
     #[cfg(feature = "mcp")]
     let routes = match super::mcp::mount(routes.clone(), &app) {
@@ -149,7 +157,7 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 
 /// The checks every authenticated route makes, in order: a foreign origin
 /// is 403, a missing or unknown token 401; nothing runs before both pass.
-fn admit_caller(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
+async fn admit_caller(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
     if !auth::origin_allowed(headers) {
         let e = Error::Forbidden {
             reason: "requests from a non-loopback Origin are refused".into(),
@@ -159,16 +167,34 @@ fn admit_caller(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Response>>
             &error_body(&Value::Null, &e),
         )));
     }
-    app.authenticate(auth::bearer(headers)).map_err(|e| {
-        Box::new(json_response(
-            StatusCode::UNAUTHORIZED,
-            &error_body(&Value::Null, &e),
-        ))
-    })
+    app.authenticate_any(auth::bearer(headers))
+        .await
+        .map_err(|e| {
+            // A token is unknown (401), or etcd could not be asked (503).
+            let status = match e {
+                Error::Protocol {
+                    kind: ProtocolError::Unauthorized,
+                    ..
+                } => StatusCode::UNAUTHORIZED,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            Box::new(json_response(status, &error_body(&Value::Null, &e)))
+        })
+}
+
+/// `/events` and `/mcp` on a server whose table is in etcd.
+async fn not_on_etcd(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Err(response) = admit_caller(&app, &headers).await {
+        return *response;
+    }
+    let e = Error::Unsupported {
+        what: "serving /events or /mcp".into(),
+    };
+    json_response(StatusCode::NOT_IMPLEMENTED, &error_body(&Value::Null, &e))
 }
 
 async fn rpc(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    let caller = match admit_caller(&app, &headers) {
+    let caller = match admit_caller(&app, &headers).await {
         Ok(c) => c,
         Err(response) => {
             // Read (and discard) the body before refusing: a client that
@@ -272,8 +298,31 @@ async fn dump(
     headers: HeaderMap,
     Query(query): Query<DumpQuery>,
 ) -> Response {
-    if let Err(response) = admit_caller(&app, &headers) {
-        return *response;
+    let caller = match admit_caller(&app, &headers).await {
+        Ok(caller) => caller,
+        Err(response) => return *response,
+    };
+    if app.in_etcd() {
+        let format = query.format.clone().map_or(Value::Null, Value::from);
+        return match app.call(&caller, "dump", json!({ "format": format })).await {
+            Ok(Value::Object(mut table)) if query.format.as_deref() == Some("table") => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                table
+                    .remove("table")
+                    .and_then(|t| t.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+            )
+                .into_response(),
+            Ok(v) => json_response(StatusCode::OK, &v),
+            Err(e @ Error::Protocol { .. }) => {
+                json_response(StatusCode::BAD_REQUEST, &error_body(&Value::Null, &e))
+            }
+            Err(e) => json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &error_body(&Value::Null, &e),
+            ),
+        };
     }
     let dump = app.sched.dump();
     match query.format.as_deref() {

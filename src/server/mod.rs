@@ -70,6 +70,8 @@ pub struct Options {
     token_file: Option<PathBuf>,
     #[cfg(feature = "mcp")]
     mcp_tools: crate::mcp::ToolSet,
+    #[cfg(feature = "etcd")]
+    etcd: Option<rpc::EtcdOptions>,
 }
 
 /// The `--config FILE` of `writ serve`: the [`Config`] knobs as JSON.
@@ -139,7 +141,44 @@ impl Options {
             token_file: None,
             #[cfg(feature = "mcp")]
             mcp_tools: crate::mcp::ToolSet::Writ,
+            #[cfg(feature = "etcd")]
+            etcd: None,
         }
+    }
+
+    /// Serve session `session` of the table in etcd at `endpoints` (SPEC
+    /// §16, feature `etcd`) instead of an in-process table: any number of
+    /// servers, on any machines, serve one session, and a client may talk
+    /// to any of them. Every server of a session needs the same session
+    /// token ([`Options::token`] or [`Options::token_file`]): the first
+    /// stores its hash in etcd, the others are refused unless theirs
+    /// matches. What the etcd table cannot serve yet is refused with
+    /// `Error::Unsupported` (docs/DISTRIBUTED.md lists it).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), writ::Error> {
+    /// use writ::etcd::TableOptions;
+    /// use writ::server::{Options, Server};
+    /// let options = Options::new("/path/to/repo")
+    ///     .token("0123456789abcdef0123456789abcdef")
+    ///     .etcd(["http://127.0.0.1:2379"], "repo", TableOptions::default());
+    /// let server = Server::start(options).await?;
+    /// # server.shutdown().await; Ok(()) }
+    /// ```
+    #[cfg(feature = "etcd")]
+    pub fn etcd<E: Into<String>>(
+        mut self,
+        endpoints: impl IntoIterator<Item = E>,
+        session: impl Into<String>,
+        table: crate::etcd::TableOptions,
+    ) -> Self {
+        self.etcd = Some(rpc::EtcdOptions {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            session: session.into(),
+            table,
+        });
+        self
     }
 
     /// Applies a `--config` file's knobs to the configuration.
@@ -306,13 +345,27 @@ impl Server {
         };
         let socket_path = socket.as_ref().map(|(_, file)| file.path().to_path_buf());
         let (stop, stop_rx) = watch::channel(false);
-        let app = Arc::new(rpc::App::new(
+        #[allow(unused_mut)]
+        let mut app = rpc::App::new(
             &options,
             root.clone(),
             token.clone(),
             stop.clone(),
             stop_rx.clone(),
-        )?);
+        )?;
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = &options.etcd {
+            let backend = rpc::EtcdBackend::connect(
+                etcd,
+                &options.config,
+                &options.read_roots,
+                &root,
+                &token,
+            )
+            .await?;
+            app = app.with_etcd(backend);
+        }
+        let app = Arc::new(app);
         if let Some(path) = &options.discovery {
             discovery::write(
                 path,
@@ -371,7 +424,9 @@ impl Server {
         &self.app.root
     }
 
-    /// The server's scheduler (the same table every client sees).
+    /// The server's scheduler (the same table every client sees). A
+    /// server whose table is in etcd (`Options::etcd`, feature `etcd`)
+    /// leaves it empty.
     pub fn scheduler(&self) -> &Scheduler {
         &self.app.sched
     }

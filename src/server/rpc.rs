@@ -18,6 +18,11 @@ use super::lease::{ActorSlot, Guard, HoldSlot, Registry, Ticket};
 use crate::wire::{self, PROTOCOL_VERSION};
 use crate::{Actor, Error, Grant, ProtocolError, Result, Scheduler, Target};
 
+#[cfg(feature = "etcd")]
+mod etcd;
+#[cfg(feature = "etcd")]
+pub(crate) use etcd::{EtcdBackend, EtcdOptions};
+
 /// The server's state, shared by every request.
 #[derive(Debug)]
 pub(crate) struct App {
@@ -45,6 +50,10 @@ pub(crate) struct App {
     poke: Arc<Notify>,
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
+    /// The session's table in etcd (`writ serve --etcd`): every method that
+    /// touches the table goes there, and `sched` stays empty.
+    #[cfg(feature = "etcd")]
+    etcd: Option<EtcdBackend>,
 }
 
 fn invalid(detail: impl Into<String>) -> Error {
@@ -253,7 +262,38 @@ impl App {
             poke: Arc::new(Notify::new()),
             stop_tx,
             stop_rx,
+            #[cfg(feature = "etcd")]
+            etcd: None,
         })
+    }
+
+    /// Serves the session's table in etcd instead of the in-process one.
+    /// Handles then name the table's ids, valid on every server of the
+    /// session.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn with_etcd(mut self, backend: EtcdBackend) -> App {
+        self.instance = "etcd".into();
+        self.etcd = Some(backend);
+        self
+    }
+
+    /// Whether the table is in etcd (routes the etcd table cannot serve,
+    /// `/mcp` and `/events`, are refused).
+    pub(crate) fn in_etcd(&self) -> bool {
+        #[cfg(feature = "etcd")]
+        return self.etcd.is_some();
+        #[cfg(not(feature = "etcd"))]
+        false
+    }
+
+    /// Who is calling, as [`App::authenticate`]; with the table in etcd,
+    /// actor tokens are looked up there.
+    pub(crate) async fn authenticate_any(&self, token: Option<&str>) -> Result<Caller> {
+        #[cfg(feature = "etcd")]
+        if let Some(backend) = &self.etcd {
+            return self.etcd_authenticate(backend, token).await;
+        }
+        self.authenticate(token)
     }
 
     pub(crate) fn token(&self) -> &str {
@@ -631,6 +671,14 @@ impl App {
         params_value: Value,
     ) -> Result<Value> {
         let p = params_value;
+        #[cfg(feature = "etcd")]
+        let p = match &self.etcd {
+            Some(backend) => match self.etcd_call(backend, caller, method, p.clone()).await {
+                Some(answer) => return answer,
+                None => p,
+            },
+            None => p,
+        };
         match method {
             "session.info" => Ok(json!({
                 "protocol": PROTOCOL_VERSION,

@@ -74,6 +74,34 @@ pub struct ServeCmd {
     /// Skip fsync (for tests and demos).
     #[arg(long, hide = true)]
     no_fsync: bool,
+    /// Keep the session's table in etcd at these endpoints (comma
+    /// separated, e.g. http://10.0.0.5:2379,http://10.0.0.6:2379), so that
+    /// several servers, on several machines, serve one session (needs a writ
+    /// built with `--features etcd`, and --session).
+    #[arg(
+        long,
+        value_name = "ENDPOINTS",
+        value_delimiter = ',',
+        requires = "session"
+    )]
+    etcd: Vec<String>,
+    /// The session's name in etcd: every server given the same name (and
+    /// the same session token) serves the same table.
+    #[arg(long, value_name = "NAME", requires = "etcd")]
+    session: Option<String>,
+    /// With --etcd: seconds within which a deadlock between servers is
+    /// refused (and the longest a missed wake-up can go unnoticed).
+    #[arg(long, default_value = "1", value_parser = seconds, requires = "etcd")]
+    deadlock_check: Duration,
+    /// With --etcd: the most operations etcd accepts in one transaction
+    /// (etcd's own --max-txn-ops); a request that needs more is refused.
+    #[arg(long, default_value = "128", value_parser = at_least_one, requires = "etcd")]
+    max_txn_ops: usize,
+    /// The file the session token is kept in (mode 0600; made with a fresh
+    /// token if missing). Servers of one etcd session need the same token:
+    /// give them one file (default: the user's state folder for ROOT).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
     /// Stop the server running for ROOT instead.
     #[arg(long)]
     stop: bool,
@@ -148,7 +176,7 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
     }
     let state = server::state_dir(&root).map_err(|e| e.to_string())?;
     if !cmd.no_history {
-        let history = match cmd.history_dir {
+        let history = match cmd.history_dir.clone() {
             Some(dir) => dir,
             None => state.join("history"),
         };
@@ -163,7 +191,14 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         .mcp_tools(cmd.mcp_tools)
         .config(config)
         .discovery_file(&discovery)
-        .token_file(state.join("session-token"));
+        .token_file(
+            cmd.token_file
+                .clone()
+                .unwrap_or_else(|| state.join("session-token")),
+        );
+    if let Some(session) = &cmd.session {
+        options = with_etcd(options, &cmd, session)?;
+    }
     if let Some(socket) = &cmd.socket {
         options = options.socket(socket);
     }
@@ -183,6 +218,9 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
     runtime()?.block_on(async move {
         let server = Server::start(options).await.map_err(|e| e.to_string())?;
         println!("writ serve: {} for {}", server.url(), root.display());
+        if let Some(session) = &cmd.session {
+            println!("table: etcd session '{session}' at {}", cmd.etcd.join(","));
+        }
         if let Some(socket) = server.socket() {
             println!("socket: {}", socket.display());
         }
@@ -191,6 +229,19 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         println!("writ serve: stopped; every hold released");
         Ok(())
     })
+}
+
+#[cfg(feature = "etcd")]
+fn with_etcd(options: Options, cmd: &ServeCmd, session: &str) -> Result<Options, String> {
+    let table = writ::etcd::TableOptions::default()
+        .deadlock_check(cmd.deadlock_check)
+        .max_txn_ops(cmd.max_txn_ops);
+    Ok(options.etcd(cmd.etcd.iter().cloned(), session, table))
+}
+
+#[cfg(not(feature = "etcd"))]
+fn with_etcd(_: Options, _: &ServeCmd, _: &str) -> Result<Options, String> {
+    Err("this writ was built without etcd; build it with `cargo install writ --features etcd` (needs protoc)".into())
 }
 
 fn stop(discovery: &Path) -> Result<(), String> {

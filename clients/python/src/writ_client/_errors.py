@@ -206,6 +206,13 @@ class TxnTooLarge(WritError):
     limit: int
 
 
+class Unsupported(WritError):
+    """A server whose table is in etcd cannot serve this request yet; nothing was changed."""
+
+    kind = "unsupported"
+    what: str
+
+
 class NoMatch(WritError):
     """``edit`` found no occurrence of the old text."""
 

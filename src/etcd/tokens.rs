@@ -1,0 +1,291 @@
+//! What a server keeps in etcd besides the table: the session token's hash
+//! and one key per actor token (SPEC §16: every server of a session accepts
+//! the same tokens). Only sha256 hashes are stored, so reading etcd does not
+//! reveal a token.
+
+use std::path::Path;
+
+use etcd_client::{Compare, CompareOp, GetOptions, LeaseTimeToLiveOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    ActorRef, GrantRecord, LeaseId, Table, etcd_error, id_in, ranges_of, to_json, unavailable,
+    with_lease,
+};
+use crate::core::table::{ActorId, HoldId};
+use crate::error::{Error, Result};
+use crate::kinds::HoldKind;
+
+/// The value of `P t/<hash>`.
+#[derive(Debug, Serialize, Deserialize)]
+struct TokenRecord {
+    actor: u64,
+    lease: i64,
+}
+
+/// The hex sha256 of a token: what etcd stores instead of it.
+pub(crate) fn token_hash(token: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl Table {
+    /// Stores the session token's hash unless the session has one already
+    /// (a compare on its absence, so two servers starting at once agree),
+    /// and says whether the session's hash is `hash`.
+    pub(crate) async fn claim_session_token(&self, hash: &str) -> Result<bool> {
+        self.claim_session_value(self.layout().session_token(), hash)
+            .await
+    }
+
+    /// Stores the session's slot limits (as text) unless it has some, and
+    /// says whether the session's are these: every server of a session
+    /// must count against the same limits.
+    pub(crate) async fn claim_limits(&self, limits: &str) -> Result<bool> {
+        self.claim_session_value(self.layout().limits(), limits)
+            .await
+    }
+
+    async fn claim_session_value(&self, key: Vec<u8>, hash: &str) -> Result<bool> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), hash, None)])
+            .or_else([TxnOp::get(key, None)]);
+        let done = self.client().txn(txn).await.map_err(unavailable)?;
+        if done.succeeded() {
+            return Ok(true);
+        }
+        let stored = ranges_of(&done)
+            .into_iter()
+            .flatten()
+            .next()
+            .map(|kv| kv.value().to_vec());
+        Ok(stored.is_some_and(|v| v == hash.as_bytes()))
+    }
+
+    /// Creates an actor as [`Table::create_actor`] does, with its token:
+    /// `token` makes the token from the new actor's id, and its hash is
+    /// stored on the actor's lease in the same transaction as the record.
+    /// `grant` is what the servers enforce of the actor's grant (read-only,
+    /// its grant fence).
+    pub(crate) async fn create_actor_with_token(
+        &self,
+        lease: LeaseId,
+        name: &str,
+        root: &Path,
+        parent: Option<&ActorRef>,
+        grant: GrantRecord,
+        token: impl FnOnce(ActorId) -> Result<String>,
+    ) -> Result<(ActorRef, String)> {
+        self.create_actor_with_token_in(lease, name, root, parent, grant, None, token)
+            .await
+    }
+
+    /// As [`Table::create_actor_with_token`], for a child counted against
+    /// the session's slot limits (SPEC §11; root actors count against
+    /// none): the live children (and writable children) are counted at one
+    /// revision and the actor is created only if nothing was created or
+    /// dropped since, else counted again. `NoSlot` when a limit is reached.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn create_actor_with_token_in(
+        &self,
+        lease: LeaseId,
+        name: &str,
+        root: &Path,
+        parent: Option<&ActorRef>,
+        grant: GrantRecord,
+        limits: Option<(Option<usize>, Option<usize>)>,
+        token: impl FnOnce(ActorId) -> Result<String>,
+    ) -> Result<(ActorRef, String)> {
+        let id = self.next_id()?;
+        let token = token(ActorId(id))?;
+        let record = TokenRecord {
+            actor: id,
+            lease: lease.0,
+        };
+        let put = TxnOp::put(
+            self.layout().token(&token_hash(&token)),
+            to_json(&record)?,
+            with_lease(lease),
+        );
+        let Some((max_actors, max_writers)) = limits.filter(|_| parent.is_some()) else {
+            let actor = self
+                .put_actor(id, lease, name, root, parent, grant, vec![put], Vec::new())
+                .await?;
+            return Ok((actor, token));
+        };
+        loop {
+            let (actors, writers, revision) = self.count_children().await?;
+            if max_actors.is_some_and(|max| actors >= max) {
+                return Err(Error::NoSlot {
+                    limit: crate::SlotLimit::MaxActors,
+                    max: max_actors.unwrap_or(0),
+                });
+            }
+            if !grant.read_only && max_writers.is_some_and(|max| writers >= max) {
+                return Err(Error::NoSlot {
+                    limit: crate::SlotLimit::MaxWriters,
+                    max: max_writers.unwrap_or(0),
+                });
+            }
+            let counted = vec![super::unchanged_since(&self.layout().actors(), revision)];
+            let made = self
+                .put_actor(
+                    id,
+                    lease,
+                    name,
+                    root,
+                    parent,
+                    grant.clone(),
+                    vec![put.clone()],
+                    counted,
+                )
+                .await;
+            match (made, parent) {
+                (Ok(actor), _) => return Ok((actor, token)),
+                // Lost a race with another creation or drop: count again,
+                // unless the parent is what went.
+                (Err(Error::UnknownActor { .. }), Some(parent))
+                    if self.actor(parent.id).await.is_ok() => {}
+                (Err(e), _) => return Err(e),
+            }
+        }
+    }
+
+    /// The live child actors and writable child actors, at one revision.
+    pub(crate) async fn count_children(&self) -> Result<(usize, usize, i64)> {
+        let (revision, [actors]) = self.read_prefixes([self.layout().actors()]).await?;
+        let (mut children, mut writers) = (0, 0);
+        for kv in &actors {
+            if let Ok(record) = serde_json::from_slice::<super::ActorRecord>(kv.value()) {
+                if record.lineage.len() > 1 {
+                    children += 1;
+                    writers += usize::from(!record.read_only);
+                }
+            }
+        }
+        Ok((children, writers, revision))
+    }
+
+    /// The actor and lease of a token that names actor `id`, if the token
+    /// is known and the actor still live (one read of both keys).
+    pub(crate) async fn token_owner(
+        &self,
+        hash: &str,
+        id: ActorId,
+    ) -> Result<Option<(ActorId, LeaseId)>> {
+        let layout = self.layout();
+        let read = Txn::new().and_then([
+            TxnOp::get(layout.token(hash), None),
+            TxnOp::get(layout.actor(id.0), None),
+        ]);
+        let done = self.client().txn(read).await.map_err(unavailable)?;
+        let mut ranges = ranges_of(&done).into_iter();
+        let (Some(token), Some(actor)) = (ranges.next(), ranges.next()) else {
+            return Ok(None);
+        };
+        let (Some(token), false) = (token.first(), actor.is_empty()) else {
+            return Ok(None);
+        };
+        match serde_json::from_slice::<TokenRecord>(token.value()) {
+            Ok(record) if record.actor == id.0 => Ok(Some((id, LeaseId(record.lease)))),
+            _ => Ok(None),
+        }
+    }
+
+    /// The lineage (root first) of a live hold's owner, and its kind.
+    pub(crate) async fn hold_lineage(&self, hold: HoldId) -> Result<(Vec<u64>, HoldKind)> {
+        let unknown = || Error::UnknownHold {
+            hold: hold.0.to_string(),
+        };
+        let (record, _): (super::ClaimRecord, i64) =
+            self.record(self.layout().hold(hold.0), unknown).await?;
+        Ok((record.meta.lineage, record.meta.kind.into()))
+    }
+
+    /// How many actors and holds are attached to `lease` (what revoking it
+    /// drops). `UnknownLease` if etcd does not know it.
+    pub(crate) async fn lease_contents(&self, lease: LeaseId) -> Result<(usize, usize)> {
+        let answer = self
+            .client()
+            .lease_time_to_live(lease.0, Some(LeaseTimeToLiveOptions::new().with_keys()))
+            .await
+            .map_err(|e| etcd_error(e, Some(lease), 0, 0))?;
+        // etcd answers a lease it does not know with a TTL of -1.
+        if answer.ttl() < 0 {
+            return Err(Error::UnknownLease {
+                lease: lease.to_string(),
+            });
+        }
+        let (actors, holds) = (self.layout().actors(), self.layout().holds());
+        let count = |prefix: &[u8]| {
+            answer
+                .keys()
+                .iter()
+                .filter(|k| k.starts_with(prefix))
+                .count()
+        };
+        Ok((count(&actors), count(&holds)))
+    }
+
+    /// Drops an actor as [`Table::drop_actor`] does, first leaving a mark
+    /// (on its lease, with its lineage) for each of its fences: releasing
+    /// such a fence later is harmless, as releasing a `Fence` guard of a
+    /// dropped actor is in process (SPEC §3).
+    pub(crate) async fn drop_actor_marking(&self, actor: &ActorRef) -> Result<()> {
+        let fences = self
+            .client()
+            .get(
+                self.layout().fences_of(actor.id.0),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await
+            .map_err(unavailable)?;
+        let lineage = to_json(&actor.lineage.to_vec())?;
+        let marks: Vec<TxnOp> = fences
+            .kvs()
+            .iter()
+            .filter_map(|kv| id_in(kv.key()))
+            .map(|id| {
+                TxnOp::put(
+                    self.layout().dropped(id),
+                    lineage.clone(),
+                    with_lease(actor.lease),
+                )
+            })
+            .collect();
+        if !marks.is_empty() {
+            self.client()
+                .txn(Txn::new().and_then(marks))
+                .await
+                .map_err(|e| etcd_error(e, Some(actor.lease), 0, 0))?;
+        }
+        self.drop_actor(actor).await
+    }
+
+    /// The lineage of the owner of a fence released by its owner's drop,
+    /// if `hold` is one.
+    pub(crate) async fn drop_mark(&self, hold: HoldId) -> Result<Option<Vec<u64>>> {
+        let got = self
+            .client()
+            .get(self.layout().dropped(hold.0), None)
+            .await
+            .map_err(unavailable)?;
+        Ok(got
+            .kvs()
+            .first()
+            .and_then(|kv| serde_json::from_slice(kv.value()).ok()))
+    }
+
+    /// Removes the mark: a dropped fence is handed back once.
+    pub(crate) async fn clear_drop_mark(&self, hold: HoldId) -> Result<()> {
+        self.client()
+            .delete(self.layout().dropped(hold.0), None)
+            .await
+            .map(drop)
+            .map_err(unavailable)
+    }
+}

@@ -1,0 +1,904 @@
+//! The JSON-RPC methods of a server whose session's table is in etcd
+//! (`writ serve --etcd`, SPEC §16): the same methods and answers as the
+//! in-process table, served by [`crate::etcd::Table`].
+//!
+//! # Implementation details
+//!
+//! Nothing about the session lives in this process: actors, holds, waiters,
+//! leases and token hashes are etcd keys, so any server of the session can
+//! serve any request, and a server that dies takes nothing with it. Wire
+//! handles are the table's ids (unique in the session) under the instance
+//! name `etcd`: `a-etcd-<id>`, `h-etcd-<id>`, `l-etcd-<etcd lease>`.
+//!
+//! The only local state is the tickets of waits this server answered
+//! (SPEC §13: a grant racing a client's give-up is handed back). A ticket is
+//! given up through the server that took the wait (the client's own
+//! connection); entries are dropped with their hold, or after a while.
+//!
+//! What the table cannot do yet (slots,
+//! `fence.extend`/`narrow`, `reservation.extend`, the file tools, history)
+//! is refused whole with `Error::Unsupported`, never approximated.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use super::{
+    ActorParams, AdmitParams, App, CreateParams, DumpParams, HoldParams, HoldTargetsParams,
+    LeaseParams, invalid, params, targets, timeout,
+};
+use crate::etcd::tokens::token_hash;
+use crate::etcd::{ActorRef, AdmitRequest, GrantRecord, LeaseId, Table, TableDump, TableOptions};
+use crate::sched::resolve::Resolver;
+use crate::server::auth::{self, Caller};
+use crate::server::lease::Ticket;
+use crate::wire::PROTOCOL_VERSION;
+use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, ProtocolError, Result, Target};
+
+/// Where a server finds its session's table in etcd.
+#[derive(Debug, Clone)]
+pub(crate) struct EtcdOptions {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) session: String,
+    pub(crate) table: TableOptions,
+}
+
+/// The etcd side of an [`App`].
+#[derive(Debug)]
+pub(crate) struct EtcdBackend {
+    table: Table,
+    portable: bool,
+    /// `max_actors`, `max_writers` (SPEC §11): the same on every server of
+    /// the session (the first one stores them).
+    limits: (Option<usize>, Option<usize>),
+    /// Tickets of waits this server answered, with when they were filed.
+    tickets: Mutex<HashMap<(u64, String), (Ticket, Instant)>>,
+}
+
+/// How long a ticket's answer is kept for a client that gave up.
+const TICKET_MEMORY: Duration = Duration::from_secs(120);
+
+/// The methods of SPEC §13 the etcd table does not serve yet.
+const UNSUPPORTED: &[&str] = &[
+    "files.read",
+    "files.write",
+    "files.append",
+    "files.replace",
+    "files.delete",
+    "files.rename",
+    "turn.set",
+    "history.snapshot",
+    "history.record",
+    "history.rewind",
+    "history.redo",
+];
+
+fn unsupported(what: impl Into<String>) -> Error {
+    Error::Unsupported { what: what.into() }
+}
+
+impl EtcdBackend {
+    /// Connects to etcd, joins the session and makes sure this server has
+    /// the session's token: the first server of a session stores its
+    /// token's hash (a compare on its absence), every later one must bring
+    /// the same token. Refuses a configuration the table cannot serve.
+    pub(crate) async fn connect(
+        options: &EtcdOptions,
+        config: &Config,
+        read_roots: &[std::path::PathBuf],
+        root: &std::path::Path,
+        token: &str,
+    ) -> Result<EtcdBackend> {
+        let case = match config.case {
+            CaseMode::Detect => crate::sched::resolve::detect_case(root),
+            other => other,
+        };
+        if case == CaseMode::Insensitive {
+            return Err(unsupported("case-insensitive keys"));
+        }
+        if !read_roots.is_empty() {
+            return Err(unsupported("read-only roots"));
+        }
+        let table =
+            Table::connect(&options.endpoints, &options.session, options.table.clone()).await?;
+        if !table.claim_session_token(&token_hash(token)).await? {
+            return Err(Error::Forbidden {
+                reason: format!(
+                    "session '{}' in etcd was started with another session token; start every server of a session with the same token (writ serve --token-file FILE)",
+                    options.session
+                ),
+            });
+        }
+        let limits = (config.max_actors, config.max_writers);
+        let spelled = json!({"max_actors": limits.0, "max_writers": limits.1}).to_string();
+        if !table.claim_limits(&spelled).await? {
+            return Err(Error::Forbidden {
+                reason: format!(
+                    "session '{}' in etcd was started with other slot limits than this server's {spelled}; give every server of a session the same max_actors and max_writers",
+                    options.session
+                ),
+            });
+        }
+        Ok(EtcdBackend {
+            table,
+            portable: config.portable_names,
+            limits,
+            tickets: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn file_ticket(&self, key: (u64, String), hold: u64) -> bool {
+        let mut tickets = self.tickets.lock();
+        let now = Instant::now();
+        tickets.retain(|_, (_, at)| now.duration_since(*at) < TICKET_MEMORY);
+        if let Some((Ticket::Abandoned, _)) = tickets.get(&key) {
+            tickets.remove(&key);
+            return false;
+        }
+        tickets.insert(key, (Ticket::Granted(hold), now));
+        true
+    }
+
+    fn ticket_hold(&self, key: (u64, String)) -> Option<u64> {
+        let mut tickets = self.tickets.lock();
+        match tickets.get(&key) {
+            Some((Ticket::Granted(hold), _)) => Some(*hold),
+            _ => {
+                tickets.insert(key, (Ticket::Abandoned, Instant::now()));
+                None
+            }
+        }
+    }
+
+    /// The resolver of targets for an actor rooted at `root`: keys as the
+    /// in-process table makes them (case-sensitive; refused otherwise at
+    /// start).
+    fn resolver(&self, root: &Path) -> Resolver {
+        Resolver::new(
+            root.to_path_buf(),
+            Vec::new(),
+            CaseMode::Sensitive,
+            self.portable,
+        )
+    }
+
+    /// Whether the key (path, tree) lies inside one of `fence`'s keys
+    /// (equal counts as inside).
+    fn inside_fence(&self, path: &Path, tree: bool, fence: &[(PathBuf, bool)]) -> bool {
+        let resolver = self.resolver(Path::new("/"));
+        let key = resolver.key_for(path.to_path_buf(), tree);
+        fence
+            .iter()
+            .any(|(f, t)| crate::core::key::inside(&key, &resolver.key_for(f.clone(), *t)))
+    }
+
+    fn forget_hold(&self, hold: u64) {
+        self.tickets
+            .lock()
+            .retain(|_, (t, _)| *t != Ticket::Granted(hold));
+    }
+}
+
+/// A resolved target, `workspace()` spelled as the tree of `root`.
+fn resolved_path(target: &Target, root: &Path) -> Target {
+    if !target.is_workspace() {
+        return target.clone();
+    }
+    let tree = Target::tree(root);
+    match target.mode() {
+        crate::Mode::Shared => tree.shared(),
+        crate::Mode::Exclusive => tree,
+    }
+}
+
+fn lease_number(lease: LeaseId) -> u64 {
+    // etcd's lease ids are positive.
+    u64::try_from(lease.0).unwrap_or(0)
+}
+
+impl App {
+    fn lease_handle(&self, lease: LeaseId) -> String {
+        self.handle('l', lease_number(lease))
+    }
+
+    fn etcd_lease(&self, handle: &str) -> Result<LeaseId> {
+        let n = self.parse('l', "a lease", handle)?;
+        i64::try_from(n)
+            .map(LeaseId)
+            .map_err(|_| invalid(format!("'{handle}' is not a lease handle")))
+    }
+
+    /// Names ids in the table's errors by their wire handles.
+    fn etcd_named(&self, e: Error) -> Error {
+        let renamed = |text: &str, prefix: char| {
+            text.parse::<u64>()
+                .map_or_else(|_| text.to_string(), |n| self.handle(prefix, n))
+        };
+        match e {
+            Error::UnknownActor { actor } => Error::UnknownActor {
+                actor: renamed(&actor, 'a'),
+            },
+            Error::UnknownHold { hold } => Error::UnknownHold {
+                hold: renamed(&hold, 'h'),
+            },
+            Error::UnknownLease { lease } => Error::UnknownLease {
+                lease: renamed(&lease, 'l'),
+            },
+            other => other,
+        }
+    }
+
+    /// Who is calling: the session token is this server's own (checked
+    /// against the session's hash at start); an actor token is found by its
+    /// hash in etcd, with its actor still live, and renews its lease.
+    pub(crate) async fn etcd_authenticate(
+        &self,
+        backend: &EtcdBackend,
+        token: Option<&str>,
+    ) -> Result<Caller> {
+        let unauthorized = |detail: &str| Error::Protocol {
+            kind: ProtocolError::Unauthorized,
+            detail: detail.to_string(),
+        };
+        let Some(token) = token else {
+            return Err(unauthorized(
+                "no token: send `Authorization: Bearer <token>` (the session token is in the discovery file)",
+            ));
+        };
+        if auth::same_secret(token, &self.token) {
+            return Ok(Caller::Session);
+        }
+        let unknown = || unauthorized("unknown token");
+        let (handle, _) = token.split_once('.').ok_or_else(unknown)?;
+        let n = self.parse('a', "an actor", handle).map_err(|_| unknown())?;
+        let (actor, lease) = backend
+            .table
+            .token_owner(&token_hash(token), ActorId(n))
+            .await?
+            .ok_or_else(unknown)?;
+        // Any request made with the lease's tokens renews it (SPEC §13);
+        // the request does not wait for the renewal.
+        let table = backend.table.clone();
+        tokio::spawn(async move {
+            let _ = table.keep_alive(lease).await;
+        });
+        Ok(Caller::Actor(actor.0))
+    }
+
+    /// The actor a request acts for, after the caller's rights are checked.
+    async fn etcd_actor(
+        &self,
+        backend: &EtcdBackend,
+        caller: &Caller,
+        handle: &str,
+    ) -> Result<ActorRef> {
+        let n = self.parse('a', "an actor", handle)?;
+        let actor = backend
+            .table
+            .actor(ActorId(n))
+            .await
+            .map_err(|e| self.etcd_named(e))?;
+        let lineage: Vec<u64> = actor.lineage().iter().map(|a| a.0).collect();
+        self.may(caller, &lineage, handle)?;
+        Ok(actor)
+    }
+
+    /// Runs a wait: the lease is renewed while it runs (an open long-poll
+    /// keeps it alive), and the server's shutdown ends it. Dropping the
+    /// future (the client went away) cancels the table's wait.
+    async fn etcd_long_poll<T>(
+        &self,
+        backend: &EtcdBackend,
+        lease: LeaseId,
+        wait: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let table = backend.table.clone();
+        let period = (self.ttl / 3).max(Duration::from_millis(100));
+        let renew = async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let _ = table.keep_alive(lease).await;
+            }
+        };
+        let mut stop = self.stop_rx.clone();
+        tokio::select! {
+            result = wait => result,
+            () = renew => Err(Error::Unavailable { reason: "the lease renewal ended".into() }),
+            _ = stop.wait_for(|s| *s) => Err(Error::Unavailable {
+                reason: "this server is shutting down; the wait was cancelled (holds in etcd stay; another server of the session can serve them)".into(),
+            }),
+        }
+    }
+
+    /// Runs one method against the table in etcd; `None` for the methods
+    /// that do not touch the table (served as in process).
+    pub(crate) async fn etcd_call(
+        self: &Arc<Self>,
+        backend: &EtcdBackend,
+        caller: &Caller,
+        method: &str,
+        p: Value,
+    ) -> Option<Result<Value>> {
+        let answer = match method {
+            "session.info" => Ok(self.etcd_info(backend, caller)),
+            "actor.create" | "actor.child_wait" => {
+                self.etcd_create(backend, caller, method, p).await
+            }
+            "actor.drop" => self.etcd_drop(backend, caller, p).await,
+            "admit" | "fence" => self.etcd_admit(backend, caller, method, p).await,
+            "release" => self.etcd_release(backend, caller, p).await,
+            "fence.extend" | "fence.narrow" => self.etcd_change(backend, caller, method, p).await,
+            "dump" => self.etcd_dump(backend, p).await,
+            "lease.keepalive" => self.etcd_keepalive(backend, caller, p).await,
+            "lease.revoke" => self.etcd_revoke(backend, caller, p).await,
+            m if UNSUPPORTED.contains(&m) => Err(unsupported(format!("the method `{m}`"))),
+            _ => return None,
+        };
+        Some(answer.map_err(|e| self.etcd_named(e)))
+    }
+
+    fn etcd_info(&self, backend: &EtcdBackend, caller: &Caller) -> Value {
+        json!({
+            "protocol": PROTOCOL_VERSION,
+            "version": env!("CARGO_PKG_VERSION"),
+            "root": self.root,
+            "session": backend.table.session(),
+            "backend": "etcd",
+            "instance": self.instance,
+            "lease_ttl_ms": self.ttl.as_millis() as u64,
+            "call_wait_ms": self.call_wait.as_millis() as u64,
+            "max_body": self.max_body,
+            "history_dir": Value::Null,
+            "unsupported": UNSUPPORTED,
+            "caller": match caller {
+                Caller::Session => "session".to_string(),
+                Caller::Actor(n) => self.handle('a', *n),
+            },
+        })
+    }
+
+    async fn etcd_create(
+        &self,
+        backend: &EtcdBackend,
+        caller: &Caller,
+        method: &str,
+        p: Value,
+    ) -> Result<Value> {
+        let p: CreateParams = params(p)?;
+        let grant = self.grant(caller, &p.grant)?;
+        if !grant.read_roots().is_empty() {
+            return Err(unsupported("read-only roots"));
+        }
+        // As in process: a grant root is an existing folder.
+        let root = crate::sched::resolve::canonical_root(grant.root())?;
+        let read_only = grant.is_read_only();
+        // A fenced grant's targets, resolved against its root: the fence
+        // the new actor takes (all-or-nothing) and the keys its writes
+        // must lie inside.
+        let fence_targets = match grant.fenced_targets() {
+            Some(targets) => {
+                let resolver = backend.resolver(&root);
+                Some(
+                    targets
+                        .iter()
+                        .map(|t| Ok(resolved_path(&resolver.resolve_target(t)?, &root)))
+                        .collect::<Result<Vec<Target>>>()?,
+                )
+            }
+            None => None,
+        };
+        let fence_keys: Option<Vec<(PathBuf, bool)>> = fence_targets.as_ref().map(|ts| {
+            ts.iter()
+                .map(|t| (t.path().to_path_buf(), t.is_tree()))
+                .collect()
+        });
+        let record = GrantRecord {
+            read_only,
+            fence: fence_keys.clone(),
+        };
+        let token = |id: ActorId| -> Result<String> {
+            Ok(format!(
+                "{}.{}",
+                self.handle('a', id.0),
+                auth::random_hex(32)?
+            ))
+        };
+        let table = &backend.table;
+        let (actor, token) = match (&p.parent, p.lease) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "a child belongs to its parent's lease; do not pass 'lease'",
+                ));
+            }
+            (None, _) if method == "actor.child_wait" => {
+                return Err(invalid("actor.child_wait needs a 'parent'"));
+            }
+            (None, lease) => {
+                self.session_only(caller, "creating a root actor")?;
+                let (lease, fresh) = match lease {
+                    Some(l) => (self.etcd_lease(&l)?, false),
+                    None => (table.grant_lease(self.ttl).await?, true),
+                };
+                let made = table
+                    .create_actor_with_token(lease, &p.name, &root, None, record, token)
+                    .await;
+                let made = match (made, &fence_targets) {
+                    (Ok(made), Some(fence)) => {
+                        self.take_grant_fence(backend, made, fence, fresh).await
+                    }
+                    (made, _) => made,
+                };
+                if made.is_err() && fresh {
+                    let _ = table.revoke(lease).await;
+                }
+                made?
+            }
+            (Some(parent), None) => {
+                // Without slot limits a child never waits for a slot, and
+                // `child_wait` is `child`; waiting for a slot is not served
+                // through etcd yet.
+                let limited = backend.limits != (None, None);
+                if method == "actor.child_wait" && limited {
+                    return Err(unsupported("actor.child_wait with slot limits"));
+                }
+                let parent = self.etcd_actor(backend, caller, parent).await?;
+                if !root.starts_with(parent.root()) {
+                    return Err(Error::OutsideGrant {
+                        path: root,
+                        root: parent.root().to_path_buf(),
+                    });
+                }
+                if parent.is_read_only() && !read_only {
+                    return Err(Error::ReadOnly {
+                        actor: parent.name().to_string(),
+                        path: root,
+                    });
+                }
+                // A writable child of a fenced actor is fenced inside its
+                // parent's fence (SPEC §3).
+                if let (Some(outer), false) = (parent.grant_fence(), read_only) {
+                    let wanted = fence_keys
+                        .clone()
+                        .unwrap_or_else(|| vec![(root.clone(), true)]);
+                    for (path, tree) in &wanted {
+                        if !backend.inside_fence(path, *tree, outer) {
+                            return Err(Error::OutsideFence {
+                                path: path.clone(),
+                                actor: parent.name().to_string(),
+                                fence: outer.iter().map(|(p, _)| p.clone()).collect(),
+                            });
+                        }
+                    }
+                }
+                let made = table
+                    .create_actor_with_token_in(
+                        parent.lease(),
+                        &p.name,
+                        &root,
+                        Some(&parent),
+                        record,
+                        limited.then_some(backend.limits),
+                        token,
+                    )
+                    .await?;
+                match &fence_targets {
+                    Some(fence) => self.take_grant_fence(backend, made, fence, false).await?,
+                    None => made,
+                }
+            }
+        };
+        Ok(json!({
+            "actor": self.handle('a', actor.id().0),
+            "token": token,
+            "lease": self.lease_handle(actor.lease()),
+            "name": actor.name(),
+            "root": actor.root(),
+        }))
+    }
+
+    /// Takes a new actor's grant fence, try-only; if it is refused the
+    /// actor goes again (its whole lease, when it had one of its own), so
+    /// a refused creation leaves nothing (SPEC §3).
+    async fn take_grant_fence(
+        &self,
+        backend: &EtcdBackend,
+        (actor, token): (ActorRef, String),
+        fence: &[Target],
+        own_lease: bool,
+    ) -> Result<(ActorRef, String)> {
+        let taken = backend
+            .table
+            .admit(&actor, AdmitRequest::fence(fence.to_vec()))
+            .await;
+        match taken {
+            Ok(_) => Ok((actor, token)),
+            Err(e) => {
+                if !own_lease {
+                    let _ = backend.table.drop_actor(&actor).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn etcd_drop(&self, backend: &EtcdBackend, caller: &Caller, p: Value) -> Result<Value> {
+        let p: ActorParams = params(p)?;
+        let actor = self.etcd_actor(backend, caller, &p.actor).await?;
+        backend.table.drop_actor_marking(&actor).await?;
+        Ok(json!({"dropped": p.actor}))
+    }
+
+    /// An actor's targets as the table takes them: a read-only actor's
+    /// writes refused, targets resolved as in process (symlinks, the grant
+    /// root), a fenced actor's `workspace()` spelled as its grant fence and
+    /// its writes kept inside it.
+    fn etcd_targets(
+        &self,
+        backend: &EtcdBackend,
+        actor: &ActorRef,
+        targets: &[Target],
+    ) -> Result<Vec<Target>> {
+        if actor.is_read_only() {
+            if let Some(write) = targets.iter().find(|t| t.mode() == crate::Mode::Exclusive) {
+                return Err(Error::ReadOnly {
+                    actor: actor.name().to_string(),
+                    path: write.path().to_path_buf(),
+                });
+            }
+        }
+        // Targets become keys here, as in process (symlinks resolved, the
+        // grant root enforced); the table takes keys.
+        let resolver = backend.resolver(actor.root());
+        let mut resolved = Vec::with_capacity(targets.len());
+        for target in targets {
+            let target = resolver.resolve_target(target)?;
+            match actor.grant_fence() {
+                // A fenced actor's `workspace()` is its grant fence.
+                Some(fence) if target.is_workspace() => {
+                    resolved.extend(fence.iter().map(|(path, tree)| {
+                        let key = if *tree {
+                            Target::tree(path)
+                        } else {
+                            Target::file(path)
+                        };
+                        match target.mode() {
+                            crate::Mode::Shared => key.shared(),
+                            crate::Mode::Exclusive => key,
+                        }
+                    }));
+                }
+                _ => resolved.push(resolved_path(&target, actor.root())),
+            }
+        }
+        // A fenced actor writes (and fences) only inside its grant fence.
+        if let Some(fence) = actor.grant_fence() {
+            for target in &resolved {
+                if target.mode() == crate::Mode::Exclusive
+                    && !backend.inside_fence(target.path(), target.is_tree(), fence)
+                {
+                    return Err(Error::OutsideFence {
+                        path: target.path().to_path_buf(),
+                        actor: actor.name().to_string(),
+                        fence: fence.iter().map(|(p, _)| p.clone()).collect(),
+                    });
+                }
+            }
+        }
+        Ok(resolved)
+    }
+
+    async fn etcd_admit(
+        &self,
+        backend: &EtcdBackend,
+        caller: &Caller,
+        method: &str,
+        p: Value,
+    ) -> Result<Value> {
+        let p: AdmitParams = params(p)?;
+        let targets = targets(&p.targets)?;
+        let actor = self.etcd_actor(backend, caller, &p.actor).await?;
+        let resolved = self.etcd_targets(backend, &actor, &targets)?;
+        let fence = method == "fence";
+        let mut request = if fence {
+            AdmitRequest::fence(resolved)
+        } else {
+            AdmitRequest::call(resolved)
+        }
+        .priority(p.priority);
+        if let Some(label) = p.label {
+            request = request.label(label);
+        }
+        let wait = p.wait.unwrap_or(!fence);
+        if wait {
+            request = match timeout(p.timeout_ms) {
+                Some(d) => request.wait_timeout(d),
+                None => request.wait(),
+            };
+        }
+        let admitting = backend.table.admit(&actor, request);
+        let grant = if wait {
+            self.etcd_long_poll(backend, actor.lease(), admitting)
+                .await?
+        } else {
+            admitting.await?
+        };
+        let hold = grant.hold().0;
+        if let Some(ticket) = p.ticket {
+            if !backend.file_ticket((actor.id().0, ticket), hold) {
+                // The client gave up before this grant: hand it back.
+                let _ = backend.table.release(grant.hold()).await;
+                return Err(Error::UnknownHold {
+                    hold: self.handle('h', hold),
+                });
+            }
+        }
+        Ok(json!({
+            "hold": self.handle('h', hold),
+            "kind": match grant.kind() { HoldKind::Fence => "fence", HoldKind::Call => "call" },
+            "paths": grant.paths(),
+            "revision": grant.revision(),
+        }))
+    }
+
+    /// `fence.extend` (a fence or a call reservation, try-only) and
+    /// `fence.narrow` (a fence), all-or-nothing.
+    async fn etcd_change(
+        &self,
+        backend: &EtcdBackend,
+        caller: &Caller,
+        method: &str,
+        p: Value,
+    ) -> Result<Value> {
+        let p: HoldTargetsParams = params(p)?;
+        let targets = targets(&p.targets)?;
+        let hold = HoldId(self.parse('h', "a hold", &p.hold)?);
+        let (lineage, kind) = backend.table.hold_lineage(hold).await?;
+        self.may(caller, &lineage, &p.hold)?;
+        let owner = lineage.last().copied().unwrap_or_default();
+        let actor = backend.table.actor(ActorId(owner)).await?;
+        let resolved = self.etcd_targets(backend, &actor, &targets)?;
+        let changed = if method == "fence.extend" {
+            backend.table.extend(&actor, hold, &resolved).await?
+        } else if kind == HoldKind::Fence {
+            backend.table.narrow(&actor, hold, &resolved).await?
+        } else {
+            return Err(invalid(format!(
+                "{} is a call reservation; only a fence can be narrowed",
+                p.hold
+            )));
+        };
+        Ok(json!({"hold": p.hold, "paths": changed.paths(), "revision": changed.revision()}))
+    }
+
+    async fn etcd_release(
+        &self,
+        backend: &EtcdBackend,
+        caller: &Caller,
+        p: Value,
+    ) -> Result<Value> {
+        let p: HoldParams = params(p)?;
+        let (n, named) = match (&p.hold, &p.actor, &p.ticket) {
+            (Some(hold), None, None) => (self.parse('h', "a hold", hold)?, hold.clone()),
+            (None, Some(actor), Some(ticket)) => {
+                let actor = self.etcd_actor(backend, caller, actor).await?;
+                match backend.ticket_hold((actor.id().0, ticket.clone())) {
+                    Some(hold) => (hold, self.handle('h', hold)),
+                    None => return Ok(json!({"released": null, "ticket": ticket})),
+                }
+            }
+            _ => return Err(invalid("release takes {hold} or {actor, ticket}")),
+        };
+        let hold = HoldId(n);
+        let released = match backend.table.hold_lineage(hold).await {
+            Ok((lineage, _)) => {
+                self.may(caller, &lineage, &named)?;
+                backend.table.release(hold).await
+            }
+            Err(e) => Err(e),
+        };
+        match released {
+            Ok(()) => {}
+            // A fence its owner's drop released: handing it back is
+            // harmless (once), as in process.
+            Err(Error::UnknownHold { .. }) => match backend.table.drop_mark(hold).await? {
+                Some(lineage) => {
+                    self.may(caller, &lineage, &named)?;
+                    backend.table.clear_drop_mark(hold).await?;
+                }
+                None => return Err(Error::UnknownHold { hold: named }),
+            },
+            Err(e) => return Err(e),
+        }
+        backend.forget_hold(n);
+        Ok(json!({"released": named}))
+    }
+
+    async fn etcd_dump(&self, backend: &EtcdBackend, p: Value) -> Result<Value> {
+        let p: DumpParams = params(p)?;
+        let dump = backend.table.dump().await?;
+        match p.format.as_deref() {
+            None | Some("json") => Ok(self.dump_json(backend, &dump)),
+            Some("table") => Ok(json!({"table": dump_table(&dump)})),
+            Some(other) => Err(invalid(format!(
+                "unknown dump format '{other}' (json or table)"
+            ))),
+        }
+    }
+
+    /// The table's dump in the shape of SPEC §5's, as far as the table
+    /// keeps it (no causes, `blocked_by`, slots or counters yet).
+    fn dump_json(&self, backend: &EtcdBackend, dump: &TableDump) -> Value {
+        let actors: Vec<Value> = dump
+            .actors
+            .iter()
+            .map(|a| {
+                json!({
+                    "id": a.id, "name": a.name, "parent": a.parent, "root": a.root,
+                    "lease": self.lease_handle(a.lease),
+                })
+            })
+            .collect();
+        let holds: Vec<Value> = dump
+            .holds
+            .iter()
+            .map(|h| {
+                json!({
+                    "id": h.id, "actor": h.actor_name, "actor_id": h.actor, "kind": h.kind,
+                    "paths": h.paths, "label": h.label, "revision": h.revision,
+                    "age": h.age.as_secs_f64(),
+                })
+            })
+            .collect();
+        let waiters: Vec<Value> = dump
+            .waiters
+            .iter()
+            .map(|w| {
+                json!({
+                    "id": w.id, "actor": w.actor_name, "actor_id": w.actor, "kind": w.kind,
+                    "paths": w.paths, "priority": w.priority, "revision": w.revision,
+                    "label": w.label, "waited": w.waited.as_secs_f64(),
+                })
+            })
+            .collect();
+        let children = dump.actors.iter().filter(|a| a.parent.is_some());
+        let writers = children.clone().filter(|a| !a.read_only).count();
+        json!({
+            "session": backend.table.session(),
+            "backend": "etcd",
+            "revision": dump.revision,
+            "slots": {
+                "actors": children.count(), "max_actors": backend.limits.0,
+                "writers": writers, "max_writers": backend.limits.1,
+            },
+            "actors": actors,
+            "holds": holds,
+            "waiters": waiters,
+            "edges": dump.edges,
+        })
+    }
+
+    async fn etcd_keepalive(
+        &self,
+        backend: &EtcdBackend,
+        caller: &Caller,
+        p: Value,
+    ) -> Result<Value> {
+        let p: LeaseParams = params(p)?;
+        let lease = self.etcd_lease(&p.lease)?;
+        if let Caller::Actor(n) = caller {
+            let mine = backend.table.actor(ActorId(*n)).await?;
+            if mine.lease() != lease {
+                return Err(Error::Forbidden {
+                    reason: format!("this token's actor does not belong to lease {}", p.lease),
+                });
+            }
+        }
+        backend.table.keep_alive(lease).await?;
+        Ok(json!({"lease": p.lease, "ttl_ms": self.ttl.as_millis() as u64}))
+    }
+
+    async fn etcd_revoke(&self, backend: &EtcdBackend, caller: &Caller, p: Value) -> Result<Value> {
+        let p: LeaseParams = params(p)?;
+        self.session_only(caller, "revoking a lease")?;
+        let lease = self.etcd_lease(&p.lease)?;
+        let (actors, holds) = backend.table.lease_contents(lease).await?;
+        backend.table.revoke(lease).await?;
+        Ok(json!({"lease": p.lease, "actors": actors, "holds": holds}))
+    }
+}
+
+/// The dump as a text table: actors, holds (with their fencing tokens),
+/// waiters in queue order.
+fn dump_table(dump: &TableDump) -> String {
+    let paths = |ps: &[crate::etcd::DumpPath]| {
+        ps.iter()
+            .map(|p| {
+                let tree = if p.tree { "/" } else { "" };
+                let mode = match p.mode {
+                    crate::Mode::Shared => " (shared)",
+                    crate::Mode::Exclusive => "",
+                };
+                format!("{}{tree}{mode}", p.path.display())
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let kind = |k: HoldKind| match k {
+        HoldKind::Fence => "fence".to_string(),
+        HoldKind::Call => "call".to_string(),
+    };
+    let mut out = format!("etcd revision {}\n\nactors\n", dump.revision);
+    let rows: Vec<Vec<String>> = dump
+        .actors
+        .iter()
+        .map(|a| {
+            vec![
+                a.id.0.to_string(),
+                a.name.clone(),
+                a.parent.map_or_else(String::new, |p| p.0.to_string()),
+                a.root.display().to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&crate::text::table(
+        &["id", "name", "parent", "root"],
+        &rows,
+    ));
+    out.push_str("\nholds\n");
+    let rows: Vec<Vec<String>> = dump
+        .holds
+        .iter()
+        .map(|h| {
+            vec![
+                h.id.0.to_string(),
+                h.actor_name.clone(),
+                kind(h.kind),
+                paths(&h.paths),
+                h.label.clone().unwrap_or_default(),
+                h.revision.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&crate::text::table(
+        &["id", "actor", "kind", "paths", "label", "revision"],
+        &rows,
+    ));
+    out.push_str("\nwaiters\n");
+    let rows: Vec<Vec<String>> = dump
+        .waiters
+        .iter()
+        .map(|w| {
+            vec![
+                w.id.to_string(),
+                w.actor_name.clone(),
+                kind(w.kind),
+                paths(&w.paths),
+                w.priority.to_string(),
+                w.revision.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&crate::text::table(
+        &["id", "actor", "kind", "paths", "priority", "revision"],
+        &rows,
+    ));
+    out.push_str("\nwaits for\n");
+    let rows: Vec<Vec<String>> = dump
+        .edges
+        .iter()
+        .map(|e| {
+            vec![
+                e.from.0.to_string(),
+                e.to.0.to_string(),
+                if e.hard { "hard" } else { "soft" }.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&crate::text::table(&["actor", "waits for", "edge"], &rows));
+    out
+}

@@ -1,0 +1,130 @@
+//! An etcd of a test's own (Debian's `etcd-server`): free loopback ports, a
+//! data folder of its own, `/health` polled with a deadline, killed when
+//! dropped. Without an `etcd` on `PATH` it fails with one line saying what
+//! to install. Shared by tests/etcd.rs and tests/conformance.rs.
+#![allow(dead_code)]
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const NEED_ETCD: &str = "these tests need etcd: apt-get install etcd-server";
+
+/// An etcd of this test's own; killed and its data removed on drop.
+pub struct Etcd {
+    child: Option<Child>,
+    pub endpoint: String,
+    client: u16,
+    peer: u16,
+    extra: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.contains("\"health\":\"true\"")
+}
+
+impl Etcd {
+    pub fn start() -> Etcd {
+        Etcd::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Etcd {
+        if Command::new("etcd")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .output()
+            .is_err()
+        {
+            panic!("{NEED_ETCD}");
+        }
+        let (client, peer) = (free_port(), free_port());
+        let mut etcd = Etcd {
+            child: None,
+            endpoint: format!("http://127.0.0.1:{client}"),
+            client,
+            peer,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        etcd.run("new");
+        etcd
+    }
+
+    fn run(&mut self, state: &str) {
+        let dir = self.dir.path();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("etcd.log"))
+            .unwrap();
+        let client_url = &self.endpoint;
+        let peer_url = format!("http://127.0.0.1:{}", self.peer);
+        let mut command = Command::new("etcd");
+        command
+            .arg("--name=writ-test")
+            .arg(format!("--data-dir={}", dir.join("data").display()))
+            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!("--advertise-client-urls={client_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=writ-test={peer_url}"))
+            .arg(format!("--initial-cluster-state={state}"))
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let mut child = command.spawn().unwrap_or_else(|_| panic!("{NEED_ETCD}"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !healthy(self.client) {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(dir.join("etcd.log")).unwrap_or_default();
+                panic!("etcd exited ({status}) before it was healthy:\n{log}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd was not healthy within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = Some(child);
+    }
+
+    /// Kills etcd (SIGKILL) and waits for it to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data (after [`Etcd::kill`]).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.run("existing");
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
