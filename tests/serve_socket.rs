@@ -409,3 +409,48 @@ fn writ_serve_socket_starts_and_stops() {
     assert!(status.success(), "{status}");
     assert!(!sock.exists(), "the socket outlived `writ serve --stop`");
 }
+
+/// A SIGTERM sent the moment the discovery file appears (as a script or a
+/// test harness that starts the server and stops it at once does) stops
+/// the server cleanly: exit status 0, the socket and the discovery file
+/// removed. The listeners exist before the file does.
+#[test]
+fn sigterm_as_soon_as_the_discovery_file_appears_stops_the_server_cleanly() {
+    let bin = env!("CARGO_BIN_EXE_writ");
+    for round in 0..5 {
+        let (_dir, root) = workspace();
+        let ws = root.join("ws");
+        let sock = root.join("writ.sock");
+        let mut child = Command::new(bin)
+            .arg("serve")
+            .arg(&ws)
+            .arg("--socket")
+            .arg(&sock)
+            .args(["--no-history", "--no-fsync"])
+            .env("XDG_STATE_HOME", root.join("state"))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let discovery = ws.join(".writ").join("serve.json");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !discovery.exists() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("round {round}: writ serve exited with {status}");
+            }
+            assert!(std::time::Instant::now() < deadline, "no discovery file");
+            std::thread::yield_now();
+        }
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "round {round}: {status}");
+        assert!(
+            !sock.exists(),
+            "round {round}: the socket outlived the server"
+        );
+        assert!(
+            !discovery.exists(),
+            "round {round}: the discovery file outlived the server"
+        );
+    }
+}

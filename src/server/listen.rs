@@ -115,19 +115,38 @@ pub(crate) async fn serve(
     }
 }
 
-/// SIGINT or SIGTERM.
-pub(crate) async fn signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::warn!("cannot listen for signals; stop the server with `writ serve --stop`");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// Listeners for SIGTERM and SIGINT. A signal is heard only from the moment
+/// its listener exists, so a server that others may stop is made with them.
+#[derive(Debug)]
+pub(crate) struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Starts listening; `None` (with a warning) if the process cannot.
+    pub(crate) fn listen() -> Option<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Some(Signals { term, int }),
+            _ => {
+                tracing::warn!(
+                    "cannot listen for signals; stop the server with `writ serve --stop`"
+                );
+                None
+            }
+        }
+    }
+
+    /// The next SIGTERM or SIGINT.
+    pub(crate) async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
 

@@ -66,6 +66,7 @@ pub struct Options {
     config: Config,
     read_roots: Vec<PathBuf>,
     discovery: Option<PathBuf>,
+    stop_on_signal: bool,
     token: Option<String>,
     token_file: Option<PathBuf>,
     #[cfg(feature = "mcp")]
@@ -137,6 +138,7 @@ impl Options {
             config: Config::default(),
             read_roots: Vec::new(),
             discovery: None,
+            stop_on_signal: false,
             token: None,
             token_file: None,
             #[cfg(feature = "mcp")]
@@ -296,6 +298,24 @@ impl Options {
         self
     }
 
+    /// Listen for SIGINT and SIGTERM from the start: [`Server::start`]
+    /// installs the listeners before it writes the discovery file, so a
+    /// process that stops the server as soon as the file appears is heard
+    /// (else a signal that came before [`Server::wait`] began to listen
+    /// would end the process by the default action, leaving the socket
+    /// and the discovery file behind). A process that does not call
+    /// `wait` should not ask for this: it would no longer stop on those
+    /// signals.
+    ///
+    /// ```
+    /// let options = writ::server::Options::new(".").stop_on_signal();
+    /// # drop(options);
+    /// ```
+    pub fn stop_on_signal(mut self) -> Self {
+        self.stop_on_signal = true;
+        self
+    }
+
     /// Use this session token instead of a random one (a restarted server
     /// keeps its clients' token, so they learn of the restart from
     /// `unknown_lease`, not from a 401).
@@ -317,6 +337,8 @@ pub struct Server {
     app: Arc<rpc::App>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    /// SIGINT and SIGTERM, listened to since `start` (`Options::stop_on_signal`).
+    signals: Option<listen::Signals>,
 }
 
 impl Server {
@@ -366,6 +388,10 @@ impl Server {
             app = app.with_etcd(backend);
         }
         let app = Arc::new(app);
+        let signals = options
+            .stop_on_signal
+            .then(listen::Signals::listen)
+            .flatten();
         if let Some(path) = &options.discovery {
             discovery::write(
                 path,
@@ -396,6 +422,7 @@ impl Server {
             app,
             stop,
             task,
+            signals,
         })
     }
 
@@ -441,10 +468,17 @@ impl Server {
 
     /// Serves until SIGINT, SIGTERM or a `session.stop` request, then shuts
     /// down as [`Server::shutdown`] does.
-    pub async fn wait(self) {
+    pub async fn wait(mut self) {
         let mut stopped = self.stop.subscribe();
+        let signals = self.signals.take().or_else(listen::Signals::listen);
+        let signalled = async move {
+            match signals {
+                Some(mut signals) => signals.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            _ = listen::signal() => {}
+            _ = signalled => {}
             _ = stopped.wait_for(|s| *s) => {}
         }
         self.shutdown().await;

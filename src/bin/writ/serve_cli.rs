@@ -191,6 +191,7 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         .mcp_tools(cmd.mcp_tools)
         .config(config)
         .discovery_file(&discovery)
+        .stop_on_signal()
         .token_file(
             cmd.token_file
                 .clone()
