@@ -104,6 +104,18 @@ impl Layout {
         self.under(format!("r/{}", hex(hold)).as_bytes())
     }
 
+    /// One table instance's key for one counter (SPEC §5): its etcd
+    /// *version* is the count (every event puts it once, in the
+    /// transaction that makes the event), so nothing ever compares on it
+    /// and no two tables write the same one.
+    pub(crate) fn counter(&self, instance: u64, name: &str) -> Vec<u8> {
+        self.under(format!("n/{}/{name}", hex(instance)).as_bytes())
+    }
+
+    pub(crate) fn counters(&self) -> Vec<u8> {
+        self.under(b"n/")
+    }
+
     pub(crate) fn actor(&self, id: u64) -> Vec<u8> {
         self.under(format!("a/{}", hex(id)).as_bytes())
     }

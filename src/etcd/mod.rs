@@ -376,6 +376,9 @@ pub struct TableDump {
     /// The wait-for graph folded onto actors (SPEC §5): the edges true at
     /// the dump's revision, without self-edges.
     pub edges: Vec<crate::WaitEdge>,
+    /// The session's admission counters, summed over every table at the
+    /// dump's revision, counted as the in-process table counts them.
+    pub counters: crate::Counters,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -745,7 +748,8 @@ impl Admission {
     /// read (a get per range, and the actor), the commit's compares (one
     /// per range, the actor, the own waiter, each fence relied on — at most
     /// one per ancestor) and its writes (the record, an entry per key, the
-    /// fence index, and deleting the own waiter, its entries and edges).
+    /// fence index, the counter's put, and deleting the own waiter, its
+    /// entries and edges).
     fn ops_needed(&self) -> usize {
         let keys = self.keys.len();
         let compares = self.ranges.len() + 2 + self.actor.lineage.len();
@@ -755,8 +759,50 @@ impl Admission {
             2 + keys
         };
         let replacing = self.replaces.as_ref().map_or(0, |r| r.old.len() + 1);
-        let writes = 2 + keys + waiting + replacing;
+        // The count of the grant (or of the wait, when it queues).
+        let writes = 3 + keys + waiting + replacing;
         (compares + usize::from(self.replaces.is_some())).max(writes)
+    }
+}
+
+/// One of the session's admission counters (SPEC §5, as
+/// `core::state::Counters` counts them in process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counter {
+    Admitted,
+    Refused,
+    Waited,
+    TimedOut,
+    Deadlocks,
+}
+
+impl Counter {
+    const ALL: [Counter; 5] = [
+        Counter::Admitted,
+        Counter::Refused,
+        Counter::Waited,
+        Counter::TimedOut,
+        Counter::Deadlocks,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Counter::Admitted => "admitted",
+            Counter::Refused => "refused",
+            Counter::Waited => "waited",
+            Counter::TimedOut => "timed_out",
+            Counter::Deadlocks => "deadlocks",
+        }
+    }
+
+    /// The counter an admission that ended in `outcome` counts, if any.
+    fn of_refusal(outcome: &Error) -> Option<Counter> {
+        match outcome {
+            Error::Busy(_) | Error::NoSlot { .. } => Some(Counter::Refused),
+            Error::Timeout { .. } => Some(Counter::TimedOut),
+            Error::Deadlock { .. } => Some(Counter::Deadlocks),
+            _ => None,
+        }
     }
 }
 
@@ -865,6 +911,30 @@ impl Table {
             });
         }
         Ok(self.inner.instance << 32 | n)
+    }
+
+    /// The write that counts one `counter` event: a put of this table's
+    /// key for it, whose etcd version is the count. It goes into the
+    /// transaction that makes the event, so the event and its count land
+    /// together (one more operation, no round trip, and no compare: two
+    /// admissions counting at once never make each other retry).
+    pub(crate) fn count(&self, counter: Counter) -> TxnOp {
+        TxnOp::put(
+            self.layout().counter(self.inner.instance, counter.name()),
+            "",
+            None,
+        )
+    }
+
+    /// Counts an event that commits nothing else (a refusal, a deadlock
+    /// found before queuing), before the caller hears of it, so a dump
+    /// read after the answer shows it. If etcd cannot be reached the count
+    /// is lost, and the refusal still stands.
+    pub(crate) async fn bump(&self, counter: Counter) {
+        let _ = self
+            .client()
+            .txn(Txn::new().and_then([self.count(counter)]))
+            .await;
     }
 
     /// The session's name.
@@ -993,6 +1063,12 @@ impl Table {
             with_lease(lease),
         )];
         puts.extend(extra);
+        // An actor is one admission in process, with its grant fence if it
+        // has one: a fenced actor is counted by its fence's grant (or
+        // refusal) instead.
+        if grant.fence.is_none() {
+            puts.push(self.count(Counter::Admitted));
+        }
         let txn = Txn::new().when(compares).and_then(puts);
         let done = self
             .client()
@@ -1221,11 +1297,20 @@ impl Table {
                 Err(e) => break Err(e),
             }
         };
-        if outcome.is_err() {
-            if let Some(id) = waiter {
+        // A refusal, a timeout or a deadlock is counted before the caller
+        // hears of it; a queued request's count goes with its dequeue.
+        let counted = outcome.as_ref().err().and_then(Counter::of_refusal);
+        match (&outcome, waiter) {
+            (Err(_), Some(id)) => {
                 // Best effort: the lease deletes the keys if this fails.
-                let _ = self.dequeue(id, &admission.keys).await;
+                let _ = self.dequeue(id, &admission.keys, counted).await;
             }
+            (Err(_), None) => {
+                if let Some(counter) = counted {
+                    self.bump(counter).await;
+                }
+            }
+            (Ok(_), _) => {}
         }
         if matches!(outcome, Err(Error::Unavailable { .. })) {
             // A commit whose answer was lost may still have landed: its
@@ -1472,6 +1557,10 @@ impl Table {
         }
         writes.extend(admission.entry_puts(layout, Owner::Hold(hold), admission.actor.lease)?);
         writes.extend(stale);
+        // A widening is not counted as an admission, as in process.
+        if admission.replaces.is_none() {
+            writes.push(self.count(Counter::Admitted));
+        }
         if let Some(id) = waiter {
             writes.push(TxnOp::delete(layout.waiter(id), None));
             writes.push(TxnOp::delete(layout.edges(id), None));
@@ -1550,6 +1639,7 @@ impl Table {
         if let Some(edges) = edges {
             writes.push(TxnOp::put(layout.edges(id), to_json(edges)?, lease.clone()));
         }
+        writes.push(self.count(Counter::Waited));
         let txn = Txn::new()
             .when([still(layout.actor(actor.id.0), actor.revision)])
             .and_then(writes);
@@ -1686,13 +1776,15 @@ impl Table {
             .map_err(|e| etcd_error(e, Some(lease), 0, 0))
     }
 
-    /// Deletes a waiter's record, entries and edges in one transaction.
-    async fn dequeue(&self, id: u64, keys: &[(Key, Mode)]) -> Result<()> {
+    /// Deletes a waiter's record, entries and edges in one transaction,
+    /// with the count of why it left the queue.
+    async fn dequeue(&self, id: u64, keys: &[(Key, Mode)], counted: Option<Counter>) -> Result<()> {
         let layout = self.layout();
         let mut deletes = vec![
             TxnOp::delete(layout.waiter(id), None),
             TxnOp::delete(layout.edges(id), None),
         ];
+        deletes.extend(counted.map(|c| self.count(c)));
         deletes.extend(
             keys.iter()
                 .map(|(key, _)| TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None)),
@@ -1804,15 +1896,17 @@ impl Table {
     /// revision.
     pub async fn dump(&self) -> Result<TableDump> {
         let layout = self.layout();
-        let (revision, [actors, holds, waiters, edges, fences]) = self
+        let (revision, [actors, holds, waiters, edges, fences, counts]) = self
             .read_prefixes([
                 layout.actors(),
                 layout.holds(),
                 layout.waiters(),
                 layout.all_edges(),
                 layout.all_fences(),
+                layout.counters(),
             ])
             .await?;
+        let counters = sum_counters(&counts);
         let now = now_ms();
         let age = |since: u64| Duration::from_millis(now.saturating_sub(since));
         let edges = dump_edges(&waiters, &edges, &fences);
@@ -1872,8 +1966,29 @@ impl Table {
             holds,
             waiters,
             edges,
+            counters,
         })
     }
+}
+
+/// The session's counters: each table's counter keys at one revision,
+/// each key's version being its count, summed by counter.
+fn sum_counters(counts: &[KeyValue]) -> crate::Counters {
+    let mut sum = crate::Counters::default();
+    for kv in counts {
+        let name = kv.key().rsplit(|&b| b == b'/').next().unwrap_or_default();
+        let n = u64::try_from(kv.version()).unwrap_or(0);
+        let slot = match Counter::ALL.iter().find(|c| c.name().as_bytes() == name) {
+            Some(Counter::Admitted) => &mut sum.admitted,
+            Some(Counter::Refused) => &mut sum.refused,
+            Some(Counter::Waited) => &mut sum.waited,
+            Some(Counter::TimedOut) => &mut sum.timed_out,
+            Some(Counter::Deadlocks) => &mut sum.deadlocks,
+            None => continue,
+        };
+        *slot += n;
+    }
+    sum
 }
 
 /// The wait-for edges between actors that are true at one read: each

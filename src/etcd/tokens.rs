@@ -120,12 +120,15 @@ impl Table {
         loop {
             let (actors, writers, revision) = self.count_children().await?;
             if max_actors.is_some_and(|max| actors >= max) {
+                // Refused for a slot: counted as in process.
+                self.bump(super::Counter::Refused).await;
                 return Err(Error::NoSlot {
                     limit: crate::SlotLimit::MaxActors,
                     max: max_actors.unwrap_or(0),
                 });
             }
             if !grant.read_only && max_writers.is_some_and(|max| writers >= max) {
+                self.bump(super::Counter::Refused).await;
                 return Err(Error::NoSlot {
                     limit: crate::SlotLimit::MaxWriters,
                     max: max_writers.unwrap_or(0),

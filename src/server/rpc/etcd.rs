@@ -731,7 +731,7 @@ impl App {
     }
 
     /// The table's dump in the shape of SPEC §5's, as far as the table
-    /// keeps it (no causes, `blocked_by`, slots or counters yet).
+    /// keeps it (no causes or `blocked_by` yet).
     fn dump_json(&self, backend: &EtcdBackend, dump: &TableDump) -> Value {
         let actors: Vec<Value> = dump
             .actors
@@ -779,6 +779,7 @@ impl App {
             "holds": holds,
             "waiters": waiters,
             "edges": dump.edges,
+            "counters": dump.counters,
         })
     }
 
@@ -813,7 +814,7 @@ impl App {
 }
 
 /// The dump as a text table: actors, holds (with their fencing tokens),
-/// waiters in queue order.
+/// waiters in queue order, the wait-for edges and the counters.
 fn dump_table(dump: &TableDump) -> String {
     let paths = |ps: &[crate::etcd::DumpPath]| {
         ps.iter()
@@ -900,5 +901,11 @@ fn dump_table(dump: &TableDump) -> String {
         })
         .collect();
     out.push_str(&crate::text::table(&["actor", "waits for", "edge"], &rows));
+    // Worded as the in-process table's line.
+    let c = &dump.counters;
+    out.push_str(&format!(
+        "\ncounters: admitted {}, refused {}, waited {}, timed out {}, deadlocks {}\n",
+        c.admitted, c.refused, c.waited, c.timed_out, c.deadlocks
+    ));
     out
 }
