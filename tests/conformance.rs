@@ -2482,6 +2482,9 @@ conformance_on_etcd!(
     a_fence_owner_behind_a_shared_call_behind_its_blocked_waiter_is_refused,
     a_cycle_closed_by_releasing_a_fence_refuses_a_waiting_request,
     parallel_calls_of_one_actor_are_not_a_deadlock,
+    insensitive_case_compares_folded_and_dumps_the_spelling(
+        config().case(writ::CaseMode::Insensitive)
+    ),
 );
 
 conformance!(

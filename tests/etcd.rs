@@ -1837,3 +1837,77 @@ async fn counters_match_what_concurrent_clients_were_told() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_folds_case_compares_folded_keys_and_dumps_the_spelling() {
+    let etcd = Etcd::start();
+    let folding = TableOptions::default().fold_case(true);
+    let one = etcd.table_with("fold", folding.clone()).await;
+    let two = etcd.table_with("fold", folding).await;
+    let (a, b) = (actor(&one, "a").await, actor(&two, "b").await);
+    let held = one
+        .admit(&a, AdmitRequest::call(["/ws/Src/Lexer.RS"]))
+        .await
+        .unwrap();
+    // Other spellings of the same key, through the other table; full case
+    // folding, not only ASCII (ß folds to ss).
+    busy_path(
+        two.admit(&b, AdmitRequest::call(["/ws/src/lexer.rs"]))
+            .await,
+    );
+    busy_path(
+        two.admit(&b, AdmitRequest::call([Target::tree("/ws/SRC")]))
+            .await,
+    );
+    let street = one
+        .admit(&a, AdmitRequest::call(["/ws/Straße.md"]))
+        .await
+        .unwrap();
+    busy_path(two.admit(&b, AdmitRequest::call(["/ws/STRASSE.md"])).await);
+    // A different name is still free.
+    let other = two
+        .admit(&b, AdmitRequest::call(["/ws/src/lexer.rs.bak"]))
+        .await
+        .unwrap();
+    let dump = two.dump().await.unwrap();
+    let spelled: Vec<&Path> = dump
+        .holds
+        .iter()
+        .map(|h| h.paths[0].path.as_path())
+        .collect();
+    assert_eq!(
+        spelled,
+        [
+            Path::new("/ws/Src/Lexer.RS"),
+            Path::new("/ws/Straße.md"),
+            Path::new("/ws/src/lexer.rs.bak")
+        ]
+    );
+    for grant in [held, street] {
+        one.release(grant.hold()).await.unwrap();
+    }
+    two.release(other.hold()).await.unwrap();
+    // Released under its spelling, the folded key is free again.
+    let again = two
+        .admit(&b, AdmitRequest::call(["/ws/SRC/LEXER.rs"]))
+        .await
+        .unwrap();
+    two.release(again.hold()).await.unwrap();
+    // A table that compares byte-exactly may not join this session.
+    match Table::connect(&[etcd.endpoint.as_str()], "fold", TableOptions::default()).await {
+        Err(Error::Forbidden { .. }) => {}
+        other => panic!("expected Forbidden, got {other:?}"),
+    }
+    // Nor may a folding one join a byte-exact session.
+    let _exact = etcd.table("exact").await;
+    match Table::connect(
+        &[etcd.endpoint.as_str()],
+        "exact",
+        TableOptions::default().fold_case(true),
+    )
+    .await
+    {
+        Err(Error::Forbidden { .. }) => {}
+        other => panic!("expected Forbidden, got {other:?}"),
+    }
+}

@@ -81,6 +81,7 @@ pub struct TableOptions {
     deadlock_check: Duration,
     connect_timeout: Duration,
     waiter_ttl: Duration,
+    fold_case: bool,
 }
 
 impl Default for TableOptions {
@@ -90,6 +91,7 @@ impl Default for TableOptions {
             deadlock_check: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
             waiter_ttl: Duration::from_secs(3),
+            fold_case: false,
         }
     }
 }
@@ -138,6 +140,22 @@ impl TableOptions {
     #[must_use]
     pub fn waiter_ttl(mut self, ttl: Duration) -> Self {
         self.waiter_ttl = ttl;
+        self
+    }
+
+    /// Whether keys compare case-folded (`CaseMode::Insensitive`, SPEC §2):
+    /// a key's index entries are under its folded path, and its record
+    /// keeps the caller's spelling for the dump. A session has one answer:
+    /// its first table stores it, and a table with the other one does not
+    /// connect (`forbidden`).
+    ///
+    /// ```
+    /// let options = writ::etcd::TableOptions::default().fold_case(true);
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn fold_case(mut self, fold: bool) -> Self {
+        self.fold_case = fold;
         self
     }
 }
@@ -593,15 +611,20 @@ fn dump_paths(record: &ClaimRecord) -> Vec<DumpPath> {
         .keys
         .iter()
         .map(|k| DumpPath {
-            path: PathBuf::from(&k.path),
+            // As the caller spelled it, as in process (SPEC §5).
+            path: PathBuf::from(k.spelled.as_ref().unwrap_or(&k.path)),
             tree: k.tree,
             mode: k.mode.into(),
         })
         .collect()
 }
 
-/// A request's keys, checked and merged.
-fn keys_of(actor: &ActorRef, targets: &[Target]) -> Result<Vec<(Key, Mode)>> {
+/// A request's keys, checked, folded if the session folds case, and merged.
+fn keys_of(
+    actor: &ActorRef,
+    targets: &[Target],
+    case: crate::CaseMode,
+) -> Result<Vec<(Key, Mode)>> {
     if targets.is_empty() {
         return Err(Error::invalid("", "the request names no targets"));
     }
@@ -627,7 +650,8 @@ fn keys_of(actor: &ActorRef, targets: &[Target]) -> Result<Vec<(Key, Mode)>> {
             ));
         }
         let tree = target.is_tree() || path == Path::new("/");
-        keys.push((Key::exact(path, tree), target.mode()));
+        let norm = crate::core::key::fold(&path, case);
+        keys.push((Key { path, norm, tree }, target.mode()));
     }
     Ok(merge(keys))
 }
@@ -636,6 +660,7 @@ fn key_records(keys: &[(Key, Mode)]) -> Vec<KeyRecord> {
     keys.iter()
         .map(|(k, m)| KeyRecord {
             path: k.norm.to_string_lossy().into_owned(),
+            spelled: (k.path != k.norm).then(|| k.path.to_string_lossy().into_owned()),
             tree: k.tree,
             mode: (*m).into(),
         })
@@ -835,7 +860,7 @@ impl Table {
             .map_err(unavailable)?;
         let layout = Layout::new(session);
         let instance = Self::claim_instance(&mut client, &layout).await?;
-        Ok(Table {
+        let table = Table {
             inner: Arc::new(Inner {
                 client,
                 layout,
@@ -845,7 +870,32 @@ impl Table {
                 next: AtomicU64::new(1),
                 waiter_lease: tokio::sync::Mutex::new(None),
             }),
-        })
+        };
+        let case = if table.inner.options.fold_case {
+            "insensitive"
+        } else {
+            "sensitive"
+        };
+        if !table
+            .claim_session_value(table.layout().case(), case)
+            .await?
+        {
+            return Err(Error::Forbidden {
+                reason: format!(
+                    "session '{session}' in etcd compares keys with another case mode than this {case} one; give every server of a session the same case mode"
+                ),
+            });
+        }
+        Ok(table)
+    }
+
+    /// How this session compares keys.
+    fn case(&self) -> crate::CaseMode {
+        if self.inner.options.fold_case {
+            crate::CaseMode::Insensitive
+        } else {
+            crate::CaseMode::Sensitive
+        }
     }
 
     /// The next number of the session's instance counter (compare-and-set).
@@ -1169,7 +1219,7 @@ impl Table {
     /// task of its own, which deletes its waiter keys, and releases a grant
     /// that committed after the future was dropped.
     pub async fn admit(&self, actor: &ActorRef, request: AdmitRequest) -> Result<Grant> {
-        let keys = keys_of(actor, &request.targets)?;
+        let keys = keys_of(actor, &request.targets, self.case())?;
         let claim = Claim {
             owner: actor.id,
             lineage: actor.lineage.iter().map(|&a| ActorId(a)).collect(),

@@ -49,7 +49,7 @@ impl Table {
             .await
     }
 
-    async fn claim_session_value(&self, key: Vec<u8>, hash: &str) -> Result<bool> {
+    pub(crate) async fn claim_session_value(&self, key: Vec<u8>, hash: &str) -> Result<bool> {
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.clone(), hash, None)])

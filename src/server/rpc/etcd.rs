@@ -53,6 +53,8 @@ pub(crate) struct EtcdOptions {
 pub(crate) struct EtcdBackend {
     table: Table,
     portable: bool,
+    /// The session's case mode, `Detect` already probed.
+    case: CaseMode,
     /// `max_actors`, `max_writers` (SPEC §11): the same on every server of
     /// the session (the first one stores them).
     limits: (Option<usize>, Option<usize>),
@@ -98,14 +100,17 @@ impl EtcdBackend {
             CaseMode::Detect => crate::sched::resolve::detect_case(root),
             other => other,
         };
-        if case == CaseMode::Insensitive {
-            return Err(unsupported("case-insensitive keys"));
-        }
         if !read_roots.is_empty() {
             return Err(unsupported("read-only roots"));
         }
-        let table =
-            Table::connect(&options.endpoints, &options.session, options.table.clone()).await?;
+        // Targets are resolved (and folded) here with the in-process
+        // resolver; the table folds the keys it is given the same way and
+        // makes every server of the session agree on the mode.
+        let table_options = options
+            .table
+            .clone()
+            .fold_case(case == CaseMode::Insensitive);
+        let table = Table::connect(&options.endpoints, &options.session, table_options).await?;
         if !table.claim_session_token(&token_hash(token)).await? {
             return Err(Error::Forbidden {
                 reason: format!(
@@ -127,6 +132,7 @@ impl EtcdBackend {
         Ok(EtcdBackend {
             table,
             portable: config.portable_names,
+            case,
             limits,
             tickets: Mutex::new(HashMap::new()),
         })
@@ -156,15 +162,9 @@ impl EtcdBackend {
     }
 
     /// The resolver of targets for an actor rooted at `root`: keys as the
-    /// in-process table makes them (case-sensitive; refused otherwise at
-    /// start).
+    /// in-process table makes them, folded when the session folds case.
     fn resolver(&self, root: &Path) -> Resolver {
-        Resolver::new(
-            root.to_path_buf(),
-            Vec::new(),
-            CaseMode::Sensitive,
-            self.portable,
-        )
+        Resolver::new(root.to_path_buf(), Vec::new(), self.case, self.portable)
     }
 
     /// Whether the key (path, tree) lies inside one of `fence`'s keys
