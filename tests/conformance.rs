@@ -2485,6 +2485,7 @@ conformance_on_etcd!(
     insensitive_case_compares_folded_and_dumps_the_spelling(
         config().case(writ::CaseMode::Insensitive)
     ),
+    read_roots_are_shared_only,
 );
 
 conformance!(

@@ -1911,3 +1911,71 @@ async fn a_session_that_folds_case_compares_folded_keys_and_dumps_the_spelling()
         other => panic!("expected Forbidden, got {other:?}"),
     }
 }
+
+/// Read roots through two servers: an actor made through one with a read
+/// root takes shared holds there through the other, and is refused
+/// exclusive ones (`policy`) through either — the roots are in its record.
+#[test]
+fn read_roots_are_shared_only_on_every_server() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::create_dir_all(root.join("ws")).unwrap();
+    std::fs::create_dir_all(root.join("refs")).unwrap();
+    let one = ServeProcess::start(&etcd, &root, "read-roots", "10");
+    let two = ServeProcess::start(&etcd, &root, "read-roots", "10");
+    let refs = root.join("refs");
+    let made = rpc(
+        &one.url,
+        SESSION_TOKEN,
+        "actor.create",
+        serde_json::json!({
+            "name": "a",
+            "grant": {"root": "ws", "workspace": true, "read_roots": [refs]},
+        }),
+    )
+    .unwrap();
+    let actor = &made["actor"];
+    let doc = refs.join("doc.md");
+    let shared = rpc(
+        &two.url,
+        SESSION_TOKEN,
+        "admit",
+        serde_json::json!({"actor": actor, "targets": [{"path": doc, "shared": true}], "wait": false}),
+    )
+    .unwrap();
+    assert_eq!(holds_on(&one.url, &doc), 1);
+    for url in [&one.url, &two.url] {
+        let refused = rpc(
+            url,
+            SESSION_TOKEN,
+            "admit",
+            serde_json::json!({"actor": actor, "targets": [doc], "wait": false}),
+        )
+        .unwrap_err();
+        assert_eq!(refused["data"]["kind"], "policy", "{refused}");
+        let outside = rpc(
+            url,
+            SESSION_TOKEN,
+            "admit",
+            serde_json::json!({"actor": actor, "targets": [root.join("elsewhere")], "wait": false}),
+        )
+        .unwrap_err();
+        assert_eq!(outside["data"]["kind"], "outside_grant", "{outside}");
+    }
+    // Its own workspace stays writable.
+    rpc(
+        &two.url,
+        SESSION_TOKEN,
+        "admit",
+        serde_json::json!({"actor": actor, "targets": ["a.rs"], "wait": false}),
+    )
+    .unwrap();
+    rpc(
+        &one.url,
+        SESSION_TOKEN,
+        "release",
+        serde_json::json!({"hold": shared["hold"]}),
+    )
+    .unwrap();
+    assert_eq!(holds_on(&two.url, &doc), 0);
+}

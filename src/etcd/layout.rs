@@ -21,8 +21,9 @@
 //! | `P k<path>\0<t\|f>/<h\|w><id>` | one key of a hold (`h`) or waiter (`w`) | its owner's |
 //!
 //! Ids are 16 hex digits. `<path>` is the key's normalized absolute path
-//! (case-folded in a session that folds case) without a trailing separator, the root being the empty string; `t` marks
-//! a tree key, `f` a file key. Since a path component holds neither `/` nor
+//! (case-folded in a session that folds case) without a trailing
+//! separator, the root being the empty string; `t` marks a tree key, `f` a
+//! file key. Since a path component holds neither `/` nor
 //! NUL, the entries *at* a path are exactly the prefix `P k<path>\0`, the
 //! tree entries at it `P k<path>\0t/`, and the entries strictly *beneath*
 //! it `P k<path>/`: what can conflict with one key is a few disjoint

@@ -204,6 +204,9 @@ pub struct ActorRef {
     /// The keys of its grant fence (path, tree), for an actor made with a
     /// fenced grant: whoever serves it keeps its writes inside them.
     fence: Option<Arc<[(PathBuf, bool)]>>,
+    /// Its read-only roots (canonical): whoever serves it lets it take
+    /// shared holds there and nothing else.
+    read_roots: Arc<[PathBuf]>,
 }
 
 impl ActorRef {
@@ -243,6 +246,12 @@ impl ActorRef {
     pub fn grant_fence(&self) -> Option<&[(PathBuf, bool)]> {
         self.fence.as_deref()
     }
+
+    /// Its read-only roots (canonical folders), for an actor made (by a
+    /// server) with a grant that has some (SPEC §3): shared holds only.
+    pub fn read_roots(&self) -> &[PathBuf] {
+        &self.read_roots
+    }
 }
 
 /// What a server records of an actor's grant besides its root (SPEC §3),
@@ -251,6 +260,7 @@ impl ActorRef {
 pub(crate) struct GrantRecord {
     pub(crate) read_only: bool,
     pub(crate) fence: Option<Vec<(PathBuf, bool)>>,
+    pub(crate) read_roots: Vec<PathBuf>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -263,6 +273,8 @@ struct ActorRecord {
     read_only: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     fence: Option<Vec<(String, bool)>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    read_roots: Vec<String>,
 }
 
 /// How long a request may wait.
@@ -1101,6 +1113,15 @@ impl Table {
                         .collect::<Result<Vec<_>>>()
                 })
                 .transpose()?,
+            read_roots: grant
+                .read_roots
+                .iter()
+                .map(|r| {
+                    r.to_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| Error::invalid(r, "the etcd table stores paths as UTF-8"))
+                })
+                .collect::<Result<Vec<_>>>()?,
         };
         let mut compares: Vec<Compare> = parent
             .map(|p| still(self.layout().actor(p.id.0), p.revision))
@@ -1139,6 +1160,7 @@ impl Table {
             revision: revision_of(&done),
             read_only: grant.read_only,
             fence: grant.fence.map(Into::into),
+            read_roots: grant.read_roots.into(),
         })
     }
 
@@ -1162,6 +1184,7 @@ impl Table {
                     .map(|(p, tree)| (PathBuf::from(p), tree))
                     .collect()
             }),
+            read_roots: record.read_roots.iter().map(PathBuf::from).collect(),
         })
     }
 
