@@ -1979,3 +1979,31 @@ fn read_roots_are_shared_only_on_every_server() {
     .unwrap();
     assert_eq!(holds_on(&two.url, &doc), 0);
 }
+
+/// Through a server, a fenced actor is one admission with its grant fence
+/// (as in process), and a refused one is one refusal and no admission,
+/// whichever server reads the dump.
+#[test]
+fn a_fenced_actor_counts_once_through_a_server() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    let one = ServeProcess::start(&etcd, &root, "fenced-counts", "10");
+    let two = ServeProcess::start(&etcd, &root, "fenced-counts", "10");
+    let counters = |url: &str| {
+        let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+        let c = &dump["counters"];
+        (c["admitted"].clone(), c["refused"].clone())
+    };
+    let fenced =
+        serde_json::json!({"name": "f", "grant": {"fenced": [{"path": "src", "tree": true}]}});
+    rpc(&one.url, SESSION_TOKEN, "actor.create", fenced.clone()).unwrap();
+    for url in [&one.url, &two.url] {
+        assert_eq!(counters(url), (1.into(), 0.into()), "after a fenced actor");
+    }
+    let refused = rpc(&two.url, SESSION_TOKEN, "actor.create", fenced).unwrap_err();
+    assert_eq!(refused["data"]["kind"], "busy", "{refused}");
+    for url in [&one.url, &two.url] {
+        assert_eq!(counters(url), (1.into(), 1.into()), "after a refused one");
+    }
+}
