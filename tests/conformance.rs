@@ -2475,6 +2475,17 @@ conformance_on_etcd!(
     child_past_max_actors_is_no_slot_naming_the_limit(config().max_actors(2)),
     read_only_children_do_not_count_as_writers(config().max_writers(1)),
     read_only_children_still_count_as_actors(config().max_actors(1).max_writers(5)),
+    a_waiter_is_admitted_when_the_holder_releases,
+    admit_timeout_gives_up_cleanly,
+    deadlock_between_fence_holders_is_refused_with_the_cycle,
+    a_fence_owner_and_its_children_pass_a_waiter_their_fence_blocks,
+    a_fence_owner_behind_a_shared_call_behind_its_blocked_waiter_is_refused,
+    a_cycle_closed_by_releasing_a_fence_refuses_a_waiting_request,
+    parallel_calls_of_one_actor_are_not_a_deadlock,
+    insensitive_case_compares_folded_and_dumps_the_spelling(
+        config().case(writ::CaseMode::Insensitive)
+    ),
+    read_roots_are_shared_only,
 );
 
 conformance!(

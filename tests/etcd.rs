@@ -1698,3 +1698,312 @@ async fn children_made_at_once_through_two_servers_never_exceed_max_actors() {
         server.shutdown().await;
     }
 }
+
+/// The counters as a tuple: (admitted, refused, waited, timed out,
+/// deadlocks).
+fn counts(c: &writ::Counters) -> (u64, u64, u64, u64, u64) {
+    (c.admitted, c.refused, c.waited, c.timed_out, c.deadlocks)
+}
+
+/// Both tables' dumps show exactly `want`, read right after the event.
+async fn counted(tables: [&Table; 2], want: (u64, u64, u64, u64, u64), after: &str) {
+    for (n, table) in tables.iter().enumerate() {
+        let dump = table.dump().await.unwrap();
+        assert_eq!(
+            counts(&dump.counters),
+            want,
+            "through table {n} after {after}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_are_exact_through_either_table_right_after_each_event() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("counts").await, etcd.table("counts").await);
+    let both = [&one, &two];
+    counted(both, (0, 0, 0, 0, 0), "nothing").await;
+    // Making an actor is an admission, as in process.
+    let (a, b) = (actor(&one, "a").await, actor(&two, "b").await);
+    counted(both, (2, 0, 0, 0, 0), "two actors").await;
+    let held = one.admit(&a, AdmitRequest::call(["/ws/x"])).await.unwrap();
+    counted(both, (3, 0, 0, 0, 0), "a grant").await;
+    busy_path(two.admit(&b, AdmitRequest::call(["/ws/x"])).await);
+    counted(both, (3, 1, 0, 0, 0), "a try-only refusal").await;
+    match two
+        .admit(
+            &b,
+            AdmitRequest::call(["/ws/x"]).wait_timeout(Duration::from_millis(200)),
+        )
+        .await
+    {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    counted(both, (3, 1, 1, 1, 0), "a wait that timed out").await;
+    let waiting = {
+        let two = two.clone();
+        let b = b.clone();
+        tokio::spawn(async move { two.admit(&b, AdmitRequest::call(["/ws/x"]).wait()).await })
+    };
+    poll_until(Duration::from_secs(5), "b queued", || async {
+        waiters_in(&one).await == 1
+    })
+    .await;
+    counted(both, (3, 1, 2, 1, 0), "a request queued").await;
+    one.release(held.hold()).await.unwrap();
+    let granted = grant_of(waiting).await;
+    counted(both, (4, 1, 2, 1, 0), "a waiter granted").await;
+    two.release(granted.hold()).await.unwrap();
+    // A deadlock refused before queuing: counted, and not as a wait.
+    let fa = one
+        .admit(&a, AdmitRequest::fence(["/ws/a/"]))
+        .await
+        .unwrap();
+    let fb = two
+        .admit(&b, AdmitRequest::fence(["/ws/b/"]))
+        .await
+        .unwrap();
+    let a_waits = {
+        let one = one.clone();
+        let a = a.clone();
+        tokio::spawn(async move { one.admit(&a, AdmitRequest::call(["/ws/b/x"]).wait()).await })
+    };
+    poll_until(Duration::from_secs(5), "a queued", || async {
+        waiters_in(&one).await == 1
+    })
+    .await;
+    match two.admit(&b, AdmitRequest::call(["/ws/a/y"]).wait()).await {
+        Err(Error::Deadlock { .. }) => {}
+        other => panic!("expected Deadlock, got {other:?}"),
+    }
+    counted(both, (6, 1, 3, 1, 1), "a deadlock").await;
+    two.release(fb.hold()).await.unwrap();
+    let granted = grant_of(a_waits).await;
+    counted(both, (7, 1, 3, 1, 1), "the other waiter granted").await;
+    one.release(granted.hold()).await.unwrap();
+    one.release(fa.hold()).await.unwrap();
+    // Releases count nothing.
+    counted(both, (7, 1, 3, 1, 1), "releases").await;
+}
+
+/// 16 clients on two tables at once: made together, then in each of 5
+/// rounds all try one file together (one is granted, and releases only
+/// after every other was refused). The clients' own tally is the oracle:
+/// the counters must match it exactly, so no count is lost when two
+/// admissions (or refusals) of one table count at the same moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_match_what_concurrent_clients_were_told() {
+    const CLIENTS: u64 = 16;
+    const ROUNDS: u64 = 5;
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("tally").await, etcd.table("tally").await);
+    let barrier = Arc::new(tokio::sync::Barrier::new(CLIENTS as usize));
+    let mut tasks = Vec::new();
+    for n in 0..CLIENTS {
+        let table = if n % 2 == 0 { one.clone() } else { two.clone() };
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let me = actor(&table, &format!("c{n}")).await;
+            let (mut granted, mut refused) = (0u64, 0u64);
+            for _ in 0..ROUNDS {
+                barrier.wait().await;
+                let got = table.admit(&me, AdmitRequest::call(["/ws/hot.rs"])).await;
+                barrier.wait().await;
+                match got {
+                    Ok(grant) => {
+                        granted += 1;
+                        table.release(grant.hold()).await.unwrap();
+                    }
+                    Err(Error::Busy(_)) => refused += 1,
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+            (granted, refused)
+        }));
+    }
+    let (mut granted, mut refused) = (0, 0);
+    for task in tasks {
+        let (g, r) = task.await.unwrap();
+        granted += g;
+        refused += r;
+    }
+    assert_eq!((granted, refused), (ROUNDS, ROUNDS * (CLIENTS - 1)));
+    counted(
+        [&one, &two],
+        (CLIENTS + granted, refused, 0, 0, 0),
+        "the race",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_folds_case_compares_folded_keys_and_dumps_the_spelling() {
+    let etcd = Etcd::start();
+    let folding = TableOptions::default().fold_case(true);
+    let one = etcd.table_with("fold", folding.clone()).await;
+    let two = etcd.table_with("fold", folding).await;
+    let (a, b) = (actor(&one, "a").await, actor(&two, "b").await);
+    let held = one
+        .admit(&a, AdmitRequest::call(["/ws/Src/Lexer.RS"]))
+        .await
+        .unwrap();
+    // Other spellings of the same key, through the other table; full case
+    // folding, not only ASCII (ß folds to ss).
+    busy_path(
+        two.admit(&b, AdmitRequest::call(["/ws/src/lexer.rs"]))
+            .await,
+    );
+    busy_path(
+        two.admit(&b, AdmitRequest::call([Target::tree("/ws/SRC")]))
+            .await,
+    );
+    let street = one
+        .admit(&a, AdmitRequest::call(["/ws/Straße.md"]))
+        .await
+        .unwrap();
+    busy_path(two.admit(&b, AdmitRequest::call(["/ws/STRASSE.md"])).await);
+    // A different name is still free.
+    let other = two
+        .admit(&b, AdmitRequest::call(["/ws/src/lexer.rs.bak"]))
+        .await
+        .unwrap();
+    let dump = two.dump().await.unwrap();
+    let spelled: Vec<&Path> = dump
+        .holds
+        .iter()
+        .map(|h| h.paths[0].path.as_path())
+        .collect();
+    assert_eq!(
+        spelled,
+        [
+            Path::new("/ws/Src/Lexer.RS"),
+            Path::new("/ws/Straße.md"),
+            Path::new("/ws/src/lexer.rs.bak")
+        ]
+    );
+    for grant in [held, street] {
+        one.release(grant.hold()).await.unwrap();
+    }
+    two.release(other.hold()).await.unwrap();
+    // Released under its spelling, the folded key is free again.
+    let again = two
+        .admit(&b, AdmitRequest::call(["/ws/SRC/LEXER.rs"]))
+        .await
+        .unwrap();
+    two.release(again.hold()).await.unwrap();
+    // A table that compares byte-exactly may not join this session.
+    match Table::connect(&[etcd.endpoint.as_str()], "fold", TableOptions::default()).await {
+        Err(Error::Forbidden { .. }) => {}
+        other => panic!("expected Forbidden, got {other:?}"),
+    }
+    // Nor may a folding one join a byte-exact session.
+    let _exact = etcd.table("exact").await;
+    match Table::connect(
+        &[etcd.endpoint.as_str()],
+        "exact",
+        TableOptions::default().fold_case(true),
+    )
+    .await
+    {
+        Err(Error::Forbidden { .. }) => {}
+        other => panic!("expected Forbidden, got {other:?}"),
+    }
+}
+
+/// Read roots through two servers: an actor made through one with a read
+/// root takes shared holds there through the other, and is refused
+/// exclusive ones (`policy`) through either — the roots are in its record.
+#[test]
+fn read_roots_are_shared_only_on_every_server() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::create_dir_all(root.join("ws")).unwrap();
+    std::fs::create_dir_all(root.join("refs")).unwrap();
+    let one = ServeProcess::start(&etcd, &root, "read-roots", "10");
+    let two = ServeProcess::start(&etcd, &root, "read-roots", "10");
+    let refs = root.join("refs");
+    let made = rpc(
+        &one.url,
+        SESSION_TOKEN,
+        "actor.create",
+        serde_json::json!({
+            "name": "a",
+            "grant": {"root": "ws", "workspace": true, "read_roots": [refs]},
+        }),
+    )
+    .unwrap();
+    let actor = &made["actor"];
+    let doc = refs.join("doc.md");
+    let shared = rpc(
+        &two.url,
+        SESSION_TOKEN,
+        "admit",
+        serde_json::json!({"actor": actor, "targets": [{"path": doc, "shared": true}], "wait": false}),
+    )
+    .unwrap();
+    assert_eq!(holds_on(&one.url, &doc), 1);
+    for url in [&one.url, &two.url] {
+        let refused = rpc(
+            url,
+            SESSION_TOKEN,
+            "admit",
+            serde_json::json!({"actor": actor, "targets": [doc], "wait": false}),
+        )
+        .unwrap_err();
+        assert_eq!(refused["data"]["kind"], "policy", "{refused}");
+        let outside = rpc(
+            url,
+            SESSION_TOKEN,
+            "admit",
+            serde_json::json!({"actor": actor, "targets": [root.join("elsewhere")], "wait": false}),
+        )
+        .unwrap_err();
+        assert_eq!(outside["data"]["kind"], "outside_grant", "{outside}");
+    }
+    // Its own workspace stays writable.
+    rpc(
+        &two.url,
+        SESSION_TOKEN,
+        "admit",
+        serde_json::json!({"actor": actor, "targets": ["a.rs"], "wait": false}),
+    )
+    .unwrap();
+    rpc(
+        &one.url,
+        SESSION_TOKEN,
+        "release",
+        serde_json::json!({"hold": shared["hold"]}),
+    )
+    .unwrap();
+    assert_eq!(holds_on(&two.url, &doc), 0);
+}
+
+/// Through a server, a fenced actor is one admission with its grant fence
+/// (as in process), and a refused one is one refusal and no admission,
+/// whichever server reads the dump.
+#[test]
+fn a_fenced_actor_counts_once_through_a_server() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    let one = ServeProcess::start(&etcd, &root, "fenced-counts", "10");
+    let two = ServeProcess::start(&etcd, &root, "fenced-counts", "10");
+    let counters = |url: &str| {
+        let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+        let c = &dump["counters"];
+        (c["admitted"].clone(), c["refused"].clone())
+    };
+    let fenced =
+        serde_json::json!({"name": "f", "grant": {"fenced": [{"path": "src", "tree": true}]}});
+    rpc(&one.url, SESSION_TOKEN, "actor.create", fenced.clone()).unwrap();
+    for url in [&one.url, &two.url] {
+        assert_eq!(counters(url), (1.into(), 0.into()), "after a fenced actor");
+    }
+    let refused = rpc(&two.url, SESSION_TOKEN, "actor.create", fenced).unwrap_err();
+    assert_eq!(refused["data"]["kind"], "busy", "{refused}");
+    for url in [&one.url, &two.url] {
+        assert_eq!(counters(url), (1.into(), 1.into()), "after a refused one");
+    }
+}

@@ -49,7 +49,7 @@ impl Table {
     ) -> Result<Grant> {
         let (record, revision) = self.hold_of(actor, hold).await?;
         let old = record.keys();
-        let added = keys_of(actor, targets)?;
+        let added = keys_of(actor, targets, self.case())?;
         let keys = merge(old.iter().cloned().chain(added.iter().cloned()).collect());
         let kind: HoldKind = record.meta.kind.into();
         let claim = Claim {
@@ -86,7 +86,7 @@ impl Table {
     ) -> Result<Grant> {
         let (record, revision) = self.hold_of(actor, hold).await?;
         let old = record.keys();
-        let keys = keys_of(actor, targets)?;
+        let keys = keys_of(actor, targets, self.case())?;
         for (key, mode) in &keys {
             let kept = old
                 .iter()

@@ -101,7 +101,13 @@ pub(crate) struct EntryValue {
 /// One key of a record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct KeyRecord {
+    /// The key as the table compares it (folded in a session that folds
+    /// case), which is also its index entry's path.
     pub(crate) path: String,
+    /// The caller's spelling, when it differs from `path` (SPEC §5: the
+    /// dump shows the spelling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) spelled: Option<String>,
     pub(crate) tree: bool,
     pub(crate) mode: ModeRecord,
 }
@@ -118,7 +124,18 @@ impl ClaimRecord {
     pub(crate) fn keys(&self) -> Vec<(Key, Mode)> {
         self.keys
             .iter()
-            .map(|k| (Key::exact(PathBuf::from(&k.path), k.tree), k.mode.into()))
+            .map(|k| {
+                let norm = PathBuf::from(&k.path);
+                let key = Key {
+                    path: k
+                        .spelled
+                        .as_ref()
+                        .map_or_else(|| norm.clone(), PathBuf::from),
+                    norm,
+                    tree: k.tree,
+                };
+                (key, k.mode.into())
+            })
             .collect()
     }
 

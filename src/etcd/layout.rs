@@ -9,6 +9,8 @@
 //! | `P i` | the last instance number handed out | none |
 //! | `P s` | sha256 of the session token (hex), set by the first server | none |
 //! | `P l` | the session's slot limits, set by the first server | none |
+//! | `P c` | the session's case mode, set by the first table | none |
+//! | `P n/<instance>/<counter>` | nothing: its version is that table's count | none |
 //! | `P t/<sha256 of an actor token>` | the token's actor and lease | the actor's |
 //! | `P r/<hold>` | a fence released by its owner's drop: the owner's lineage | the owner's |
 //! | `P a/<actor>` | the actor record | the actor's |
@@ -19,8 +21,9 @@
 //! | `P k<path>\0<t\|f>/<h\|w><id>` | one key of a hold (`h`) or waiter (`w`) | its owner's |
 //!
 //! Ids are 16 hex digits. `<path>` is the key's normalized absolute path
-//! without a trailing separator, the root being the empty string; `t` marks
-//! a tree key, `f` a file key. Since a path component holds neither `/` nor
+//! (case-folded in a session that folds case) without a trailing
+//! separator, the root being the empty string; `t` marks a tree key, `f` a
+//! file key. Since a path component holds neither `/` nor
 //! NUL, the entries *at* a path are exactly the prefix `P k<path>\0`, the
 //! tree entries at it `P k<path>\0t/`, and the entries strictly *beneath*
 //! it `P k<path>/`: what can conflict with one key is a few disjoint
@@ -89,6 +92,12 @@ impl Layout {
         self.under(b"s")
     }
 
+    /// The session's case mode (`sensitive` or `insensitive`), set by its
+    /// first table.
+    pub(crate) fn case(&self) -> Vec<u8> {
+        self.under(b"c")
+    }
+
     /// The session's slot limits (SPEC §11), set by its first server.
     pub(crate) fn limits(&self) -> Vec<u8> {
         self.under(b"l")
@@ -102,6 +111,18 @@ impl Layout {
     /// The mark of a fence released because its owner was dropped.
     pub(crate) fn dropped(&self, hold: u64) -> Vec<u8> {
         self.under(format!("r/{}", hex(hold)).as_bytes())
+    }
+
+    /// One table instance's key for one counter (SPEC §5): its etcd
+    /// *version* is the count (every event puts it once, in the
+    /// transaction that makes the event), so nothing ever compares on it
+    /// and no two tables write the same one.
+    pub(crate) fn counter(&self, instance: u64, name: &str) -> Vec<u8> {
+        self.under(format!("n/{}/{name}", hex(instance)).as_bytes())
+    }
+
+    pub(crate) fn counters(&self) -> Vec<u8> {
+        self.under(b"n/")
     }
 
     pub(crate) fn actor(&self, id: u64) -> Vec<u8> {

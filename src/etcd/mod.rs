@@ -81,6 +81,7 @@ pub struct TableOptions {
     deadlock_check: Duration,
     connect_timeout: Duration,
     waiter_ttl: Duration,
+    fold_case: bool,
 }
 
 impl Default for TableOptions {
@@ -90,6 +91,7 @@ impl Default for TableOptions {
             deadlock_check: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
             waiter_ttl: Duration::from_secs(3),
+            fold_case: false,
         }
     }
 }
@@ -140,6 +142,22 @@ impl TableOptions {
         self.waiter_ttl = ttl;
         self
     }
+
+    /// Whether keys compare case-folded (`CaseMode::Insensitive`, SPEC §2):
+    /// a key's index entries are under its folded path, and its record
+    /// keeps the caller's spelling for the dump. A session has one answer:
+    /// its first table stores it, and a table with the other one does not
+    /// connect (`forbidden`).
+    ///
+    /// ```
+    /// let options = writ::etcd::TableOptions::default().fold_case(true);
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn fold_case(mut self, fold: bool) -> Self {
+        self.fold_case = fold;
+        self
+    }
 }
 
 /// An etcd lease: a client's lease (SPEC §13) is one.
@@ -186,6 +204,9 @@ pub struct ActorRef {
     /// The keys of its grant fence (path, tree), for an actor made with a
     /// fenced grant: whoever serves it keeps its writes inside them.
     fence: Option<Arc<[(PathBuf, bool)]>>,
+    /// Its read-only roots (canonical): whoever serves it lets it take
+    /// shared holds there and nothing else.
+    read_roots: Arc<[PathBuf]>,
 }
 
 impl ActorRef {
@@ -225,6 +246,12 @@ impl ActorRef {
     pub fn grant_fence(&self) -> Option<&[(PathBuf, bool)]> {
         self.fence.as_deref()
     }
+
+    /// Its read-only roots (canonical folders), for an actor made (by a
+    /// server) with a grant that has some (SPEC §3): shared holds only.
+    pub fn read_roots(&self) -> &[PathBuf] {
+        &self.read_roots
+    }
 }
 
 /// What a server records of an actor's grant besides its root (SPEC §3),
@@ -233,6 +260,7 @@ impl ActorRef {
 pub(crate) struct GrantRecord {
     pub(crate) read_only: bool,
     pub(crate) fence: Option<Vec<(PathBuf, bool)>>,
+    pub(crate) read_roots: Vec<PathBuf>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -245,6 +273,8 @@ struct ActorRecord {
     read_only: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     fence: Option<Vec<(String, bool)>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    read_roots: Vec<String>,
 }
 
 /// How long a request may wait.
@@ -376,6 +406,9 @@ pub struct TableDump {
     /// The wait-for graph folded onto actors (SPEC §5): the edges true at
     /// the dump's revision, without self-edges.
     pub edges: Vec<crate::WaitEdge>,
+    /// The session's admission counters, summed over every table at the
+    /// dump's revision, counted as the in-process table counts them.
+    pub counters: crate::Counters,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -590,15 +623,20 @@ fn dump_paths(record: &ClaimRecord) -> Vec<DumpPath> {
         .keys
         .iter()
         .map(|k| DumpPath {
-            path: PathBuf::from(&k.path),
+            // As the caller spelled it, as in process (SPEC §5).
+            path: PathBuf::from(k.spelled.as_ref().unwrap_or(&k.path)),
             tree: k.tree,
             mode: k.mode.into(),
         })
         .collect()
 }
 
-/// A request's keys, checked and merged.
-fn keys_of(actor: &ActorRef, targets: &[Target]) -> Result<Vec<(Key, Mode)>> {
+/// A request's keys, checked, folded if the session folds case, and merged.
+fn keys_of(
+    actor: &ActorRef,
+    targets: &[Target],
+    case: crate::CaseMode,
+) -> Result<Vec<(Key, Mode)>> {
     if targets.is_empty() {
         return Err(Error::invalid("", "the request names no targets"));
     }
@@ -624,7 +662,8 @@ fn keys_of(actor: &ActorRef, targets: &[Target]) -> Result<Vec<(Key, Mode)>> {
             ));
         }
         let tree = target.is_tree() || path == Path::new("/");
-        keys.push((Key::exact(path, tree), target.mode()));
+        let norm = crate::core::key::fold(&path, case);
+        keys.push((Key { path, norm, tree }, target.mode()));
     }
     Ok(merge(keys))
 }
@@ -633,6 +672,7 @@ fn key_records(keys: &[(Key, Mode)]) -> Vec<KeyRecord> {
     keys.iter()
         .map(|(k, m)| KeyRecord {
             path: k.norm.to_string_lossy().into_owned(),
+            spelled: (k.path != k.norm).then(|| k.path.to_string_lossy().into_owned()),
             tree: k.tree,
             mode: (*m).into(),
         })
@@ -745,7 +785,8 @@ impl Admission {
     /// read (a get per range, and the actor), the commit's compares (one
     /// per range, the actor, the own waiter, each fence relied on — at most
     /// one per ancestor) and its writes (the record, an entry per key, the
-    /// fence index, and deleting the own waiter, its entries and edges).
+    /// fence index, the counter's put, and deleting the own waiter, its
+    /// entries and edges).
     fn ops_needed(&self) -> usize {
         let keys = self.keys.len();
         let compares = self.ranges.len() + 2 + self.actor.lineage.len();
@@ -755,8 +796,50 @@ impl Admission {
             2 + keys
         };
         let replacing = self.replaces.as_ref().map_or(0, |r| r.old.len() + 1);
-        let writes = 2 + keys + waiting + replacing;
+        // The count of the grant (or of the wait, when it queues).
+        let writes = 3 + keys + waiting + replacing;
         (compares + usize::from(self.replaces.is_some())).max(writes)
+    }
+}
+
+/// One of the session's admission counters (SPEC §5, as
+/// `core::state::Counters` counts them in process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counter {
+    Admitted,
+    Refused,
+    Waited,
+    TimedOut,
+    Deadlocks,
+}
+
+impl Counter {
+    const ALL: [Counter; 5] = [
+        Counter::Admitted,
+        Counter::Refused,
+        Counter::Waited,
+        Counter::TimedOut,
+        Counter::Deadlocks,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Counter::Admitted => "admitted",
+            Counter::Refused => "refused",
+            Counter::Waited => "waited",
+            Counter::TimedOut => "timed_out",
+            Counter::Deadlocks => "deadlocks",
+        }
+    }
+
+    /// The counter an admission that ended in `outcome` counts, if any.
+    fn of_refusal(outcome: &Error) -> Option<Counter> {
+        match outcome {
+            Error::Busy(_) | Error::NoSlot { .. } => Some(Counter::Refused),
+            Error::Timeout { .. } => Some(Counter::TimedOut),
+            Error::Deadlock { .. } => Some(Counter::Deadlocks),
+            _ => None,
+        }
     }
 }
 
@@ -789,7 +872,7 @@ impl Table {
             .map_err(unavailable)?;
         let layout = Layout::new(session);
         let instance = Self::claim_instance(&mut client, &layout).await?;
-        Ok(Table {
+        let table = Table {
             inner: Arc::new(Inner {
                 client,
                 layout,
@@ -799,7 +882,32 @@ impl Table {
                 next: AtomicU64::new(1),
                 waiter_lease: tokio::sync::Mutex::new(None),
             }),
-        })
+        };
+        let case = if table.inner.options.fold_case {
+            "insensitive"
+        } else {
+            "sensitive"
+        };
+        if !table
+            .claim_session_value(table.layout().case(), case)
+            .await?
+        {
+            return Err(Error::Forbidden {
+                reason: format!(
+                    "session '{session}' in etcd compares keys with another case mode than this {case} one; give every server of a session the same case mode"
+                ),
+            });
+        }
+        Ok(table)
+    }
+
+    /// How this session compares keys.
+    fn case(&self) -> crate::CaseMode {
+        if self.inner.options.fold_case {
+            crate::CaseMode::Insensitive
+        } else {
+            crate::CaseMode::Sensitive
+        }
     }
 
     /// The next number of the session's instance counter (compare-and-set).
@@ -865,6 +973,30 @@ impl Table {
             });
         }
         Ok(self.inner.instance << 32 | n)
+    }
+
+    /// The write that counts one `counter` event: a put of this table's
+    /// key for it, whose etcd version is the count. It goes into the
+    /// transaction that makes the event, so the event and its count land
+    /// together (one more operation, no round trip, and no compare: two
+    /// admissions counting at once never make each other retry).
+    pub(crate) fn count(&self, counter: Counter) -> TxnOp {
+        TxnOp::put(
+            self.layout().counter(self.inner.instance, counter.name()),
+            "",
+            None,
+        )
+    }
+
+    /// Counts an event that commits nothing else (a refusal, a deadlock
+    /// found before queuing), before the caller hears of it, so a dump
+    /// read after the answer shows it. If etcd cannot be reached the count
+    /// is lost, and the refusal still stands.
+    pub(crate) async fn bump(&self, counter: Counter) {
+        let _ = self
+            .client()
+            .txn(Txn::new().and_then([self.count(counter)]))
+            .await;
     }
 
     /// The session's name.
@@ -981,6 +1113,15 @@ impl Table {
                         .collect::<Result<Vec<_>>>()
                 })
                 .transpose()?,
+            read_roots: grant
+                .read_roots
+                .iter()
+                .map(|r| {
+                    r.to_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| Error::invalid(r, "the etcd table stores paths as UTF-8"))
+                })
+                .collect::<Result<Vec<_>>>()?,
         };
         let mut compares: Vec<Compare> = parent
             .map(|p| still(self.layout().actor(p.id.0), p.revision))
@@ -993,6 +1134,12 @@ impl Table {
             with_lease(lease),
         )];
         puts.extend(extra);
+        // An actor is one admission in process, with its grant fence if it
+        // has one: a fenced actor is counted by its fence's grant (or
+        // refusal) instead.
+        if grant.fence.is_none() {
+            puts.push(self.count(Counter::Admitted));
+        }
         let txn = Txn::new().when(compares).and_then(puts);
         let done = self
             .client()
@@ -1013,6 +1160,7 @@ impl Table {
             revision: revision_of(&done),
             read_only: grant.read_only,
             fence: grant.fence.map(Into::into),
+            read_roots: grant.read_roots.into(),
         })
     }
 
@@ -1036,6 +1184,7 @@ impl Table {
                     .map(|(p, tree)| (PathBuf::from(p), tree))
                     .collect()
             }),
+            read_roots: record.read_roots.iter().map(PathBuf::from).collect(),
         })
     }
 
@@ -1093,7 +1242,7 @@ impl Table {
     /// task of its own, which deletes its waiter keys, and releases a grant
     /// that committed after the future was dropped.
     pub async fn admit(&self, actor: &ActorRef, request: AdmitRequest) -> Result<Grant> {
-        let keys = keys_of(actor, &request.targets)?;
+        let keys = keys_of(actor, &request.targets, self.case())?;
         let claim = Claim {
             owner: actor.id,
             lineage: actor.lineage.iter().map(|&a| ActorId(a)).collect(),
@@ -1221,11 +1370,20 @@ impl Table {
                 Err(e) => break Err(e),
             }
         };
-        if outcome.is_err() {
-            if let Some(id) = waiter {
+        // A refusal, a timeout or a deadlock is counted before the caller
+        // hears of it; a queued request's count goes with its dequeue.
+        let counted = outcome.as_ref().err().and_then(Counter::of_refusal);
+        match (&outcome, waiter) {
+            (Err(_), Some(id)) => {
                 // Best effort: the lease deletes the keys if this fails.
-                let _ = self.dequeue(id, &admission.keys).await;
+                let _ = self.dequeue(id, &admission.keys, counted).await;
             }
+            (Err(_), None) => {
+                if let Some(counter) = counted {
+                    self.bump(counter).await;
+                }
+            }
+            (Ok(_), _) => {}
         }
         if matches!(outcome, Err(Error::Unavailable { .. })) {
             // A commit whose answer was lost may still have landed: its
@@ -1472,6 +1630,10 @@ impl Table {
         }
         writes.extend(admission.entry_puts(layout, Owner::Hold(hold), admission.actor.lease)?);
         writes.extend(stale);
+        // A widening is not counted as an admission, as in process.
+        if admission.replaces.is_none() {
+            writes.push(self.count(Counter::Admitted));
+        }
         if let Some(id) = waiter {
             writes.push(TxnOp::delete(layout.waiter(id), None));
             writes.push(TxnOp::delete(layout.edges(id), None));
@@ -1550,6 +1712,7 @@ impl Table {
         if let Some(edges) = edges {
             writes.push(TxnOp::put(layout.edges(id), to_json(edges)?, lease.clone()));
         }
+        writes.push(self.count(Counter::Waited));
         let txn = Txn::new()
             .when([still(layout.actor(actor.id.0), actor.revision)])
             .and_then(writes);
@@ -1686,13 +1849,15 @@ impl Table {
             .map_err(|e| etcd_error(e, Some(lease), 0, 0))
     }
 
-    /// Deletes a waiter's record, entries and edges in one transaction.
-    async fn dequeue(&self, id: u64, keys: &[(Key, Mode)]) -> Result<()> {
+    /// Deletes a waiter's record, entries and edges in one transaction,
+    /// with the count of why it left the queue.
+    async fn dequeue(&self, id: u64, keys: &[(Key, Mode)], counted: Option<Counter>) -> Result<()> {
         let layout = self.layout();
         let mut deletes = vec![
             TxnOp::delete(layout.waiter(id), None),
             TxnOp::delete(layout.edges(id), None),
         ];
+        deletes.extend(counted.map(|c| self.count(c)));
         deletes.extend(
             keys.iter()
                 .map(|(key, _)| TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None)),
@@ -1804,15 +1969,17 @@ impl Table {
     /// revision.
     pub async fn dump(&self) -> Result<TableDump> {
         let layout = self.layout();
-        let (revision, [actors, holds, waiters, edges, fences]) = self
+        let (revision, [actors, holds, waiters, edges, fences, counts]) = self
             .read_prefixes([
                 layout.actors(),
                 layout.holds(),
                 layout.waiters(),
                 layout.all_edges(),
                 layout.all_fences(),
+                layout.counters(),
             ])
             .await?;
+        let counters = sum_counters(&counts);
         let now = now_ms();
         let age = |since: u64| Duration::from_millis(now.saturating_sub(since));
         let edges = dump_edges(&waiters, &edges, &fences);
@@ -1872,8 +2039,29 @@ impl Table {
             holds,
             waiters,
             edges,
+            counters,
         })
     }
+}
+
+/// The session's counters: each table's counter keys at one revision,
+/// each key's version being its count, summed by counter.
+fn sum_counters(counts: &[KeyValue]) -> crate::Counters {
+    let mut sum = crate::Counters::default();
+    for kv in counts {
+        let name = kv.key().rsplit(|&b| b == b'/').next().unwrap_or_default();
+        let n = u64::try_from(kv.version()).unwrap_or(0);
+        let slot = match Counter::ALL.iter().find(|c| c.name().as_bytes() == name) {
+            Some(Counter::Admitted) => &mut sum.admitted,
+            Some(Counter::Refused) => &mut sum.refused,
+            Some(Counter::Waited) => &mut sum.waited,
+            Some(Counter::TimedOut) => &mut sum.timed_out,
+            Some(Counter::Deadlocks) => &mut sum.deadlocks,
+            None => continue,
+        };
+        *slot += n;
+    }
+    sum
 }
 
 /// The wait-for edges between actors that are true at one read: each

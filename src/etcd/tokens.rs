@@ -49,7 +49,7 @@ impl Table {
             .await
     }
 
-    async fn claim_session_value(&self, key: Vec<u8>, hash: &str) -> Result<bool> {
+    pub(crate) async fn claim_session_value(&self, key: Vec<u8>, hash: &str) -> Result<bool> {
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.clone(), hash, None)])
@@ -120,12 +120,15 @@ impl Table {
         loop {
             let (actors, writers, revision) = self.count_children().await?;
             if max_actors.is_some_and(|max| actors >= max) {
+                // Refused for a slot: counted as in process.
+                self.bump(super::Counter::Refused).await;
                 return Err(Error::NoSlot {
                     limit: crate::SlotLimit::MaxActors,
                     max: max_actors.unwrap_or(0),
                 });
             }
             if !grant.read_only && max_writers.is_some_and(|max| writers >= max) {
+                self.bump(super::Counter::Refused).await;
                 return Err(Error::NoSlot {
                     limit: crate::SlotLimit::MaxWriters,
                     max: max_writers.unwrap_or(0),

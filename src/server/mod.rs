@@ -377,14 +377,7 @@ impl Server {
         )?;
         #[cfg(feature = "etcd")]
         if let Some(etcd) = &options.etcd {
-            let backend = rpc::EtcdBackend::connect(
-                etcd,
-                &options.config,
-                &options.read_roots,
-                &root,
-                &token,
-            )
-            .await?;
+            let backend = rpc::EtcdBackend::connect(etcd, &options.config, &root, &token).await?;
             app = app.with_etcd(backend);
         }
         let app = Arc::new(app);

@@ -53,6 +53,8 @@ pub(crate) struct EtcdOptions {
 pub(crate) struct EtcdBackend {
     table: Table,
     portable: bool,
+    /// The session's case mode, `Detect` already probed.
+    case: CaseMode,
     /// `max_actors`, `max_writers` (SPEC §11): the same on every server of
     /// the session (the first one stores them).
     limits: (Option<usize>, Option<usize>),
@@ -86,11 +88,10 @@ impl EtcdBackend {
     /// Connects to etcd, joins the session and makes sure this server has
     /// the session's token: the first server of a session stores its
     /// token's hash (a compare on its absence), every later one must bring
-    /// the same token. Refuses a configuration the table cannot serve.
+    /// the same token, and the same slot limits and case mode.
     pub(crate) async fn connect(
         options: &EtcdOptions,
         config: &Config,
-        read_roots: &[std::path::PathBuf],
         root: &std::path::Path,
         token: &str,
     ) -> Result<EtcdBackend> {
@@ -98,14 +99,14 @@ impl EtcdBackend {
             CaseMode::Detect => crate::sched::resolve::detect_case(root),
             other => other,
         };
-        if case == CaseMode::Insensitive {
-            return Err(unsupported("case-insensitive keys"));
-        }
-        if !read_roots.is_empty() {
-            return Err(unsupported("read-only roots"));
-        }
-        let table =
-            Table::connect(&options.endpoints, &options.session, options.table.clone()).await?;
+        // Targets are resolved (and folded) here with the in-process
+        // resolver; the table folds the keys it is given the same way and
+        // makes every server of the session agree on the mode.
+        let table_options = options
+            .table
+            .clone()
+            .fold_case(case == CaseMode::Insensitive);
+        let table = Table::connect(&options.endpoints, &options.session, table_options).await?;
         if !table.claim_session_token(&token_hash(token)).await? {
             return Err(Error::Forbidden {
                 reason: format!(
@@ -127,6 +128,7 @@ impl EtcdBackend {
         Ok(EtcdBackend {
             table,
             portable: config.portable_names,
+            case,
             limits,
             tickets: Mutex::new(HashMap::new()),
         })
@@ -156,13 +158,12 @@ impl EtcdBackend {
     }
 
     /// The resolver of targets for an actor rooted at `root`: keys as the
-    /// in-process table makes them (case-sensitive; refused otherwise at
-    /// start).
-    fn resolver(&self, root: &Path) -> Resolver {
+    /// in-process table makes them, folded when the session folds case.
+    fn resolver(&self, root: &Path, read_roots: &[PathBuf]) -> Resolver {
         Resolver::new(
             root.to_path_buf(),
-            Vec::new(),
-            CaseMode::Sensitive,
+            read_roots.to_vec(),
+            self.case,
             self.portable,
         )
     }
@@ -170,7 +171,7 @@ impl EtcdBackend {
     /// Whether the key (path, tree) lies inside one of `fence`'s keys
     /// (equal counts as inside).
     fn inside_fence(&self, path: &Path, tree: bool, fence: &[(PathBuf, bool)]) -> bool {
-        let resolver = self.resolver(Path::new("/"));
+        let resolver = self.resolver(Path::new("/"), &[]);
         let key = resolver.key_for(path.to_path_buf(), tree);
         fence
             .iter()
@@ -371,18 +372,21 @@ impl App {
     ) -> Result<Value> {
         let p: CreateParams = params(p)?;
         let grant = self.grant(caller, &p.grant)?;
-        if !grant.read_roots().is_empty() {
-            return Err(unsupported("read-only roots"));
-        }
-        // As in process: a grant root is an existing folder.
+        // As in process: a grant root and each read root is an existing
+        // folder, kept canonical.
         let root = crate::sched::resolve::canonical_root(grant.root())?;
+        let read_roots = grant
+            .read_roots()
+            .iter()
+            .map(|r| crate::sched::resolve::canonical_root(r))
+            .collect::<Result<Vec<_>>>()?;
         let read_only = grant.is_read_only();
         // A fenced grant's targets, resolved against its root: the fence
         // the new actor takes (all-or-nothing) and the keys its writes
         // must lie inside.
         let fence_targets = match grant.fenced_targets() {
             Some(targets) => {
-                let resolver = backend.resolver(&root);
+                let resolver = backend.resolver(&root, &read_roots);
                 Some(
                     targets
                         .iter()
@@ -400,6 +404,7 @@ impl App {
         let record = GrantRecord {
             read_only,
             fence: fence_keys.clone(),
+            read_roots,
         };
         let token = |id: ActorId| -> Result<String> {
             Ok(format!(
@@ -553,10 +558,21 @@ impl App {
         }
         // Targets become keys here, as in process (symlinks resolved, the
         // grant root enforced); the table takes keys.
-        let resolver = backend.resolver(actor.root());
+        let resolver = backend.resolver(actor.root(), actor.read_roots());
         let mut resolved = Vec::with_capacity(targets.len());
         for target in targets {
             let target = resolver.resolve_target(target)?;
+            // Under a read-only root, shared holds only (SPEC §3), as in
+            // process.
+            if !target.is_workspace() && target.mode() == crate::Mode::Exclusive {
+                let key = resolver.key_for(target.path().to_path_buf(), target.is_tree());
+                if resolver.area(&key) == Some(crate::core::key::Area::ReadOnly) {
+                    return Err(Error::Policy {
+                        path: key.path,
+                        reason: "it lies under a read-only root".into(),
+                    });
+                }
+            }
             match actor.grant_fence() {
                 // A fenced actor's `workspace()` is its grant fence.
                 Some(fence) if target.is_workspace() => {
@@ -731,7 +747,7 @@ impl App {
     }
 
     /// The table's dump in the shape of SPEC §5's, as far as the table
-    /// keeps it (no causes, `blocked_by`, slots or counters yet).
+    /// keeps it (no causes or `blocked_by` yet).
     fn dump_json(&self, backend: &EtcdBackend, dump: &TableDump) -> Value {
         let actors: Vec<Value> = dump
             .actors
@@ -779,6 +795,7 @@ impl App {
             "holds": holds,
             "waiters": waiters,
             "edges": dump.edges,
+            "counters": dump.counters,
         })
     }
 
@@ -813,7 +830,7 @@ impl App {
 }
 
 /// The dump as a text table: actors, holds (with their fencing tokens),
-/// waiters in queue order.
+/// waiters in queue order, the wait-for edges and the counters.
 fn dump_table(dump: &TableDump) -> String {
     let paths = |ps: &[crate::etcd::DumpPath]| {
         ps.iter()
@@ -900,5 +917,11 @@ fn dump_table(dump: &TableDump) -> String {
         })
         .collect();
     out.push_str(&crate::text::table(&["actor", "waits for", "edge"], &rows));
+    // Worded as the in-process table's line.
+    let c = &dump.counters;
+    out.push_str(&format!(
+        "\ncounters: admitted {}, refused {}, waited {}, timed out {}, deadlocks {}\n",
+        c.admitted, c.refused, c.waited, c.timed_out, c.deadlocks
+    ));
     out
 }
