@@ -34,6 +34,22 @@ pub struct Counters {
     pub deadlocks: u64,
 }
 
+/// The dump's counters line, one wording wherever the table lives.
+///
+/// ```
+/// let c = writ::Counters::default();
+/// assert_eq!(c.to_string(), "admitted 0, refused 0, waited 0, timed out 0, deadlocks 0");
+/// ```
+impl std::fmt::Display for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "admitted {}, refused {}, waited {}, timed out {}, deadlocks {}",
+            self.admitted, self.refused, self.waited, self.timed_out, self.deadlocks
+        )
+    }
+}
+
 /// What stands in a request's way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Blocker {

@@ -377,11 +377,6 @@ impl fmt::Display for Dump {
             self.slots.writers,
             limit(self.slots.max_writers)
         )?;
-        let c = &self.counters;
-        write!(
-            f,
-            "counters: admitted {}, refused {}, waited {}, timed out {}, deadlocks {}",
-            c.admitted, c.refused, c.waited, c.timed_out, c.deadlocks
-        )
+        write!(f, "counters: {}", self.counters)
     }
 }

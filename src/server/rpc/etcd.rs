@@ -917,11 +917,6 @@ fn dump_table(dump: &TableDump) -> String {
         })
         .collect();
     out.push_str(&crate::text::table(&["actor", "waits for", "edge"], &rows));
-    // Worded as the in-process table's line.
-    let c = &dump.counters;
-    out.push_str(&format!(
-        "\ncounters: admitted {}, refused {}, waited {}, timed out {}, deadlocks {}\n",
-        c.admitted, c.refused, c.waited, c.timed_out, c.deadlocks
-    ));
+    out.push_str(&format!("\ncounters: {}\n", dump.counters));
     out
 }
