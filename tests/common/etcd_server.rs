@@ -56,20 +56,38 @@ impl Etcd {
         {
             panic!("{NEED_ETCD}");
         }
-        let (client, peer) = (free_port(), free_port());
-        let mut etcd = Etcd {
-            child: None,
-            endpoint: format!("http://127.0.0.1:{client}"),
-            client,
-            peer,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            dir: tempfile::tempdir().unwrap(),
-        };
-        etcd.run("new");
-        etcd
+        // A free port is free only when it is looked at: another test (they
+        // run in parallel, each with servers on port 0) may take it before
+        // etcd binds it. Such a start is tried again on other ports.
+        let mut attempts = 0;
+        loop {
+            let (client, peer) = (free_port(), free_port());
+            let mut etcd = Etcd {
+                child: None,
+                endpoint: format!("http://127.0.0.1:{client}"),
+                client,
+                peer,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+                dir: tempfile::tempdir().unwrap(),
+            };
+            match etcd.try_run("new") {
+                Ok(()) => return etcd,
+                Err(log) if log.contains("address already in use") && attempts < 5 => {
+                    attempts += 1;
+                }
+                Err(log) => panic!("etcd exited before it was healthy:\n{log}"),
+            }
+        }
     }
 
     fn run(&mut self, state: &str) {
+        if let Err(log) = self.try_run(state) {
+            panic!("etcd exited before it was healthy:\n{log}");
+        }
+    }
+
+    /// Starts etcd and waits until it is healthy; its log if it exited first.
+    fn try_run(&mut self, state: &str) -> Result<(), String> {
         let dir = self.dir.path();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -97,7 +115,7 @@ impl Etcd {
         while !healthy(self.client) {
             if let Ok(Some(status)) = child.try_wait() {
                 let log = std::fs::read_to_string(dir.join("etcd.log")).unwrap_or_default();
-                panic!("etcd exited ({status}) before it was healthy:\n{log}");
+                return Err(format!("({status})\n{log}"));
             }
             assert!(
                 Instant::now() < deadline,
@@ -105,7 +123,14 @@ impl Etcd {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The etcd that answered must be this one, not one of another test
+        // that took the port while this one failed to bind it.
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("etcd.log")).unwrap_or_default();
+            return Err(format!("({status})\n{log}"));
+        }
         self.child = Some(child);
+        Ok(())
     }
 
     /// Kills etcd (SIGKILL) and waits for it to be gone.
