@@ -63,6 +63,25 @@ fn invalid(detail: impl Into<String>) -> Error {
     }
 }
 
+fn unauthorized(detail: &str) -> Error {
+    Error::Protocol {
+        kind: ProtocolError::Unauthorized,
+        detail: detail.to_string(),
+    }
+}
+
+fn unknown_token() -> Error {
+    unauthorized("unknown token")
+}
+
+/// What a bearer token claims to be ([`App::claim`]).
+pub(crate) enum TokenClaim<'t> {
+    /// The session token, and it is the right one.
+    Session,
+    /// An actor's token: its wire number and the secret to check.
+    Actor { n: u64, secret: &'t str },
+}
+
 fn params<T: DeserializeOwned>(value: Value) -> Result<T> {
     serde_json::from_value(value).map_err(|e| invalid(format!("invalid params: {e}")))
 }
@@ -338,29 +357,37 @@ impl App {
     /// Who is calling, from the `Authorization` header. An actor token
     /// renews its actor's lease.
     pub(crate) fn authenticate(&self, token: Option<&str>) -> Result<Caller> {
-        let unauthorized = |detail: &str| Error::Protocol {
-            kind: ProtocolError::Unauthorized,
-            detail: detail.to_string(),
+        let (n, secret) = match self.claim(token)? {
+            TokenClaim::Session => return Ok(Caller::Session),
+            TokenClaim::Actor { n, secret } => (n, secret),
         };
+        let mut reg = self.reg.lock();
+        let slot = reg.actors.get(&n).ok_or_else(unknown_token)?;
+        if !auth::same_secret(secret, &slot.secret) {
+            return Err(unknown_token());
+        }
+        let lease = slot.lease;
+        reg.renew(lease, self.ttl);
+        Ok(Caller::Actor(n))
+    }
+
+    /// What a bearer token claims to be, before anyone looks it up: the
+    /// session token (checked here), or `<actor handle>.<secret>`. One
+    /// reading of the token for every backend.
+    pub(crate) fn claim<'t>(&self, token: Option<&'t str>) -> Result<TokenClaim<'t>> {
         let Some(token) = token else {
             return Err(unauthorized(
                 "no token: send `Authorization: Bearer <token>` (the session token is in the discovery file)",
             ));
         };
         if auth::same_secret(token, &self.token) {
-            return Ok(Caller::Session);
+            return Ok(TokenClaim::Session);
         }
-        let unknown = || unauthorized("unknown token");
-        let (handle, secret) = token.split_once('.').ok_or_else(unknown)?;
-        let n = self.parse('a', "an actor", handle).map_err(|_| unknown())?;
-        let mut reg = self.reg.lock();
-        let slot = reg.actors.get(&n).ok_or_else(unknown)?;
-        if !auth::same_secret(secret, &slot.secret) {
-            return Err(unknown());
-        }
-        let lease = slot.lease;
-        reg.renew(lease, self.ttl);
-        Ok(Caller::Actor(n))
+        let (handle, secret) = token.split_once('.').ok_or_else(unknown_token)?;
+        let n = self
+            .parse('a', "an actor", handle)
+            .map_err(|_| unknown_token())?;
+        Ok(TokenClaim::Actor { n, secret })
     }
 
     fn may(&self, caller: &Caller, lineage: &[u64], what: &str) -> Result<()> {

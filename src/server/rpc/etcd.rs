@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use super::{
     ActorParams, AdmitParams, App, CreateParams, DumpParams, HoldParams, HoldTargetsParams,
-    LeaseParams, invalid, params, targets, timeout,
+    LeaseParams, TokenClaim, invalid, params, targets, timeout, unknown_token,
 };
 use crate::etcd::tokens::token_hash;
 use crate::etcd::{ActorRef, AdmitRequest, GrantRecord, LeaseId, Table, TableDump, TableOptions};
@@ -38,7 +38,7 @@ use crate::sched::resolve::Resolver;
 use crate::server::auth::{self, Caller};
 use crate::server::lease::Ticket;
 use crate::wire::PROTOCOL_VERSION;
-use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, ProtocolError, Result, Target};
+use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, Result, Target};
 
 /// Where a server finds its session's table in etcd.
 #[derive(Debug, Clone)]
@@ -242,26 +242,18 @@ impl App {
         backend: &EtcdBackend,
         token: Option<&str>,
     ) -> Result<Caller> {
-        let unauthorized = |detail: &str| Error::Protocol {
-            kind: ProtocolError::Unauthorized,
-            detail: detail.to_string(),
+        let n = match self.claim(token)? {
+            TokenClaim::Session => return Ok(Caller::Session),
+            // The whole token is hashed: its secret is checked by finding
+            // the hash in etcd.
+            TokenClaim::Actor { n, .. } => n,
         };
-        let Some(token) = token else {
-            return Err(unauthorized(
-                "no token: send `Authorization: Bearer <token>` (the session token is in the discovery file)",
-            ));
-        };
-        if auth::same_secret(token, &self.token) {
-            return Ok(Caller::Session);
-        }
-        let unknown = || unauthorized("unknown token");
-        let (handle, _) = token.split_once('.').ok_or_else(unknown)?;
-        let n = self.parse('a', "an actor", handle).map_err(|_| unknown())?;
+        let token = token.unwrap_or_default();
         let (actor, lease) = backend
             .table
             .token_owner(&token_hash(token), ActorId(n))
             .await?
-            .ok_or_else(unknown)?;
+            .ok_or_else(unknown_token)?;
         // Any request made with the lease's tokens renews it (SPEC §13);
         // the request does not wait for the renewal.
         let table = backend.table.clone();
