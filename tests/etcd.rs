@@ -2013,3 +2013,100 @@ fn a_fenced_actor_counts_once_through_a_server() {
         assert_eq!(counters(url), (1.into(), 1.into()), "after a refused one");
     }
 }
+
+/// The keys under one of a session's prefixes, read straight from etcd.
+async fn keys_under(etcd: &Etcd, session: &str, prefix: &str) -> Vec<String> {
+    let mut client = etcd_client::Client::connect([etcd.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    let got = client
+        .get(
+            format!("/writ/{session}/{prefix}"),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    got.kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect()
+}
+
+/// SPEC §13's tickets through two tables: a wait given up through the
+/// table that did not serve it is never granted afterwards, and a grant
+/// whose answer the caller never got is released by giving its ticket up
+/// anywhere. Nothing of either ticket is left in etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_given_up_through_another_table_is_never_granted_or_is_released() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("tickets").await, etcd.table("tickets").await);
+    let holder = actor(&one, "holder").await;
+    let caller = actor(&one, "caller").await;
+    let fence = one
+        .admit(&holder, AdmitRequest::fence(["/ws/src/"]))
+        .await
+        .unwrap();
+    // Given up while it waits, through the other table.
+    let waiting = {
+        let (one, caller) = (one.clone(), caller.clone());
+        tokio::spawn(async move {
+            let asked = AdmitRequest::call(["/ws/src/a.rs"]).wait().ticket("w-1");
+            one.admit(&caller, asked).await
+        })
+    };
+    poll_until(Duration::from_secs(10), "the wait to queue", || async {
+        one.dump().await.unwrap().waiters.len() == 1
+    })
+    .await;
+    assert_eq!(two.give_up(&caller, "w-1").await.unwrap(), None);
+    one.release(fence.hold()).await.unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), waiting).await {
+        Ok(Ok(Err(Error::Unavailable { .. }))) => {}
+        other => panic!("a wait given up must not be granted: {other:?}"),
+    }
+    let dump = two.dump().await.unwrap();
+    assert!(dump.holds.is_empty() && dump.waiters.is_empty(), "{dump:?}");
+    assert_eq!(
+        keys_under(&etcd, "tickets", "g/").await,
+        Vec::<String>::new()
+    );
+
+    // Granted, and the answer lost: giving the ticket up releases it.
+    let asked = AdmitRequest::call(["/ws/src/a.rs"]).ticket("w-2");
+    let grant = one.admit(&caller, asked).await.unwrap();
+    assert_eq!(
+        keys_under(&etcd, "tickets", "g/").await.len(),
+        1,
+        "the answer lands with the grant"
+    );
+    assert_eq!(
+        two.give_up(&caller, "w-2").await.unwrap(),
+        Some(grant.hold())
+    );
+    assert!(two.dump().await.unwrap().holds.is_empty());
+    assert_eq!(
+        keys_under(&etcd, "tickets", "g/").await,
+        Vec::<String>::new()
+    );
+    // A second give-up finds nothing to release; it cannot tell a ticket
+    // answered long ago from one still to be granted, so it leaves its
+    // mark, which goes with the actor's lease.
+    assert_eq!(one.give_up(&caller, "w-2").await.unwrap(), None);
+    let marks = keys_under(&etcd, "tickets", "g/").await;
+    assert_eq!(marks.len(), 1);
+    // A hold released by its holder takes its answer with it.
+    let asked = AdmitRequest::call(["/ws/src/b.rs"]).ticket("w-3");
+    let grant = two.admit(&caller, asked).await.unwrap();
+    assert_eq!(keys_under(&etcd, "tickets", "g/").await.len(), 2);
+    one.release(grant.hold()).await.unwrap();
+    assert_eq!(keys_under(&etcd, "tickets", "g/").await, marks);
+    one.revoke(caller.lease()).await.unwrap();
+    assert_eq!(
+        keys_under(&etcd, "tickets", "g/").await,
+        Vec::<String>::new()
+    );
+}

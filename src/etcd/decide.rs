@@ -118,6 +118,10 @@ pub(crate) struct ClaimRecord {
     #[serde(flatten)]
     pub(crate) meta: Meta,
     pub(crate) keys: Vec<KeyRecord>,
+    /// The hash of the ticket the grant was asked with: its answer key
+    /// goes with the hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ticket: Option<String>,
 }
 
 impl ClaimRecord {

@@ -280,6 +280,9 @@ struct ActorRecord {
     since_ms: u64,
 }
 
+/// The answer key's value of a request given up before its grant.
+const ABANDONED: &str = "abandoned";
+
 /// How long a request may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
@@ -304,6 +307,7 @@ pub struct AdmitRequest {
     priority: i32,
     label: Option<String>,
     wait: Wait,
+    ticket: Option<String>,
 }
 
 impl AdmitRequest {
@@ -326,6 +330,7 @@ impl AdmitRequest {
             priority: 0,
             label: None,
             wait: Wait::Never,
+            ticket: None,
         }
     }
 
@@ -354,6 +359,21 @@ impl AdmitRequest {
     #[must_use]
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
+        self
+    }
+
+    /// Names this request (SPEC §13's tickets: unique per wait), so that a
+    /// caller who stops waiting — through any table of the session — can
+    /// give it up with [`Table::give_up`]: a grant that commits afterwards
+    /// cannot, and one that committed first is released.
+    ///
+    /// ```
+    /// let asked = writ::etcd::AdmitRequest::call(["/ws/a.rs"]).wait().ticket("c1-7");
+    /// # let _ = asked;
+    /// ```
+    #[must_use]
+    pub fn ticket(mut self, ticket: impl Into<String>) -> Self {
+        self.ticket = Some(ticket.into());
         self
     }
 }
@@ -725,6 +745,10 @@ struct Admission {
     /// For a widening of a live hold (`Table::extend`): that hold's record
     /// as read, which the commit replaces.
     replaces: Option<Replace>,
+    /// The hash of the request's ticket ([`AdmitRequest::ticket`]); for
+    /// a widening, the widened hold's (kept in its record, not asked for
+    /// again).
+    ticket: Option<String>,
 }
 
 /// The hold a widening replaces: its record's mod revision (compared at
@@ -747,10 +771,17 @@ impl Admission {
         }
     }
 
+    /// The ticket the commit must answer: a new grant's, not a widening's.
+    fn ticket_to_answer(&self, layout: &Layout) -> Option<Vec<u8>> {
+        let hash = self.ticket.as_ref().filter(|_| self.replaces.is_none())?;
+        Some(layout.ticket(self.actor.id.0, hash))
+    }
+
     fn record(&self) -> ClaimRecord {
         ClaimRecord {
             meta: self.meta(),
             keys: key_records(&self.keys),
+            ticket: self.ticket.clone(),
         }
     }
 
@@ -821,9 +852,11 @@ impl Admission {
             2 + keys
         };
         let replacing = self.replaces.as_ref().map_or(0, |r| r.old.len() + 1);
+        // A ticket's answer: a compare and a put.
+        let ticket = usize::from(self.ticket.is_some() && self.replaces.is_none());
         // The count of the grant (or of the wait, when it queues).
-        let writes = 3 + keys + waiting + replacing;
-        (compares + usize::from(self.replaces.is_some())).max(writes)
+        let writes = 3 + keys + waiting + replacing + ticket;
+        (compares + usize::from(self.replaces.is_some()) + ticket).max(writes)
     }
 }
 
@@ -1288,6 +1321,7 @@ impl Table {
             hold: self.next_id()?,
             since_ms: now_ms(),
             replaces: None,
+            ticket: request.ticket.as_deref().map(tokens::token_hash),
         };
         self.spawn_admission(admission).await
     }
@@ -1446,11 +1480,28 @@ impl Table {
                 Some(GetOptions::new().with_keys_only()),
             ));
         }
+        let ticket = admission.ticket_to_answer(layout);
+        if let Some(key) = &ticket {
+            reads.push(TxnOp::get(
+                key.clone(),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+        }
         let read = self
             .admission_txn(Txn::new().and_then(reads), None, ops, limit)
             .await?;
         let revision = revision_of(&read);
         let mut ranges = ranges_of(&read);
+        if let Some(key) = ticket.filter(|_| ranges.pop().is_some_and(|kvs| !kvs.is_empty())) {
+            // Before its grant the answer key exists only as the mark of a
+            // caller who gave the request up. This request ends here, so
+            // the mark has done its work (best effort: the lease takes it
+            // otherwise).
+            let _ = self.client().delete(key, None).await;
+            return Err(Error::Unavailable {
+                reason: "the caller gave this request up".into(),
+            });
+        }
         if let Some(replace) = &admission.replaces {
             match ranges
                 .pop()
@@ -1656,6 +1707,12 @@ impl Table {
         }
         writes.extend(admission.entry_puts(layout, Owner::Hold(hold), admission.actor.lease)?);
         writes.extend(stale);
+        if let Some(key) = admission.ticket_to_answer(layout) {
+            // Granted only if its caller has not given it up, and the
+            // answer lands with the grant for whichever table is asked.
+            compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
+            writes.push(TxnOp::put(key, layout::hex(hold), lease.clone()));
+        }
         // A widening is not counted as an admission, as in process.
         if admission.replaces.is_none() {
             writes.push(self.count(Counter::Admitted));
@@ -1950,6 +2007,60 @@ impl Table {
         }
     }
 
+    /// Gives up the request `actor` asked with `ticket`
+    /// ([`AdmitRequest::ticket`]), through any table of the session: if it
+    /// was granted, the hold is released and returned; if not, it never
+    /// will be (its commit compares on the mark this leaves, on the
+    /// actor's lease). Giving a ticket up twice is harmless.
+    ///
+    /// ```no_run
+    /// # async fn demo(table: writ::etcd::Table, actor: writ::etcd::ActorRef) -> Result<(), writ::Error> {
+    /// if let Some(hold) = table.give_up(&actor, "c1-7").await? {
+    ///     println!("{hold:?} was granted just before the caller left; released");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn give_up(&self, actor: &ActorRef, ticket: &str) -> Result<Option<HoldId>> {
+        let key = self
+            .layout()
+            .ticket(actor.id.0, &tokens::token_hash(ticket));
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), ABANDONED, with_lease(actor.lease))])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let done = self
+            .client()
+            .txn(txn)
+            .await
+            .map_err(|e| etcd_error(e, Some(actor.lease), 0, 0))?;
+        if done.succeeded() {
+            return Ok(None);
+        }
+        let answer = ranges_of(&done)
+            .into_iter()
+            .flatten()
+            .next()
+            .map(|kv| kv.value().to_vec())
+            .unwrap_or_default();
+        let Some(hold) = std::str::from_utf8(&answer)
+            .ok()
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        else {
+            // Given up before: the mark stays for a commit still to come.
+            return Ok(None);
+        };
+        match self.release(HoldId(hold)).await {
+            // Its release took the answer key with it.
+            Ok(()) => Ok(Some(HoldId(hold))),
+            // Released by its holder already; the answer key is stale.
+            Err(Error::UnknownHold { .. }) => {
+                self.client().delete(key, None).await.map_err(unavailable)?;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Releases a hold: its record, index entries and owner index go in
     /// one transaction. `UnknownHold` if it is already gone.
     pub async fn release(&self, hold: HoldId) -> Result<()> {
@@ -1965,6 +2076,9 @@ impl Table {
         }
         for (k, _) in record.keys() {
             deletes.push(TxnOp::delete(layout.entry(&k, Owner::Hold(hold.0)), None));
+        }
+        if let Some(hash) = &record.ticket {
+            deletes.push(TxnOp::delete(layout.ticket(record.meta.owner, hash), None));
         }
         let txn = Txn::new().when([still(key, created)]).and_then(deletes);
         let done = self.client().txn(txn).await.map_err(unavailable)?;

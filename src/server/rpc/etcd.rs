@@ -10,22 +10,19 @@
 //! handles are the table's ids (unique in the session) under the instance
 //! name `etcd`: `a-etcd-<id>`, `h-etcd-<id>`, `l-etcd-<etcd lease>`.
 //!
-//! The only local state is the tickets of waits this server answered
-//! (SPEC §13: a grant racing a client's give-up is handed back). A ticket is
-//! given up through the server that took the wait (the client's own
-//! connection); entries are dropped with their hold, or after a while.
+//! Tickets too (SPEC §13: a grant racing a client's give-up is handed
+//! back) are answered in etcd, so a client whose server died gives its wait
+//! up through another ([`Table::give_up`]).
 //!
 //! What the table cannot do yet (waiting for a slot,
 //! the file tools, history)
 //! is refused whole with `Error::Unsupported`, never approximated.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use super::{
@@ -36,7 +33,6 @@ use crate::etcd::tokens::token_hash;
 use crate::etcd::{ActorRef, AdmitRequest, GrantRecord, LeaseId, Table, TableDump, TableOptions};
 use crate::sched::resolve::Resolver;
 use crate::server::auth::{self, Caller};
-use crate::server::lease::Ticket;
 use crate::wire::PROTOCOL_VERSION;
 use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, Result, Target};
 
@@ -58,12 +54,7 @@ pub(crate) struct EtcdBackend {
     /// `max_actors`, `max_writers` (SPEC §11): the same on every server of
     /// the session (the first one stores them).
     limits: (Option<usize>, Option<usize>),
-    /// Tickets of waits this server answered, with when they were filed.
-    tickets: Mutex<HashMap<(u64, String), (Ticket, Instant)>>,
 }
-
-/// How long a ticket's answer is kept for a client that gave up.
-const TICKET_MEMORY: Duration = Duration::from_secs(120);
 
 /// The methods of SPEC §13 the etcd table does not serve yet.
 const UNSUPPORTED: &[&str] = &[
@@ -130,31 +121,7 @@ impl EtcdBackend {
             portable: config.portable_names,
             case,
             limits,
-            tickets: Mutex::new(HashMap::new()),
         })
-    }
-
-    fn file_ticket(&self, key: (u64, String), hold: u64) -> bool {
-        let mut tickets = self.tickets.lock();
-        let now = Instant::now();
-        tickets.retain(|_, (_, at)| now.duration_since(*at) < TICKET_MEMORY);
-        if let Some((Ticket::Abandoned, _)) = tickets.get(&key) {
-            tickets.remove(&key);
-            return false;
-        }
-        tickets.insert(key, (Ticket::Granted(hold), now));
-        true
-    }
-
-    fn ticket_hold(&self, key: (u64, String)) -> Option<u64> {
-        let mut tickets = self.tickets.lock();
-        match tickets.get(&key) {
-            Some((Ticket::Granted(hold), _)) => Some(*hold),
-            _ => {
-                tickets.insert(key, (Ticket::Abandoned, Instant::now()));
-                None
-            }
-        }
     }
 
     /// The resolver of targets for an actor rooted at `root`: keys as the
@@ -176,12 +143,6 @@ impl EtcdBackend {
         fence
             .iter()
             .any(|(f, t)| crate::core::key::inside(&key, &resolver.key_for(f.clone(), *t)))
-    }
-
-    fn forget_hold(&self, hold: u64) {
-        self.tickets
-            .lock()
-            .retain(|_, (t, _)| *t != Ticket::Granted(hold));
     }
 }
 
@@ -621,6 +582,9 @@ impl App {
         if let Some(label) = p.label {
             request = request.label(label);
         }
+        if let Some(ticket) = &p.ticket {
+            request = request.ticket(ticket.clone());
+        }
         let wait = p.wait.unwrap_or(!fence);
         if wait {
             request = match timeout(p.timeout_ms) {
@@ -636,15 +600,6 @@ impl App {
             admitting.await?
         };
         let hold = grant.hold().0;
-        if let Some(ticket) = p.ticket {
-            if !backend.file_ticket((actor.id().0, ticket), hold) {
-                // The client gave up before this grant: hand it back.
-                let _ = backend.table.release(grant.hold()).await;
-                return Err(Error::UnknownHold {
-                    hold: self.handle('h', hold),
-                });
-            }
-        }
         Ok(json!({
             "hold": self.handle('h', hold),
             "kind": match grant.kind() { HoldKind::Fence => "fence", HoldKind::Call => "call" },
@@ -693,11 +648,13 @@ impl App {
         let (n, named) = match (&p.hold, &p.actor, &p.ticket) {
             (Some(hold), None, None) => (self.parse('h', "a hold", hold)?, hold.clone()),
             (None, Some(actor), Some(ticket)) => {
+                // The answer is in etcd: any server of the session can
+                // give the wait up, whichever one served it.
                 let actor = self.etcd_actor(backend, caller, actor).await?;
-                match backend.ticket_hold((actor.id().0, ticket.clone())) {
-                    Some(hold) => (hold, self.handle('h', hold)),
-                    None => return Ok(json!({"released": null, "ticket": ticket})),
-                }
+                return Ok(match backend.table.give_up(&actor, ticket).await? {
+                    Some(hold) => json!({"released": self.handle('h', hold.0)}),
+                    None => json!({"released": null, "ticket": ticket}),
+                });
             }
             _ => return Err(invalid("release takes {hold} or {actor, ticket}")),
         };
@@ -722,7 +679,6 @@ impl App {
             },
             Err(e) => return Err(e),
         }
-        backend.forget_hold(n);
         Ok(json!({"released": named}))
     }
 
