@@ -49,7 +49,10 @@ mod change;
 mod deadlock;
 mod decide;
 mod layout;
+mod slots;
 pub(crate) mod tokens;
+
+pub(crate) use slots::ChildAsk;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -277,6 +280,56 @@ struct ActorRecord {
     read_roots: Vec<String>,
 }
 
+/// An actor's record and lineage (its ancestors' ids and its own, root
+/// first), as every table reads it back.
+fn actor_record(
+    id: u64,
+    lease: LeaseId,
+    name: &str,
+    root: &Path,
+    parent: Option<&ActorRef>,
+    grant: &GrantRecord,
+) -> Result<(ActorRecord, Vec<u64>)> {
+    let Some(root_text) = root.to_str().filter(|_| root.is_absolute()) else {
+        return Err(Error::invalid(
+            root,
+            "an actor's root must be an absolute UTF-8 path",
+        ));
+    };
+    let mut lineage = parent.map(|p| p.lineage.to_vec()).unwrap_or_default();
+    lineage.push(id);
+    let record = ActorRecord {
+        name: name.to_string(),
+        lineage: lineage.clone(),
+        root: root_text.to_string(),
+        lease: lease.0,
+        read_only: grant.read_only,
+        fence: grant
+            .fence
+            .as_ref()
+            .map(|keys| {
+                keys.iter()
+                    .map(|(p, tree)| {
+                        p.to_str().map(|p| (p.to_string(), *tree)).ok_or_else(|| {
+                            Error::invalid(p, "the etcd table stores paths as UTF-8")
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .transpose()?,
+        read_roots: grant
+            .read_roots
+            .iter()
+            .map(|r| {
+                r.to_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| Error::invalid(r, "the etcd table stores paths as UTF-8"))
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
+    Ok((record, lineage))
+}
+
 /// How long a request may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
@@ -488,6 +541,13 @@ pub struct DumpWaiter {
     pub priority: i32,
     /// The revision it was queued at (its place among equal priorities).
     pub revision: i64,
+    /// For a `child_wait` (SPEC §11), the child's name; `actor` is then
+    /// the parent that asks.
+    pub child: Option<String>,
+    /// Why it waits, judged at the dump's revision as in process (SPEC
+    /// §11: `Slots`, `Writers`, then `Path`); so far only for a
+    /// `child_wait`.
+    pub cause: Option<crate::WaitCause>,
 }
 
 /// One process's handle on a session's table in etcd.
@@ -726,6 +786,7 @@ impl Admission {
         ClaimRecord {
             meta: self.meta(),
             keys: key_records(&self.keys),
+            child_of: None,
         }
     }
 
@@ -1086,43 +1147,7 @@ impl Table {
         extra: Vec<TxnOp>,
         extra_compares: Vec<Compare>,
     ) -> Result<ActorRef> {
-        let Some(root_text) = root.to_str().filter(|_| root.is_absolute()) else {
-            return Err(Error::invalid(
-                root,
-                "an actor's root must be an absolute UTF-8 path",
-            ));
-        };
-        let mut lineage = parent.map(|p| p.lineage.to_vec()).unwrap_or_default();
-        lineage.push(id);
-        let record = ActorRecord {
-            name: name.to_string(),
-            lineage: lineage.clone(),
-            root: root_text.to_string(),
-            lease: lease.0,
-            read_only: grant.read_only,
-            fence: grant
-                .fence
-                .as_ref()
-                .map(|keys| {
-                    keys.iter()
-                        .map(|(p, tree)| {
-                            p.to_str().map(|p| (p.to_string(), *tree)).ok_or_else(|| {
-                                Error::invalid(p, "the etcd table stores paths as UTF-8")
-                            })
-                        })
-                        .collect::<Result<Vec<_>>>()
-                })
-                .transpose()?,
-            read_roots: grant
-                .read_roots
-                .iter()
-                .map(|r| {
-                    r.to_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| Error::invalid(r, "the etcd table stores paths as UTF-8"))
-                })
-                .collect::<Result<Vec<_>>>()?,
-        };
+        let (record, lineage) = actor_record(id, lease, name, root, parent, &grant)?;
         let mut compares: Vec<Compare> = parent
             .map(|p| still(self.layout().actor(p.id.0), p.revision))
             .into_iter()
@@ -1515,6 +1540,7 @@ impl Table {
                 queued: i64::MAX,
                 hard,
                 soft,
+                slot: None,
             };
             return Ok(Step::Blocked(admission.busy(&blocker), revision, edges));
         }
@@ -1757,7 +1783,11 @@ impl Table {
         let mut mine = mine.clone();
         mine.queued = others.get(&me).map_or(i64::MAX, |e| e.queued);
         true_edges(&fences_of, None, my_claim, &mut mine);
-        Ok(deadlock::refused_cycle(me, &mine, &others))
+        if let Some(cycle) = deadlock::refused_cycle(me, &mine, &others) {
+            return Ok(Some(cycle));
+        }
+        // Slot waits (SPEC §11) are "any of" waits, judged apart.
+        self.slot_cycle(me, &mine, &others).await
     }
 
     /// Every waiting request's edges that are true at one revision.
@@ -1856,6 +1886,8 @@ impl Table {
         let mut deletes = vec![
             TxnOp::delete(layout.waiter(id), None),
             TxnOp::delete(layout.edges(id), None),
+            // A `child_wait`'s mark, if it is one (nothing otherwise).
+            TxnOp::delete(layout.slot_waiter(id), None),
         ];
         deletes.extend(counted.map(|c| self.count(c)));
         deletes.extend(
@@ -1872,12 +1904,12 @@ impl Table {
     /// Waits until something changes in `ranges` after `revision`, the
     /// deadline passes, the caller goes away, or a `deadlock_check` period
     /// ends (a re-read then catches whatever no event announced).
-    async fn wait_for_change(
+    async fn wait_for_change<T>(
         &self,
         ranges: &[Vec<u8>],
         revision: i64,
         deadline: Option<tokio::time::Instant>,
-        answer: &mut oneshot::Sender<Result<Grant>>,
+        answer: &mut oneshot::Sender<Result<T>>,
     ) -> Result<Woken> {
         let options = || {
             Some(
@@ -1969,7 +2001,7 @@ impl Table {
     /// revision.
     pub async fn dump(&self) -> Result<TableDump> {
         let layout = self.layout();
-        let (revision, [actors, holds, waiters, edges, fences, counts]) = self
+        let (revision, [actor_kvs, holds, waiter_kvs, edges, fences, counts]) = self
             .read_prefixes([
                 layout.actors(),
                 layout.holds(),
@@ -1982,8 +2014,8 @@ impl Table {
         let counters = sum_counters(&counts);
         let now = now_ms();
         let age = |since: u64| Duration::from_millis(now.saturating_sub(since));
-        let edges = dump_edges(&waiters, &edges, &fences);
-        let actors = actors
+        let edges = dump_edges(&waiter_kvs, &edges, &fences);
+        let actors = actor_kvs
             .iter()
             .filter_map(|kv| {
                 let record: ActorRecord = serde_json::from_slice(kv.value()).ok()?;
@@ -2015,7 +2047,7 @@ impl Table {
             })
             .collect();
         holds.sort_by_key(|h| (h.revision, h.id));
-        let mut waiters: Vec<DumpWaiter> = waiters
+        let mut waiters: Vec<DumpWaiter> = waiter_kvs
             .iter()
             .filter_map(|kv| {
                 let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
@@ -2029,10 +2061,14 @@ impl Table {
                     kind: record.meta.kind.into(),
                     priority: record.meta.priority,
                     revision: kv.create_revision(),
+                    child: None,
+                    cause: None,
                 })
             })
             .collect();
         waiters.sort_by_key(|w| (std::cmp::Reverse(w.priority), w.revision));
+        self.dump_child_waits(revision, &actor_kvs, &waiter_kvs, &fences, &mut waiters)
+            .await?;
         Ok(TableDump {
             revision,
             actors,
