@@ -295,6 +295,42 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_wait_is_a_deadlock_only_when_every_holder_waits_on_its_requester() {
+        // Request 30 of actor 1 waits for an actor slot; children 2 and 3
+        // hold the two slots.
+        let mut slot_wait = edges(1, 20, &[], &[]);
+        slot_wait.slot = Some(SlotKind::Actors);
+        let holders = [(2, "a2".to_string()), (3, "a3".to_string())];
+        // Child 2 waits on actor 1's fence, child 3 on nothing: no deadlock.
+        let k2 = edges(2, 10, &[1], &[]);
+        let others = BTreeMap::from([(30, slot_wait.clone()), (40, k2.clone())]);
+        assert_eq!(slot_deadlock(30, &slot_wait, &others, 30, &holders), None);
+        // Child 3 waits behind child 2's request: every holder is caught,
+        // and the one that closes it (the newest) is refused, by name.
+        let k3 = edges(3, 25, &[], &[40]);
+        let others = BTreeMap::from([(30, slot_wait.clone()), (40, k2), (50, k3.clone())]);
+        assert_eq!(
+            slot_deadlock(50, &k3, &others, 30, &holders),
+            Some(vec!["a3".into(), "a1".into(), "a2".into()])
+        );
+        assert_eq!(
+            slot_deadlock(30, &slot_wait, &others, 30, &holders),
+            None,
+            "not the newest"
+        );
+        // The slot wait arriving last is the one refused.
+        let mut arriving = slot_wait.clone();
+        arriving.queued = i64::MAX;
+        assert_eq!(
+            slot_deadlock(u64::MAX, &arriving, &others, u64::MAX, &holders),
+            Some(vec!["a1".into(), "a2".into(), "a3".into()])
+        );
+        // No holder, no deadlock: a slot will not come, but nobody waits on
+        // anybody (a limit of 0 is refused elsewhere).
+        assert_eq!(slot_deadlock(30, &slot_wait, &others, 30, &[]), None);
+    }
+
+    #[test]
     fn two_fence_holders_waiting_for_each_other_refuse_the_newer() {
         // Request 10 of actor 1 waits for actor 2's fence; request 20 of
         // actor 2 waits for actor 1's fence.
