@@ -199,6 +199,9 @@ struct PathVerdict {
     relied: Vec<(u64, i64)>,
 }
 
+/// One index entry as read: key, value, create revision.
+type Entry = (Vec<u8>, Vec<u8>, i64);
+
 /// The session as one read saw it, for slot decisions.
 #[derive(Debug, Default)]
 struct World {
@@ -214,7 +217,7 @@ struct World {
     fences: Vec<(u64, i64, Claim)>,
     /// The index entries in the conflict ranges of some claims (by waiter
     /// id, [`NEW`] for the request being decided), read at `revision`.
-    entries: HashMap<u64, Vec<(Vec<u8>, Vec<u8>, i64)>>,
+    entries: HashMap<u64, Vec<Entry>>,
 }
 
 impl World {
