@@ -278,6 +278,9 @@ struct ActorRecord {
     fence: Option<Vec<(String, bool)>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     read_roots: Vec<String>,
+    /// Wall-clock milliseconds since the epoch (for its age in the dump).
+    #[serde(default)]
+    since_ms: u64,
 }
 
 /// An actor's record and lineage (its ancestors' ids and its own, root
@@ -326,6 +329,7 @@ fn actor_record(
                     .ok_or_else(|| Error::invalid(r, "the etcd table stores paths as UTF-8"))
             })
             .collect::<Result<Vec<_>>>()?,
+        since_ms: now_ms(),
     };
     Ok((record, lineage))
 }
@@ -483,6 +487,12 @@ pub struct DumpActor {
     pub root: PathBuf,
     /// Whether it was made read-only (it takes no writer slot).
     pub read_only: bool,
+    /// Whether it was made with a grant fence.
+    pub fenced: bool,
+    /// How long it has lived (by the wall clocks of the table that made it
+    /// and the one dumping).
+    #[serde(serialize_with = "secs")]
+    pub age: Duration,
 }
 
 /// One held or requested key in a [`TableDump`].
@@ -544,10 +554,22 @@ pub struct DumpWaiter {
     /// For a `child_wait` (SPEC §11), the child's name; `actor` is then
     /// the parent that asks.
     pub child: Option<String>,
-    /// Why it waits, judged at the dump's revision as in process (SPEC
-    /// §11: `Slots`, `Writers`, then `Path`); so far only for a
-    /// `child_wait`.
+    /// What it waits for (SPEC §11), judged at the dump's revision; `None`
+    /// when nothing is in its way any more (its table grants it next).
     pub cause: Option<crate::WaitCause>,
+    /// The holds and the waiters ahead of it in its way (SPEC §5), at the
+    /// dump's revision.
+    pub blocked_by: DumpBlockedBy,
+}
+
+/// What blocks a waiter in a [`TableDump`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DumpBlockedBy {
+    /// The live holds it conflicts with, in grant order.
+    pub holds: Vec<HoldId>,
+    /// The waiters ahead of it it conflicts with (and may not pass), in
+    /// queue order.
+    pub waiters: Vec<u64>,
 }
 
 /// One process's handle on a session's table in etcd.
@@ -2015,60 +2037,103 @@ impl Table {
         let now = now_ms();
         let age = |since: u64| Duration::from_millis(now.saturating_sub(since));
         let edges = dump_edges(&waiter_kvs, &edges, &fences);
-        let actors = actor_kvs
+        let mut actors: Vec<(i64, DumpActor)> = actor_kvs
             .iter()
             .filter_map(|kv| {
                 let record: ActorRecord = serde_json::from_slice(kv.value()).ok()?;
                 let parent = record.lineage.iter().rev().nth(1).map(|&p| ActorId(p));
-                Some(DumpActor {
+                let actor = DumpActor {
                     id: ActorId(id_in(kv.key())?),
                     name: record.name,
                     parent,
                     lease: LeaseId(record.lease),
                     root: PathBuf::from(record.root),
                     read_only: record.read_only,
-                })
+                    fenced: record.fence.is_some(),
+                    age: age(record.since_ms),
+                };
+                Some((kv.create_revision(), actor))
             })
             .collect();
-        let mut holds: Vec<DumpHold> = holds
-            .iter()
-            .filter_map(|kv| {
-                let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
-                Some(DumpHold {
-                    id: HoldId(id_in(kv.key())?),
-                    actor: ActorId(record.meta.owner),
-                    paths: dump_paths(&record),
-                    actor_name: record.meta.name,
-                    kind: record.meta.kind.into(),
-                    label: record.meta.label,
-                    revision: kv.create_revision(),
-                    age: age(record.meta.since_ms),
+        // Creation order: ids are unique, not ordered across tables.
+        actors.sort_by_key(|(made, actor)| (*made, actor.id));
+        let actors = actors.into_iter().map(|(_, actor)| actor).collect();
+        let records = |kvs: &[KeyValue], owner: fn(u64) -> Owner| -> Vec<(ClaimRecord, Other)> {
+            kvs.iter()
+                .filter_map(|kv| {
+                    let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
+                    let other = Other {
+                        owner: owner(id_in(kv.key())?),
+                        meta: record.meta.clone(),
+                        claim: record.claim(),
+                        revision: kv.create_revision(),
+                    };
+                    Some((record, other))
                 })
-            })
-            .collect();
-        holds.sort_by_key(|h| (h.revision, h.id));
-        let mut waiters: Vec<DumpWaiter> = waiter_kvs
+                .collect()
+        };
+        let mut holds = records(&holds, Owner::Hold);
+        holds.sort_by_key(|(_, h)| (h.revision, h.owner));
+        let mut waiters = records(&waiter_kvs, Owner::Waiter);
+        waiters.sort_by_key(|(_, w)| (std::cmp::Reverse(w.meta.priority), w.revision, w.owner));
+        let held: Vec<Other> = holds.iter().map(|(_, h)| h.clone()).collect();
+        let queued: Vec<Other> = waiters.iter().map(|(_, w)| w.clone()).collect();
+        let id_of = |o: &Other| match o.owner {
+            Owner::Hold(id) | Owner::Waiter(id) => id,
+        };
+        let mut waiters: Vec<DumpWaiter> = waiters
             .iter()
-            .filter_map(|kv| {
-                let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
-                Some(DumpWaiter {
-                    id: id_in(kv.key())?,
+            .map(|(record, w)| {
+                let place = Place::Queued {
+                    priority: w.meta.priority,
+                    waiter: id_of(w),
+                    revision: w.revision,
+                };
+                let blockers = decide::blockers(&w.claim, place, &held, &queued);
+                let cause = blockers.first.map(|(other, key)| crate::WaitCause::Path {
+                    path: w
+                        .claim
+                        .keys
+                        .get(key)
+                        .map(|(k, _)| k.path.clone())
+                        .unwrap_or_default(),
+                    holder: other.meta.name.clone(),
+                });
+                DumpWaiter {
+                    id: id_of(w),
                     label: record.meta.label.clone(),
                     waited: age(record.meta.since_ms),
                     actor: ActorId(record.meta.owner),
-                    paths: dump_paths(&record),
-                    actor_name: record.meta.name,
+                    paths: dump_paths(record),
+                    actor_name: record.meta.name.clone(),
                     kind: record.meta.kind.into(),
                     priority: record.meta.priority,
-                    revision: kv.create_revision(),
+                    revision: w.revision,
                     child: None,
-                    cause: None,
-                })
+                    cause,
+                    blocked_by: DumpBlockedBy {
+                        holds: blockers.holds.iter().map(|h| HoldId(id_of(h))).collect(),
+                        waiters: blockers.waiters.iter().map(|q| id_of(q)).collect(),
+                    },
+                }
             })
             .collect();
-        waiters.sort_by_key(|w| (std::cmp::Reverse(w.priority), w.revision));
+        // A child_wait's cause also counts the slots (SPEC §11).
         self.dump_child_waits(revision, &actor_kvs, &waiter_kvs, &fences, &mut waiters)
             .await?;
+        let holds = holds
+            .into_iter()
+            .map(|(record, h)| DumpHold {
+                id: HoldId(id_of(&h)),
+                actor: ActorId(record.meta.owner),
+                paths: dump_paths(&record),
+                actor_name: record.meta.name,
+                kind: record.meta.kind.into(),
+                label: record.meta.label,
+                revision: h.revision,
+                age: age(record.meta.since_ms),
+            })
+            .collect();
         Ok(TableDump {
             revision,
             actors,

@@ -742,67 +742,40 @@ impl App {
     async fn etcd_dump(&self, backend: &EtcdBackend, p: Value) -> Result<Value> {
         let p: DumpParams = params(p)?;
         let dump = backend.table.dump().await?;
+        let shaped = session_dump(backend, &dump);
         match p.format.as_deref() {
-            None | Some("json") => Ok(self.dump_json(backend, &dump)),
-            Some("table") => Ok(json!({"table": dump_table(&dump)})),
+            None | Some("json") => self.dump_json(&dump, &shaped),
+            Some("table") => Ok(json!({
+                "table": format!("{shaped}\netcd revision {}", dump.revision)
+            })),
             Some(other) => Err(invalid(format!(
                 "unknown dump format '{other}' (json or table)"
             ))),
         }
     }
 
-    /// The table's dump in the shape of SPEC §5's, as far as the table
-    /// keeps it (no causes or `blocked_by` yet).
-    fn dump_json(&self, backend: &EtcdBackend, dump: &TableDump) -> Value {
-        let actors: Vec<Value> = dump
-            .actors
-            .iter()
-            .map(|a| {
-                json!({
-                    "id": a.id, "name": a.name, "parent": a.parent, "root": a.root,
-                    "lease": self.lease_handle(a.lease),
-                })
-            })
-            .collect();
-        let holds: Vec<Value> = dump
-            .holds
-            .iter()
-            .map(|h| {
-                json!({
-                    "id": h.id, "actor": h.actor_name, "actor_id": h.actor, "kind": h.kind,
-                    "paths": h.paths, "label": h.label, "revision": h.revision,
-                    "age": h.age.as_secs_f64(),
-                })
-            })
-            .collect();
-        let waiters: Vec<Value> = dump
-            .waiters
-            .iter()
-            .map(|w| {
-                json!({
-                    "id": w.id, "actor": w.actor_name, "actor_id": w.actor, "kind": w.kind,
-                    "paths": w.paths, "priority": w.priority, "revision": w.revision,
-                    "label": w.label, "waited": w.waited.as_secs_f64(), "child": w.child,
-                    "cause": w.cause,
-                })
-            })
-            .collect();
-        let children = dump.actors.iter().filter(|a| a.parent.is_some());
-        let writers = children.clone().filter(|a| !a.read_only).count();
-        json!({
-            "session": backend.table.session(),
-            "backend": "etcd",
-            "revision": dump.revision,
-            "slots": {
-                "actors": children.count(), "max_actors": backend.limits.0,
-                "writers": writers, "max_writers": backend.limits.1,
-            },
-            "actors": actors,
-            "holds": holds,
-            "waiters": waiters,
-            "edges": dump.edges,
-            "counters": dump.counters,
-        })
+    /// SPEC §5's dump as the in-process table gives it, plus what only a
+    /// session in etcd has: the revision it was read at, each actor's
+    /// lease and each waiter's queue revision (holds carry their fencing
+    /// token as `revision`).
+    fn dump_json(&self, dump: &TableDump, shaped: &crate::Dump) -> Result<Value> {
+        let mut value = serde_json::to_value(shaped).map_err(|e| Error::Protocol {
+            kind: crate::ProtocolError::Internal,
+            detail: format!("the dump did not encode: {e}"),
+        })?;
+        value["backend"] = json!("etcd");
+        value["revision"] = json!(dump.revision);
+        if let Some(actors) = value["actors"].as_array_mut() {
+            for (entry, actor) in actors.iter_mut().zip(&dump.actors) {
+                entry["lease"] = json!(self.lease_handle(actor.lease));
+            }
+        }
+        if let Some(waiters) = value["waiters"].as_array_mut() {
+            for (entry, waiter) in waiters.iter_mut().zip(&dump.waiters) {
+                entry["revision"] = json!(waiter.revision);
+            }
+        }
+        Ok(value)
     }
 
     async fn etcd_keepalive(
@@ -835,94 +808,86 @@ impl App {
     }
 }
 
-/// The dump as a text table: actors, holds (with their fencing tokens),
-/// waiters in queue order, the wait-for edges and the counters.
-fn dump_table(dump: &TableDump) -> String {
+/// The table's dump in the shape of SPEC §5's (`crate::Dump`), so both
+/// backends print and encode it alike.
+fn session_dump(backend: &EtcdBackend, dump: &TableDump) -> crate::Dump {
     let paths = |ps: &[crate::etcd::DumpPath]| {
         ps.iter()
-            .map(|p| {
-                let tree = if p.tree { "/" } else { "" };
-                let mode = match p.mode {
-                    crate::Mode::Shared => " (shared)",
-                    crate::Mode::Exclusive => "",
-                };
-                format!("{}{tree}{mode}", p.path.display())
+            .map(|p| crate::PathEntry {
+                path: p.path.clone(),
+                tree: p.tree,
+                mode: p.mode,
             })
             .collect::<Vec<_>>()
-            .join(", ")
     };
-    let kind = |k: HoldKind| match k {
-        HoldKind::Fence => "fence".to_string(),
-        HoldKind::Call => "call".to_string(),
-    };
-    let mut out = format!("etcd revision {}\n\nactors\n", dump.revision);
-    let rows: Vec<Vec<String>> = dump
-        .actors
-        .iter()
-        .map(|a| {
-            vec![
-                a.id.0.to_string(),
-                a.name.clone(),
-                a.parent.map_or_else(String::new, |p| p.0.to_string()),
-                a.root.display().to_string(),
-            ]
-        })
-        .collect();
-    out.push_str(&crate::text::table(
-        &["id", "name", "parent", "root"],
-        &rows,
-    ));
-    out.push_str("\nholds\n");
-    let rows: Vec<Vec<String>> = dump
-        .holds
-        .iter()
-        .map(|h| {
-            vec![
-                h.id.0.to_string(),
-                h.actor_name.clone(),
-                kind(h.kind),
-                paths(&h.paths),
-                h.label.clone().unwrap_or_default(),
-                h.revision.to_string(),
-            ]
-        })
-        .collect();
-    out.push_str(&crate::text::table(
-        &["id", "actor", "kind", "paths", "label", "revision"],
-        &rows,
-    ));
-    out.push_str("\nwaiters\n");
-    let rows: Vec<Vec<String>> = dump
-        .waiters
-        .iter()
-        .map(|w| {
-            vec![
-                w.id.to_string(),
-                w.actor_name.clone(),
-                kind(w.kind),
-                paths(&w.paths),
-                w.priority.to_string(),
-                w.revision.to_string(),
-            ]
-        })
-        .collect();
-    out.push_str(&crate::text::table(
-        &["id", "actor", "kind", "paths", "priority", "revision"],
-        &rows,
-    ));
-    out.push_str("\nwaits for\n");
-    let rows: Vec<Vec<String>> = dump
-        .edges
-        .iter()
-        .map(|e| {
-            vec![
-                e.from.0.to_string(),
-                e.to.0.to_string(),
-                if e.hard { "hard" } else { "soft" }.to_string(),
-            ]
-        })
-        .collect();
-    out.push_str(&crate::text::table(&["actor", "waits for", "edge"], &rows));
-    out.push_str(&format!("\ncounters: {}\n", dump.counters));
-    out
+    let children = dump.actors.iter().filter(|a| a.parent.is_some());
+    let writers = children.clone().filter(|a| !a.read_only).count();
+    crate::Dump {
+        session: backend.table.session().to_string(),
+        actors: dump
+            .actors
+            .iter()
+            .map(|a| crate::ActorEntry {
+                id: a.id,
+                name: a.name.clone(),
+                parent: a.parent,
+                root: a.root.clone(),
+                scope: if a.read_only {
+                    crate::ScopeKind::ReadOnly
+                } else if a.fenced {
+                    crate::ScopeKind::Fenced
+                } else {
+                    crate::ScopeKind::Workspace
+                },
+                age: a.age,
+            })
+            .collect(),
+        holds: dump
+            .holds
+            .iter()
+            .map(|h| crate::HoldEntry {
+                id: h.id,
+                actor: h.actor_name.clone(),
+                actor_id: h.actor,
+                kind: h.kind,
+                paths: paths(&h.paths),
+                label: h.label.clone(),
+                age: h.age,
+                revision: Some(h.revision),
+            })
+            .collect(),
+        waiters: dump
+            .waiters
+            .iter()
+            .map(|w| crate::WaiterEntry {
+                id: crate::WaiterId(w.id),
+                actor: w.actor_name.clone(),
+                actor_id: w.actor,
+                kind: w.kind,
+                child: w.child.clone(),
+                paths: paths(&w.paths),
+                priority: w.priority,
+                cause: w.cause.clone(),
+                label: w.label.clone(),
+                waited: w.waited,
+                blocked_by: crate::BlockedBy {
+                    holds: w.blocked_by.holds.clone(),
+                    waiters: w
+                        .blocked_by
+                        .waiters
+                        .iter()
+                        .map(|&q| crate::WaiterId(q))
+                        .collect(),
+                },
+            })
+            .collect(),
+        edges: dump.edges.clone(),
+        slots: crate::Slots {
+            actors: children.count(),
+            max_actors: backend.limits.0,
+            writers,
+            max_writers: backend.limits.1,
+        },
+        counters: dump.counters,
+    }
 }
