@@ -2481,6 +2481,16 @@ conformance_on_etcd!(
     child_past_max_actors_is_no_slot_naming_the_limit(config().max_actors(2)),
     read_only_children_do_not_count_as_writers(config().max_writers(1)),
     read_only_children_still_count_as_actors(config().max_actors(1).max_writers(5)),
+    child_is_refused_while_a_child_wait_is_queued_on_that_limit(
+        config().max_actors(2).max_writers(1)
+    ),
+    freed_slots_go_to_queued_child_waits_in_queue_order(config().max_actors(1)),
+    a_child_wait_blocked_by_a_path_reserves_no_slot(config().max_actors(1)),
+    a_slot_wait_that_every_slot_holder_waits_on_is_a_deadlock(config().max_actors(1)),
+    child_wait_timeout_gives_up_and_leaves_nothing(config().max_actors(1)),
+    a_wait_blocked_by_every_limit_names_the_slots(config().max_actors(1).max_writers(1)),
+    a_wait_blocked_by_writers_and_a_path_names_the_writers(config().max_actors(2).max_writers(1)),
+    a_wait_blocked_by_a_path_only_names_it_and_its_holder(config().max_actors(2).max_writers(2)),
     a_waiter_is_admitted_when_the_holder_releases,
     admit_timeout_gives_up_cleanly,
     deadlock_between_fence_holders_is_refused_with_the_cycle,

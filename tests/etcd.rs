@@ -1705,6 +1705,121 @@ async fn children_made_at_once_through_two_servers_never_exceed_max_actors() {
     }
 }
 
+/// A slot wait across servers (SPEC §11): under `max_actors(1)` a
+/// `child_wait` through server A queues while a child made through server
+/// B holds the slot; `child()` through B is refused meanwhile; a second
+/// `child_wait` through B queues behind the first; the drop through B
+/// admits A's, and its close admits B's: freed slots go to queued child
+/// waits in queue order, whichever server serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_wait_through_one_server_gets_the_slot_a_drop_through_the_other_frees() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let options = writ::server::Options::new(&root)
+            .config(writ::Config::default().max_actors(1))
+            .token(SESSION_TOKEN)
+            .etcd(
+                [etcd.endpoint.as_str()],
+                "slot-wait",
+                TableOptions::default(),
+            );
+        servers.push(writ::server::Server::start(options).await.unwrap());
+    }
+    let mut sessions = Vec::new();
+    for server in &servers {
+        sessions.push(
+            writ::remote::Session::connect(server.url(), server.token())
+                .await
+                .unwrap(),
+        );
+    }
+    let grant = || writ::Grant::workspace(&root);
+    let lead = sessions[0].actor("lead", grant()).await.unwrap();
+    let other = Arc::new(sessions[1].actor("other", grant()).await.unwrap());
+    let k = other.child("k", grant()).await.unwrap();
+    let waiting = |session: &writ::remote::Session| {
+        let session = session.clone();
+        async move { session.dump().await.unwrap() }
+    };
+    let count = |dump: &serde_json::Value| dump["waiters"].as_array().map_or(0, Vec::len);
+    let first = tokio::spawn(async move {
+        let root = lead.root().to_path_buf();
+        lead.child_wait("first", writ::Grant::workspace(root)).await
+    });
+    poll_until(Duration::from_secs(10), "A's child_wait queued", || {
+        let dump = waiting(&sessions[1]);
+        async move { count(&dump.await) == 1 }
+    })
+    .await;
+    let dump = sessions[1].dump().await.unwrap();
+    let queued = &dump["waiters"][0];
+    assert_eq!(
+        (&queued["actor"], &queued["child"], &queued["cause"]),
+        (
+            &serde_json::json!("lead"),
+            &serde_json::json!("first"),
+            &serde_json::json!({"cause": "slots"})
+        ),
+        "{dump}"
+    );
+    match other.child("late", grant()).await {
+        Err(Error::NoSlot { max: 1, .. }) => {}
+        made => panic!(
+            "expected no_slot, got {:?}",
+            made.map(|a| a.name().to_string())
+        ),
+    }
+    let second = {
+        let other = other.clone();
+        let root = root.clone();
+        tokio::spawn(async move {
+            other
+                .child_wait("second", writ::Grant::read_only(&root))
+                .await
+        })
+    };
+    poll_until(Duration::from_secs(10), "B's child_wait queued", || {
+        let dump = waiting(&sessions[0]);
+        async move { count(&dump.await) == 2 }
+    })
+    .await;
+    // The drop through B frees the slot for A's child_wait, queued first.
+    k.close().await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("A's child_wait admitted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.name(), "first");
+    assert!(
+        !second.is_finished(),
+        "B's child_wait waits for the next slot"
+    );
+    let dump = sessions[0].dump().await.unwrap();
+    assert_eq!(dump["slots"]["actors"], 1, "{dump}");
+    assert_eq!(dump["waiters"][0]["child"], "second", "{dump}");
+    first.close().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("B's child_wait admitted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.name(), "second");
+    let dump = sessions[1].dump().await.unwrap();
+    assert_eq!(count(&dump), 0, "{dump}");
+    // Counted as in process: k, two children made after waiting (each
+    // waited once), and the refused child.
+    assert_eq!(dump["counters"]["waited"], 2, "{dump}");
+    assert_eq!(dump["counters"]["refused"], 1, "{dump}");
+    second.close().await.unwrap();
+    drop(sessions);
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
 /// The counters as a tuple: (admitted, refused, waited, timed out,
 /// deadlocks).
 fn counts(c: &writ::Counters) -> (u64, u64, u64, u64, u64) {

@@ -27,6 +27,21 @@ pub(crate) struct Edges {
     pub(crate) hard: Vec<(u64, String)>,
     /// Earlier waiting requests in its way that it does not pass.
     pub(crate) soft: Vec<u64>,
+    /// For a `child_wait` whose paths are free and which waits for a slot
+    /// (SPEC §11): the limit. Such a wait has no single edge: it waits on
+    /// *any* live child holding a slot of that limit ([`slot_deadlock`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) slot: Option<SlotKind>,
+}
+
+/// The slot limit a `child_wait` waits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum SlotKind {
+    /// `max_actors`: every live child holds one.
+    Actors,
+    /// `max_writers`: every live writable child holds one.
+    Writers,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,34 +73,57 @@ pub(crate) fn cycle_through(
     find_cycle(me, mine, others, false)
 }
 
-fn find_cycle(
+/// The graph of one read: `others`' records and the request `me` being
+/// decided (with `mine`), its nodes' successors and the actors' names.
+struct View<'a> {
     me: u64,
-    mine: &Edges,
-    others: &BTreeMap<u64, Edges>,
-    newest_only: bool,
-) -> Option<Vec<String>> {
-    let record = |w: u64| if w == me { Some(mine) } else { others.get(&w) };
-    let mut requests_of: HashMap<u64, Vec<u64>> = HashMap::new();
-    requests_of.entry(mine.actor).or_default().push(me);
-    for (&w, edges) in others {
-        if w != me {
-            requests_of.entry(edges.actor).or_default().push(w);
+    mine: &'a Edges,
+    others: &'a BTreeMap<u64, Edges>,
+    requests_of: HashMap<u64, Vec<u64>>,
+    names: HashMap<u64, &'a str>,
+}
+
+impl<'a> View<'a> {
+    fn new(me: u64, mine: &'a Edges, others: &'a BTreeMap<u64, Edges>) -> Self {
+        let mut requests_of: HashMap<u64, Vec<u64>> = HashMap::new();
+        requests_of.entry(mine.actor).or_default().push(me);
+        for (&w, edges) in others {
+            if w != me {
+                requests_of.entry(edges.actor).or_default().push(w);
+            }
+        }
+        let mut names: HashMap<u64, &str> = HashMap::new();
+        for edges in others.values().chain(std::iter::once(mine)) {
+            names.insert(edges.actor, &edges.name);
+            for (owner, name) in &edges.hard {
+                names.entry(*owner).or_insert(name);
+            }
+        }
+        View {
+            me,
+            mine,
+            others,
+            requests_of,
+            names,
         }
     }
-    let mut names: HashMap<u64, &str> = HashMap::new();
-    for edges in others.values().chain(std::iter::once(mine)) {
-        names.insert(edges.actor, &edges.name);
-        for (owner, name) in &edges.hard {
-            names.entry(*owner).or_insert(name);
+
+    fn record(&self, w: u64) -> Option<&'a Edges> {
+        if w == self.me {
+            Some(self.mine)
+        } else {
+            self.others.get(&w)
         }
     }
-    let next = |node: Node| -> Vec<Node> {
+
+    fn next(&self, node: Node) -> Vec<Node> {
         match node {
-            Node::Actor(a) => requests_of
+            Node::Actor(a) => self
+                .requests_of
                 .get(&a)
                 .map(|ws| ws.iter().map(|&w| Node::Request(w)).collect())
                 .unwrap_or_default(),
-            Node::Request(w) => match record(w) {
+            Node::Request(w) => match self.record(w) {
                 Some(edges) => edges
                     .hard
                     .iter()
@@ -95,14 +133,101 @@ fn find_cycle(
                         edges
                             .soft
                             .iter()
-                            .filter(|&&v| record(v).is_some())
+                            .filter(|&&v| self.record(v).is_some())
                             .map(|&v| Node::Request(v)),
                     )
                     .collect(),
                 None => Vec::new(),
             },
         }
-    };
+    }
+
+    /// Whether `to` can be reached from `from` (in one step or more).
+    fn reaches(&self, from: Node, to: Node) -> bool {
+        let mut seen = std::collections::HashSet::from([from]);
+        let mut queue = VecDeque::from([from]);
+        while let Some(node) = queue.pop_front() {
+            for after in self.next(node) {
+                if after == to {
+                    return true;
+                }
+                if seen.insert(after) {
+                    queue.push_back(after);
+                }
+            }
+        }
+        false
+    }
+
+    fn name(&self, actor: u64) -> String {
+        self.names
+            .get(&actor)
+            .map_or_else(|| actor.to_string(), |n| n.to_string())
+    }
+}
+
+/// A slot wait that can never end (SPEC §11), judged for request `me`
+/// (with `mine`): the `child_wait` `waiter` waits for a slot of a limit
+/// whose live holders are `holders` (ids and names), and every one of them
+/// waits, directly or through others, on the `child_wait`'s requester — so
+/// none can give a slot back first. A slot wait is an "any of them" wait:
+/// one holder that waits elsewhere, or not at all, is no deadlock.
+///
+/// Of the requests that make it (the slot wait, and the holders' waiting
+/// requests on a path back to the requester) the newest is refused — the
+/// one that closed it, as for an ordinary cycle — so `Some` only when that
+/// is `me`: the requester's and the holders' names, `me`'s actor first.
+pub(crate) fn slot_deadlock(
+    me: u64,
+    mine: &Edges,
+    others: &BTreeMap<u64, Edges>,
+    waiter: u64,
+    holders: &[(u64, String)],
+) -> Option<Vec<String>> {
+    let view = View::new(me, mine, others);
+    let wait = view.record(waiter)?;
+    let requester = Node::Actor(wait.actor);
+    if holders.is_empty()
+        || !holders
+            .iter()
+            .all(|&(h, _)| h == wait.actor || view.reaches(Node::Actor(h), requester))
+    {
+        return None;
+    }
+    let mut newest = (wait.queued, waiter);
+    for &(h, _) in holders {
+        for &w in view.requests_of.get(&h).into_iter().flatten() {
+            if let Some(edges) = view.record(w) {
+                if view.reaches(Node::Request(w), requester) {
+                    newest = newest.max((edges.queued, w));
+                }
+            }
+        }
+    }
+    if newest.1 != me {
+        return None;
+    }
+    let mut cycle = vec![wait.name.clone()];
+    for (h, name) in holders {
+        if *h != wait.actor {
+            cycle.push(name.clone());
+        }
+    }
+    if let Some(at) = cycle.iter().position(|n| *n == mine.name) {
+        cycle.rotate_left(at);
+    }
+    Some(cycle)
+}
+
+fn find_cycle(
+    me: u64,
+    mine: &Edges,
+    others: &BTreeMap<u64, Edges>,
+    newest_only: bool,
+) -> Option<Vec<String>> {
+    let view = View::new(me, mine, others);
+    let record = |w: u64| view.record(w);
+    let next = |node: Node| view.next(node);
     // Breadth-first from `me`, back to `me`: the shortest cycle through it.
     let start = Node::Request(me);
     let mut parent: HashMap<Node, Node> = HashMap::new();
@@ -151,16 +276,7 @@ fn find_cycle(
     if actors.len() > 1 && actors.first() == actors.last() {
         actors.pop();
     }
-    Some(
-        actors
-            .iter()
-            .map(|a| {
-                names
-                    .get(a)
-                    .map_or_else(|| a.to_string(), |n| n.to_string())
-            })
-            .collect(),
-    )
+    Some(actors.iter().map(|&a| view.name(a)).collect())
 }
 
 #[cfg(test)]
@@ -174,7 +290,44 @@ mod tests {
             queued,
             hard: hard.iter().map(|&h| (h, format!("a{h}"))).collect(),
             soft: soft.to_vec(),
+            slot: None,
         }
+    }
+
+    #[test]
+    fn a_slot_wait_is_a_deadlock_only_when_every_holder_waits_on_its_requester() {
+        // Request 30 of actor 1 waits for an actor slot; children 2 and 3
+        // hold the two slots.
+        let mut slot_wait = edges(1, 20, &[], &[]);
+        slot_wait.slot = Some(SlotKind::Actors);
+        let holders = [(2, "a2".to_string()), (3, "a3".to_string())];
+        // Child 2 waits on actor 1's fence, child 3 on nothing: no deadlock.
+        let k2 = edges(2, 10, &[1], &[]);
+        let others = BTreeMap::from([(30, slot_wait.clone()), (40, k2.clone())]);
+        assert_eq!(slot_deadlock(30, &slot_wait, &others, 30, &holders), None);
+        // Child 3 waits behind child 2's request: every holder is caught,
+        // and the one that closes it (the newest) is refused, by name.
+        let k3 = edges(3, 25, &[], &[40]);
+        let others = BTreeMap::from([(30, slot_wait.clone()), (40, k2), (50, k3.clone())]);
+        assert_eq!(
+            slot_deadlock(50, &k3, &others, 30, &holders),
+            Some(vec!["a3".into(), "a1".into(), "a2".into()])
+        );
+        assert_eq!(
+            slot_deadlock(30, &slot_wait, &others, 30, &holders),
+            None,
+            "not the newest"
+        );
+        // The slot wait arriving last is the one refused.
+        let mut arriving = slot_wait.clone();
+        arriving.queued = i64::MAX;
+        assert_eq!(
+            slot_deadlock(u64::MAX, &arriving, &others, u64::MAX, &holders),
+            Some(vec!["a1".into(), "a2".into(), "a3".into()])
+        );
+        // No holder, no deadlock: a slot will not come, but nobody waits on
+        // anybody (a limit of 0 is refused elsewhere).
+        assert_eq!(slot_deadlock(30, &slot_wait, &others, 30, &[]), None);
     }
 
     #[test]

@@ -122,6 +122,22 @@ pub(crate) struct ClaimRecord {
     /// goes with the hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) ticket: Option<String>,
+    /// For a waiting `child_wait` (SPEC §11): who asks. The record's
+    /// `meta` is the child it would make (so its keys, the grant fence,
+    /// conflict and cover as that child's fence will), this the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) child_of: Option<ChildOf>,
+}
+
+/// The parent of a waiting `child_wait`, and what the child would count
+/// against (SPEC §11: every child an actor slot, a writable one a writer
+/// slot).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ChildOf {
+    pub(crate) parent: u64,
+    pub(crate) parent_name: String,
+    #[serde(default)]
+    pub(crate) read_only: bool,
 }
 
 impl ClaimRecord {

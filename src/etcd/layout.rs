@@ -19,6 +19,7 @@
 //! | `P f/<owner>/<hold>` | the fence's record again, found by owner | the owner's |
 //! | `P q/<waiter>` | the waiting request (every key it asks for) | the requester's |
 //! | `P e/<waiter>` | the waiting request's wait-for edges | the requester's |
+//! | `P w/<waiter>` | nothing: marks a waiting `child_wait` | the requester's |
 //! | `P k<path>\0<t\|f>/<h\|w><id>` | one key of a hold (`h`) or waiter (`w`) | its owner's |
 //!
 //! Ids are 16 hex digits. `<path>` is the key's normalized absolute path
@@ -166,6 +167,18 @@ impl Layout {
 
     pub(crate) fn waiters(&self) -> Vec<u8> {
         self.under(b"q/")
+    }
+
+    /// The mark of a waiting `child_wait` (its record is `q/<waiter>`):
+    /// nothing, created and deleted with that record, so a child's slot
+    /// count can compare on this prefix alone (no `child_wait` queued or
+    /// gone since the count) without retrying for every other waiter.
+    pub(crate) fn slot_waiter(&self, waiter: u64) -> Vec<u8> {
+        self.under(format!("w/{}", hex(waiter)).as_bytes())
+    }
+
+    pub(crate) fn slot_waiters(&self) -> Vec<u8> {
+        self.under(b"w/")
     }
 
     pub(crate) fn edges(&self, waiter: u64) -> Vec<u8> {

@@ -49,7 +49,10 @@ mod change;
 mod deadlock;
 mod decide;
 mod layout;
+mod slots;
 pub(crate) mod tokens;
+
+pub(crate) use slots::ChildAsk;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -282,6 +285,57 @@ struct ActorRecord {
 
 /// The answer key's value of a request given up before its grant.
 const ABANDONED: &str = "abandoned";
+
+/// An actor's record and lineage (its ancestors' ids and its own, root
+/// first), as every table reads it back.
+fn actor_record(
+    id: u64,
+    lease: LeaseId,
+    name: &str,
+    root: &Path,
+    parent: Option<&ActorRef>,
+    grant: &GrantRecord,
+) -> Result<(ActorRecord, Vec<u64>)> {
+    let Some(root_text) = root.to_str().filter(|_| root.is_absolute()) else {
+        return Err(Error::invalid(
+            root,
+            "an actor's root must be an absolute UTF-8 path",
+        ));
+    };
+    let mut lineage = parent.map(|p| p.lineage.to_vec()).unwrap_or_default();
+    lineage.push(id);
+    let record = ActorRecord {
+        name: name.to_string(),
+        lineage: lineage.clone(),
+        root: root_text.to_string(),
+        lease: lease.0,
+        read_only: grant.read_only,
+        fence: grant
+            .fence
+            .as_ref()
+            .map(|keys| {
+                keys.iter()
+                    .map(|(p, tree)| {
+                        p.to_str().map(|p| (p.to_string(), *tree)).ok_or_else(|| {
+                            Error::invalid(p, "the etcd table stores paths as UTF-8")
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .transpose()?,
+        read_roots: grant
+            .read_roots
+            .iter()
+            .map(|r| {
+                r.to_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| Error::invalid(r, "the etcd table stores paths as UTF-8"))
+            })
+            .collect::<Result<Vec<_>>>()?,
+        since_ms: now_ms(),
+    };
+    Ok((record, lineage))
+}
 
 /// How long a request may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -517,6 +571,9 @@ pub struct DumpWaiter {
     pub priority: i32,
     /// The revision it was queued at (its place among equal priorities).
     pub revision: i64,
+    /// For a `child_wait` (SPEC §11), the child's name; `actor` is then
+    /// the parent that asks.
+    pub child: Option<String>,
     /// What it waits for (SPEC §11), judged at the dump's revision; `None`
     /// when nothing is in its way any more (its table grants it next).
     pub cause: Option<crate::WaitCause>,
@@ -782,6 +839,7 @@ impl Admission {
             meta: self.meta(),
             keys: key_records(&self.keys),
             ticket: self.ticket.clone(),
+            child_of: None,
         }
     }
 
@@ -1144,44 +1202,7 @@ impl Table {
         extra: Vec<TxnOp>,
         extra_compares: Vec<Compare>,
     ) -> Result<ActorRef> {
-        let Some(root_text) = root.to_str().filter(|_| root.is_absolute()) else {
-            return Err(Error::invalid(
-                root,
-                "an actor's root must be an absolute UTF-8 path",
-            ));
-        };
-        let mut lineage = parent.map(|p| p.lineage.to_vec()).unwrap_or_default();
-        lineage.push(id);
-        let record = ActorRecord {
-            name: name.to_string(),
-            lineage: lineage.clone(),
-            root: root_text.to_string(),
-            lease: lease.0,
-            read_only: grant.read_only,
-            fence: grant
-                .fence
-                .as_ref()
-                .map(|keys| {
-                    keys.iter()
-                        .map(|(p, tree)| {
-                            p.to_str().map(|p| (p.to_string(), *tree)).ok_or_else(|| {
-                                Error::invalid(p, "the etcd table stores paths as UTF-8")
-                            })
-                        })
-                        .collect::<Result<Vec<_>>>()
-                })
-                .transpose()?,
-            read_roots: grant
-                .read_roots
-                .iter()
-                .map(|r| {
-                    r.to_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| Error::invalid(r, "the etcd table stores paths as UTF-8"))
-                })
-                .collect::<Result<Vec<_>>>()?,
-            since_ms: now_ms(),
-        };
+        let (record, lineage) = actor_record(id, lease, name, root, parent, &grant)?;
         let mut compares: Vec<Compare> = parent
             .map(|p| still(self.layout().actor(p.id.0), p.revision))
             .into_iter()
@@ -1592,6 +1613,7 @@ impl Table {
                 queued: i64::MAX,
                 hard,
                 soft,
+                slot: None,
             };
             return Ok(Step::Blocked(admission.busy(&blocker), revision, edges));
         }
@@ -1840,7 +1862,11 @@ impl Table {
         let mut mine = mine.clone();
         mine.queued = others.get(&me).map_or(i64::MAX, |e| e.queued);
         true_edges(&fences_of, None, my_claim, &mut mine);
-        Ok(deadlock::refused_cycle(me, &mine, &others))
+        if let Some(cycle) = deadlock::refused_cycle(me, &mine, &others) {
+            return Ok(Some(cycle));
+        }
+        // Slot waits (SPEC §11) are "any of" waits, judged apart.
+        self.slot_cycle(me, &mine, &others).await
     }
 
     /// Every waiting request's edges that are true at one revision.
@@ -1939,6 +1965,8 @@ impl Table {
         let mut deletes = vec![
             TxnOp::delete(layout.waiter(id), None),
             TxnOp::delete(layout.edges(id), None),
+            // A `child_wait`'s mark, if it is one (nothing otherwise).
+            TxnOp::delete(layout.slot_waiter(id), None),
         ];
         deletes.extend(counted.map(|c| self.count(c)));
         deletes.extend(
@@ -1955,12 +1983,12 @@ impl Table {
     /// Waits until something changes in `ranges` after `revision`, the
     /// deadline passes, the caller goes away, or a `deadlock_check` period
     /// ends (a re-read then catches whatever no event announced).
-    async fn wait_for_change(
+    async fn wait_for_change<T>(
         &self,
         ranges: &[Vec<u8>],
         revision: i64,
         deadline: Option<tokio::time::Instant>,
-        answer: &mut oneshot::Sender<Result<Grant>>,
+        answer: &mut oneshot::Sender<Result<T>>,
     ) -> Result<Woken> {
         let options = || {
             Some(
@@ -2109,7 +2137,7 @@ impl Table {
     /// revision.
     pub async fn dump(&self) -> Result<TableDump> {
         let layout = self.layout();
-        let (revision, [actors, holds, waiters, edges, fences, counts]) = self
+        let (revision, [actor_kvs, holds, waiter_kvs, edges, fences, counts]) = self
             .read_prefixes([
                 layout.actors(),
                 layout.holds(),
@@ -2122,8 +2150,8 @@ impl Table {
         let counters = sum_counters(&counts);
         let now = now_ms();
         let age = |since: u64| Duration::from_millis(now.saturating_sub(since));
-        let edges = dump_edges(&waiters, &edges, &fences);
-        let mut actors: Vec<(i64, DumpActor)> = actors
+        let edges = dump_edges(&waiter_kvs, &edges, &fences);
+        let mut actors: Vec<(i64, DumpActor)> = actor_kvs
             .iter()
             .filter_map(|kv| {
                 let record: ActorRecord = serde_json::from_slice(kv.value()).ok()?;
@@ -2160,14 +2188,14 @@ impl Table {
         };
         let mut holds = records(&holds, Owner::Hold);
         holds.sort_by_key(|(_, h)| (h.revision, h.owner));
-        let mut waiters = records(&waiters, Owner::Waiter);
+        let mut waiters = records(&waiter_kvs, Owner::Waiter);
         waiters.sort_by_key(|(_, w)| (std::cmp::Reverse(w.meta.priority), w.revision, w.owner));
         let held: Vec<Other> = holds.iter().map(|(_, h)| h.clone()).collect();
         let queued: Vec<Other> = waiters.iter().map(|(_, w)| w.clone()).collect();
         let id_of = |o: &Other| match o.owner {
             Owner::Hold(id) | Owner::Waiter(id) => id,
         };
-        let waiters = waiters
+        let mut waiters: Vec<DumpWaiter> = waiters
             .iter()
             .map(|(record, w)| {
                 let place = Place::Queued {
@@ -2195,6 +2223,7 @@ impl Table {
                     kind: record.meta.kind.into(),
                     priority: record.meta.priority,
                     revision: w.revision,
+                    child: None,
                     cause,
                     blocked_by: DumpBlockedBy {
                         holds: blockers.holds.iter().map(|h| HoldId(id_of(h))).collect(),
@@ -2203,6 +2232,9 @@ impl Table {
                 }
             })
             .collect();
+        // A child_wait's cause also counts the slots (SPEC §11).
+        self.dump_child_waits(revision, &actor_kvs, &waiter_kvs, &fences, &mut waiters)
+            .await?;
         let holds = holds
             .into_iter()
             .map(|(record, h)| DumpHold {

@@ -102,15 +102,7 @@ impl Table {
     ) -> Result<(ActorRef, String)> {
         let id = self.next_id()?;
         let token = token(ActorId(id))?;
-        let record = TokenRecord {
-            actor: id,
-            lease: lease.0,
-        };
-        let put = TxnOp::put(
-            self.layout().token(&token_hash(&token)),
-            to_json(&record)?,
-            with_lease(lease),
-        );
+        let put = self.token_put(&token, id, lease)?;
         let Some((max_actors, max_writers)) = limits.filter(|_| parent.is_some()) else {
             let actor = self
                 .put_actor(id, lease, name, root, parent, grant, vec![put], Vec::new())
@@ -118,23 +110,25 @@ impl Table {
             return Ok((actor, token));
         };
         loop {
-            let (actors, writers, revision) = self.count_children().await?;
-            if max_actors.is_some_and(|max| actors >= max) {
+            // The live children, and the slots `child_wait`s queued ahead
+            // reserve (SPEC §11: `NoSlot` while one is queued on the
+            // limit), at one revision; the creation commits only if none
+            // of that changed since.
+            let (refused, counted) = self
+                .slot_for_child(grant.read_only, (max_actors, max_writers))
+                .await?;
+            if let Some(limit) = refused {
                 // Refused for a slot: counted as in process.
                 self.bump(super::Counter::Refused).await;
+                let max = match limit {
+                    crate::SlotLimit::MaxActors => max_actors,
+                    crate::SlotLimit::MaxWriters => max_writers,
+                };
                 return Err(Error::NoSlot {
-                    limit: crate::SlotLimit::MaxActors,
-                    max: max_actors.unwrap_or(0),
+                    limit,
+                    max: max.unwrap_or(0),
                 });
             }
-            if !grant.read_only && max_writers.is_some_and(|max| writers >= max) {
-                self.bump(super::Counter::Refused).await;
-                return Err(Error::NoSlot {
-                    limit: crate::SlotLimit::MaxWriters,
-                    max: max_writers.unwrap_or(0),
-                });
-            }
-            let counted = vec![super::unchanged_since(&self.layout().actors(), revision)];
             let made = self
                 .put_actor(
                     id,
@@ -158,19 +152,18 @@ impl Table {
         }
     }
 
-    /// The live child actors and writable child actors, at one revision.
-    pub(crate) async fn count_children(&self) -> Result<(usize, usize, i64)> {
-        let (revision, [actors]) = self.read_prefixes([self.layout().actors()]).await?;
-        let (mut children, mut writers) = (0, 0);
-        for kv in &actors {
-            if let Ok(record) = serde_json::from_slice::<super::ActorRecord>(kv.value()) {
-                if record.lineage.len() > 1 {
-                    children += 1;
-                    writers += usize::from(!record.read_only);
-                }
-            }
-        }
-        Ok((children, writers, revision))
+    /// The key of an actor's token (its hash) naming the actor and its
+    /// lease, on that lease.
+    pub(crate) fn token_put(&self, token: &str, id: u64, lease: LeaseId) -> Result<TxnOp> {
+        let record = TokenRecord {
+            actor: id,
+            lease: lease.0,
+        };
+        Ok(TxnOp::put(
+            self.layout().token(&token_hash(token)),
+            to_json(&record)?,
+            with_lease(lease),
+        ))
     }
 
     /// The actor and lease of a token that names actor `id`, if the token

@@ -14,9 +14,8 @@
 //! back) are answered in etcd, so a client whose server died gives its wait
 //! up through another ([`Table::give_up`]).
 //!
-//! What the table cannot do yet (waiting for a slot,
-//! the file tools, history)
-//! is refused whole with `Error::Unsupported`, never approximated.
+//! What the table cannot do yet (the file tools, history, `turn.set`) is
+//! refused whole with `Error::Unsupported`, never approximated.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -30,7 +29,9 @@ use super::{
     LeaseParams, TokenClaim, invalid, params, targets, timeout, unknown_token,
 };
 use crate::etcd::tokens::token_hash;
-use crate::etcd::{ActorRef, AdmitRequest, GrantRecord, LeaseId, Table, TableDump, TableOptions};
+use crate::etcd::{
+    ActorRef, AdmitRequest, ChildAsk, GrantRecord, LeaseId, Table, TableDump, TableOptions,
+};
 use crate::sched::resolve::Resolver;
 use crate::server::auth::{self, Caller};
 use crate::wire::PROTOCOL_VERSION;
@@ -397,13 +398,7 @@ impl App {
                 made?
             }
             (Some(parent), None) => {
-                // Without slot limits a child never waits for a slot, and
-                // `child_wait` is `child`; waiting for a slot is not served
-                // through etcd yet.
                 let limited = backend.limits != (None, None);
-                if method == "actor.child_wait" && limited {
-                    return Err(unsupported("actor.child_wait with slot limits"));
-                }
                 let parent = self.etcd_actor(backend, caller, parent).await?;
                 if !root.starts_with(parent.root()) {
                     return Err(Error::OutsideGrant {
@@ -433,20 +428,38 @@ impl App {
                         }
                     }
                 }
-                let made = table
-                    .create_actor_with_token_in(
-                        parent.lease(),
-                        &p.name,
-                        &root,
-                        Some(&parent),
-                        record,
-                        limited.then_some(backend.limits),
-                        token,
-                    )
-                    .await?;
-                match &fence_targets {
-                    Some(fence) => self.take_grant_fence(backend, made, fence, false).await?,
-                    None => made,
+                if method == "actor.child_wait" {
+                    // Waits for the grant fence's paths, then for a slot
+                    // (SPEC §11), in the table; the child, its token and
+                    // its fence are made in one transaction.
+                    let ask = ChildAsk {
+                        parent: parent.clone(),
+                        name: p.name.clone(),
+                        root: root.clone(),
+                        grant: record,
+                        fence: fence_targets.clone(),
+                        limits: backend.limits,
+                        timeout: timeout(p.timeout_ms),
+                    };
+                    let waiting = table.child_wait(ask, token);
+                    self.etcd_long_poll(backend, parent.lease(), waiting)
+                        .await?
+                } else {
+                    let made = table
+                        .create_actor_with_token_in(
+                            parent.lease(),
+                            &p.name,
+                            &root,
+                            Some(&parent),
+                            record,
+                            limited.then_some(backend.limits),
+                            token,
+                        )
+                        .await?;
+                    match &fence_targets {
+                        Some(fence) => self.take_grant_fence(backend, made, fence, false).await?,
+                        None => made,
+                    }
                 }
             }
         };
@@ -807,7 +820,7 @@ fn session_dump(backend: &EtcdBackend, dump: &TableDump) -> crate::Dump {
                 actor: w.actor_name.clone(),
                 actor_id: w.actor,
                 kind: w.kind,
-                child: None,
+                child: w.child.clone(),
                 paths: paths(&w.paths),
                 priority: w.priority,
                 cause: w.cause.clone(),

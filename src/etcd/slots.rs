@@ -1,0 +1,1093 @@
+//! Waiting for a slot (SPEC §11) in a session in etcd: `child_wait`, the
+//! slots queued child waits reserve, and slot waits in the wait-for graph.
+//!
+//! A waiting `child_wait` is a waiter like any other (`P q/<waiter>`, its
+//! grant fence's keys as index entries, its edges in `P e/<waiter>`, all on
+//! the serving table's waiter lease), whose record names the child it
+//! would make (so its keys conflict and cover as that child's fence will)
+//! and, in `child_of`, the parent that asks; a mark `P w/<waiter>` is
+//! created and deleted with it, so that counting slots can compare on the
+//! `child_wait`s alone.
+//!
+//! The rules are the in-process table's (`core::state`):
+//!
+//! - a `child_wait` is granted when its paths are free (no live hold and
+//!   no earlier waiter it does not pass is in their way) and a slot is
+//!   free: the live children, plus the slots reserved by the `child_wait`s
+//!   queued ahead of it *whose paths are free*, stay below each limit that
+//!   counts it. One still waiting for a path reserves nothing;
+//! - a `child()` is refused (`NoSlot`) by the same count, so a freed slot
+//!   goes to the queued `child_wait`s in queue order, not to a later
+//!   caller;
+//! - the grant is one transaction: the child's record, its token, its
+//!   grant fence and the waiter's removal, with compares on every range
+//!   read (its own paths, the live actors, the `child_wait` marks, and the
+//!   paths of the fenced `child_wait`s ahead whose freedom was counted):
+//!   nothing it relied on changed since the read.
+//!
+//! Whether a `child_wait` ahead has its paths free is read at the same
+//! revision as everything else (etcd's reads at a past revision), so a
+//! decision is one consistent view; the dump judges causes the same way.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use etcd_client::{Compare, GetOptions, KeyValue, Txn, TxnOp};
+use tokio::sync::oneshot;
+
+use super::deadlock::{self, Edges, SlotKind};
+use super::decide::{self, ChildOf, ClaimRecord, EntryValue, Meta, Place};
+use super::layout::{Layout, Owner};
+use super::{
+    ActorRecord, ActorRef, Counter, DumpWaiter, GrantRecord, Table, Wait, Woken, actor_record,
+    etcd_error, id_in, key_records, keys_of, now_ms, prefix_get, ranges_of, revision_of, still,
+    to_json, unavailable, unchanged_since, with_lease,
+};
+use crate::core::key::{Key, Mode};
+use crate::core::table::{ActorId, Claim};
+use crate::error::{Error, Result, SlotLimit};
+use crate::kinds::HoldKind;
+use crate::{Target, WaitCause};
+
+/// The session's slot limits: `max_actors`, `max_writers`.
+pub(crate) type Limits = (Option<usize>, Option<usize>);
+
+/// Stands for the request being decided before it has a waiter id.
+const NEW: u64 = u64::MAX;
+
+/// A `child_wait` as a server asks it of the table.
+#[derive(Debug, Clone)]
+pub(crate) struct ChildAsk {
+    pub(crate) parent: ActorRef,
+    pub(crate) name: String,
+    /// The child's grant root (canonical, inside the parent's).
+    pub(crate) root: PathBuf,
+    /// What servers enforce of the child's grant.
+    pub(crate) grant: GrantRecord,
+    /// The grant fence's targets, resolved, for a fenced grant.
+    pub(crate) fence: Option<Vec<Target>>,
+    pub(crate) limits: Limits,
+    /// `None`: wait however long.
+    pub(crate) timeout: Option<Duration>,
+}
+
+/// A `child_wait` on its way through the table.
+struct ChildWait {
+    parent: ActorRef,
+    /// The child it would make (not in etcd until granted): its id, name,
+    /// lineage and root, on the parent's lease.
+    child: ActorRef,
+    grant: GrantRecord,
+    token: String,
+    /// The grant fence's keys (none for an unfenced grant).
+    keys: Vec<(Key, Mode)>,
+    claim: Claim,
+    ranges: Vec<Vec<u8>>,
+    limits: Limits,
+    wait: Wait,
+    /// The id of the grant fence's hold, if it has one.
+    hold: u64,
+    since_ms: u64,
+}
+
+impl ChildWait {
+    fn meta(&self) -> Meta {
+        Meta {
+            owner: self.child.id.0,
+            lineage: self.child.lineage.to_vec(),
+            kind: HoldKind::Fence.into(),
+            name: self.child.name.clone(),
+            label: None,
+            since_ms: self.since_ms,
+            priority: 0,
+        }
+    }
+
+    fn record(&self, child_of: bool) -> ClaimRecord {
+        ClaimRecord {
+            meta: self.meta(),
+            keys: key_records(&self.keys),
+            ticket: None,
+            child_of: child_of.then(|| ChildOf {
+                parent: self.parent.id.0,
+                parent_name: self.parent.name.clone(),
+                read_only: self.grant.read_only,
+            }),
+        }
+    }
+
+    fn entry_puts(
+        &self,
+        layout: &Layout,
+        owner: Owner,
+        lease: super::LeaseId,
+    ) -> Result<Vec<TxnOp>> {
+        let meta = self.meta();
+        self.keys
+            .iter()
+            .map(|(key, mode)| {
+                let value = EntryValue {
+                    meta: meta.clone(),
+                    mode: (*mode).into(),
+                };
+                Ok(TxnOp::put(
+                    layout.entry(key, owner),
+                    to_json(&value)?,
+                    with_lease(lease),
+                ))
+            })
+            .collect()
+    }
+
+    fn edges(&self, queued: i64) -> Edges {
+        Edges {
+            actor: self.parent.id.0,
+            name: self.parent.name.clone(),
+            queued,
+            hard: Vec::new(),
+            soft: Vec::new(),
+            slot: None,
+        }
+    }
+}
+
+/// A waiting `child_wait` as one read saw it.
+#[derive(Debug, Clone)]
+struct SlotWaiter {
+    id: u64,
+    /// Its queue revision (the creation of its record).
+    revision: i64,
+    priority: i32,
+    child: ChildOf,
+    claim: Claim,
+}
+
+impl SlotWaiter {
+    fn place(&self) -> Place {
+        Place::Queued {
+            priority: self.priority,
+            waiter: self.id,
+            revision: self.revision,
+        }
+    }
+}
+
+/// Whether a `child_wait` (`id`, `priority`, `revision`) is ahead of
+/// `place` in the queue.
+fn ahead(place: Place, id: u64, priority: i32, revision: i64) -> bool {
+    match place {
+        Place::New { priority: p } => priority >= p,
+        Place::Queued {
+            priority: p,
+            waiter,
+            revision: r,
+        } => id != waiter && (priority > p || (priority == p && revision < r)),
+    }
+}
+
+/// What stands in a claim's way on its paths, as one read saw it.
+#[derive(Debug, Default)]
+struct PathVerdict {
+    /// The first blocker: the requested key and who holds or asks for it.
+    blocker: Option<WaitCause>,
+    /// Owners of live fences in the way (hard edges).
+    hard: Vec<(u64, String)>,
+    /// Earlier waiters in the way it does not pass (soft edges).
+    soft: Vec<u64>,
+    /// The fences whose owner's precedence let it pass an earlier waiter
+    /// (compared at a commit).
+    relied: Vec<(u64, i64)>,
+}
+
+/// One index entry as read: key, value, create revision.
+type Entry = (Vec<u8>, Vec<u8>, i64);
+
+/// The session as one read saw it, for slot decisions.
+#[derive(Debug, Default)]
+struct World {
+    revision: i64,
+    /// Live children: id, name, read-only.
+    children: Vec<(u64, String, bool)>,
+    /// Waiting `child_wait`s in queue order.
+    slot_waiters: Vec<SlotWaiter>,
+    /// Every waiting request's whole claim (for the fence owner's
+    /// precedence).
+    claims: HashMap<u64, Claim>,
+    /// Every live fence: id, commit revision, claim.
+    fences: Vec<(u64, i64, Claim)>,
+    /// The index entries in the conflict ranges of some claims (by waiter
+    /// id, [`NEW`] for the request being decided), read at `revision`.
+    entries: HashMap<u64, Vec<Entry>>,
+}
+
+impl World {
+    fn parse(
+        revision: i64,
+        actors: &[KeyValue],
+        waiters: &[KeyValue],
+        fences: &[KeyValue],
+    ) -> Self {
+        let mut world = World {
+            revision,
+            ..World::default()
+        };
+        for kv in actors {
+            let (Some(id), Ok(record)) = (
+                id_in(kv.key()),
+                serde_json::from_slice::<ActorRecord>(kv.value()),
+            ) else {
+                continue;
+            };
+            if record.lineage.len() > 1 {
+                world.children.push((id, record.name, record.read_only));
+            }
+        }
+        for kv in waiters {
+            let (Some(id), Ok(record)) = (
+                id_in(kv.key()),
+                serde_json::from_slice::<ClaimRecord>(kv.value()),
+            ) else {
+                continue;
+            };
+            let claim = record.claim();
+            if let Some(child) = record.child_of {
+                world.slot_waiters.push(SlotWaiter {
+                    id,
+                    revision: kv.create_revision(),
+                    priority: record.meta.priority,
+                    child,
+                    claim: claim.clone(),
+                });
+            }
+            world.claims.insert(id, claim);
+        }
+        world
+            .slot_waiters
+            .sort_by_key(|w| (std::cmp::Reverse(w.priority), w.revision, w.id));
+        for kv in fences {
+            if let (Some(id), Ok(record)) = (
+                id_in(kv.key()),
+                serde_json::from_slice::<ClaimRecord>(kv.value()),
+            ) {
+                world
+                    .fences
+                    .push((id, kv.create_revision(), record.claim()));
+            }
+        }
+        world
+    }
+
+    /// The fenced `child_wait`s ahead of `place` (their paths decide
+    /// whether they reserve a slot).
+    fn fenced_ahead(&self, place: Place) -> Vec<&SlotWaiter> {
+        self.slot_waiters
+            .iter()
+            .filter(|w| !w.claim.keys.is_empty() && ahead(place, w.id, w.priority, w.revision))
+            .collect()
+    }
+
+    /// What blocks `claim` (whose range entries are `entries[who]`) at
+    /// `place`, by the rules of `Table::step`: a live hold, else an
+    /// earlier waiter it does not pass.
+    fn path_verdict(&self, layout: &Layout, who: u64, claim: &Claim, place: Place) -> PathVerdict {
+        if claim.keys.is_empty() {
+            return PathVerdict::default();
+        }
+        let entries = self.entries.get(&who).map_or(&[][..], Vec::as_slice);
+        let (holds, waiters) = decide::group(
+            layout,
+            entries
+                .iter()
+                .map(|(k, v, r)| (k.as_slice(), v.as_slice(), *r)),
+        );
+        let cause = |other: &decide::Other, key: usize| WaitCause::Path {
+            path: claim.keys[key].0.path.clone(),
+            holder: other.meta.name.clone(),
+        };
+        let mut verdict = PathVerdict {
+            blocker: decide::blocking_hold(claim, &holds).map(|(h, k)| cause(h, k)),
+            ..PathVerdict::default()
+        };
+        for (earlier, key) in decide::waiters_in_the_way(claim, place, &waiters) {
+            let Owner::Waiter(id) = earlier.owner else {
+                continue;
+            };
+            // Gone since the read's view of its entries: blocks nobody.
+            let Some(whole) = self.claims.get(&id) else {
+                continue;
+            };
+            match decide::passing_fence(whole, claim, &self.fences) {
+                Some((fence, at, _)) => verdict.relied.push((*fence, *at)),
+                None => {
+                    verdict.soft.push(id);
+                    if verdict.blocker.is_none() {
+                        verdict.blocker = Some(cause(earlier, key));
+                    }
+                }
+            }
+        }
+        let mut hard: Vec<(u64, String)> = decide::fences_in_the_way(claim, &holds)
+            .map(|h| (h.meta.owner, h.meta.name.clone()))
+            .collect();
+        hard.sort();
+        hard.dedup();
+        verdict.hard = hard;
+        verdict
+    }
+
+    /// The actor and writer slots reserved by the `child_wait`s ahead of
+    /// `place` whose paths are free (SPEC §11).
+    fn reserved_ahead(&self, layout: &Layout, place: Place) -> (usize, usize) {
+        let (mut actors, mut writers) = (0, 0);
+        for w in &self.slot_waiters {
+            if !ahead(place, w.id, w.priority, w.revision) {
+                continue;
+            }
+            if self
+                .path_verdict(layout, w.id, &w.claim, w.place())
+                .blocker
+                .is_none()
+            {
+                actors += 1;
+                writers += usize::from(!w.child.read_only);
+            }
+        }
+        (actors, writers)
+    }
+
+    /// The limit that leaves a child (`read_only` or not) no slot, with
+    /// `reserved` slots promised to `child_wait`s ahead: actors first.
+    fn slot_blocker(
+        &self,
+        read_only: bool,
+        limits: Limits,
+        reserved: (usize, usize),
+    ) -> Option<SlotLimit> {
+        let children = self.children.len();
+        let writers = self.children.iter().filter(|c| !c.2).count();
+        if limits.0.is_some_and(|max| children + reserved.0 >= max) {
+            return Some(SlotLimit::MaxActors);
+        }
+        if !read_only && limits.1.is_some_and(|max| writers + reserved.1 >= max) {
+            return Some(SlotLimit::MaxWriters);
+        }
+        None
+    }
+
+    /// The live children holding a slot of `kind`.
+    fn holders(&self, kind: SlotKind) -> Vec<(u64, String)> {
+        self.children
+            .iter()
+            .filter(|c| kind == SlotKind::Actors || !c.2)
+            .map(|c| (c.0, c.1.clone()))
+            .collect()
+    }
+}
+
+fn slot_kind(limit: SlotLimit) -> SlotKind {
+    match limit {
+        SlotLimit::MaxActors => SlotKind::Actors,
+        SlotLimit::MaxWriters => SlotKind::Writers,
+    }
+}
+
+fn slot_cause(limit: SlotLimit) -> WaitCause {
+    match limit {
+        SlotLimit::MaxActors => WaitCause::Slots,
+        SlotLimit::MaxWriters => WaitCause::Writers,
+    }
+}
+
+/// What one round of a `child_wait` came to.
+enum ChildStep {
+    Granted(ActorRef),
+    /// Something it relied on changed since the read: read again.
+    Raced,
+    /// Blocked at this revision; watch these ranges for a change.
+    Blocked {
+        revision: i64,
+        edges: Edges,
+        watch: Vec<Vec<u8>>,
+    },
+}
+
+impl Table {
+    /// Reads the live actors, the waiting requests and the live fences at
+    /// one revision (with `extra` reads after them, whose answers are
+    /// returned), then the index entries of `wanted` claims' conflict
+    /// ranges at that same revision.
+    async fn read_world(
+        &self,
+        extra: Vec<TxnOp>,
+        wanted: impl Fn(&World) -> Vec<(u64, Vec<Vec<u8>>)>,
+    ) -> Result<(World, Vec<Vec<KeyValue>>, Vec<(u64, Vec<Vec<u8>>)>)> {
+        let layout = self.layout();
+        let mut reads = vec![
+            prefix_get(&layout.actors()),
+            prefix_get(&layout.waiters()),
+            prefix_get(&layout.all_fences()),
+        ];
+        reads.extend(extra);
+        let read = self
+            .client()
+            .txn(Txn::new().and_then(reads))
+            .await
+            .map_err(unavailable)?;
+        let revision = revision_of(&read);
+        let mut ranges = ranges_of(&read).into_iter();
+        let actors = ranges.next().unwrap_or_default();
+        let waiters = ranges.next().unwrap_or_default();
+        let fences = ranges.next().unwrap_or_default();
+        let rest: Vec<Vec<KeyValue>> = ranges.collect();
+        let mut world = World::parse(revision, &actors, &waiters, &fences);
+        let wanted = wanted(&world);
+        self.read_entries(&mut world, &wanted).await?;
+        Ok((world, rest, wanted))
+    }
+
+    /// Reads the index entries in each claim's ranges at the world's
+    /// revision (etcd keeps past revisions until it compacts them).
+    async fn read_entries(&self, world: &mut World, wanted: &[(u64, Vec<Vec<u8>>)]) -> Result<()> {
+        let reads: Vec<TxnOp> = wanted
+            .iter()
+            .flat_map(|(_, ranges)| ranges.iter())
+            .map(|r| {
+                TxnOp::get(
+                    r.clone(),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_revision(world.revision),
+                    ),
+                )
+            })
+            .collect();
+        if reads.is_empty() {
+            return Ok(());
+        }
+        let read = self
+            .client()
+            .txn(Txn::new().and_then(reads))
+            .await
+            .map_err(unavailable)?;
+        let mut answers = ranges_of(&read).into_iter();
+        for (who, ranges) in wanted {
+            let found = world.entries.entry(*who).or_default();
+            for _ in ranges {
+                for kv in answers.next().unwrap_or_default() {
+                    found.push((kv.key().to_vec(), kv.value().to_vec(), kv.create_revision()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a new child (`read_only` or not) finds a slot under
+    /// `limits`, counting the slots reserved by queued `child_wait`s (SPEC
+    /// §11): the limit that refuses it, and the compares under which the
+    /// count still holds at a commit (nothing created, dropped, queued or
+    /// unblocked since).
+    pub(crate) async fn slot_for_child(
+        &self,
+        read_only: bool,
+        limits: Limits,
+    ) -> Result<(Option<SlotLimit>, Vec<Compare>)> {
+        let layout = self.layout();
+        let place = Place::New { priority: 0 };
+        let (world, _, wanted) = self
+            .read_world(Vec::new(), |world| {
+                world
+                    .fenced_ahead(place)
+                    .into_iter()
+                    .map(|w| {
+                        (
+                            w.id,
+                            layout.conflict_ranges(w.claim.keys.iter().map(|(k, _)| k)),
+                        )
+                    })
+                    .collect()
+            })
+            .await?;
+        let reserved = world.reserved_ahead(layout, place);
+        let refused = world.slot_blocker(read_only, limits, reserved);
+        let mut compares = vec![
+            unchanged_since(&layout.actors(), world.revision),
+            unchanged_since(&layout.slot_waiters(), world.revision),
+        ];
+        for (_, ranges) in &wanted {
+            compares.extend(ranges.iter().map(|r| unchanged_since(r, world.revision)));
+        }
+        Ok((refused, compares))
+    }
+
+    /// Makes a child of `ask.parent`, waiting (fairly, cancel-safely) for
+    /// its grant fence's paths and then for a slot (SPEC §11); `token`
+    /// makes the child's token from its id. `Deadlock` when the slot wait
+    /// could never end, `Timeout` past `ask.timeout`.
+    ///
+    /// Dropping the future leaves nothing: the wait runs in a task of its
+    /// own, which deletes its waiter keys, and drops a child made after
+    /// the future was dropped.
+    pub(crate) async fn child_wait(
+        &self,
+        ask: ChildAsk,
+        token: impl FnOnce(ActorId) -> Result<String>,
+    ) -> Result<(ActorRef, String)> {
+        let id = self.next_id()?;
+        let token = token(ActorId(id))?;
+        let (_, lineage) = actor_record(
+            id,
+            ask.parent.lease,
+            &ask.name,
+            &ask.root,
+            Some(&ask.parent),
+            &ask.grant,
+        )?;
+        let child = ActorRef {
+            id: ActorId(id),
+            name: ask.name.clone(),
+            lineage: lineage.into(),
+            lease: ask.parent.lease,
+            root: ask.root.clone(),
+            revision: 0,
+            read_only: ask.grant.read_only,
+            fence: ask.grant.fence.clone().map(Into::into),
+            read_roots: ask.grant.read_roots.clone().into(),
+        };
+        let keys = match &ask.fence {
+            Some(targets) => keys_of(&child, targets, self.case())?,
+            None => Vec::new(),
+        };
+        let claim = Claim {
+            owner: child.id,
+            lineage: child.lineage.iter().map(|&a| ActorId(a)).collect(),
+            kind: HoldKind::Fence,
+            keys: keys.clone(),
+        };
+        let ranges = self.layout().conflict_ranges(keys.iter().map(|(k, _)| k));
+        let wait = ChildWait {
+            parent: ask.parent,
+            child,
+            grant: ask.grant,
+            token,
+            keys,
+            claim,
+            ranges,
+            limits: ask.limits,
+            wait: ask.timeout.map_or(Wait::Forever, Wait::For),
+            hold: self.next_id()?,
+            since_ms: now_ms(),
+        };
+        let (answer, answered) = oneshot::channel();
+        let table = self.clone();
+        tokio::spawn(async move { table.run_child_wait(wait, answer).await });
+        answered.await.unwrap_or_else(|_| {
+            Err(Error::Unavailable {
+                reason: "the child_wait task ended without an answer".into(),
+            })
+        })
+    }
+
+    /// The `child_wait` task: read, decide, commit or wait, until an
+    /// answer (the shape of `Table::run`).
+    async fn run_child_wait(
+        self,
+        wait: ChildWait,
+        answer: oneshot::Sender<Result<(ActorRef, String)>>,
+    ) {
+        let mut answer = answer;
+        let mut waiter: Option<(u64, i64)> = None;
+        let mut last_edges: Option<Edges> = None;
+        let started = tokio::time::Instant::now();
+        let deadline = match wait.wait {
+            Wait::For(d) => Some(started + d),
+            _ => None,
+        };
+        let outcome: Result<ActorRef> = loop {
+            if answer.is_closed() {
+                break Err(Error::Unavailable {
+                    reason: "cancelled".into(),
+                });
+            }
+            let (revision, edges, watch) = match self.child_step(&wait, waiter).await {
+                Ok(ChildStep::Granted(actor)) => break Ok(actor),
+                Ok(ChildStep::Raced) => continue,
+                Ok(ChildStep::Blocked {
+                    revision,
+                    edges,
+                    watch,
+                }) => (revision, edges, watch),
+                Err(e) => break Err(e),
+            };
+            let me = waiter.map_or(NEW, |w| w.0);
+            match self.refused_cycle(me, &edges, &wait.claim).await {
+                Ok(Some(cycle)) => break Err(Error::Deadlock { cycle }),
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            }
+            let Some((id, _)) = waiter else {
+                match self.enqueue_child(&wait, &edges).await {
+                    Ok(queued) => {
+                        waiter = Some(queued);
+                        last_edges = Some(edges);
+                        continue;
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            if last_edges.as_ref() != Some(&edges) {
+                if let Err(e) = self.put_edges(id, &edges).await {
+                    break Err(e);
+                }
+                last_edges = Some(edges);
+            }
+            match self
+                .wait_for_change(&watch, revision, deadline, &mut answer)
+                .await
+            {
+                Ok(Woken::Changed) => {}
+                Ok(Woken::Cancelled) => {
+                    break Err(Error::Unavailable {
+                        reason: "cancelled".into(),
+                    });
+                }
+                Ok(Woken::TimedOut) => {
+                    break Err(Error::Timeout {
+                        paths: wait.keys.iter().map(|(k, _)| k.path.clone()).collect(),
+                        waited: started.elapsed(),
+                    });
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        // Counted as `Table::run` counts: a timeout or deadlock before the
+        // caller hears of it; a queued wait's count goes with its dequeue.
+        let counted = outcome.as_ref().err().and_then(Counter::of_refusal);
+        match (&outcome, waiter) {
+            (Err(_), Some((id, _))) => {
+                // Best effort: the waiter lease deletes the keys if this fails.
+                let _ = self.dequeue(id, &wait.keys, counted).await;
+            }
+            (Err(_), None) => {
+                if let Some(counter) = counted {
+                    self.bump(counter).await;
+                }
+            }
+            (Ok(_), _) => {}
+        }
+        if matches!(outcome, Err(Error::Unavailable { .. })) {
+            // A commit whose answer was lost may still have made the child.
+            let _ = self.unmake_child(&wait.child, &wait.token).await;
+        }
+        let sent = answer.send(outcome.map(|actor| (actor, wait.token.clone())));
+        if let Err(Ok((actor, _))) = sent {
+            // The caller left after the commit: the child goes again.
+            let _ = self.unmake_child(&actor, &wait.token).await;
+        }
+    }
+
+    /// Drops a child made for a caller that left, with its token.
+    async fn unmake_child(&self, child: &ActorRef, token: &str) -> Result<()> {
+        self.drop_actor(child).await?;
+        self.client()
+            .delete(self.layout().token(&super::tokens::token_hash(token)), None)
+            .await
+            .map(drop)
+            .map_err(unavailable)
+    }
+
+    /// One round of a `child_wait`: read at a revision, decide (paths
+    /// first, then a slot), and commit if both are free.
+    async fn child_step(&self, wait: &ChildWait, waiter: Option<(u64, i64)>) -> Result<ChildStep> {
+        let layout = self.layout();
+        let parent_key = layout.actor(wait.parent.id.0);
+        let mut extra = vec![TxnOp::get(
+            parent_key.clone(),
+            Some(GetOptions::new().with_keys_only()),
+        )];
+        if let Some((id, _)) = waiter {
+            extra.push(TxnOp::get(
+                layout.waiter(id),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+        }
+        let place = match waiter {
+            None => Place::New { priority: 0 },
+            Some((id, revision)) => Place::Queued {
+                priority: 0,
+                waiter: id,
+                revision,
+            },
+        };
+        let me = waiter.map_or(NEW, |w| w.0);
+        let (world, found, wanted) = self
+            .read_world(extra, |world| {
+                let mut wanted = Vec::new();
+                if !wait.keys.is_empty() {
+                    wanted.push((me, wait.ranges.clone()));
+                }
+                for w in world.fenced_ahead(place) {
+                    wanted.push((
+                        w.id,
+                        layout.conflict_ranges(w.claim.keys.iter().map(|(k, _)| k)),
+                    ));
+                }
+                wanted
+            })
+            .await?;
+        let mut found = found.into_iter();
+        if found.next().is_none_or(|kvs| kvs.is_empty()) {
+            return Err(Error::UnknownActor {
+                actor: wait.parent.id.0.to_string(),
+            });
+        }
+        if waiter.is_some() && found.next().is_none_or(|kvs| kvs.is_empty()) {
+            // The waiter lease lapsed under it: its place is gone.
+            return Err(Error::Unavailable {
+                reason: "this request's place in the queue was lost (etcd was unreachable for longer than the queue lease); ask again".into(),
+            });
+        }
+        let revision = world.revision;
+        let queued = waiter.map_or(i64::MAX, |w| w.1);
+        let mut watch = wait.ranges.clone();
+        watch.push(parent_key);
+        // Paths first: a child_wait waiting for a path holds and reserves
+        // no slot (SPEC §11).
+        let verdict = world.path_verdict(layout, me, &wait.claim, place);
+        if verdict.blocker.is_some() {
+            let mut edges = wait.edges(queued);
+            edges.hard = verdict.hard;
+            edges.soft = verdict.soft;
+            return Ok(ChildStep::Blocked {
+                revision,
+                edges,
+                watch,
+            });
+        }
+        let reserved = world.reserved_ahead(layout, place);
+        if let Some(limit) = world.slot_blocker(wait.grant.read_only, wait.limits, reserved) {
+            // A slot is given back by a drop (the actors), or by a
+            // child_wait ahead leaving or stopping to reserve one.
+            watch.push(layout.actors());
+            watch.push(layout.slot_waiters());
+            for (id, ranges) in &wanted {
+                if *id != me {
+                    watch.extend(ranges.iter().cloned());
+                }
+            }
+            let mut edges = wait.edges(queued);
+            edges.slot = Some(slot_kind(limit));
+            return Ok(ChildStep::Blocked {
+                revision,
+                edges,
+                watch,
+            });
+        }
+        self.commit_child(wait, waiter, &world, &wanted, &verdict.relied)
+            .await
+    }
+
+    /// The grant of a `child_wait`: the child's record and token, its
+    /// grant fence, the count, and its waiter's keys deleted, in one
+    /// transaction, with compares on everything the decision read.
+    async fn commit_child(
+        &self,
+        wait: &ChildWait,
+        waiter: Option<(u64, i64)>,
+        world: &World,
+        wanted: &[(u64, Vec<Vec<u8>>)],
+        relied: &[(u64, i64)],
+    ) -> Result<ChildStep> {
+        let layout = self.layout();
+        let revision = world.revision;
+        let child = &wait.child;
+        let lease = child.lease;
+        let mut compares = vec![
+            still(layout.actor(wait.parent.id.0), wait.parent.revision),
+            unchanged_since(&layout.actors(), revision),
+            unchanged_since(&layout.slot_waiters(), revision),
+        ];
+        for (_, ranges) in wanted {
+            compares.extend(ranges.iter().map(|r| unchanged_since(r, revision)));
+        }
+        compares.extend(relied.iter().map(|&(id, at)| still(layout.hold(id), at)));
+        let (record, _) = actor_record(
+            child.id.0,
+            lease,
+            &child.name,
+            &child.root,
+            Some(&wait.parent),
+            &wait.grant,
+        )?;
+        let mut writes = vec![
+            TxnOp::put(
+                layout.actor(child.id.0),
+                to_json(&record)?,
+                with_lease(lease),
+            ),
+            self.token_put(&wait.token, child.id.0, lease)?,
+            // One admission, the actor with its grant fence, as in process.
+            self.count(Counter::Admitted),
+        ];
+        if !wait.keys.is_empty() {
+            let fence = to_json(&wait.record(false))?;
+            writes.push(TxnOp::put(
+                layout.hold(wait.hold),
+                fence.clone(),
+                with_lease(lease),
+            ));
+            writes.push(TxnOp::put(
+                layout.fence(child.id.0, wait.hold),
+                fence,
+                with_lease(lease),
+            ));
+            writes.extend(wait.entry_puts(layout, Owner::Hold(wait.hold), lease)?);
+        }
+        if let Some((id, _)) = waiter {
+            writes.push(TxnOp::delete(layout.waiter(id), None));
+            writes.push(TxnOp::delete(layout.slot_waiter(id), None));
+            writes.push(TxnOp::delete(layout.edges(id), None));
+            for (key, _) in &wait.keys {
+                writes.push(TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None));
+            }
+        }
+        let limit = self.inner.options.max_txn_ops;
+        let ops = compares.len().max(writes.len());
+        if ops > limit {
+            return Err(Error::TxnTooLarge { ops, limit });
+        }
+        let txn = Txn::new().when(compares).and_then(writes);
+        let done = self
+            .client()
+            .txn(txn)
+            .await
+            .map_err(|e| etcd_error(e, Some(lease), ops, limit))?;
+        if !done.succeeded() {
+            return Ok(ChildStep::Raced);
+        }
+        let mut made = child.clone();
+        made.revision = revision_of(&done);
+        Ok(ChildStep::Granted(made))
+    }
+
+    /// Queues a `child_wait`: its record (with the parent), its mark, its
+    /// grant fence's entries and its edges, on this table's waiter lease,
+    /// while the parent lives. Returns its id and queue revision.
+    async fn enqueue_child(&self, wait: &ChildWait, edges: &Edges) -> Result<(u64, i64)> {
+        let layout = self.layout();
+        let id = self.next_id()?;
+        let waiter_lease = self.waiter_lease().await?;
+        let lease = with_lease(waiter_lease);
+        let mut writes = vec![
+            TxnOp::put(
+                layout.waiter(id),
+                to_json(&wait.record(true))?,
+                lease.clone(),
+            ),
+            TxnOp::put(layout.slot_waiter(id), "", lease.clone()),
+            TxnOp::put(layout.edges(id), to_json(edges)?, lease.clone()),
+            self.count(Counter::Waited),
+        ];
+        writes.extend(wait.entry_puts(layout, Owner::Waiter(id), waiter_lease)?);
+        let limit = self.inner.options.max_txn_ops;
+        if writes.len() > limit {
+            return Err(Error::TxnTooLarge {
+                ops: writes.len(),
+                limit,
+            });
+        }
+        let txn = Txn::new()
+            .when([still(layout.actor(wait.parent.id.0), wait.parent.revision)])
+            .and_then(writes);
+        let done = match self.client().txn(txn).await {
+            Ok(done) => done,
+            Err(e) => {
+                let e = etcd_error(e, Some(waiter_lease), 0, limit);
+                if let Error::UnknownLease { .. } = e {
+                    *self.inner.waiter_lease.lock().await = None;
+                    return Err(Error::Unavailable {
+                        reason: "this server's queue lease in etcd lapsed; ask again".into(),
+                    });
+                }
+                return Err(e);
+            }
+        };
+        if !done.succeeded() {
+            return Err(Error::UnknownActor {
+                actor: wait.parent.id.0.to_string(),
+            });
+        }
+        Ok((id, revision_of(&done)))
+    }
+
+    /// The slot waits that request `me` (with `mine`) makes endless
+    /// (SPEC §11), if it is the one to refuse: for each `child_wait`
+    /// waiting for a slot (its edge record says which limit), whether
+    /// every live child holding a slot of that limit waits on its
+    /// requester. Reads the live actors only when such a wait exists.
+    pub(crate) async fn slot_cycle(
+        &self,
+        me: u64,
+        mine: &Edges,
+        others: &BTreeMap<u64, Edges>,
+    ) -> Result<Option<Vec<String>>> {
+        let mut waits: Vec<(u64, SlotKind)> = others
+            .iter()
+            .filter(|(id, _)| **id != me)
+            .filter_map(|(id, e)| e.slot.map(|s| (*id, s)))
+            .collect();
+        if let Some(kind) = mine.slot {
+            waits.push((me, kind));
+        }
+        if waits.is_empty() {
+            return Ok(None);
+        }
+        let (revision, [actors]) = self.read_prefixes([self.layout().actors()]).await?;
+        let world = World::parse(revision, &actors, &[], &[]);
+        for (waiter, kind) in waits {
+            let holders = world.holders(kind);
+            if let Some(cycle) = deadlock::slot_deadlock(me, mine, others, waiter, &holders) {
+                return Ok(Some(cycle));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Fills in the dump's `child_wait`s (read at `revision`): the parent
+    /// as the actor, the child's name, and the cause, judged as in process
+    /// — `Slots`, `Writers` (the live children and the slots reserved
+    /// ahead), then the path and its holder.
+    pub(crate) async fn dump_child_waits(
+        &self,
+        revision: i64,
+        actors: &[KeyValue],
+        waiters: &[KeyValue],
+        fences: &[KeyValue],
+        dumped: &mut [DumpWaiter],
+    ) -> Result<()> {
+        // Most dumps have no child_wait: find that out without decoding
+        // the session's records a second time (a dump may be read in a
+        // loop by a monitor).
+        let marked = |kv: &KeyValue| kv.value().windows(10).any(|w| w == b"\"child_of\"");
+        if !waiters.iter().any(marked) {
+            return Ok(());
+        }
+        let layout = self.layout();
+        let mut world = World::parse(revision, actors, waiters, fences);
+        if world.slot_waiters.is_empty() {
+            return Ok(());
+        }
+        let wanted: Vec<(u64, Vec<Vec<u8>>)> = world
+            .slot_waiters
+            .iter()
+            .filter(|w| !w.claim.keys.is_empty())
+            .map(|w| {
+                (
+                    w.id,
+                    layout.conflict_ranges(w.claim.keys.iter().map(|(k, _)| k)),
+                )
+            })
+            .collect();
+        self.read_entries(&mut world, &wanted).await?;
+        let limits = self.session_limits(revision).await?;
+        for w in &world.slot_waiters {
+            let Some(entry) = dumped.iter_mut().find(|d| d.id == w.id) else {
+                continue;
+            };
+            let reserved = world.reserved_ahead(layout, w.place());
+            entry.cause = world
+                .slot_blocker(w.child.read_only, limits, reserved)
+                .map(slot_cause)
+                .or_else(|| {
+                    world
+                        .path_verdict(layout, w.id, &w.claim, w.place())
+                        .blocker
+                });
+            entry.child = Some(std::mem::take(&mut entry.actor_name));
+            entry.actor = ActorId(w.child.parent);
+            entry.actor_name = w.child.parent_name.clone();
+        }
+        Ok(())
+    }
+
+    /// The session's slot limits as its first server stored them (`P l`),
+    /// at `revision`; none if it stored none.
+    async fn session_limits(&self, revision: i64) -> Result<Limits> {
+        #[derive(serde::Deserialize)]
+        struct Stored {
+            max_actors: Option<usize>,
+            max_writers: Option<usize>,
+        }
+        let got = self
+            .client()
+            .get(
+                self.layout().limits(),
+                Some(GetOptions::new().with_revision(revision)),
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(got
+            .kvs()
+            .first()
+            .and_then(|kv| serde_json::from_slice::<Stored>(kv.value()).ok())
+            .map_or((None, None), |s| (s.max_actors, s.max_writers)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(id: u64, priority: i32, revision: i64) -> SlotWaiter {
+        SlotWaiter {
+            id,
+            revision,
+            priority,
+            child: ChildOf {
+                parent: 1,
+                parent_name: "lead".into(),
+                read_only: false,
+            },
+            claim: Claim {
+                owner: ActorId(id),
+                lineage: vec![ActorId(1), ActorId(id)].into(),
+                kind: HoldKind::Fence,
+                keys: Vec::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn queued_child_waits_reserve_slots_in_queue_order() {
+        let layout = Layout::new("s");
+        let mut world = World {
+            children: vec![(7, "k".into(), false)],
+            slot_waiters: vec![waiter(10, 0, 5), waiter(11, 0, 9)],
+            ..World::default()
+        };
+        world.slot_waiters[1].child.read_only = true;
+        // A new child (priority 0) is behind both.
+        let new = Place::New { priority: 0 };
+        assert_eq!(world.reserved_ahead(&layout, new), (2, 1));
+        assert_eq!(
+            world.slot_blocker(true, (Some(3), None), (2, 1)),
+            Some(SlotLimit::MaxActors)
+        );
+        // The first queued one has nobody ahead; the second has the first.
+        assert_eq!(
+            world.reserved_ahead(&layout, world.slot_waiters[0].place()),
+            (0, 0)
+        );
+        assert_eq!(
+            world.reserved_ahead(&layout, world.slot_waiters[1].place()),
+            (1, 1)
+        );
+        assert_eq!(
+            world.slot_blocker(false, (Some(3), Some(1)), (0, 0)),
+            Some(SlotLimit::MaxWriters)
+        );
+        assert_eq!(world.slot_blocker(true, (Some(3), Some(1)), (0, 0)), None);
+        assert_eq!(world.holders(SlotKind::Writers), vec![(7, "k".to_string())]);
+    }
+}
