@@ -19,6 +19,8 @@
 //! | `P q/<waiter>` | the waiting request (every key it asks for) | the requester's |
 //! | `P e/<waiter>` | the waiting request's wait-for edges | the requester's |
 //! | `P k<path>\0<t\|f>/<h\|w><id>` | one key of a hold (`h`) or waiter (`w`) | its owner's |
+//! | `P m/<actor><path>` | the actor's read mark of a file (SPEC §6) | the actor's |
+//! | `P w<path>` | the last write through writ to a file: writer, content hash | none |
 //!
 //! Ids are 16 hex digits. `<path>` is the key's normalized absolute path
 //! (case-folded in a session that folds case) without a trailing
@@ -167,6 +169,27 @@ impl Layout {
 
     pub(crate) fn all_edges(&self) -> Vec<u8> {
         self.under(b"e/")
+    }
+
+    /// An actor's read mark of the file `norm` (an absolute path, folded as
+    /// the session folds): `P m/<actor><norm>`.
+    pub(crate) fn mark(&self, actor: u64, norm: &Path) -> Vec<u8> {
+        let mut out = self.under(format!("m/{}", hex(actor)).as_bytes());
+        out.extend_from_slice(norm.as_os_str().as_encoded_bytes());
+        out
+    }
+
+    /// Every read mark of one actor. Paths begin with `/`, and ids have a
+    /// fixed width, so this prefix holds that actor's marks and no other's.
+    pub(crate) fn marks_of(&self, actor: u64) -> Vec<u8> {
+        self.under(format!("m/{}/", hex(actor)).as_bytes())
+    }
+
+    /// The last write through writ to the file `norm`: `P w<norm>`.
+    pub(crate) fn writer(&self, norm: &Path) -> Vec<u8> {
+        let mut out = self.under(b"w");
+        out.extend_from_slice(norm.as_os_str().as_encoded_bytes());
+        out
     }
 
     /// The index entry of one key of a hold or waiter.
@@ -329,6 +352,38 @@ mod tests {
                 let overlap = crate::core::key::overlaps(&k(mine), &k(theirs));
                 assert_eq!(inside, overlap, "{mine} vs {theirs}");
             }
+        }
+    }
+
+    #[test]
+    fn marks_are_found_by_their_actor_and_writers_by_path() {
+        let layout = Layout::new("s");
+        let mark = layout.mark(0xa, Path::new("/ws/src/a.rs"));
+        assert_eq!(
+            String::from_utf8_lossy(&mark),
+            "/writ/s/m/000000000000000a/ws/src/a.rs"
+        );
+        assert!(mark.starts_with(&layout.marks_of(0xa)));
+        // Another actor's marks (even one whose id starts alike) lie
+        // outside the prefix.
+        assert!(
+            !layout
+                .mark(0xab, Path::new("/ws/a"))
+                .starts_with(&layout.marks_of(0xa))
+        );
+        assert!(
+            !layout
+                .mark(0xa0, Path::new("/ws/a"))
+                .starts_with(&layout.marks_of(0xa))
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&layout.writer(Path::new("/ws/src/a.rs"))),
+            "/writ/s/w/ws/src/a.rs"
+        );
+        // Neither kind lies in a range an admission reads or compares.
+        let ranges = layout.conflict_ranges([&k("/")]);
+        for key in [mark, layout.writer(Path::new("/ws/a"))] {
+            assert!(!ranges.iter().any(|r| key.starts_with(r)));
         }
     }
 

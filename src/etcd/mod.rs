@@ -48,6 +48,7 @@
 mod change;
 mod deadlock;
 mod decide;
+mod files;
 mod layout;
 pub(crate) mod tokens;
 
@@ -69,6 +70,8 @@ use crate::core::key::{Key, check_spelling, merge, normalize_lexically, overlaps
 use crate::core::table::{ActorId, Claim, HoldId};
 use crate::error::{Busy, Error, Result};
 use crate::kinds::{HoldKind, Mode};
+
+pub(crate) use files::GateRecords;
 
 use deadlock::Edges;
 use decide::{ClaimRecord, EntryValue, KeyRecord, Meta, Other, Place};
@@ -1223,11 +1226,16 @@ impl Table {
                 }
             }
         }
-        self.client()
-            .delete(self.layout().actor(actor.id.0), None)
-            .await
-            .map(drop)
-            .map_err(unavailable)
+        // Its read marks go with it (SPEC §6: marks are the actor's), in
+        // the same step as its record, so no file op can store one after.
+        let gone = Txn::new().and_then([
+            TxnOp::delete(self.layout().actor(actor.id.0), None),
+            TxnOp::delete(
+                self.layout().marks_of(actor.id.0),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            ),
+        ]);
+        self.client().txn(gone).await.map(drop).map_err(unavailable)
     }
 
     /// Admits `request` for `actor`: grants the whole set or nothing.
@@ -1933,13 +1941,7 @@ impl Table {
             hold: hold.0.to_string(),
         };
         let (record, created): (ClaimRecord, i64) = self.record(key.clone(), unknown).await?;
-        let mut deletes = vec![TxnOp::delete(key.clone(), None)];
-        if HoldKind::from(record.meta.kind) == HoldKind::Fence {
-            deletes.push(TxnOp::delete(layout.fence(record.meta.owner, hold.0), None));
-        }
-        for (k, _) in record.keys() {
-            deletes.push(TxnOp::delete(layout.entry(&k, Owner::Hold(hold.0)), None));
-        }
+        let deletes = self.release_ops(hold, &record);
         let txn = Txn::new().when([still(key, created)]).and_then(deletes);
         let done = self.client().txn(txn).await.map_err(unavailable)?;
         if done.succeeded() {
@@ -1947,6 +1949,20 @@ impl Table {
         } else {
             Err(unknown())
         }
+    }
+
+    /// The deletions that release `hold`, whose record is `record`: the
+    /// record, its owner index (a fence's) and one entry per key.
+    fn release_ops(&self, hold: HoldId, record: &ClaimRecord) -> Vec<TxnOp> {
+        let layout = self.layout();
+        let mut deletes = vec![TxnOp::delete(layout.hold(hold.0), None)];
+        if HoldKind::from(record.meta.kind) == HoldKind::Fence {
+            deletes.push(TxnOp::delete(layout.fence(record.meta.owner, hold.0), None));
+        }
+        for (k, _) in record.keys() {
+            deletes.push(TxnOp::delete(layout.entry(&k, Owner::Hold(hold.0)), None));
+        }
+        deletes
     }
 
     /// Reads whole prefixes in one transaction, so at one revision.
