@@ -15,9 +15,12 @@
 //! given up through the server that took the wait (the client's own
 //! connection); entries are dropped with their hold, or after a while.
 //!
-//! What the table cannot do yet (slots,
-//! `fence.extend`/`narrow`, `reservation.extend`, the file tools, history)
-//! is refused whole with `Error::Unsupported`, never approximated.
+//! The file tools run the crate's own file pipeline around an etcd hold
+//! (the `files` module below). What the table cannot do yet (history,
+//! `actor.child_wait` with slot limits) is refused whole with
+//! `Error::Unsupported`, never approximated.
+
+mod files;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,7 +41,7 @@ use crate::sched::resolve::Resolver;
 use crate::server::auth::{self, Caller};
 use crate::server::lease::Ticket;
 use crate::wire::PROTOCOL_VERSION;
-use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, Result, Target};
+use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, Result, Scheduler, Target};
 
 /// Where a server finds its session's table in etcd.
 #[derive(Debug, Clone)]
@@ -60,6 +63,14 @@ pub(crate) struct EtcdBackend {
     limits: (Option<usize>, Option<usize>),
     /// Tickets of waits this server answered, with when they were filed.
     tickets: Mutex<HashMap<(u64, String), (Ticket, Instant)>>,
+    /// The file machinery's own scheduler (never the server's, which stays
+    /// empty): file ops run as ephemeral actors of it, inside holds taken
+    /// in etcd, so its admissions are never contested. It keeps the hash
+    /// cache; marks and last writers come from etcd for every op.
+    files: Scheduler,
+    /// `Config::file_op_wait`: how long a contested file op waits in etcd
+    /// (try-only without it).
+    file_op_wait: Option<Duration>,
 }
 
 /// How long a ticket's answer is kept for a client that gave up.
@@ -67,12 +78,6 @@ const TICKET_MEMORY: Duration = Duration::from_secs(120);
 
 /// The methods of SPEC §13 the etcd table does not serve yet.
 const UNSUPPORTED: &[&str] = &[
-    "files.read",
-    "files.write",
-    "files.append",
-    "files.replace",
-    "files.delete",
-    "files.rename",
     "turn.set",
     "history.snapshot",
     "history.record",
@@ -125,12 +130,21 @@ impl EtcdBackend {
                 ),
             });
         }
+        // The file machinery's scheduler: the server's rules (policy,
+        // limits, durability), the session's case, no history (not kept on
+        // etcd), and no waiting of its own (etcd does the waiting).
+        let mut local = config.clone();
+        local.history_dir = None;
+        local.file_op_wait = None;
+        local.case = case;
         Ok(EtcdBackend {
             table,
             portable: config.portable_names,
             case,
             limits,
             tickets: Mutex::new(HashMap::new()),
+            files: Scheduler::new(local),
+            file_op_wait: config.file_op_wait,
         })
     }
 
@@ -327,6 +341,8 @@ impl App {
             "release" => self.etcd_release(backend, caller, p).await,
             "fence.extend" | "fence.narrow" => self.etcd_change(backend, caller, method, p).await,
             "dump" => self.etcd_dump(backend, p).await,
+            "files.read" | "files.write" | "files.append" | "files.replace" | "files.delete"
+            | "files.rename" => self.etcd_files(backend, caller, method, p).await,
             "lease.keepalive" => self.etcd_keepalive(backend, caller, p).await,
             "lease.revoke" => self.etcd_revoke(backend, caller, p).await,
             m if UNSUPPORTED.contains(&m) => Err(unsupported(format!("the method `{m}`"))),
