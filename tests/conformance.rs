@@ -2486,6 +2486,8 @@ conformance_on_etcd!(
         config().case(writ::CaseMode::Insensitive)
     ),
     read_roots_are_shared_only,
+    files_pass_the_version_gate,
+    a_contested_file_op_is_busy_and_writes_nothing,
 );
 
 conformance!(
