@@ -2188,20 +2188,22 @@ async fn the_version_gate_holds_across_servers_and_names_the_writer_of_the_other
     }
     assert_eq!(std::fs::read(root.join("notes.md")).unwrap(), b"bob\n");
 
-    // Delete and rename gate the same way across servers.
+    // Delete and rename gate the same way across servers, and a rename's
+    // destination names its writer.
     write_through(&one, &alice, "a.txt", "a\n").await.unwrap();
+    write_through(&one, &alice, "b.txt", "b\n").await.unwrap();
     let rename = serde_json::json!({"from": "a.txt", "to": "b.txt"});
     assert!(matches!(
         file_op(&two, "files.rename", &bob, rename.clone()).await,
         Err(Error::NotRead { .. })
     ));
     read_through(&two, &bob, "a.txt").await;
+    read_through(&one, &bob, "b.txt").await;
+    read_through(&one, &alice, "b.txt").await;
     file_op(&one, "files.rename", &bob, rename).await.unwrap();
     let delete = serde_json::json!({"path": "b.txt"});
-    assert!(matches!(
-        file_op(&one, "files.delete", &alice, delete.clone()).await,
-        Err(Error::NotRead { .. })
-    ));
+    let refused = file_op(&two, "files.delete", &alice, delete.clone()).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
     read_through(&one, &alice, "b.txt").await;
     file_op(&two, "files.delete", &alice, delete).await.unwrap();
     assert!(!root.join("a.txt").exists() && !root.join("b.txt").exists());
