@@ -2014,11 +2014,21 @@ async fn file_servers(
     root: &Path,
     session: &str,
 ) -> (Vec<writ::server::Server>, [writ::remote::Session; 2]) {
+    let config = writ::Config::default().durability(writ::Durability::Process);
+    file_servers_with(etcd, root, session, config).await
+}
+
+async fn file_servers_with(
+    etcd: &Etcd,
+    root: &Path,
+    session: &str,
+    config: writ::Config,
+) -> (Vec<writ::server::Server>, [writ::remote::Session; 2]) {
     let mut servers = Vec::new();
     let mut sessions = Vec::new();
     for _ in 0..2 {
         let options = writ::server::Options::new(root)
-            .config(writ::Config::default().durability(writ::Durability::Process))
+            .config(config.clone())
             .token(SESSION_TOKEN)
             .etcd([etcd.endpoint.as_str()], session, TableOptions::default());
         let server = writ::server::Server::start(options).await.unwrap();
@@ -2187,6 +2197,17 @@ async fn the_version_gate_holds_across_servers_and_names_the_writer_of_the_other
         assert_eq!(stale_writer(refused), None, "an earlier writer was named");
     }
     assert_eq!(std::fs::read(root.join("notes.md")).unwrap(), b"bob\n");
+
+    // A ranged read through B marks the whole file: its tail is enough
+    // for an append through A.
+    std::fs::write(root.join("log.md"), "a\nb\nc\n").unwrap();
+    let params = serde_json::json!({"path": "log.md", "lines": [2, null]});
+    let tail = file_op(&two, "files.read", &alice, params).await.unwrap();
+    assert_eq!(tail["content"], "c\n");
+    assert_eq!(tail["mark"]["len"], 6);
+    let params = serde_json::json!({"path": "log.md", "content": "d\n"});
+    file_op(&one, "files.append", &alice, params).await.unwrap();
+    assert_eq!(std::fs::read(root.join("log.md")).unwrap(), b"a\nb\nc\nd\n");
 
     // Delete and rename gate the same way across servers, and a rename's
     // destination names its writer.
@@ -2384,6 +2405,47 @@ async fn a_dropped_actors_marks_are_gone() {
     assert!(etcd_keys(&etcd, "marks", "m/").await.is_empty());
     // Who wrote last outlives the writer (as in process).
     assert_eq!(etcd_keys(&etcd, "marks", "w").await.len(), 1);
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// With `Config::file_op_wait`, a contested file op waits in etcd's queue
+/// (seen in the dump through the other server) and runs once the holder
+/// through the other server lets go, writing nothing before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_file_op_wait_a_contested_op_waits_for_the_other_servers_holder() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let config = writ::Config::default()
+        .durability(writ::Durability::Process)
+        .file_op_wait(Duration::from_secs(30));
+    let (servers, [one, two]) = file_servers_with(&etcd, &root, "op-wait", config).await;
+    let a = one.actor("a", writ::Grant::workspace(&root)).await.unwrap();
+    let o = two.actor("o", writ::Grant::workspace(&root)).await.unwrap();
+    let call = o.try_admit(["c.txt"]).await.unwrap();
+    let handle = a.handle().to_string();
+    let writing = {
+        let one = writ::remote::Session::connect(servers[0].url(), servers[0].token())
+            .await
+            .unwrap();
+        tokio::spawn(async move { write_through(&one, &handle, "c.txt", "c\n").await })
+    };
+    poll_until(
+        Duration::from_secs(10),
+        "the write queued in etcd",
+        || async {
+            let dump = two.dump().await.unwrap();
+            dump["waiters"].as_array().is_some_and(|w| w.len() == 1)
+        },
+    )
+    .await;
+    assert!(!root.join("c.txt").exists());
+    call.release().await.unwrap();
+    let receipt = writing.await.unwrap().unwrap();
+    assert_eq!(receipt["op"], "write");
+    assert_eq!(std::fs::read(root.join("c.txt")).unwrap(), b"c\n");
+    nothing_held(&[one, two]).await;
     for server in servers {
         server.shutdown().await;
     }
