@@ -304,6 +304,7 @@ pub struct AdmitRequest {
     priority: i32,
     label: Option<String>,
     wait: Wait,
+    file_op: bool,
 }
 
 impl AdmitRequest {
@@ -326,7 +327,15 @@ impl AdmitRequest {
             priority: 0,
             label: None,
             wait: Wait::Never,
+            file_op: false,
         }
+    }
+
+    /// Marks the request as a file op's own call hold (see
+    /// `decide::Meta::file_op`).
+    pub(crate) fn file_op(mut self) -> Self {
+        self.file_op = true;
+        self
     }
 
     /// Wait until the whole set is free (SPEC §4), however long.
@@ -703,6 +712,8 @@ struct Admission {
     /// For a widening of a live hold (`Table::extend`): that hold's record
     /// as read, which the commit replaces.
     replaces: Option<Replace>,
+    /// A file op's own hold (`AdmitRequest::file_op`).
+    file_op: bool,
 }
 
 /// The hold a widening replaces: its record's mod revision (compared at
@@ -722,6 +733,7 @@ impl Admission {
             label: self.label.clone(),
             since_ms: self.since_ms,
             priority: self.priority,
+            file_op: self.file_op,
         }
     }
 
@@ -1270,6 +1282,7 @@ impl Table {
             hold: self.next_id()?,
             since_ms: now_ms(),
             replaces: None,
+            file_op: request.file_op,
         };
         self.spawn_admission(admission).await
     }

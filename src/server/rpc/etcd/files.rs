@@ -136,7 +136,7 @@ impl OuterAdmission for EtcdAdmission {
                 Mode::Exclusive => Target::file(&key.path),
             })
             .collect();
-        let mut request = AdmitRequest::call(targets).label(label);
+        let mut request = AdmitRequest::call(targets).label(label).file_op();
         if let Some(wait) = self.wait {
             request = request.wait_timeout(wait);
         }
