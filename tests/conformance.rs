@@ -1612,13 +1612,19 @@ async fn dump_shows_actors_holds_waiters_and_counters<B: Backend>(b: &B) {
     assert_eq!(dump["counters"]["waited"], 1);
 
     let table = b.dump_table().await;
+    // Hold ids are the backend's own (small numbers in process, unique
+    // session-wide ones in etcd): the table names the two the JSON has.
+    let blocked = format!(
+        "hold {}, hold {}",
+        dump["holds"][0]["id"], dump["holds"][1]["id"]
+    );
     for needle in [
         "actors (2):",
         "  parser",
         "holds (2):",
         "write_file src/lex.rs",
         "waiters (1):",
-        "hold 1, hold 2",
+        blocked.as_str(),
         "waiting for 'parser' to release",
         "counters: admitted 3",
     ] {
@@ -2399,7 +2405,7 @@ macro_rules! conformance_on_etcd {
                         let options = writ::server::Options::new(&root)
                             .config(config.clone())
                             .token("0123456789abcdef0123456789abcdef")
-                            .etcd([etcd.endpoint.as_str()], "conformance", Default::default());
+                            .etcd([etcd.endpoint.as_str()], config.session_id(), Default::default());
                         servers.push(writ::server::Server::start(options).await.unwrap());
                     }
                     let mut sessions = Vec::new();
@@ -2486,6 +2492,9 @@ conformance_on_etcd!(
         config().case(writ::CaseMode::Insensitive)
     ),
     read_roots_are_shared_only,
+    dump_shows_actors_holds_waiters_and_counters(config().session("s-1")),
+    a_waiter_behind_an_earlier_waiter_names_that_waiter,
+    narrow_wakes_a_waiter_for_the_released_part_not_the_kept_part,
     files_pass_the_version_gate,
     a_contested_file_op_is_busy_and_writes_nothing,
 );

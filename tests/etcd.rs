@@ -522,7 +522,13 @@ async fn three_tables_and_32_clients_never_hold_conflicting_paths_at_once() {
             let me = actor(&table, &format!("c{client}")).await;
             let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ (client + 1));
             let mut grants = 0u64;
+            // A live client renews its lease; a run may outlast the TTL.
+            let mut renewed = Instant::now();
             while Instant::now() < stop {
+                if renewed.elapsed() > TTL / 3 {
+                    table.keep_alive(me.lease()).await.unwrap();
+                    renewed = Instant::now();
+                }
                 let kind = if dice.roll(4) == 0 {
                     HoldKind::Fence
                 } else {
@@ -1430,15 +1436,15 @@ fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_ta
     assert!(said.contains("another session token"), "{said}");
 }
 
-/// Two `writ serve --etcd` on one session, 16 clients of the Rust client
-/// (alternately on one server and the other) asking for calls on
+/// Three `writ serve --etcd` on one session, 32 clients of the Rust client
+/// (spread over the servers in turn) asking for calls on
 /// overlapping files and trees, shared and exclusive, try-only and
 /// waiting, for `WRIT_ETCD_STRESS_SECS` (default 10) seconds. The oracle
 /// registers each grant after it arrives and unregisters it before its
 /// release, so the intervals it sees lie inside the real holds: two
 /// conflicting entries at once would be a double grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_servers_and_16_clients_never_grant_conflicting_calls() {
+async fn three_servers_and_32_clients_never_grant_conflicting_calls() {
     let secs: u64 = std::env::var("WRIT_ETCD_STRESS_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -1446,7 +1452,7 @@ async fn two_servers_and_16_clients_never_grant_conflicting_calls() {
     let etcd = Etcd::start();
     let (_dir, root) = workspace_root();
     let mut servers = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..3 {
         let options = writ::server::Options::new(&root).token(SESSION_TOKEN).etcd(
             [etcd.endpoint.as_str()],
             "serve-stress",
@@ -1467,8 +1473,8 @@ async fn two_servers_and_16_clients_never_grant_conflicting_calls() {
     let granted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let until = Instant::now() + Duration::from_secs(secs);
     let mut clients = Vec::new();
-    for n in 0..16usize {
-        let server = &servers[n % 2];
+    for n in 0..32usize {
+        let server = &servers[n % 3];
         let session = writ::remote::Session::connect(server.url(), server.token())
             .await
             .unwrap();
@@ -1532,7 +1538,7 @@ async fn two_servers_and_16_clients_never_grant_conflicting_calls() {
         client.await.unwrap();
     }
     let total = granted.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(total > 16, "only {total} grants in {secs} s");
+    assert!(total > 32, "only {total} grants in {secs} s");
     let dump = writ::remote::Session::connect(servers[1].url(), SESSION_TOKEN)
         .await
         .unwrap()
@@ -1541,7 +1547,7 @@ async fn two_servers_and_16_clients_never_grant_conflicting_calls() {
         .unwrap();
     assert_eq!(dump["holds"].as_array().map(Vec::len), Some(0), "{dump}");
     assert_eq!(dump["waiters"].as_array().map(Vec::len), Some(0), "{dump}");
-    println!("{total} grants in {secs} s through two servers");
+    println!("{total} grants in {secs} s through three servers");
     for server in servers {
         server.shutdown().await;
     }
@@ -2003,6 +2009,103 @@ fn a_fenced_actor_counts_once_through_a_server() {
     for url in [&one.url, &two.url] {
         assert_eq!(counters(url), (1.into(), 1.into()), "after a refused one");
     }
+}
+
+/// The keys under one of a session's prefixes, read straight from etcd.
+async fn keys_under(etcd: &Etcd, session: &str, prefix: &str) -> Vec<String> {
+    let mut client = etcd_client::Client::connect([etcd.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    let got = client
+        .get(
+            format!("/writ/{session}/{prefix}"),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    got.kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect()
+}
+
+/// SPEC §13's tickets through two tables: a wait given up through the
+/// table that did not serve it is never granted afterwards, and a grant
+/// whose answer the caller never got is released by giving its ticket up
+/// anywhere. Nothing of either ticket is left in etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_given_up_through_another_table_is_never_granted_or_is_released() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("tickets").await, etcd.table("tickets").await);
+    let holder = actor(&one, "holder").await;
+    let caller = actor(&one, "caller").await;
+    let fence = one
+        .admit(&holder, AdmitRequest::fence(["/ws/src/"]))
+        .await
+        .unwrap();
+    // Given up while it waits, through the other table.
+    let waiting = {
+        let (one, caller) = (one.clone(), caller.clone());
+        tokio::spawn(async move {
+            let asked = AdmitRequest::call(["/ws/src/a.rs"]).wait().ticket("w-1");
+            one.admit(&caller, asked).await
+        })
+    };
+    poll_until(Duration::from_secs(10), "the wait to queue", || async {
+        one.dump().await.unwrap().waiters.len() == 1
+    })
+    .await;
+    assert_eq!(two.give_up(&caller, "w-1").await.unwrap(), None);
+    one.release(fence.hold()).await.unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), waiting).await {
+        Ok(Ok(Err(Error::Unavailable { .. }))) => {}
+        other => panic!("a wait given up must not be granted: {other:?}"),
+    }
+    let dump = two.dump().await.unwrap();
+    assert!(dump.holds.is_empty() && dump.waiters.is_empty(), "{dump:?}");
+    assert_eq!(
+        keys_under(&etcd, "tickets", "g/").await,
+        Vec::<String>::new()
+    );
+
+    // Granted, and the answer lost: giving the ticket up releases it.
+    let asked = AdmitRequest::call(["/ws/src/a.rs"]).ticket("w-2");
+    let grant = one.admit(&caller, asked).await.unwrap();
+    assert_eq!(
+        keys_under(&etcd, "tickets", "g/").await.len(),
+        1,
+        "the answer lands with the grant"
+    );
+    assert_eq!(
+        two.give_up(&caller, "w-2").await.unwrap(),
+        Some(grant.hold())
+    );
+    assert!(two.dump().await.unwrap().holds.is_empty());
+    assert_eq!(
+        keys_under(&etcd, "tickets", "g/").await,
+        Vec::<String>::new()
+    );
+    // A second give-up finds nothing to release; it cannot tell a ticket
+    // answered long ago from one still to be granted, so it leaves its
+    // mark, which goes with the actor's lease.
+    assert_eq!(one.give_up(&caller, "w-2").await.unwrap(), None);
+    let marks = keys_under(&etcd, "tickets", "g/").await;
+    assert_eq!(marks.len(), 1);
+    // A hold released by its holder takes its answer with it.
+    let asked = AdmitRequest::call(["/ws/src/b.rs"]).ticket("w-3");
+    let grant = two.admit(&caller, asked).await.unwrap();
+    assert_eq!(keys_under(&etcd, "tickets", "g/").await.len(), 2);
+    one.release(grant.hold()).await.unwrap();
+    assert_eq!(keys_under(&etcd, "tickets", "g/").await, marks);
+    one.revoke(caller.lease()).await.unwrap();
+    assert_eq!(
+        keys_under(&etcd, "tickets", "g/").await,
+        Vec::<String>::new()
+    );
 }
 
 // ---- the file tools through two servers (SPEC §6–§7 across servers) ----

@@ -72,6 +72,7 @@ impl Table {
             since_ms: record.meta.since_ms,
             replaces: Some(Replace { revision, old }),
             file_op: record.meta.file_op,
+            ticket: record.ticket.clone(),
         };
         self.spawn_admission(admission).await
     }
@@ -148,11 +149,48 @@ impl Table {
                 reason: "the fence changed while it was being narrowed; ask again".into(),
             });
         }
+        // In process the narrow grants the waiters it lets through before
+        // it returns (SPEC §11); here their own tables grant them, so the
+        // narrow waits for that, within one deadlock-check period (a
+        // waiter whose table died must not stall it).
+        let settled = tokio::time::Instant::now() + self.inner.options.deadlock_check;
+        self.until_nothing_is_due(settled).await?;
         Ok(Grant {
             hold,
             revision: super::revision_of(&done),
             kind: record.meta.kind.into(),
             paths: keys.iter().map(|(k, _)| k.path.clone()).collect(),
         })
+    }
+}
+
+impl Table {
+    /// Returns once no waiter is left that nothing blocks any more (each
+    /// such one is about to be granted by the table serving it), or at
+    /// `deadline`.
+    async fn until_nothing_is_due(&self, deadline: tokio::time::Instant) -> Result<()> {
+        loop {
+            let dump = self.dump().await?;
+            if dump.waiters.iter().all(|w| w.cause.is_some()) {
+                return Ok(());
+            }
+            let options = etcd_client::WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(dump.revision + 1);
+            let mut client = self.client();
+            let mut stream = client
+                .watch(self.layout().waiters(), Some(options))
+                .await
+                .map_err(unavailable)?;
+            loop {
+                match tokio::time::timeout_at(deadline, stream.message()).await {
+                    Err(_) => return Ok(()),
+                    Ok(Ok(Some(m))) if m.canceled() || !m.events().is_empty() => break,
+                    Ok(Ok(Some(_))) => {}
+                    Ok(Ok(None)) => break,
+                    Ok(Err(e)) => return Err(unavailable(e)),
+                }
+            }
+        }
     }
 }

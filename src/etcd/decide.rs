@@ -123,6 +123,10 @@ pub(crate) struct ClaimRecord {
     #[serde(flatten)]
     pub(crate) meta: Meta,
     pub(crate) keys: Vec<KeyRecord>,
+    /// The hash of the ticket the grant was asked with: its answer key
+    /// goes with the hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ticket: Option<String>,
 }
 
 impl ClaimRecord {
@@ -292,6 +296,52 @@ pub(crate) fn passing_fence<'a>(
         .find(|(_, _, fence)| covers(fence, mine) && conflict(earlier, fence).is_some())
 }
 
+/// What blocks a waiting request at one read (SPEC §5's `blocked_by`
+/// and §11's path cause), judged as an admission would judge it.
+#[derive(Debug, Default)]
+pub(crate) struct Blockers<'a> {
+    /// The live holds it conflicts with, in grant order.
+    pub(crate) holds: Vec<&'a Other>,
+    /// The waiters ahead of it that it conflicts with and that no fence of
+    /// its lineage lets it pass, in queue order.
+    pub(crate) waiters: Vec<&'a Other>,
+    /// The first of them (holds before waiters) and the key of `mine` in
+    /// its way: what the request waits for.
+    pub(crate) first: Option<(&'a Other, usize)>,
+}
+
+/// The [`Blockers`] of `mine`, queued at `place`, among `holds` (grant
+/// order) and `waiters` (queue order), the live fences among `holds`
+/// deciding the fence owner's precedence.
+pub(crate) fn blockers<'a>(
+    mine: &Claim,
+    place: Place,
+    holds: &'a [Other],
+    waiters: &'a [Other],
+) -> Blockers<'a> {
+    let mut found = Blockers::default();
+    for hold in holds {
+        if let Some(key) = conflict(mine, &hold.claim) {
+            found.first.get_or_insert((hold, key));
+            found.holds.push(hold);
+        }
+    }
+    let passes = |earlier: &Claim| {
+        holds.iter().any(|h| {
+            h.claim.kind == HoldKind::Fence
+                && covers(&h.claim, mine)
+                && conflict(earlier, &h.claim).is_some()
+        })
+    };
+    for (waiter, key) in waiters_in_the_way(mine, place, waiters) {
+        if !passes(&waiter.claim) {
+            found.first.get_or_insert((waiter, key));
+            found.waiters.push(waiter);
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,5 +478,87 @@ mod tests {
         let fences = [(11, 5, parent_fence)];
         assert!(passing_fence(&sibling_waiting, &child_call, &fences).is_some());
         assert!(passing_fence(&sibling_waiting, &stranger_call, &fences).is_none());
+    }
+
+    #[test]
+    fn blockers_list_holds_then_waiters_ahead_a_fence_does_not_let_pass() {
+        let other = |owner: Owner, meta: Meta, path: &str, revision: i64| Other {
+            owner,
+            claim: claim_of(
+                &meta,
+                vec![(
+                    Key::exact(path.trim_end_matches('/'), path.ends_with('/')),
+                    Mode::Exclusive,
+                )],
+            ),
+            meta,
+            revision,
+        };
+        let holds = [
+            other(
+                Owner::Hold(1),
+                meta(1, &[1], KindRecord::Fence, 0),
+                "/ws/src/",
+                5,
+            ),
+            other(
+                Owner::Hold(2),
+                meta(9, &[9], KindRecord::Call, 0),
+                "/ws/b",
+                6,
+            ),
+        ];
+        let waiters = [
+            // Blocked by the fence of actor 1, so actor 1's line passes it.
+            other(
+                Owner::Waiter(3),
+                meta(7, &[7], KindRecord::Call, 0),
+                "/ws/src/a",
+                7,
+            ),
+            other(
+                Owner::Waiter(4),
+                meta(8, &[8], KindRecord::Call, 0),
+                "/ws/b",
+                8,
+            ),
+        ];
+        let child = claim_of(
+            &meta(2, &[1, 2], KindRecord::Call, 0),
+            vec![
+                (Key::exact("/ws/src/a", false), Mode::Exclusive),
+                (Key::exact("/ws/b", false), Mode::Exclusive),
+            ],
+        );
+        let found = blockers(&child, Place::New { priority: 0 }, &holds, &waiters);
+        let owners = |os: &[&Other]| os.iter().map(|o| o.owner).collect::<Vec<_>>();
+        assert_eq!(
+            owners(&found.holds),
+            [Owner::Hold(2)],
+            "its parent's fence covers it"
+        );
+        assert_eq!(
+            owners(&found.waiters),
+            [Owner::Waiter(4)],
+            "it passes waiter 3"
+        );
+        let (first, key) = found.first.expect("something is in the way");
+        assert_eq!((first.owner, key), (Owner::Hold(2), 1));
+
+        let stranger = claim_of(
+            &meta(5, &[5], KindRecord::Call, 0),
+            vec![(Key::exact("/ws/src/a", false), Mode::Exclusive)],
+        );
+        let queued = Place::Queued {
+            priority: 0,
+            waiter: 3,
+            revision: 7,
+        };
+        let found = blockers(&stranger, queued, &holds, &waiters);
+        assert_eq!(owners(&found.holds), [Owner::Hold(1)]);
+        assert!(
+            found.waiters.is_empty(),
+            "nothing conflicting is ahead of waiter 3"
+        );
     }
 }

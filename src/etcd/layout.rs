@@ -13,6 +13,7 @@
 //! | `P n/<instance>/<counter>` | nothing: its version is that table's count | none |
 //! | `P t/<sha256 of an actor token>` | the token's actor and lease | the actor's |
 //! | `P r/<hold>` | a fence released by its owner's drop: the owner's lineage | the owner's |
+//! | `P g/<actor>/<sha256 of a ticket>` | the hold granted to the wait the ticket names, or `abandoned` when its caller gave it up first | the actor's |
 //! | `P a/<actor>` | the actor record | the actor's |
 //! | `P h/<hold>` | the hold record (every key of the hold) | the owner's |
 //! | `P f/<owner>/<hold>` | the fence's record again, found by owner | the owner's |
@@ -62,7 +63,7 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-fn hex(id: u64) -> String {
+pub(crate) fn hex(id: u64) -> String {
     format!("{id:016x}")
 }
 
@@ -137,6 +138,12 @@ impl Layout {
 
     pub(crate) fn hold(&self, id: u64) -> Vec<u8> {
         self.under(format!("h/{}", hex(id)).as_bytes())
+    }
+
+    /// The answer to the wait `ticket_hash` names (SPEC §13's tickets),
+    /// where every server finds it.
+    pub(crate) fn ticket(&self, actor: u64, ticket_hash: &str) -> Vec<u8> {
+        self.under(format!("g/{}/{ticket_hash}", hex(actor)).as_bytes())
     }
 
     pub(crate) fn holds(&self) -> Vec<u8> {

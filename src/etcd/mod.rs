@@ -278,7 +278,13 @@ struct ActorRecord {
     fence: Option<Vec<(String, bool)>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     read_roots: Vec<String>,
+    /// Wall-clock milliseconds since the epoch (for its age in the dump).
+    #[serde(default)]
+    since_ms: u64,
 }
+
+/// The answer key's value of a request given up before its grant.
+const ABANDONED: &str = "abandoned";
 
 /// How long a request may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,6 +311,7 @@ pub struct AdmitRequest {
     label: Option<String>,
     wait: Wait,
     file_op: bool,
+    ticket: Option<String>,
 }
 
 impl AdmitRequest {
@@ -328,6 +335,7 @@ impl AdmitRequest {
             label: None,
             wait: Wait::Never,
             file_op: false,
+            ticket: None,
         }
     }
 
@@ -363,6 +371,21 @@ impl AdmitRequest {
     #[must_use]
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
+        self
+    }
+
+    /// Names this request (SPEC §13's tickets: unique per wait), so that a
+    /// caller who stops waiting — through any table of the session — can
+    /// give it up with [`Table::give_up`]: a grant that commits afterwards
+    /// cannot, and one that committed first is released.
+    ///
+    /// ```
+    /// let asked = writ::etcd::AdmitRequest::call(["/ws/a.rs"]).wait().ticket("c1-7");
+    /// # let _ = asked;
+    /// ```
+    #[must_use]
+    pub fn ticket(mut self, ticket: impl Into<String>) -> Self {
+        self.ticket = Some(ticket.into());
         self
     }
 }
@@ -442,6 +465,12 @@ pub struct DumpActor {
     pub root: PathBuf,
     /// Whether it was made read-only (it takes no writer slot).
     pub read_only: bool,
+    /// Whether it was made with a grant fence.
+    pub fenced: bool,
+    /// How long it has lived (by the wall clocks of the table that made it
+    /// and the one dumping).
+    #[serde(serialize_with = "secs")]
+    pub age: Duration,
 }
 
 /// One held or requested key in a [`TableDump`].
@@ -500,6 +529,22 @@ pub struct DumpWaiter {
     pub priority: i32,
     /// The revision it was queued at (its place among equal priorities).
     pub revision: i64,
+    /// What it waits for (SPEC §11), judged at the dump's revision; `None`
+    /// when nothing is in its way any more (its table grants it next).
+    pub cause: Option<crate::WaitCause>,
+    /// The holds and the waiters ahead of it in its way (SPEC §5), at the
+    /// dump's revision.
+    pub blocked_by: DumpBlockedBy,
+}
+
+/// What blocks a waiter in a [`TableDump`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DumpBlockedBy {
+    /// The live holds it conflicts with, in grant order.
+    pub holds: Vec<HoldId>,
+    /// The waiters ahead of it it conflicts with (and may not pass), in
+    /// queue order.
+    pub waiters: Vec<u64>,
 }
 
 /// One process's handle on a session's table in etcd.
@@ -714,6 +759,10 @@ struct Admission {
     replaces: Option<Replace>,
     /// A file op's own hold (`AdmitRequest::file_op`).
     file_op: bool,
+    /// The hash of the request's ticket ([`AdmitRequest::ticket`]); for
+    /// a widening, the widened hold's (kept in its record, not asked for
+    /// again).
+    ticket: Option<String>,
 }
 
 /// The hold a widening replaces: its record's mod revision (compared at
@@ -737,10 +786,17 @@ impl Admission {
         }
     }
 
+    /// The ticket the commit must answer: a new grant's, not a widening's.
+    fn ticket_to_answer(&self, layout: &Layout) -> Option<Vec<u8>> {
+        let hash = self.ticket.as_ref().filter(|_| self.replaces.is_none())?;
+        Some(layout.ticket(self.actor.id.0, hash))
+    }
+
     fn record(&self) -> ClaimRecord {
         ClaimRecord {
             meta: self.meta(),
             keys: key_records(&self.keys),
+            ticket: self.ticket.clone(),
         }
     }
 
@@ -811,9 +867,11 @@ impl Admission {
             2 + keys
         };
         let replacing = self.replaces.as_ref().map_or(0, |r| r.old.len() + 1);
+        // A ticket's answer: a compare and a put.
+        let ticket = usize::from(self.ticket.is_some() && self.replaces.is_none());
         // The count of the grant (or of the wait, when it queues).
-        let writes = 3 + keys + waiting + replacing;
-        (compares + usize::from(self.replaces.is_some())).max(writes)
+        let writes = 3 + keys + waiting + replacing + ticket;
+        (compares + usize::from(self.replaces.is_some()) + ticket).max(writes)
     }
 }
 
@@ -1137,6 +1195,7 @@ impl Table {
                         .ok_or_else(|| Error::invalid(r, "the etcd table stores paths as UTF-8"))
                 })
                 .collect::<Result<Vec<_>>>()?,
+            since_ms: now_ms(),
         };
         let mut compares: Vec<Compare> = parent
             .map(|p| still(self.layout().actor(p.id.0), p.revision))
@@ -1283,6 +1342,7 @@ impl Table {
             since_ms: now_ms(),
             replaces: None,
             file_op: request.file_op,
+            ticket: request.ticket.as_deref().map(tokens::token_hash),
         };
         self.spawn_admission(admission).await
     }
@@ -1441,11 +1501,28 @@ impl Table {
                 Some(GetOptions::new().with_keys_only()),
             ));
         }
+        let ticket = admission.ticket_to_answer(layout);
+        if let Some(key) = &ticket {
+            reads.push(TxnOp::get(
+                key.clone(),
+                Some(GetOptions::new().with_keys_only()),
+            ));
+        }
         let read = self
             .admission_txn(Txn::new().and_then(reads), None, ops, limit)
             .await?;
         let revision = revision_of(&read);
         let mut ranges = ranges_of(&read);
+        if let Some(key) = ticket.filter(|_| ranges.pop().is_some_and(|kvs| !kvs.is_empty())) {
+            // Before its grant the answer key exists only as the mark of a
+            // caller who gave the request up. This request ends here, so
+            // the mark has done its work (best effort: the lease takes it
+            // otherwise).
+            let _ = self.client().delete(key, None).await;
+            return Err(Error::Unavailable {
+                reason: "the caller gave this request up".into(),
+            });
+        }
         if let Some(replace) = &admission.replaces {
             match ranges
                 .pop()
@@ -1651,6 +1728,12 @@ impl Table {
         }
         writes.extend(admission.entry_puts(layout, Owner::Hold(hold), admission.actor.lease)?);
         writes.extend(stale);
+        if let Some(key) = admission.ticket_to_answer(layout) {
+            // Granted only if its caller has not given it up, and the
+            // answer lands with the grant for whichever table is asked.
+            compares.push(Compare::create_revision(key.clone(), CompareOp::Equal, 0));
+            writes.push(TxnOp::put(key, layout::hex(hold), lease.clone()));
+        }
         // A widening is not counted as an admission, as in process.
         if admission.replaces.is_none() {
             writes.push(self.count(Counter::Admitted));
@@ -1945,6 +2028,60 @@ impl Table {
         }
     }
 
+    /// Gives up the request `actor` asked with `ticket`
+    /// ([`AdmitRequest::ticket`]), through any table of the session: if it
+    /// was granted, the hold is released and returned; if not, it never
+    /// will be (its commit compares on the mark this leaves, on the
+    /// actor's lease). Giving a ticket up twice is harmless.
+    ///
+    /// ```no_run
+    /// # async fn demo(table: writ::etcd::Table, actor: writ::etcd::ActorRef) -> Result<(), writ::Error> {
+    /// if let Some(hold) = table.give_up(&actor, "c1-7").await? {
+    ///     println!("{hold:?} was granted just before the caller left; released");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn give_up(&self, actor: &ActorRef, ticket: &str) -> Result<Option<HoldId>> {
+        let key = self
+            .layout()
+            .ticket(actor.id.0, &tokens::token_hash(ticket));
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), ABANDONED, with_lease(actor.lease))])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let done = self
+            .client()
+            .txn(txn)
+            .await
+            .map_err(|e| etcd_error(e, Some(actor.lease), 0, 0))?;
+        if done.succeeded() {
+            return Ok(None);
+        }
+        let answer = ranges_of(&done)
+            .into_iter()
+            .flatten()
+            .next()
+            .map(|kv| kv.value().to_vec())
+            .unwrap_or_default();
+        let Some(hold) = std::str::from_utf8(&answer)
+            .ok()
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        else {
+            // Given up before: the mark stays for a commit still to come.
+            return Ok(None);
+        };
+        match self.release(HoldId(hold)).await {
+            // Its release took the answer key with it.
+            Ok(()) => Ok(Some(HoldId(hold))),
+            // Released by its holder already; the answer key is stale.
+            Err(Error::UnknownHold { .. }) => {
+                self.client().delete(key, None).await.map_err(unavailable)?;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Releases a hold: its record, index entries and owner index go in
     /// one transaction. `UnknownHold` if it is already gone.
     pub async fn release(&self, hold: HoldId) -> Result<()> {
@@ -1974,6 +2111,9 @@ impl Table {
         }
         for (k, _) in record.keys() {
             deletes.push(TxnOp::delete(layout.entry(&k, Owner::Hold(hold.0)), None));
+        }
+        if let Some(hash) = &record.ticket {
+            deletes.push(TxnOp::delete(layout.ticket(record.meta.owner, hash), None));
         }
         deletes
     }
@@ -2012,56 +2152,99 @@ impl Table {
         let now = now_ms();
         let age = |since: u64| Duration::from_millis(now.saturating_sub(since));
         let edges = dump_edges(&waiters, &edges, &fences);
-        let actors = actors
+        let mut actors: Vec<(i64, DumpActor)> = actors
             .iter()
             .filter_map(|kv| {
                 let record: ActorRecord = serde_json::from_slice(kv.value()).ok()?;
                 let parent = record.lineage.iter().rev().nth(1).map(|&p| ActorId(p));
-                Some(DumpActor {
+                let actor = DumpActor {
                     id: ActorId(id_in(kv.key())?),
                     name: record.name,
                     parent,
                     lease: LeaseId(record.lease),
                     root: PathBuf::from(record.root),
                     read_only: record.read_only,
-                })
+                    fenced: record.fence.is_some(),
+                    age: age(record.since_ms),
+                };
+                Some((kv.create_revision(), actor))
             })
             .collect();
-        let mut holds: Vec<DumpHold> = holds
-            .iter()
-            .filter_map(|kv| {
-                let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
-                Some(DumpHold {
-                    id: HoldId(id_in(kv.key())?),
-                    actor: ActorId(record.meta.owner),
-                    paths: dump_paths(&record),
-                    actor_name: record.meta.name,
-                    kind: record.meta.kind.into(),
-                    label: record.meta.label,
-                    revision: kv.create_revision(),
-                    age: age(record.meta.since_ms),
+        // Creation order: ids are unique, not ordered across tables.
+        actors.sort_by_key(|(made, actor)| (*made, actor.id));
+        let actors = actors.into_iter().map(|(_, actor)| actor).collect();
+        let records = |kvs: &[KeyValue], owner: fn(u64) -> Owner| -> Vec<(ClaimRecord, Other)> {
+            kvs.iter()
+                .filter_map(|kv| {
+                    let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
+                    let other = Other {
+                        owner: owner(id_in(kv.key())?),
+                        meta: record.meta.clone(),
+                        claim: record.claim(),
+                        revision: kv.create_revision(),
+                    };
+                    Some((record, other))
                 })
-            })
-            .collect();
-        holds.sort_by_key(|h| (h.revision, h.id));
-        let mut waiters: Vec<DumpWaiter> = waiters
+                .collect()
+        };
+        let mut holds = records(&holds, Owner::Hold);
+        holds.sort_by_key(|(_, h)| (h.revision, h.owner));
+        let mut waiters = records(&waiters, Owner::Waiter);
+        waiters.sort_by_key(|(_, w)| (std::cmp::Reverse(w.meta.priority), w.revision, w.owner));
+        let held: Vec<Other> = holds.iter().map(|(_, h)| h.clone()).collect();
+        let queued: Vec<Other> = waiters.iter().map(|(_, w)| w.clone()).collect();
+        let id_of = |o: &Other| match o.owner {
+            Owner::Hold(id) | Owner::Waiter(id) => id,
+        };
+        let waiters = waiters
             .iter()
-            .filter_map(|kv| {
-                let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
-                Some(DumpWaiter {
-                    id: id_in(kv.key())?,
+            .map(|(record, w)| {
+                let place = Place::Queued {
+                    priority: w.meta.priority,
+                    waiter: id_of(w),
+                    revision: w.revision,
+                };
+                let blockers = decide::blockers(&w.claim, place, &held, &queued);
+                let cause = blockers.first.map(|(other, key)| crate::WaitCause::Path {
+                    path: w
+                        .claim
+                        .keys
+                        .get(key)
+                        .map(|(k, _)| k.path.clone())
+                        .unwrap_or_default(),
+                    holder: other.meta.name.clone(),
+                });
+                DumpWaiter {
+                    id: id_of(w),
                     label: record.meta.label.clone(),
                     waited: age(record.meta.since_ms),
                     actor: ActorId(record.meta.owner),
-                    paths: dump_paths(&record),
-                    actor_name: record.meta.name,
+                    paths: dump_paths(record),
+                    actor_name: record.meta.name.clone(),
                     kind: record.meta.kind.into(),
                     priority: record.meta.priority,
-                    revision: kv.create_revision(),
-                })
+                    revision: w.revision,
+                    cause,
+                    blocked_by: DumpBlockedBy {
+                        holds: blockers.holds.iter().map(|h| HoldId(id_of(h))).collect(),
+                        waiters: blockers.waiters.iter().map(|q| id_of(q)).collect(),
+                    },
+                }
             })
             .collect();
-        waiters.sort_by_key(|w| (std::cmp::Reverse(w.priority), w.revision));
+        let holds = holds
+            .into_iter()
+            .map(|(record, h)| DumpHold {
+                id: HoldId(id_of(&h)),
+                actor: ActorId(record.meta.owner),
+                paths: dump_paths(&record),
+                actor_name: record.meta.name,
+                kind: record.meta.kind.into(),
+                label: record.meta.label,
+                revision: h.revision,
+                age: age(record.meta.since_ms),
+            })
+            .collect();
         Ok(TableDump {
             revision,
             actors,

@@ -102,6 +102,10 @@ pub struct HoldEntry {
     /// How long it has been held.
     #[serde(serialize_with = "secs")]
     pub age: Duration,
+    /// Its fencing token: the etcd revision of its grant, for a session
+    /// in etcd (SPEC §16); `None` in process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
 }
 
 /// What blocks a waiter.
@@ -192,6 +196,7 @@ impl Dump {
                 paths: path_entries(&hold.claim.keys),
                 label: hold.label.as_deref().map(str::to_string),
                 age: now.saturating_duration_since(hold.since),
+                revision: None,
             })
             .collect();
         let waiters = state
@@ -293,22 +298,32 @@ impl fmt::Display for Dump {
         walk(self, None, &live, 0, &mut rows);
         writeln!(f, "actors ({}):", self.actors.len())?;
         table(f, &["name", "id", "scope", "root"], &rows)?;
+        // Fencing tokens get a column only where holds have them (etcd).
+        let tokens = self.holds.iter().any(|h| h.revision.is_some());
         let rows: Vec<Vec<String>> = self
             .holds
             .iter()
             .map(|h| {
-                vec![
+                let mut row = vec![
                     h.id.0.to_string(),
                     h.actor.clone(),
                     format!("{:?}", h.kind).to_lowercase(),
                     format!("{:.1?}", h.age),
                     h.label.clone().unwrap_or_default(),
                     paths_text(&h.paths),
-                ]
+                ];
+                if tokens {
+                    row.insert(4, h.revision.map(|r| r.to_string()).unwrap_or_default());
+                }
+                row
             })
             .collect();
         writeln!(f, "holds ({}):", self.holds.len())?;
-        table(f, &["id", "actor", "kind", "age", "label", "paths"], &rows)?;
+        let mut header = vec!["id", "actor", "kind", "age", "label", "paths"];
+        if tokens {
+            header.insert(4, "token");
+        }
+        table(f, &header, &rows)?;
         let rows: Vec<Vec<String>> = self
             .waiters
             .iter()

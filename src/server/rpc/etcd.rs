@@ -10,25 +10,22 @@
 //! handles are the table's ids (unique in the session) under the instance
 //! name `etcd`: `a-etcd-<id>`, `h-etcd-<id>`, `l-etcd-<etcd lease>`.
 //!
-//! The only local state is the tickets of waits this server answered
-//! (SPEC §13: a grant racing a client's give-up is handed back). A ticket is
-//! given up through the server that took the wait (the client's own
-//! connection); entries are dropped with their hold, or after a while.
+//! Tickets too (SPEC §13: a grant racing a client's give-up is handed
+//! back) are answered in etcd, so a client whose server died gives its wait
+//! up through another ([`Table::give_up`]).
 //!
 //! The file tools run the crate's own file pipeline around an etcd hold
-//! (the `files` module below). What the table cannot do yet (history,
-//! `actor.child_wait` with slot limits) is refused whole with
-//! `Error::Unsupported`, never approximated.
+//! (the `files` module below). What the table cannot do yet (waiting for a
+//! slot, history) is refused whole with `Error::Unsupported`, never
+//! approximated.
 
 mod files;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use super::{
@@ -39,7 +36,6 @@ use crate::etcd::tokens::token_hash;
 use crate::etcd::{ActorRef, AdmitRequest, GrantRecord, LeaseId, Table, TableDump, TableOptions};
 use crate::sched::resolve::Resolver;
 use crate::server::auth::{self, Caller};
-use crate::server::lease::Ticket;
 use crate::wire::PROTOCOL_VERSION;
 use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, Result, Scheduler, Target};
 
@@ -61,8 +57,6 @@ pub(crate) struct EtcdBackend {
     /// `max_actors`, `max_writers` (SPEC §11): the same on every server of
     /// the session (the first one stores them).
     limits: (Option<usize>, Option<usize>),
-    /// Tickets of waits this server answered, with when they were filed.
-    tickets: Mutex<HashMap<(u64, String), (Ticket, Instant)>>,
     /// The file machinery's own scheduler (never the server's, which stays
     /// empty): file ops run as ephemeral actors of it, inside holds taken
     /// in etcd, so its admissions are never contested. It keeps the hash
@@ -72,9 +66,6 @@ pub(crate) struct EtcdBackend {
     /// (try-only without it).
     file_op_wait: Option<Duration>,
 }
-
-/// How long a ticket's answer is kept for a client that gave up.
-const TICKET_MEMORY: Duration = Duration::from_secs(120);
 
 /// The methods of SPEC §13 the etcd table does not serve yet.
 const UNSUPPORTED: &[&str] = &[
@@ -142,33 +133,9 @@ impl EtcdBackend {
             portable: config.portable_names,
             case,
             limits,
-            tickets: Mutex::new(HashMap::new()),
             files: Scheduler::new(local),
             file_op_wait: config.file_op_wait,
         })
-    }
-
-    fn file_ticket(&self, key: (u64, String), hold: u64) -> bool {
-        let mut tickets = self.tickets.lock();
-        let now = Instant::now();
-        tickets.retain(|_, (_, at)| now.duration_since(*at) < TICKET_MEMORY);
-        if let Some((Ticket::Abandoned, _)) = tickets.get(&key) {
-            tickets.remove(&key);
-            return false;
-        }
-        tickets.insert(key, (Ticket::Granted(hold), now));
-        true
-    }
-
-    fn ticket_hold(&self, key: (u64, String)) -> Option<u64> {
-        let mut tickets = self.tickets.lock();
-        match tickets.get(&key) {
-            Some((Ticket::Granted(hold), _)) => Some(*hold),
-            _ => {
-                tickets.insert(key, (Ticket::Abandoned, Instant::now()));
-                None
-            }
-        }
     }
 
     /// The resolver of targets for an actor rooted at `root`: keys as the
@@ -190,12 +157,6 @@ impl EtcdBackend {
         fence
             .iter()
             .any(|(f, t)| crate::core::key::inside(&key, &resolver.key_for(f.clone(), *t)))
-    }
-
-    fn forget_hold(&self, hold: u64) {
-        self.tickets
-            .lock()
-            .retain(|_, (t, _)| *t != Ticket::Granted(hold));
     }
 }
 
@@ -637,6 +598,9 @@ impl App {
         if let Some(label) = p.label {
             request = request.label(label);
         }
+        if let Some(ticket) = &p.ticket {
+            request = request.ticket(ticket.clone());
+        }
         let wait = p.wait.unwrap_or(!fence);
         if wait {
             request = match timeout(p.timeout_ms) {
@@ -652,15 +616,6 @@ impl App {
             admitting.await?
         };
         let hold = grant.hold().0;
-        if let Some(ticket) = p.ticket {
-            if !backend.file_ticket((actor.id().0, ticket), hold) {
-                // The client gave up before this grant: hand it back.
-                let _ = backend.table.release(grant.hold()).await;
-                return Err(Error::UnknownHold {
-                    hold: self.handle('h', hold),
-                });
-            }
-        }
         Ok(json!({
             "hold": self.handle('h', hold),
             "kind": match grant.kind() { HoldKind::Fence => "fence", HoldKind::Call => "call" },
@@ -709,11 +664,13 @@ impl App {
         let (n, named) = match (&p.hold, &p.actor, &p.ticket) {
             (Some(hold), None, None) => (self.parse('h', "a hold", hold)?, hold.clone()),
             (None, Some(actor), Some(ticket)) => {
+                // The answer is in etcd: any server of the session can
+                // give the wait up, whichever one served it.
                 let actor = self.etcd_actor(backend, caller, actor).await?;
-                match backend.ticket_hold((actor.id().0, ticket.clone())) {
-                    Some(hold) => (hold, self.handle('h', hold)),
-                    None => return Ok(json!({"released": null, "ticket": ticket})),
-                }
+                return Ok(match backend.table.give_up(&actor, ticket).await? {
+                    Some(hold) => json!({"released": self.handle('h', hold.0)}),
+                    None => json!({"released": null, "ticket": ticket}),
+                });
             }
             _ => return Err(invalid("release takes {hold} or {actor, ticket}")),
         };
@@ -738,73 +695,46 @@ impl App {
             },
             Err(e) => return Err(e),
         }
-        backend.forget_hold(n);
         Ok(json!({"released": named}))
     }
 
     async fn etcd_dump(&self, backend: &EtcdBackend, p: Value) -> Result<Value> {
         let p: DumpParams = params(p)?;
         let dump = backend.table.dump().await?;
+        let shaped = session_dump(backend, &dump);
         match p.format.as_deref() {
-            None | Some("json") => Ok(self.dump_json(backend, &dump)),
-            Some("table") => Ok(json!({"table": dump_table(&dump)})),
+            None | Some("json") => self.dump_json(&dump, &shaped),
+            Some("table") => Ok(json!({
+                "table": format!("{shaped}\netcd revision {}", dump.revision)
+            })),
             Some(other) => Err(invalid(format!(
                 "unknown dump format '{other}' (json or table)"
             ))),
         }
     }
 
-    /// The table's dump in the shape of SPEC §5's, as far as the table
-    /// keeps it (no causes or `blocked_by` yet).
-    fn dump_json(&self, backend: &EtcdBackend, dump: &TableDump) -> Value {
-        let actors: Vec<Value> = dump
-            .actors
-            .iter()
-            .map(|a| {
-                json!({
-                    "id": a.id, "name": a.name, "parent": a.parent, "root": a.root,
-                    "lease": self.lease_handle(a.lease),
-                })
-            })
-            .collect();
-        let holds: Vec<Value> = dump
-            .holds
-            .iter()
-            .map(|h| {
-                json!({
-                    "id": h.id, "actor": h.actor_name, "actor_id": h.actor, "kind": h.kind,
-                    "paths": h.paths, "label": h.label, "revision": h.revision,
-                    "age": h.age.as_secs_f64(),
-                })
-            })
-            .collect();
-        let waiters: Vec<Value> = dump
-            .waiters
-            .iter()
-            .map(|w| {
-                json!({
-                    "id": w.id, "actor": w.actor_name, "actor_id": w.actor, "kind": w.kind,
-                    "paths": w.paths, "priority": w.priority, "revision": w.revision,
-                    "label": w.label, "waited": w.waited.as_secs_f64(),
-                })
-            })
-            .collect();
-        let children = dump.actors.iter().filter(|a| a.parent.is_some());
-        let writers = children.clone().filter(|a| !a.read_only).count();
-        json!({
-            "session": backend.table.session(),
-            "backend": "etcd",
-            "revision": dump.revision,
-            "slots": {
-                "actors": children.count(), "max_actors": backend.limits.0,
-                "writers": writers, "max_writers": backend.limits.1,
-            },
-            "actors": actors,
-            "holds": holds,
-            "waiters": waiters,
-            "edges": dump.edges,
-            "counters": dump.counters,
-        })
+    /// SPEC §5's dump as the in-process table gives it, plus what only a
+    /// session in etcd has: the revision it was read at, each actor's
+    /// lease and each waiter's queue revision (holds carry their fencing
+    /// token as `revision`).
+    fn dump_json(&self, dump: &TableDump, shaped: &crate::Dump) -> Result<Value> {
+        let mut value = serde_json::to_value(shaped).map_err(|e| Error::Protocol {
+            kind: crate::ProtocolError::Internal,
+            detail: format!("the dump did not encode: {e}"),
+        })?;
+        value["backend"] = json!("etcd");
+        value["revision"] = json!(dump.revision);
+        if let Some(actors) = value["actors"].as_array_mut() {
+            for (entry, actor) in actors.iter_mut().zip(&dump.actors) {
+                entry["lease"] = json!(self.lease_handle(actor.lease));
+            }
+        }
+        if let Some(waiters) = value["waiters"].as_array_mut() {
+            for (entry, waiter) in waiters.iter_mut().zip(&dump.waiters) {
+                entry["revision"] = json!(waiter.revision);
+            }
+        }
+        Ok(value)
     }
 
     async fn etcd_keepalive(
@@ -837,94 +767,86 @@ impl App {
     }
 }
 
-/// The dump as a text table: actors, holds (with their fencing tokens),
-/// waiters in queue order, the wait-for edges and the counters.
-fn dump_table(dump: &TableDump) -> String {
+/// The table's dump in the shape of SPEC §5's (`crate::Dump`), so both
+/// backends print and encode it alike.
+fn session_dump(backend: &EtcdBackend, dump: &TableDump) -> crate::Dump {
     let paths = |ps: &[crate::etcd::DumpPath]| {
         ps.iter()
-            .map(|p| {
-                let tree = if p.tree { "/" } else { "" };
-                let mode = match p.mode {
-                    crate::Mode::Shared => " (shared)",
-                    crate::Mode::Exclusive => "",
-                };
-                format!("{}{tree}{mode}", p.path.display())
+            .map(|p| crate::PathEntry {
+                path: p.path.clone(),
+                tree: p.tree,
+                mode: p.mode,
             })
             .collect::<Vec<_>>()
-            .join(", ")
     };
-    let kind = |k: HoldKind| match k {
-        HoldKind::Fence => "fence".to_string(),
-        HoldKind::Call => "call".to_string(),
-    };
-    let mut out = format!("etcd revision {}\n\nactors\n", dump.revision);
-    let rows: Vec<Vec<String>> = dump
-        .actors
-        .iter()
-        .map(|a| {
-            vec![
-                a.id.0.to_string(),
-                a.name.clone(),
-                a.parent.map_or_else(String::new, |p| p.0.to_string()),
-                a.root.display().to_string(),
-            ]
-        })
-        .collect();
-    out.push_str(&crate::text::table(
-        &["id", "name", "parent", "root"],
-        &rows,
-    ));
-    out.push_str("\nholds\n");
-    let rows: Vec<Vec<String>> = dump
-        .holds
-        .iter()
-        .map(|h| {
-            vec![
-                h.id.0.to_string(),
-                h.actor_name.clone(),
-                kind(h.kind),
-                paths(&h.paths),
-                h.label.clone().unwrap_or_default(),
-                h.revision.to_string(),
-            ]
-        })
-        .collect();
-    out.push_str(&crate::text::table(
-        &["id", "actor", "kind", "paths", "label", "revision"],
-        &rows,
-    ));
-    out.push_str("\nwaiters\n");
-    let rows: Vec<Vec<String>> = dump
-        .waiters
-        .iter()
-        .map(|w| {
-            vec![
-                w.id.to_string(),
-                w.actor_name.clone(),
-                kind(w.kind),
-                paths(&w.paths),
-                w.priority.to_string(),
-                w.revision.to_string(),
-            ]
-        })
-        .collect();
-    out.push_str(&crate::text::table(
-        &["id", "actor", "kind", "paths", "priority", "revision"],
-        &rows,
-    ));
-    out.push_str("\nwaits for\n");
-    let rows: Vec<Vec<String>> = dump
-        .edges
-        .iter()
-        .map(|e| {
-            vec![
-                e.from.0.to_string(),
-                e.to.0.to_string(),
-                if e.hard { "hard" } else { "soft" }.to_string(),
-            ]
-        })
-        .collect();
-    out.push_str(&crate::text::table(&["actor", "waits for", "edge"], &rows));
-    out.push_str(&format!("\ncounters: {}\n", dump.counters));
-    out
+    let children = dump.actors.iter().filter(|a| a.parent.is_some());
+    let writers = children.clone().filter(|a| !a.read_only).count();
+    crate::Dump {
+        session: backend.table.session().to_string(),
+        actors: dump
+            .actors
+            .iter()
+            .map(|a| crate::ActorEntry {
+                id: a.id,
+                name: a.name.clone(),
+                parent: a.parent,
+                root: a.root.clone(),
+                scope: if a.read_only {
+                    crate::ScopeKind::ReadOnly
+                } else if a.fenced {
+                    crate::ScopeKind::Fenced
+                } else {
+                    crate::ScopeKind::Workspace
+                },
+                age: a.age,
+            })
+            .collect(),
+        holds: dump
+            .holds
+            .iter()
+            .map(|h| crate::HoldEntry {
+                id: h.id,
+                actor: h.actor_name.clone(),
+                actor_id: h.actor,
+                kind: h.kind,
+                paths: paths(&h.paths),
+                label: h.label.clone(),
+                age: h.age,
+                revision: Some(h.revision),
+            })
+            .collect(),
+        waiters: dump
+            .waiters
+            .iter()
+            .map(|w| crate::WaiterEntry {
+                id: crate::WaiterId(w.id),
+                actor: w.actor_name.clone(),
+                actor_id: w.actor,
+                kind: w.kind,
+                child: None,
+                paths: paths(&w.paths),
+                priority: w.priority,
+                cause: w.cause.clone(),
+                label: w.label.clone(),
+                waited: w.waited,
+                blocked_by: crate::BlockedBy {
+                    holds: w.blocked_by.holds.clone(),
+                    waiters: w
+                        .blocked_by
+                        .waiters
+                        .iter()
+                        .map(|&q| crate::WaiterId(q))
+                        .collect(),
+                },
+            })
+            .collect(),
+        edges: dump.edges.clone(),
+        slots: crate::Slots {
+            actors: children.count(),
+            max_actors: backend.limits.0,
+            writers,
+            max_writers: backend.limits.1,
+        },
+        counters: dump.counters,
+    }
 }
