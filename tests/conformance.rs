@@ -2505,6 +2505,8 @@ conformance_on_etcd!(
     dump_shows_actors_holds_waiters_and_counters(config().session("s-1")),
     a_waiter_behind_an_earlier_waiter_names_that_waiter,
     narrow_wakes_a_waiter_for_the_released_part_not_the_kept_part,
+    files_pass_the_version_gate,
+    a_contested_file_op_is_busy_and_writes_nothing,
 );
 
 conformance!(

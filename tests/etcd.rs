@@ -1349,10 +1349,7 @@ fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_ta
             "turn.set",
             serde_json::json!({"actor": actor, "turn": "t1"}),
         ),
-        (
-            "files.read",
-            serde_json::json!({"actor": actor, "path": "a.rs"}),
-        ),
+        ("history.rewind", serde_json::json!({"turn": "t1"})),
     ] {
         let refused = rpc(&one.url, SESSION_TOKEN, method, params).expect_err(method);
         assert_eq!(
@@ -2129,28 +2126,6 @@ fn a_fenced_actor_counts_once_through_a_server() {
     }
 }
 
-/// The keys under one of a session's prefixes, read straight from etcd.
-async fn keys_under(etcd: &Etcd, session: &str, prefix: &str) -> Vec<String> {
-    let mut client = etcd_client::Client::connect([etcd.endpoint.as_str()], None)
-        .await
-        .unwrap();
-    let got = client
-        .get(
-            format!("/writ/{session}/{prefix}"),
-            Some(
-                etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_keys_only(),
-            ),
-        )
-        .await
-        .unwrap();
-    got.kvs()
-        .iter()
-        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-        .collect()
-}
-
 /// SPEC §13's tickets through two tables: a wait given up through the
 /// table that did not serve it is never granted afterwards, and a grant
 /// whose answer the caller never got is released by giving its ticket up
@@ -2186,7 +2161,7 @@ async fn a_ticket_given_up_through_another_table_is_never_granted_or_is_released
     let dump = two.dump().await.unwrap();
     assert!(dump.holds.is_empty() && dump.waiters.is_empty(), "{dump:?}");
     assert_eq!(
-        keys_under(&etcd, "tickets", "g/").await,
+        etcd_keys(&etcd, "tickets", "g/").await,
         Vec::<String>::new()
     );
 
@@ -2194,7 +2169,7 @@ async fn a_ticket_given_up_through_another_table_is_never_granted_or_is_released
     let asked = AdmitRequest::call(["/ws/src/a.rs"]).ticket("w-2");
     let grant = one.admit(&caller, asked).await.unwrap();
     assert_eq!(
-        keys_under(&etcd, "tickets", "g/").await.len(),
+        etcd_keys(&etcd, "tickets", "g/").await.len(),
         1,
         "the answer lands with the grant"
     );
@@ -2204,24 +2179,470 @@ async fn a_ticket_given_up_through_another_table_is_never_granted_or_is_released
     );
     assert!(two.dump().await.unwrap().holds.is_empty());
     assert_eq!(
-        keys_under(&etcd, "tickets", "g/").await,
+        etcd_keys(&etcd, "tickets", "g/").await,
         Vec::<String>::new()
     );
     // A second give-up finds nothing to release; it cannot tell a ticket
     // answered long ago from one still to be granted, so it leaves its
     // mark, which goes with the actor's lease.
     assert_eq!(one.give_up(&caller, "w-2").await.unwrap(), None);
-    let marks = keys_under(&etcd, "tickets", "g/").await;
+    let marks = etcd_keys(&etcd, "tickets", "g/").await;
     assert_eq!(marks.len(), 1);
     // A hold released by its holder takes its answer with it.
     let asked = AdmitRequest::call(["/ws/src/b.rs"]).ticket("w-3");
     let grant = two.admit(&caller, asked).await.unwrap();
-    assert_eq!(keys_under(&etcd, "tickets", "g/").await.len(), 2);
+    assert_eq!(etcd_keys(&etcd, "tickets", "g/").await.len(), 2);
     one.release(grant.hold()).await.unwrap();
-    assert_eq!(keys_under(&etcd, "tickets", "g/").await, marks);
+    assert_eq!(etcd_keys(&etcd, "tickets", "g/").await, marks);
     one.revoke(caller.lease()).await.unwrap();
     assert_eq!(
-        keys_under(&etcd, "tickets", "g/").await,
+        etcd_keys(&etcd, "tickets", "g/").await,
         Vec::<String>::new()
     );
+}
+
+// ---- the file tools through two servers (SPEC §6–§7 across servers) ----
+
+/// Two `writ serve --etcd` in this process on session `session` of `etcd`,
+/// each with a client session of the Rust client.
+async fn file_servers(
+    etcd: &Etcd,
+    root: &Path,
+    session: &str,
+) -> (Vec<writ::server::Server>, [writ::remote::Session; 2]) {
+    let config = writ::Config::default().durability(writ::Durability::Process);
+    file_servers_with(etcd, root, session, config).await
+}
+
+async fn file_servers_with(
+    etcd: &Etcd,
+    root: &Path,
+    session: &str,
+    config: writ::Config,
+) -> (Vec<writ::server::Server>, [writ::remote::Session; 2]) {
+    let mut servers = Vec::new();
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let options = writ::server::Options::new(root)
+            .config(config.clone())
+            .token(SESSION_TOKEN)
+            .etcd([etcd.endpoint.as_str()], session, TableOptions::default());
+        let server = writ::server::Server::start(options).await.unwrap();
+        sessions.push(
+            writ::remote::Session::connect(server.url(), server.token())
+                .await
+                .unwrap(),
+        );
+        servers.push(server);
+    }
+    let Ok(sessions) = <[_; 2]>::try_from(sessions) else {
+        unreachable!()
+    };
+    (servers, sessions)
+}
+
+/// One file op of the actor `actor` (a wire handle), through `via`.
+async fn file_op(
+    via: &writ::remote::Session,
+    method: &str,
+    actor: &str,
+    mut params: serde_json::Value,
+) -> Result<serde_json::Value, Error> {
+    params["actor"] = actor.into();
+    via.call(method, params).await
+}
+
+async fn read_through(via: &writ::remote::Session, actor: &str, path: &str) -> Vec<u8> {
+    let read = file_op(
+        via,
+        "files.read",
+        actor,
+        serde_json::json!({ "path": path }),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    read["content"].as_str().unwrap().as_bytes().to_vec()
+}
+
+async fn write_through(
+    via: &writ::remote::Session,
+    actor: &str,
+    path: &str,
+    content: &str,
+) -> Result<serde_json::Value, Error> {
+    let params = serde_json::json!({ "path": path, "content": content });
+    file_op(via, "files.write", actor, params).await
+}
+
+fn stale_writer(result: Result<serde_json::Value, Error>) -> Option<String> {
+    match result {
+        Err(Error::Stale { writer, .. }) => writer,
+        other => panic!("expected Stale, got {other:?}"),
+    }
+}
+
+/// No call held and nothing waiting in the session (fences may stay), read
+/// through each server: every file op handed its etcd hold back.
+async fn nothing_held(sessions: &[writ::remote::Session; 2]) {
+    for session in sessions {
+        let dump = session.dump().await.unwrap();
+        let calls = dump["holds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| h["kind"] == "call")
+            .count();
+        assert!(
+            calls == 0 && dump["waiters"].as_array().unwrap().is_empty(),
+            "{dump:#}"
+        );
+    }
+}
+
+/// The keys of session `session` under `P <kind>` in etcd, read directly.
+async fn etcd_keys(etcd: &Etcd, session: &str, kind: &str) -> Vec<String> {
+    let mut client = etcd_client::Client::connect([etcd.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    let prefix = format!("/writ/{session}/{kind}");
+    let got = client
+        .get(
+            prefix.as_bytes(),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    got.kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect()
+}
+
+/// SPEC §6 across servers: a mark taken through one server gates a write
+/// through the other; `Stale` names the writer who wrote through the other
+/// server, `None` for a change from outside writ, and never an earlier
+/// writer, whichever server checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_version_gate_holds_across_servers_and_names_the_writer_of_the_other() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::write(root.join("notes.md"), "one\n").unwrap();
+    let (servers, [one, two]) = file_servers(&etcd, &root, "gate").await;
+    let alice = one
+        .actor("alice", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let bob = two
+        .actor("bob", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let (alice, bob) = (alice.handle().to_string(), bob.handle().to_string());
+
+    // Alice's mark through A; Bob reads and writes through B.
+    assert!(matches!(
+        write_through(&one, &alice, "notes.md", "alice\n").await,
+        Err(Error::NotRead { .. })
+    ));
+    assert_eq!(read_through(&one, &alice, "notes.md").await, b"one\n");
+    assert_eq!(read_through(&two, &bob, "notes.md").await, b"one\n");
+    let params = serde_json::json!({"path": "notes.md", "old": "one", "new": "uno"});
+    file_op(&two, "files.replace", &bob, params).await.unwrap();
+    // Alice's write through A (and through B) is stale, naming Bob.
+    for via in [&one, &two] {
+        let refused = write_through(via, &alice, "notes.md", "alice\n").await;
+        assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    }
+    assert_eq!(std::fs::read(root.join("notes.md")).unwrap(), b"uno\n");
+
+    // An actor's file ops may go through any server: read through B,
+    // write through A.
+    assert_eq!(read_through(&two, &alice, "notes.md").await, b"uno\n");
+    let receipt = write_through(&one, &alice, "notes.md", "alice\n")
+        .await
+        .unwrap();
+    assert_eq!(receipt["history"]["status"], "off", "{receipt}");
+    // No write refreshes a mark: a second write needs a new read.
+    assert_eq!(
+        stale_writer(write_through(&two, &alice, "notes.md", "again\n").await).as_deref(),
+        Some("alice")
+    );
+
+    // A change from outside writ names no writer.
+    read_through(&one, &bob, "notes.md").await;
+    std::fs::write(root.join("notes.md"), "by hand\n").unwrap();
+    assert_eq!(
+        stale_writer(write_through(&two, &bob, "notes.md", "bob\n").await),
+        None
+    );
+
+    // Never an earlier writer: Bob wrote `bob\n` before Alice's mark; the
+    // file changed outside writ after her read and back to Bob's content.
+    read_through(&two, &bob, "notes.md").await;
+    write_through(&two, &bob, "notes.md", "bob\n")
+        .await
+        .unwrap();
+    std::fs::write(root.join("notes.md"), "outside\n").unwrap();
+    read_through(&one, &alice, "notes.md").await;
+    std::fs::write(root.join("notes.md"), "bob\n").unwrap();
+    for via in [&one, &two] {
+        let refused = write_through(via, &alice, "notes.md", "alice\n").await;
+        assert_eq!(stale_writer(refused), None, "an earlier writer was named");
+    }
+    assert_eq!(std::fs::read(root.join("notes.md")).unwrap(), b"bob\n");
+
+    // A ranged read through B marks the whole file: its tail is enough
+    // for an append through A.
+    std::fs::write(root.join("log.md"), "a\nb\nc\n").unwrap();
+    let params = serde_json::json!({"path": "log.md", "lines": [2, null]});
+    let tail = file_op(&two, "files.read", &alice, params).await.unwrap();
+    assert_eq!(tail["content"], "c\n");
+    assert_eq!(tail["mark"]["len"], 6);
+    let params = serde_json::json!({"path": "log.md", "content": "d\n"});
+    file_op(&one, "files.append", &alice, params).await.unwrap();
+    assert_eq!(std::fs::read(root.join("log.md")).unwrap(), b"a\nb\nc\nd\n");
+
+    // Delete and rename gate the same way across servers, and a rename's
+    // destination names its writer.
+    write_through(&one, &alice, "a.txt", "a\n").await.unwrap();
+    write_through(&one, &alice, "b.txt", "b\n").await.unwrap();
+    let rename = serde_json::json!({"from": "a.txt", "to": "b.txt"});
+    assert!(matches!(
+        file_op(&two, "files.rename", &bob, rename.clone()).await,
+        Err(Error::NotRead { .. })
+    ));
+    read_through(&two, &bob, "a.txt").await;
+    read_through(&one, &bob, "b.txt").await;
+    read_through(&one, &alice, "b.txt").await;
+    file_op(&one, "files.rename", &bob, rename).await.unwrap();
+    let delete = serde_json::json!({"path": "b.txt"});
+    let refused = file_op(&two, "files.delete", &alice, delete.clone()).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    read_through(&one, &alice, "b.txt").await;
+    file_op(&two, "files.delete", &alice, delete).await.unwrap();
+    assert!(!root.join("a.txt").exists() && !root.join("b.txt").exists());
+    nothing_held(&[one, two]).await;
+    for server in servers {
+        assert!(server.scheduler().dump().actors.is_empty());
+        server.shutdown().await;
+    }
+}
+
+/// A read-only or fenced actor, or one rooted in a folder, cannot write
+/// outside its bounds through either server, and a refused op writes
+/// nothing and leaves no hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_cannot_write_outside_its_grant_through_either_server() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    for folder in ["ws", "src", "docs", "secret"] {
+        std::fs::create_dir_all(root.join(folder)).unwrap();
+    }
+    std::fs::write(root.join("docs/guide.md"), "guide\n").unwrap();
+    std::os::unix::fs::symlink(root.join("secret"), root.join("ws/link")).unwrap();
+    let (servers, [one, two]) = file_servers(&etcd, &root, "bounds").await;
+    let reader = one
+        .actor("reader", writ::Grant::read_only(&root))
+        .await
+        .unwrap();
+    let fenced = two
+        .actor("fenced", writ::Grant::fenced(&root, [Target::tree("src")]))
+        .await
+        .unwrap();
+    let inner = one
+        .actor("inner", writ::Grant::workspace(root.join("ws")))
+        .await
+        .unwrap();
+    for via in [&one, &two] {
+        // Read-only: reads pass, every write is `ReadOnly`.
+        assert_eq!(
+            read_through(via, reader.handle(), "docs/guide.md").await,
+            b"guide\n"
+        );
+        let write = write_through(via, reader.handle(), "docs/new.md", "x").await;
+        assert!(matches!(write, Err(Error::ReadOnly { .. })), "{write:?}");
+        // Fenced: writes inside the grant fence only.
+        let write = write_through(via, fenced.handle(), "docs/new.md", "x").await;
+        assert!(
+            matches!(write, Err(Error::OutsideFence { .. })),
+            "{write:?}"
+        );
+        read_through(via, fenced.handle(), "docs/guide.md").await;
+        let params = serde_json::json!({"path": "docs/guide.md"});
+        let delete = file_op(via, "files.delete", fenced.handle(), params).await;
+        assert!(
+            matches!(delete, Err(Error::OutsideFence { .. })),
+            "{delete:?}"
+        );
+        // Rooted in ws/: `..`, a symlink out, an absolute path elsewhere.
+        for path in ["../docs/new.md", "link/new.md"] {
+            let write = write_through(via, inner.handle(), path, "x").await;
+            assert!(
+                matches!(write, Err(Error::OutsideGrant { .. })),
+                "{path}: {write:?}"
+            );
+        }
+        let elsewhere = root.join("docs/new.md");
+        let write = write_through(via, inner.handle(), elsewhere.to_str().unwrap(), "x").await;
+        assert!(
+            matches!(write, Err(Error::OutsideGrant { .. })),
+            "{write:?}"
+        );
+        // A sensitive name.
+        let write = write_through(via, inner.handle(), ".env", "TOKEN=x\n").await;
+        assert!(matches!(write, Err(Error::Policy { .. })), "{write:?}");
+    }
+    for refused in ["docs/new.md", "secret/new.md", "ws/.env"] {
+        assert!(!root.join(refused).exists(), "{refused} was written");
+    }
+    assert_eq!(
+        std::fs::read(root.join("docs/guide.md")).unwrap(),
+        b"guide\n"
+    );
+    // Inside their bounds they write.
+    write_through(&one, fenced.handle(), "src/lib.rs", "fn f() {}\n")
+        .await
+        .unwrap();
+    write_through(&two, inner.handle(), "notes.md", "n\n")
+        .await
+        .unwrap();
+    assert!(root.join("src/lib.rs").exists() && root.join("ws/notes.md").exists());
+    nothing_held(&[one, two]).await;
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// A file op contested by a hold taken through the other server is `Busy`
+/// (naming the holder) and writes nothing; a read passes a fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_op_contested_through_the_other_server_is_busy_and_writes_nothing() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::create_dir_all(root.join("locked")).unwrap();
+    std::fs::write(root.join("locked/y.txt"), "y\n").unwrap();
+    std::fs::write(root.join("c.txt"), "c\n").unwrap();
+    let (servers, [one, two]) = file_servers(&etcd, &root, "contested").await;
+    let a = one.actor("a", writ::Grant::workspace(&root)).await.unwrap();
+    let o = two.actor("o", writ::Grant::workspace(&root)).await.unwrap();
+    let fence = o.fence([Target::tree("locked")]).await.unwrap();
+    // A read passes the fence (SPEC §3), a write does not.
+    assert_eq!(read_through(&one, a.handle(), "locked/y.txt").await, b"y\n");
+    for (path, content) in [("locked/x.txt", "x"), ("locked/y.txt", "mine\n")] {
+        match write_through(&one, a.handle(), path, content).await {
+            Err(Error::Busy(busy)) => assert_eq!(busy.holder, "o"),
+            other => panic!("expected Busy, got {other:?}"),
+        }
+    }
+    let rename = serde_json::json!({"from": "c.txt", "to": "locked/c.txt"});
+    read_through(&one, a.handle(), "c.txt").await;
+    let moved = file_op(&one, "files.rename", a.handle(), rename).await;
+    assert!(matches!(moved, Err(Error::Busy(_))), "{moved:?}");
+    assert!(!root.join("locked/x.txt").exists() && !root.join("locked/c.txt").exists());
+    assert_eq!(std::fs::read(root.join("locked/y.txt")).unwrap(), b"y\n");
+    assert!(root.join("c.txt").exists());
+    // A write in progress (a call held through B) refuses a read too.
+    let call = o.try_admit(["c.txt"]).await.unwrap();
+    let read = file_op(
+        &one,
+        "files.read",
+        a.handle(),
+        serde_json::json!({"path": "c.txt"}),
+    )
+    .await;
+    assert!(matches!(read, Err(Error::Busy(_))), "{read:?}");
+    call.release().await.unwrap();
+    fence.release().await.unwrap();
+    write_through(&one, a.handle(), "locked/x.txt", "x")
+        .await
+        .unwrap();
+    nothing_held(&[one, two]).await;
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// An actor's marks are its own: dropping it (through either server)
+/// deletes them, its parent's stay, and the end of the lease takes the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_actors_marks_are_gone() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::write(root.join("f.txt"), "f\n").unwrap();
+    let (servers, [one, two]) = file_servers(&etcd, &root, "marks").await;
+    let lead = one
+        .actor("lead", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let child = lead
+        .child("child", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let (lead_handle, child_handle) = (lead.handle().to_string(), child.handle().to_string());
+    read_through(&one, &lead_handle, "f.txt").await;
+    read_through(&two, &child_handle, "f.txt").await;
+    assert_eq!(etcd_keys(&etcd, "marks", "m/").await.len(), 2);
+    two.call("actor.drop", serde_json::json!({"actor": child_handle}))
+        .await
+        .unwrap();
+    let left = etcd_keys(&etcd, "marks", "m/").await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    // The parent's mark still gates for it.
+    write_through(&two, &lead_handle, "f.txt", "g\n")
+        .await
+        .unwrap();
+    let lease = lead.lease().to_string();
+    one.call("lease.revoke", serde_json::json!({"lease": lease}))
+        .await
+        .unwrap();
+    assert!(etcd_keys(&etcd, "marks", "m/").await.is_empty());
+    // Who wrote last outlives the writer (as in process).
+    assert_eq!(etcd_keys(&etcd, "marks", "o").await.len(), 1);
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// With `Config::file_op_wait`, a contested file op waits in etcd's queue
+/// (seen in the dump through the other server) and runs once the holder
+/// through the other server lets go, writing nothing before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_file_op_wait_a_contested_op_waits_for_the_other_servers_holder() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let config = writ::Config::default()
+        .durability(writ::Durability::Process)
+        .file_op_wait(Duration::from_secs(30));
+    let (servers, [one, two]) = file_servers_with(&etcd, &root, "op-wait", config).await;
+    let a = one.actor("a", writ::Grant::workspace(&root)).await.unwrap();
+    let o = two.actor("o", writ::Grant::workspace(&root)).await.unwrap();
+    let call = o.try_admit(["c.txt"]).await.unwrap();
+    let handle = a.handle().to_string();
+    let writing = {
+        let one = writ::remote::Session::connect(servers[0].url(), servers[0].token())
+            .await
+            .unwrap();
+        tokio::spawn(async move { write_through(&one, &handle, "c.txt", "c\n").await })
+    };
+    poll_until(
+        Duration::from_secs(10),
+        "the write queued in etcd",
+        || async {
+            let dump = two.dump().await.unwrap();
+            dump["waiters"].as_array().is_some_and(|w| w.len() == 1)
+        },
+    )
+    .await;
+    assert!(!root.join("c.txt").exists());
+    call.release().await.unwrap();
+    let receipt = writing.await.unwrap().unwrap();
+    assert_eq!(receipt["op"], "write");
+    assert_eq!(std::fs::read(root.join("c.txt")).unwrap(), b"c\n");
+    nothing_held(&[one, two]).await;
+    for server in servers {
+        server.shutdown().await;
+    }
 }

@@ -71,6 +71,7 @@ impl Table {
             hold: hold.0,
             since_ms: record.meta.since_ms,
             replaces: Some(Replace { revision, old }),
+            file_op: record.meta.file_op,
             ticket: record.ticket.clone(),
         };
         self.spawn_admission(admission).await

@@ -88,6 +88,11 @@ pub(crate) struct Meta {
     pub(crate) since_ms: u64,
     #[serde(default)]
     pub(crate) priority: i32,
+    /// A file op's own call hold (a server serving `files.*` took it): as
+    /// in process, no `release` or `fence.extend` over the wire can reach
+    /// it; the op releases it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) file_op: bool,
 }
 
 /// The value of one index entry.
@@ -363,6 +368,7 @@ mod tests {
             lineage: lineage.to_vec(),
             kind,
             name: format!("a{owner}"),
+            file_op: false,
             label: None,
             since_ms: 0,
             priority,

@@ -21,6 +21,8 @@
 //! | `P e/<waiter>` | the waiting request's wait-for edges | the requester's |
 //! | `P w/<waiter>` | nothing: marks a waiting `child_wait` | the requester's |
 //! | `P k<path>\0<t\|f>/<h\|w><id>` | one key of a hold (`h`) or waiter (`w`) | its owner's |
+//! | `P m/<actor><path>` | the actor's read mark of a file (SPEC §6) | the actor's |
+//! | `P o<path>` | the last write through writ to a file: writer, content hash | none |
 //!
 //! Ids are 16 hex digits. `<path>` is the key's normalized absolute path
 //! (case-folded in a session that folds case) without a trailing
@@ -189,6 +191,29 @@ impl Layout {
         self.under(b"e/")
     }
 
+    /// An actor's read mark of the file `norm` (an absolute path, folded as
+    /// the session folds): `P m/<actor><norm>`.
+    pub(crate) fn mark(&self, actor: u64, norm: &Path) -> Vec<u8> {
+        let mut out = self.under(format!("m/{}", hex(actor)).as_bytes());
+        out.extend_from_slice(norm.as_os_str().as_encoded_bytes());
+        out
+    }
+
+    /// Every read mark of one actor. Paths begin with `/`, and ids have a
+    /// fixed width, so this prefix holds that actor's marks and no other's.
+    pub(crate) fn marks_of(&self, actor: u64) -> Vec<u8> {
+        self.under(format!("m/{}/", hex(actor)).as_bytes())
+    }
+
+    /// The last write through writ to the file `norm`: `P o<norm>` (the
+    /// origin of its content). Not under `w/`: a path begins with `/`,
+    /// and `P w/` is the prefix of the queued `child_wait`s.
+    pub(crate) fn writer(&self, norm: &Path) -> Vec<u8> {
+        let mut out = self.under(b"o");
+        out.extend_from_slice(norm.as_os_str().as_encoded_bytes());
+        out
+    }
+
     /// The index entry of one key of a hold or waiter.
     pub(crate) fn entry(&self, key: &Key, owner: Owner) -> Vec<u8> {
         let mut out = self.under(b"k");
@@ -353,6 +378,38 @@ mod tests {
     }
 
     #[test]
+    fn marks_are_found_by_their_actor_and_writers_by_path() {
+        let layout = Layout::new("s");
+        let mark = layout.mark(0xa, Path::new("/ws/src/a.rs"));
+        assert_eq!(
+            String::from_utf8_lossy(&mark),
+            "/writ/s/m/000000000000000a/ws/src/a.rs"
+        );
+        assert!(mark.starts_with(&layout.marks_of(0xa)));
+        // Another actor's marks (even one whose id starts alike) lie
+        // outside the prefix.
+        assert!(
+            !layout
+                .mark(0xab, Path::new("/ws/a"))
+                .starts_with(&layout.marks_of(0xa))
+        );
+        assert!(
+            !layout
+                .mark(0xa0, Path::new("/ws/a"))
+                .starts_with(&layout.marks_of(0xa))
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&layout.writer(Path::new("/ws/src/a.rs"))),
+            "/writ/s/o/ws/src/a.rs"
+        );
+        // Neither kind lies in a range an admission reads or compares.
+        let ranges = layout.conflict_ranges([&k("/")]);
+        for key in [mark, layout.writer(Path::new("/ws/a"))] {
+            assert!(!ranges.iter().any(|r| key.starts_with(r)));
+        }
+    }
+
+    #[test]
     fn entries_parse_back() {
         let layout = Layout::new("s");
         let entry = layout.entry(&k("/ws/src/"), Owner::Hold(0xab));
@@ -367,5 +424,54 @@ mod tests {
         );
         assert_eq!(layout.parse_entry(b"/writ/s/a/01"), None);
         assert_eq!(prefix_end(b"/writ/s/k\0"), b"/writ/s/k\x01".to_vec());
+    }
+
+    #[test]
+    fn every_kind_of_key_is_under_its_own_prefix_and_no_other() {
+        let layout = Layout::new("s");
+        let file = Path::new("/ws/src/a.rs");
+        let prefixes = [
+            ("counters", layout.counters()),
+            ("actors", layout.actors()),
+            ("holds", layout.holds()),
+            ("fences", layout.all_fences()),
+            ("waiters", layout.waiters()),
+            ("child waits", layout.slot_waiters()),
+            ("edges", layout.all_edges()),
+            ("marks of 1", layout.marks_of(1)),
+            ("index", layout.under(b"k")),
+        ];
+        let keys = [
+            ("counters", layout.counter(1, "admitted")),
+            ("actors", layout.actor(1)),
+            ("holds", layout.hold(1)),
+            ("fences", layout.fence(1, 2)),
+            ("waiters", layout.waiter(1)),
+            ("child waits", layout.slot_waiter(1)),
+            ("edges", layout.edges(1)),
+            ("marks of 1", layout.mark(1, file)),
+            (
+                "index",
+                layout.entry(&Key::exact("/ws/src/a.rs", false), Owner::Hold(1)),
+            ),
+            ("", layout.writer(file)),
+            ("", layout.ticket(1, "ab")),
+            ("", layout.token("ab")),
+            ("", layout.dropped(1)),
+            ("", layout.mark(2, file)),
+            ("", layout.instances()),
+            ("", layout.session_token()),
+            ("", layout.case()),
+            ("", layout.limits()),
+        ];
+        for (kind, key) in &keys {
+            let under: Vec<&str> = prefixes
+                .iter()
+                .filter(|(_, prefix)| key.starts_with(prefix))
+                .map(|(name, _)| *name)
+                .collect();
+            let expected: Vec<&str> = if kind.is_empty() { vec![] } else { vec![kind] };
+            assert_eq!(under, expected, "{}", String::from_utf8_lossy(key));
+        }
     }
 }

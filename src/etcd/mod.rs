@@ -48,6 +48,7 @@
 mod change;
 mod deadlock;
 mod decide;
+mod files;
 mod layout;
 mod slots;
 pub(crate) mod tokens;
@@ -72,6 +73,8 @@ use crate::core::key::{Key, check_spelling, merge, normalize_lexically, overlaps
 use crate::core::table::{ActorId, Claim, HoldId};
 use crate::error::{Busy, Error, Result};
 use crate::kinds::{HoldKind, Mode};
+
+pub(crate) use files::GateRecords;
 
 use deadlock::Edges;
 use decide::{ClaimRecord, EntryValue, KeyRecord, Meta, Other, Place};
@@ -361,6 +364,7 @@ pub struct AdmitRequest {
     priority: i32,
     label: Option<String>,
     wait: Wait,
+    file_op: bool,
     ticket: Option<String>,
 }
 
@@ -384,8 +388,16 @@ impl AdmitRequest {
             priority: 0,
             label: None,
             wait: Wait::Never,
+            file_op: false,
             ticket: None,
         }
+    }
+
+    /// Marks the request as a file op's own call hold (see
+    /// `decide::Meta::file_op`).
+    pub(crate) fn file_op(mut self) -> Self {
+        self.file_op = true;
+        self
     }
 
     /// Wait until the whole set is free (SPEC §4), however long.
@@ -802,6 +814,8 @@ struct Admission {
     /// For a widening of a live hold (`Table::extend`): that hold's record
     /// as read, which the commit replaces.
     replaces: Option<Replace>,
+    /// A file op's own hold (`AdmitRequest::file_op`).
+    file_op: bool,
     /// The hash of the request's ticket ([`AdmitRequest::ticket`]); for
     /// a widening, the widened hold's (kept in its record, not asked for
     /// again).
@@ -825,6 +839,7 @@ impl Admission {
             label: self.label.clone(),
             since_ms: self.since_ms,
             priority: self.priority,
+            file_op: self.file_op,
         }
     }
 
@@ -1303,11 +1318,16 @@ impl Table {
                 }
             }
         }
-        self.client()
-            .delete(self.layout().actor(actor.id.0), None)
-            .await
-            .map(drop)
-            .map_err(unavailable)
+        // Its read marks go with it (SPEC §6: marks are the actor's), in
+        // the same step as its record, so no file op can store one after.
+        let gone = Txn::new().and_then([
+            TxnOp::delete(self.layout().actor(actor.id.0), None),
+            TxnOp::delete(
+                self.layout().marks_of(actor.id.0),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            ),
+        ]);
+        self.client().txn(gone).await.map(drop).map_err(unavailable)
     }
 
     /// Admits `request` for `actor`: grants the whole set or nothing.
@@ -1342,6 +1362,7 @@ impl Table {
             hold: self.next_id()?,
             since_ms: now_ms(),
             replaces: None,
+            file_op: request.file_op,
             ticket: request.ticket.as_deref().map(tokens::token_hash),
         };
         self.spawn_admission(admission).await
@@ -2098,7 +2119,21 @@ impl Table {
             hold: hold.0.to_string(),
         };
         let (record, created): (ClaimRecord, i64) = self.record(key.clone(), unknown).await?;
-        let mut deletes = vec![TxnOp::delete(key.clone(), None)];
+        let deletes = self.release_ops(hold, &record);
+        let txn = Txn::new().when([still(key, created)]).and_then(deletes);
+        let done = self.client().txn(txn).await.map_err(unavailable)?;
+        if done.succeeded() {
+            Ok(())
+        } else {
+            Err(unknown())
+        }
+    }
+
+    /// The deletions that release `hold`, whose record is `record`: the
+    /// record, its owner index (a fence's) and one entry per key.
+    fn release_ops(&self, hold: HoldId, record: &ClaimRecord) -> Vec<TxnOp> {
+        let layout = self.layout();
+        let mut deletes = vec![TxnOp::delete(layout.hold(hold.0), None)];
         if HoldKind::from(record.meta.kind) == HoldKind::Fence {
             deletes.push(TxnOp::delete(layout.fence(record.meta.owner, hold.0), None));
         }
@@ -2108,13 +2143,7 @@ impl Table {
         if let Some(hash) = &record.ticket {
             deletes.push(TxnOp::delete(layout.ticket(record.meta.owner, hash), None));
         }
-        let txn = Txn::new().when([still(key, created)]).and_then(deletes);
-        let done = self.client().txn(txn).await.map_err(unavailable)?;
-        if done.succeeded() {
-            Ok(())
-        } else {
-            Err(unknown())
-        }
+        deletes
     }
 
     /// Reads whole prefixes in one transaction, so at one revision.

@@ -101,6 +101,7 @@ impl ChildWait {
             label: None,
             since_ms: self.since_ms,
             priority: 0,
+            file_op: false,
         }
     }
 

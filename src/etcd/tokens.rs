@@ -192,13 +192,18 @@ impl Table {
         }
     }
 
-    /// The lineage (root first) of a live hold's owner, and its kind.
+    /// The lineage (root first) of a live hold's owner, and its kind. A
+    /// file op's own hold is `UnknownHold`: the wire reaches only holds it
+    /// handed out, as in process.
     pub(crate) async fn hold_lineage(&self, hold: HoldId) -> Result<(Vec<u64>, HoldKind)> {
         let unknown = || Error::UnknownHold {
             hold: hold.0.to_string(),
         };
         let (record, _): (super::ClaimRecord, i64) =
             self.record(self.layout().hold(hold.0), unknown).await?;
+        if record.meta.file_op {
+            return Err(unknown());
+        }
         Ok((record.meta.lineage, record.meta.kind.into()))
     }
 

@@ -100,7 +100,7 @@ impl MarkStore {
         self.marks.lock().insert(norm, mark);
     }
 
-    fn remove(&self, norm: &Path) -> bool {
+    pub(crate) fn remove(&self, norm: &Path) -> bool {
         self.marks.lock().remove(norm).is_some()
     }
 
@@ -261,6 +261,40 @@ impl Gate {
             when: Instant::now(),
         };
         self.writers.lock().insert(norm.to_path_buf(), write);
+    }
+
+    /// Replaces what the gate knows of the last writ write to `norm` with
+    /// what a table outside this process knows (a session on etcd): a
+    /// write of `writer` (name, content hash, how long ago) that came after
+    /// `mark` in that table's order is kept as made after the mark; without
+    /// both, nothing is known, so a `Stale` there names no writer.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn seed_writer(
+        &self,
+        norm: &Path,
+        mark: Option<&ReadMark>,
+        writer: Option<(String, String, Duration)>,
+    ) {
+        let mut writers = self.writers.lock();
+        match (mark, writer) {
+            (Some(mark), Some((actor, after, ago))) => {
+                let now = Instant::now();
+                writers.insert(
+                    norm.to_path_buf(),
+                    LastWrite {
+                        actor: actor.into(),
+                        after: Some(after),
+                        // The outer table's order decided "after the
+                        // mark"; the check below compares these times.
+                        at: mark.read_at,
+                        when: now.checked_sub(ago).unwrap_or(now),
+                    },
+                );
+            }
+            _ => {
+                writers.remove(norm);
+            }
+        }
     }
 
     /// Who made the current content `current` after `mark` was taken, if a

@@ -195,6 +195,32 @@ pub(crate) trait HistoryHook: Send + Sync {
     fn record(&self, actor: &ActorMeta, receipt: &Receipt) -> Result<()>;
 }
 
+/// Admission by a table outside this process (the session's table in etcd,
+/// SPEC §16), asked by a [`Files`] handle before its own call hold, on
+/// exactly the keys step 1 resolved: so the outer hold and the I/O always
+/// agree, as the local hold and the I/O do. What it returns is what the gate
+/// needs to know of those keys and this process cannot: the actor's marks
+/// and the last writers through writ, kept with that table.
+pub(crate) trait OuterAdmission: Send + Sync {
+    /// Admits `keys` (resolved, with their modes) for the operation
+    /// `label`, all or nothing, and returns what is known of each key, in
+    /// order. An `Err` refuses the operation before anything is read or
+    /// written.
+    fn admit(&self, keys: &[(Key, Mode)], label: &str) -> Result<Vec<Known>>;
+}
+
+/// What an outer table knows of one key, for the gate.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Known {
+    /// The actor's mark of the key, if it has one.
+    pub(crate) mark: Option<ReadMark>,
+    /// The last write through writ to the key — (writer, the content hash
+    /// it produced, how long ago) — only when that write came after `mark`
+    /// in the outer table's own order (never by comparing two machines'
+    /// clocks).
+    pub(crate) writer: Option<(String, String, std::time::Duration)>,
+}
+
 /// A resolved path of one operation.
 struct Place {
     key: Key,
@@ -241,6 +267,9 @@ pub struct Files<'a> {
     history: Option<Arc<dyn HistoryHook>>,
     /// The call reservation operations run inside, when given one.
     within: Option<parking_lot::Mutex<&'a mut Reservation>>,
+    /// The table that admits every operation before this scheduler does,
+    /// when the session's table is elsewhere.
+    outer: Option<Arc<dyn OuterAdmission>>,
     /// The grant root's folder handle, opened on first use: the walk to
     /// every file starts from it.
     root: OnceLock<Arc<OwnedFd>>,
@@ -269,6 +298,7 @@ impl<'a> Files<'a> {
             steps: None,
             history,
             within: None,
+            outer: None,
             root: OnceLock::new(),
         }
     }
@@ -451,6 +481,15 @@ impl<'a> Files<'a> {
         self
     }
 
+    /// Every operation of this handle is admitted by `outer` first (on the
+    /// keys it resolved), and the gate learns from it what it knows of
+    /// them (marks, last writers) before checking.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn admitted_by(mut self, outer: Arc<dyn OuterAdmission>) -> Self {
+        self.outer = Some(outer);
+        self
+    }
+
     #[cfg(test)]
     pub(crate) fn with_history(mut self, hook: Arc<dyn HistoryHook>) -> Self {
         self.history = Some(hook);
@@ -492,6 +531,24 @@ impl<'a> Files<'a> {
     /// on the way be swapped for a symlink afterwards, the `O_NOFOLLOW` walk
     /// in step 6 refuses it: the hold and the I/O always agree.
     fn admit(&self, places: &[(&Place, Mode)], label: String) -> Result<Option<Reservation>> {
+        if let Some(outer) = &self.outer {
+            let keys: Vec<(Key, Mode)> = places.iter().map(|(p, m)| (p.key.clone(), *m)).collect();
+            let known = outer.admit(&keys, &label)?;
+            // The gate of this process then sees what the outer table
+            // knows: this actor's marks and who wrote last, nothing older.
+            let marks = MarkStore::of(self.meta());
+            let gate = Gate::of(&self.actor.sched);
+            for ((place, _), known) in places.iter().zip(known) {
+                let norm = &place.key.norm;
+                match &known.mark {
+                    Some(mark) => marks.put(norm.clone(), mark.clone()),
+                    None => {
+                        marks.remove(norm);
+                    }
+                }
+                gate.seed_writer(norm, known.mark.as_ref(), known.writer);
+            }
+        }
         let targets = places.iter().map(|(place, mode)| {
             let t = Target::file(place.key.path.clone()).resolved();
             if *mode == Mode::Shared { t.shared() } else { t }

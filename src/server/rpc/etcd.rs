@@ -14,8 +14,12 @@
 //! back) are answered in etcd, so a client whose server died gives its wait
 //! up through another ([`Table::give_up`]).
 //!
-//! What the table cannot do yet (the file tools, history, `turn.set`) is
-//! refused whole with `Error::Unsupported`, never approximated.
+//! The file tools run the crate's own file pipeline around an etcd hold
+//! (the `files` module below). What the table cannot do yet (history,
+//! `turn.set`) is refused whole with `Error::Unsupported`, never
+//! approximated.
+
+mod files;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -35,7 +39,7 @@ use crate::etcd::{
 use crate::sched::resolve::Resolver;
 use crate::server::auth::{self, Caller};
 use crate::wire::PROTOCOL_VERSION;
-use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, Result, Target};
+use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, Result, Scheduler, Target};
 
 /// Where a server finds its session's table in etcd.
 #[derive(Debug, Clone)]
@@ -55,16 +59,18 @@ pub(crate) struct EtcdBackend {
     /// `max_actors`, `max_writers` (SPEC §11): the same on every server of
     /// the session (the first one stores them).
     limits: (Option<usize>, Option<usize>),
+    /// The file machinery's own scheduler (never the server's, which stays
+    /// empty): file ops run as ephemeral actors of it, inside holds taken
+    /// in etcd, so its admissions are never contested. It keeps the hash
+    /// cache; marks and last writers come from etcd for every op.
+    files: Scheduler,
+    /// `Config::file_op_wait`: how long a contested file op waits in etcd
+    /// (try-only without it).
+    file_op_wait: Option<Duration>,
 }
 
 /// The methods of SPEC §13 the etcd table does not serve yet.
 const UNSUPPORTED: &[&str] = &[
-    "files.read",
-    "files.write",
-    "files.append",
-    "files.replace",
-    "files.delete",
-    "files.rename",
     "turn.set",
     "history.snapshot",
     "history.record",
@@ -117,11 +123,20 @@ impl EtcdBackend {
                 ),
             });
         }
+        // The file machinery's scheduler: the server's rules (policy,
+        // limits, durability), the session's case, no history (not kept on
+        // etcd), and no waiting of its own (etcd does the waiting).
+        let mut local = config.clone();
+        local.history_dir = None;
+        local.file_op_wait = None;
+        local.case = case;
         Ok(EtcdBackend {
             table,
             portable: config.portable_names,
             case,
             limits,
+            files: Scheduler::new(local),
+            file_op_wait: config.file_op_wait,
         })
     }
 
@@ -289,6 +304,8 @@ impl App {
             "release" => self.etcd_release(backend, caller, p).await,
             "fence.extend" | "fence.narrow" => self.etcd_change(backend, caller, method, p).await,
             "dump" => self.etcd_dump(backend, p).await,
+            "files.read" | "files.write" | "files.append" | "files.replace" | "files.delete"
+            | "files.rename" => self.etcd_files(backend, caller, method, p).await,
             "lease.keepalive" => self.etcd_keepalive(backend, caller, p).await,
             "lease.revoke" => self.etcd_revoke(backend, caller, p).await,
             m if UNSUPPORTED.contains(&m) => Err(unsupported(format!("the method `{m}`"))),

@@ -1,0 +1,179 @@
+//! What the version gate (SPEC §6) needs from a session on etcd, so that a
+//! file op served by any server sees what every other server saw: each
+//! actor's read marks and the last writer through writ of each file.
+//!
+//! # Implementation details
+//!
+//! - A mark is `P m/<actor><path>` (the `ReadMark` as JSON) on the actor's
+//!   lease: when the lease ends the marks go with it, and dropping the
+//!   actor deletes them with its record ([`Table::drop_actor`]).
+//! - The last writer is `P o<path>` (writer's name, the content hash it
+//!   produced, when), on no lease: as in process, who wrote a file outlives
+//!   the writer. A delete removes the key (no content, nothing to name).
+//! - Both are written only inside the op's own hold, in the transaction
+//!   that releases it, and only while the hold and the actor are still
+//!   there. A read's shared hold and a write's exclusive hold on one file
+//!   conflict, so etcd orders them: the mark's mod revision is below the
+//!   writer record's exactly when the read came first. That order, not the
+//!   wall clocks of two machines, decides whether a `Stale` names the
+//!   writer ("after the mark was taken", never an earlier writer).
+//! - Nothing here is in a range an admission reads or compares (`P m/` and
+//!   `P w` are beside `P k`), so the gate's keys never make an admission
+//!   retry.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use etcd_client::{Compare, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    ActorRef, ClaimRecord, Table, etcd_error, now_ms, ranges_of, still, to_json, unavailable,
+    with_lease,
+};
+use crate::core::table::HoldId;
+use crate::error::{Error, Result};
+use crate::files::Known;
+use crate::files::gate::ReadMark;
+
+/// The value of `P o<path>`.
+#[derive(Debug, Serialize, Deserialize)]
+struct WriterRecord {
+    /// The writer's name, as `Stale { writer }` names it.
+    actor: String,
+    /// The content hash its write produced.
+    after: String,
+    /// When it wrote (milliseconds since the epoch), for `Stale`'s age.
+    at_ms: u64,
+}
+
+/// A file's path as the etcd keys spell it: UTF-8, like every path there.
+fn utf8(norm: &Path) -> Result<()> {
+    match norm.to_str() {
+        Some(_) => Ok(()),
+        None => Err(Error::invalid(norm, "the etcd table stores paths as UTF-8")),
+    }
+}
+
+/// What a file op leaves for the gate of later ops, stored as it ends.
+#[derive(Debug, Default)]
+pub(crate) struct GateRecords {
+    /// Marks the op made (a read, or a write under
+    /// `Config::refresh_mark_on_write`), by folded path.
+    pub(crate) marks: Vec<(PathBuf, ReadMark)>,
+    /// What the op wrote, by folded path: (writer, content hash), or `None`
+    /// where it removed the file.
+    pub(crate) writes: Vec<(PathBuf, Option<(String, String)>)>,
+}
+
+impl Table {
+    /// `actor`'s marks of the files `norms` (folded paths) and their last
+    /// writers, read at one revision: for each, the mark, and the writer
+    /// only if its write came after the mark in etcd's order.
+    pub(crate) async fn gate_state(
+        &self,
+        actor: &ActorRef,
+        norms: &[PathBuf],
+    ) -> Result<Vec<Known>> {
+        let layout = self.layout();
+        let mut reads = Vec::with_capacity(norms.len() * 2);
+        for norm in norms {
+            utf8(norm)?;
+            reads.push(TxnOp::get(layout.mark(actor.id.0, norm), None));
+            reads.push(TxnOp::get(layout.writer(norm), None));
+        }
+        let read = self
+            .client()
+            .txn(Txn::new().and_then(reads))
+            .await
+            .map_err(unavailable)?;
+        let ranges = ranges_of(&read);
+        let now = now_ms();
+        Ok(ranges
+            .chunks(2)
+            .map(|pair| {
+                let mark = pair.first().and_then(|kvs| kvs.first());
+                let writer = pair.get(1).and_then(|kvs| kvs.first());
+                // A record that does not decode was not written by a
+                // server: it is not a mark (NotRead), nor a writer.
+                let Some((mark, mark_rev)) = mark.and_then(|kv| {
+                    serde_json::from_slice::<ReadMark>(kv.value())
+                        .ok()
+                        .map(|m| (m, kv.mod_revision()))
+                }) else {
+                    return Known::default();
+                };
+                let writer = writer
+                    .filter(|kv| kv.mod_revision() > mark_rev)
+                    .and_then(|kv| serde_json::from_slice::<WriterRecord>(kv.value()).ok())
+                    .map(|w| {
+                        let ago = Duration::from_millis(now.saturating_sub(w.at_ms));
+                        (w.actor, w.after, ago)
+                    });
+                Known {
+                    mark: Some(mark),
+                    writer,
+                }
+            })
+            .collect())
+    }
+
+    /// Ends a file op of `actor` that ran inside the call hold `hold`:
+    /// releases the hold and, in the same transaction and only if the hold
+    /// and the actor are both still there, stores `records` (marks on the
+    /// actor's lease, writers on none). If either went meanwhile, the hold
+    /// is released all the same and nothing is stored: a mark of a dropped
+    /// actor, or a writer record made after the hold was lost, would be a
+    /// claim the table can no longer back.
+    pub(crate) async fn finish_file_op(
+        &self,
+        actor: &ActorRef,
+        hold: HoldId,
+        records: GateRecords,
+    ) -> Result<()> {
+        let layout = self.layout();
+        let key = layout.hold(hold.0);
+        let unknown = || Error::UnknownHold {
+            hold: hold.0.to_string(),
+        };
+        let (record, created): (ClaimRecord, i64) = self.record(key.clone(), unknown).await?;
+        let deletes = self.release_ops(hold, &record);
+        let mut writes = deletes.clone();
+        for (norm, mark) in &records.marks {
+            utf8(norm)?;
+            writes.push(TxnOp::put(
+                layout.mark(actor.id.0, norm),
+                to_json(mark)?,
+                with_lease(actor.lease),
+            ));
+        }
+        for (norm, wrote) in &records.writes {
+            utf8(norm)?;
+            writes.push(match wrote {
+                Some((name, after)) => TxnOp::put(
+                    layout.writer(norm),
+                    to_json(&WriterRecord {
+                        actor: name.clone(),
+                        after: after.clone(),
+                        at_ms: now_ms(),
+                    })?,
+                    None,
+                ),
+                None => TxnOp::delete(layout.writer(norm), None),
+            });
+        }
+        let ops = writes.len();
+        let compares: Vec<Compare> = vec![
+            still(key, created),
+            still(layout.actor(actor.id.0), actor.revision),
+        ];
+        // Deleting the hold's keys when they are gone already is harmless
+        // (ids are never reused), so the fallback needs no compare.
+        let txn = Txn::new().when(compares).and_then(writes).or_else(deletes);
+        self.client()
+            .txn(txn)
+            .await
+            .map(drop)
+            .map_err(|e| etcd_error(e, Some(actor.lease), ops, self.inner.options.max_txn_ops))
+    }
+}
