@@ -28,8 +28,7 @@ use etcd_client::{Compare, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ActorRef, ClaimRecord, Table, etcd_error, now_ms, ranges_of, still, to_json, unavailable,
-    with_lease,
+    ActorRef, Table, etcd_error, now_ms, ranges_of, still, to_json, unavailable, with_lease,
 };
 use crate::core::table::HoldId;
 use crate::error::{Error, Result};
@@ -132,11 +131,7 @@ impl Table {
         records: GateRecords,
     ) -> Result<()> {
         let layout = self.layout();
-        let key = layout.hold(hold.0);
-        let unknown = || Error::UnknownHold {
-            hold: hold.0.to_string(),
-        };
-        let (record, created): (ClaimRecord, i64) = self.record(key.clone(), unknown).await?;
+        let (key, record, created) = self.held(hold).await?;
         let deletes = self.release_ops(hold, &record);
         let mut writes = deletes.clone();
         for (norm, mark) in &records.marks {

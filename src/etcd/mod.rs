@@ -1453,23 +1453,11 @@ impl Table {
                     Err(e) => break Err(e),
                 }
             }
-            match self
+            let woken = self
                 .wait_for_change(&watched, revision, deadline, &mut answer)
-                .await
-            {
-                Ok(Woken::Changed) => {}
-                Ok(Woken::Cancelled) => {
-                    break Err(Error::Unavailable {
-                        reason: "cancelled".into(),
-                    });
-                }
-                Ok(Woken::TimedOut) => {
-                    break Err(Error::Timeout {
-                        paths: admission.keys.iter().map(|(k, _)| k.path.clone()).collect(),
-                        waited: started.elapsed(),
-                    });
-                }
-                Err(e) => break Err(e),
+                .await;
+            if let Some(end) = woken.ended(&admission.keys, started) {
+                break Err(end);
             }
         };
         // A refusal, a timeout or a deadlock is counted before the caller
@@ -2110,15 +2098,24 @@ impl Table {
         }
     }
 
-    /// Releases a hold: its record, index entries and owner index go in
-    /// one transaction. `UnknownHold` if it is already gone.
-    pub async fn release(&self, hold: HoldId) -> Result<()> {
-        let layout = self.layout();
-        let key = layout.hold(hold.0);
+    /// A live hold's record key, its record, and the revision it was
+    /// created at (what a release compares on). `UnknownHold` if it is gone.
+    pub(crate) async fn held(&self, hold: HoldId) -> Result<(Vec<u8>, ClaimRecord, i64)> {
+        let key = self.layout().hold(hold.0);
         let unknown = || Error::UnknownHold {
             hold: hold.0.to_string(),
         };
-        let (record, created): (ClaimRecord, i64) = self.record(key.clone(), unknown).await?;
+        let (record, created) = self.record(key.clone(), unknown).await?;
+        Ok((key, record, created))
+    }
+
+    /// Releases a hold: its record, index entries and owner index go in
+    /// one transaction. `UnknownHold` if it is already gone.
+    pub async fn release(&self, hold: HoldId) -> Result<()> {
+        let (key, record, created) = self.held(hold).await?;
+        let unknown = || Error::UnknownHold {
+            hold: hold.0.to_string(),
+        };
         let deletes = self.release_ops(hold, &record);
         let txn = Txn::new().when([still(key, created)]).and_then(deletes);
         let done = self.client().txn(txn).await.map_err(unavailable)?;
@@ -2378,6 +2375,29 @@ fn true_edges(
     });
     if let Some(waiting) = waiting {
         edges.soft.retain(|v| waiting.contains_key(v));
+    }
+}
+
+/// How a wait for a change ended.
+trait WaitEnded {
+    /// The error that ends the request (`None`: read again): cancelled,
+    /// timed out on `keys` after waiting since `started`, or etcd's.
+    fn ended(self, keys: &[(Key, Mode)], started: tokio::time::Instant) -> Option<Error>;
+}
+
+impl WaitEnded for Result<Woken> {
+    fn ended(self, keys: &[(Key, Mode)], started: tokio::time::Instant) -> Option<Error> {
+        match self {
+            Ok(Woken::Changed) => None,
+            Ok(Woken::Cancelled) => Some(Error::Unavailable {
+                reason: "cancelled".into(),
+            }),
+            Ok(Woken::TimedOut) => Some(Error::Timeout {
+                paths: keys.iter().map(|(k, _)| k.path.clone()).collect(),
+                waited: started.elapsed(),
+            }),
+            Err(e) => Some(e),
+        }
     }
 }
 

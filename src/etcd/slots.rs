@@ -40,7 +40,7 @@ use super::deadlock::{self, Edges, SlotKind};
 use super::decide::{self, ChildOf, ClaimRecord, EntryValue, Meta, Place};
 use super::layout::{Layout, Owner};
 use super::{
-    ActorRecord, ActorRef, Counter, DumpWaiter, GrantRecord, Table, Wait, Woken, actor_record,
+    ActorRecord, ActorRef, Counter, DumpWaiter, GrantRecord, Table, Wait, WaitEnded, actor_record,
     etcd_error, id_in, key_records, keys_of, now_ms, prefix_get, ranges_of, revision_of, still,
     to_json, unavailable, unchanged_since, with_lease,
 };
@@ -643,23 +643,11 @@ impl Table {
                 }
                 last_edges = Some(edges);
             }
-            match self
+            let woken = self
                 .wait_for_change(&watch, revision, deadline, &mut answer)
-                .await
-            {
-                Ok(Woken::Changed) => {}
-                Ok(Woken::Cancelled) => {
-                    break Err(Error::Unavailable {
-                        reason: "cancelled".into(),
-                    });
-                }
-                Ok(Woken::TimedOut) => {
-                    break Err(Error::Timeout {
-                        paths: wait.keys.iter().map(|(k, _)| k.path.clone()).collect(),
-                        waited: started.elapsed(),
-                    });
-                }
-                Err(e) => break Err(e),
+                .await;
+            if let Some(end) = woken.ended(&wait.keys, started) {
+                break Err(end);
             }
         };
         // Counted as `Table::run` counts: a timeout or deadlock before the
