@@ -124,18 +124,13 @@ impl Table {
                 writes.push(TxnOp::delete(layout.entry(key, Owner::Hold(hold.0)), None));
             }
         }
-        let meta = narrowed.meta.clone();
-        for (key, mode) in &keys {
-            let entry = super::decide::EntryValue {
-                meta: meta.clone(),
-                mode: (*mode).into(),
-            };
-            writes.push(TxnOp::put(
-                layout.entry(key, Owner::Hold(hold.0)),
-                to_json(&entry)?,
-                lease.clone(),
-            ));
-        }
+        writes.extend(super::entry_puts(
+            layout,
+            &narrowed.meta,
+            &keys,
+            Owner::Hold(hold.0),
+            actor.lease,
+        )?);
         let txn = Txn::new()
             .when([Compare::mod_revision(
                 layout.hold(hold.0),

@@ -793,6 +793,30 @@ fn key_records(keys: &[(Key, Mode)]) -> Vec<KeyRecord> {
         .collect()
 }
 
+/// The index entries of `keys` of one hold or waiter (`owner`), each
+/// repeating its `meta` so that one read of the index decides, on `lease`.
+fn entry_puts(
+    layout: &Layout,
+    meta: &Meta,
+    keys: &[(Key, Mode)],
+    owner: Owner,
+    lease: LeaseId,
+) -> Result<Vec<TxnOp>> {
+    keys.iter()
+        .map(|(key, mode)| {
+            let value = EntryValue {
+                meta: meta.clone(),
+                mode: (*mode).into(),
+            };
+            Ok(TxnOp::put(
+                layout.entry(key, owner),
+                to_json(&value)?,
+                with_lease(lease),
+            ))
+        })
+        .collect()
+}
+
 /// What blocks a request, as read at one revision.
 enum Blocker<'a> {
     Hold(&'a Other, usize),
@@ -861,21 +885,7 @@ impl Admission {
     /// The index entries of the request's keys, for a hold (on the actor's
     /// lease) or a waiter (on the waiter lease of the table serving it).
     fn entry_puts(&self, layout: &Layout, owner: Owner, lease: LeaseId) -> Result<Vec<TxnOp>> {
-        let meta = self.meta();
-        self.keys
-            .iter()
-            .map(|(key, mode)| {
-                let value = EntryValue {
-                    meta: meta.clone(),
-                    mode: (*mode).into(),
-                };
-                Ok(TxnOp::put(
-                    layout.entry(key, owner),
-                    to_json(&value)?,
-                    with_lease(lease),
-                ))
-            })
-            .collect()
+        entry_puts(layout, &self.meta(), &self.keys, owner, lease)
     }
 
     fn busy(&self, blocker: &Blocker<'_>) -> Error {

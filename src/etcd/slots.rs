@@ -37,7 +37,7 @@ use etcd_client::{Compare, GetOptions, KeyValue, Txn, TxnOp};
 use tokio::sync::oneshot;
 
 use super::deadlock::{self, Edges, SlotKind};
-use super::decide::{self, ChildOf, ClaimRecord, EntryValue, Meta, Place};
+use super::decide::{self, ChildOf, ClaimRecord, Meta, Place};
 use super::layout::{Layout, Owner};
 use super::{
     ActorRecord, ActorRef, Counter, DumpWaiter, GrantRecord, Table, Wait, WaitEnded, actor_record,
@@ -124,21 +124,7 @@ impl ChildWait {
         owner: Owner,
         lease: super::LeaseId,
     ) -> Result<Vec<TxnOp>> {
-        let meta = self.meta();
-        self.keys
-            .iter()
-            .map(|(key, mode)| {
-                let value = EntryValue {
-                    meta: meta.clone(),
-                    mode: (*mode).into(),
-                };
-                Ok(TxnOp::put(
-                    layout.entry(key, owner),
-                    to_json(&value)?,
-                    with_lease(lease),
-                ))
-            })
-            .collect()
+        super::entry_puts(layout, &self.meta(), &self.keys, owner, lease)
     }
 
     fn edges(&self, queued: i64) -> Edges {
