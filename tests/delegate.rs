@@ -207,8 +207,12 @@ async fn helpers_a_launcher_left_behind_are_stopped_after_it_exits() {
 #[tokio::test]
 async fn helpers_that_ignore_sigterm_get_sigkill_after_the_grace() {
     let w = ws().await;
+    // The leader leaves only once the helper ignores SIGTERM: on a busy
+    // machine the helper may not have run its `trap` yet when the leader
+    // exits, and SIGTERM would end it before any grace.
     let script = format!(
-        "(trap '' TERM; while :; do sleep 0.05; done) & {} exit 0",
+        "(trap '' TERM; : > trapped; while :; do sleep 0.05; done) & {} \
+         i=0; while [ ! -e trapped ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; exit 0",
         put("helper.pid", "$!")
     );
     let report = w.lead.delegate(sh(&script)).await.unwrap();
