@@ -118,6 +118,7 @@ pub use error::{Busy, ERROR_KINDS, Error, ErrorKind, ProtocolError, Result, Slot
 #[doc(hidden)]
 pub use files::WriteStep;
 pub use files::gate::ReadMark;
+pub use files::folders::{EntryKind, FolderEntry};
 pub use files::{FileOp, Files, HistoryStatus, Receipt};
 pub use kinds::{HoldKind, Mode};
 pub use sched::actor::{Actor, Grant};

@@ -311,8 +311,8 @@ pub(crate) struct Key {
 }
 
 impl Key {
-    /// A key compared byte-exactly. Tests and the pure core use it.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// A key compared byte-exactly. Tests, the pure core and the policy
+    /// checks of a moved folder's contents use it.
     pub(crate) fn exact(path: impl Into<PathBuf>, tree: bool) -> Self {
         let path = path.into();
         Key {
@@ -449,6 +449,26 @@ const RESERVED: [&str; 22] = [
 /// The longest file name component the platform allows, in bytes.
 pub(crate) const NAME_MAX: usize = 255;
 
+/// The longest path the platform accepts in one system call, in bytes
+/// (Linux's `PATH_MAX` counts the terminating NUL). A longer path could be
+/// created step by step but never named again, so no tool may make one.
+pub(crate) const PATH_MAX: usize = 4095;
+
+/// Checks the length of a path as given or as resolved.
+pub(crate) fn check_length(path: &Path) -> Result<()> {
+    let len = path.as_os_str().as_encoded_bytes().len();
+    if len > PATH_MAX {
+        // The message names only the path's start: echoing it whole would
+        // flood the caller with what it sent.
+        let start: String = path.to_string_lossy().chars().take(80).collect();
+        return Err(Error::invalid(
+            Path::new(&format!("{start}…")),
+            format!("the path is {len} bytes long, more than the limit of {PATH_MAX}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks one component of a caller's spelling.
 pub(crate) fn check_component(
     component: &OsStr,
@@ -488,6 +508,7 @@ pub(crate) fn check_spelling(path: &Path, portable: bool) -> Result<()> {
     if bytes.contains(&0) {
         return Err(Error::invalid(path, "the path contains a NUL byte"));
     }
+    check_length(path)?;
     for component in path.components() {
         if let Component::Normal(c) = component {
             check_component(c, portable).map_err(|reason| Error::invalid(path, reason))?;
@@ -591,6 +612,9 @@ mod tests {
         assert!(check_spelling(Path::new(""), true).is_err());
         assert!(check_spelling(Path::new("a\0b"), true).is_err());
         assert!(check_spelling(Path::new("src/a.rs"), true).is_ok());
+        let long = "d/".repeat(PATH_MAX / 2 + 1);
+        assert!(check_spelling(Path::new(&long), false).is_err());
+        assert!(check_spelling(Path::new(&long[..PATH_MAX]), false).is_ok());
     }
 
     #[test]

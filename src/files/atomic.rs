@@ -399,3 +399,136 @@ impl Dir {
         Ok(())
     }
 }
+
+/// One name in a folder, as the folder's own listing gives it.
+#[derive(Debug)]
+pub(crate) struct Listed {
+    pub(crate) name: OsString,
+    pub(crate) kind: FileType,
+}
+
+impl Dir {
+    /// Another handle on the same open folder.
+    pub(crate) fn again(&self) -> Dir {
+        Dir {
+            fd: self.fd.clone(),
+            path: self.path.clone(),
+        }
+    }
+
+    /// The handle of a root folder itself (a grant or read-only root).
+    pub(crate) fn root(fd: Arc<OwnedFd>, path: PathBuf) -> Dir {
+        Dir { fd, path }
+    }
+
+    /// Opens the folder `name` in this one, never through a symlink:
+    /// `Ok(None)` when nothing has that name, an error when it is not a
+    /// real folder.
+    pub(crate) fn open_dir(&self, name: &OsStr) -> Result<Option<Dir>> {
+        let path = self.at(name);
+        match rustix::fs::openat(&*self.fd, name, dir_flags(), Mode::empty()) {
+            Ok(fd) => Ok(Some(Dir {
+                fd: Arc::new(fd),
+                path,
+            })),
+            Err(Errno::NOENT) => Ok(None),
+            Err(Errno::LOOP | Errno::NOTDIR) => Err(Error::invalid(
+                path,
+                "it is not a folder (a file, or a symlink, which folder tools never follow)",
+            )),
+            Err(e) => Err(Error::io("open the folder", path, e.into())),
+        }
+    }
+
+    /// Makes the folder `name` here; `false` when a folder is already there.
+    pub(crate) fn make_dir(&self, name: &OsStr, durable: bool) -> Result<bool> {
+        let path = self.at(name);
+        match rustix::fs::mkdirat(&*self.fd, name, Mode::from_raw_mode(0o777)) {
+            Ok(()) => {
+                if durable {
+                    rustix::fs::fsync(&*self.fd)
+                        .map_err(|e| Error::io("sync the folder above", &path, e.into()))?;
+                }
+                Ok(true)
+            }
+            Err(Errno::EXIST) => match self.stat(name)? {
+                Some(stat) if FileType::from_raw_mode(stat.st_mode as _) == FileType::Directory => {
+                    Ok(false)
+                }
+                _ => Err(Error::invalid(
+                    path,
+                    "something that is not a folder already has this name",
+                )),
+            },
+            Err(e) => Err(Error::io("create the folder", path, e.into())),
+        }
+    }
+
+    /// What `name` is here, without following a symlink.
+    pub(crate) fn stat(&self, name: &OsStr) -> Result<Option<rustix::fs::Stat>> {
+        match rustix::fs::statat(&*self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => Ok(Some(stat)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(Error::io("inspect", self.at(name), e.into())),
+        }
+    }
+
+    /// The metadata of `name` here (a symlink's own), or of this folder
+    /// itself when `name` is `None`; `Ok(None)` when nothing has the name.
+    pub(crate) fn metadata(&self, name: Option<&OsStr>) -> Result<Option<Metadata>> {
+        let name = name.unwrap_or(OsStr::new("."));
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(&*self.fd, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(Error::io("inspect", self.at(name), e.into())),
+        };
+        File::from(fd)
+            .metadata()
+            .map(Some)
+            .map_err(|e| Error::io("inspect", self.at(name), e))
+    }
+
+    /// The names in this folder (without `.` and `..`), sorted by bytes.
+    pub(crate) fn list(&self) -> Result<Vec<Listed>> {
+        let reading = rustix::fs::Dir::read_from(&*self.fd)
+            .map_err(|e| Error::io("list the folder", &self.path, e.into()))?;
+        let mut out = Vec::new();
+        for entry in reading {
+            let entry = entry.map_err(|e| Error::io("list the folder", &self.path, e.into()))?;
+            let bytes = entry.file_name().to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            let name = <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes).to_os_string();
+            let mut kind = entry.file_type();
+            if kind == FileType::Unknown {
+                // Some file systems leave the type out of the listing.
+                kind = match self.stat(&name)? {
+                    Some(stat) => FileType::from_raw_mode(stat.st_mode as _),
+                    None => continue,
+                };
+            }
+            out.push(Listed { name, kind });
+        }
+        out.sort_by(|a, b| a.name.as_encoded_bytes().cmp(b.name.as_encoded_bytes()));
+        Ok(out)
+    }
+
+    /// Renames the folder `name` here to `to_name` in `to`, never replacing
+    /// anything there.
+    pub(crate) fn move_dir(&self, name: &OsStr, to: &Dir, to_name: &OsStr, durable: bool) -> Result<()> {
+        rename_noreplace(self, name, to, to_name).map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                Error::invalid(to.at(to_name), "the destination already exists")
+            } else {
+                Error::io("move", self.at(name), e)
+            }
+        })?;
+        to.sync(durable, None, to_name)?;
+        if to.path != self.path {
+            self.sync(durable, None, name)?;
+        }
+        Ok(())
+    }
+}

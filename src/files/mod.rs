@@ -19,6 +19,7 @@
 //! There is no write path that skips step 2.
 
 pub(crate) mod atomic;
+pub(crate) mod folders;
 pub(crate) mod gate;
 pub(crate) mod policy;
 
@@ -550,7 +551,11 @@ impl<'a> Files<'a> {
             }
         }
         let targets = places.iter().map(|(place, mode)| {
-            let t = Target::file(place.key.path.clone()).resolved();
+            let t = if place.key.tree {
+                Target::tree(place.key.path.clone()).resolved()
+            } else {
+                Target::file(place.key.path.clone()).resolved()
+            };
             if *mode == Mode::Shared { t.shared() } else { t }
         });
         if let Some(call) = &self.within {
@@ -565,6 +570,15 @@ impl<'a> Files<'a> {
         .map(Some)
     }
 
+    /// The grant root's folder handle, opened once.
+    fn root_fd(&self) -> Result<Arc<OwnedFd>> {
+        if let Some(fd) = self.root.get() {
+            return Ok(fd.clone());
+        }
+        let fd = atomic::open_root(&self.meta().resolver.root)?;
+        Ok(self.root.get_or_init(|| fd).clone())
+    }
+
     /// Opens the folder of a place through directory handles.
     fn folder(&self, place: &Place, create: bool) -> Result<Option<(Dir, std::ffi::OsString)>> {
         let resolver = &self.meta().resolver;
@@ -575,13 +589,7 @@ impl<'a> Files<'a> {
                 root: resolver.root.clone(),
             })?;
         let base_fd = if base == resolver.root {
-            match self.root.get() {
-                Some(fd) => fd.clone(),
-                None => {
-                    let fd = atomic::open_root(base)?;
-                    self.root.get_or_init(|| fd).clone()
-                }
-            }
+            self.root_fd()?
         } else {
             atomic::open_root(base)?
         };

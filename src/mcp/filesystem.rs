@@ -20,9 +20,10 @@ use serde_json::{Value, json};
 use super::ToolServer;
 use super::args::Args;
 use super::tools::{
-    Access, Failure, call_hold, files, read_whole, with_wait, write_args, write_whole,
+    Access, Failure, files, read_whole, with_wait, write_args, write_whole,
 };
-use crate::{Actor, Error, Target};
+use crate::files::folders::MAX_DEPTH;
+use crate::{Actor, EntryKind, Error, Target};
 
 /// The tools of the `filesystem` [`ToolSet`](super::ToolSet), in the order
 /// `tools/list` gives them (the reference server's order).
@@ -152,10 +153,6 @@ async fn off_thread<T: Send + 'static>(
     super::off_async_threads(work)
         .await
         .map_err(|e| bad(format!("the tool failed: {e}")))?
-}
-
-fn io_failure(path: &Path, e: &std::io::Error) -> Failure {
-    bad(format!("Cannot access {}: {e}", path.display()))
 }
 
 /// Reads a whole file through `Files` (a shared call hold, the path policy,
@@ -628,13 +625,11 @@ async fn create_directory(
 ) -> Outcome {
     let args = Args::new("create_directory", arguments, &["path"])?;
     let path = args.path("path")?;
-    let dir = resolve(actor, &path)?;
-    // An exclusive call hold on the folder: admitted (fences, read-only
-    // grants) and ordered with every write there.
+    // `Files::create_dir` makes it through folder handles, under an
+    // exclusive call hold (fences, read-only grants, the policy).
     let p = path.clone();
     with_wait(server, actor, &[&path], Access::Write, move |a, call| {
-        let _hold = call_hold(a, call, vec![Target::from(p.as_str())], "create directory")?;
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create the folder", &dir, e))
+        files(a, call).create_dir(&p)
     })
     .await?;
     Ok(text(format!("Successfully created directory {path}")))
@@ -644,23 +639,32 @@ async fn create_directory(
 /// the entry's own type (a symlink to a folder is not a folder).
 struct Entry {
     name: String,
-    path: PathBuf,
     is_dir: bool,
+    /// For a symlink, the size of what it points to inside the root (0
+    /// when it points out); the reference server follows it.
+    size: u64,
 }
 
-/// A folder's entries in the order Node's `readdir` gives them (sorted by
-/// byte value).
-fn entries(dir: &Path) -> std::io::Result<Vec<Entry>> {
+/// A folder's entries through `Files::list_dir` (folder handles, never a
+/// symlink, `.writ/` left out), in the order Node's `readdir` gives them
+/// (sorted by byte value).
+fn entries(actor: &Actor, dir: &Path) -> Result<Vec<Entry>, Failure> {
+    let files = actor.files();
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
+    for entry in files.list_dir(dir)? {
+        let size = match entry.kind {
+            EntryKind::Symlink => files
+                .metadata(dir.join(&entry.name))
+                .map(|m| m.len())
+                .unwrap_or(0),
+            _ => entry.size,
+        };
         out.push(Entry {
-            name: entry.file_name().to_string_lossy().into_owned(),
-            path: entry.path(),
-            is_dir: entry.file_type().is_ok_and(|t| t.is_dir()),
+            is_dir: entry.kind == EntryKind::Folder,
+            name: entry.name,
+            size,
         });
     }
-    out.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
     Ok(out)
 }
 
@@ -753,8 +757,9 @@ async fn list_directory(actor: &Arc<Actor>, arguments: Option<JsonObject>, sizes
         }
     };
     let dir = folder(actor, &path)?;
+    let a = actor.clone();
     off_thread(move || {
-        let list = entries(&dir).map_err(|e| io_failure(&dir, &e))?;
+        let list = entries(&a, &dir)?;
         let tag = |e: &Entry| if e.is_dir { "[DIR]" } else { "[FILE]" };
         if !sizes {
             let lines: Vec<String> = list
@@ -765,7 +770,7 @@ async fn list_directory(actor: &Arc<Actor>, arguments: Option<JsonObject>, sizes
         }
         let sized: Vec<(&Entry, u64)> = list
             .iter()
-            .map(|e| (e, std::fs::metadata(&e.path).map(|m| m.len()).unwrap_or(0)))
+            .map(|e| (e, e.size))
             .collect();
         let mut sorted = sized.clone();
         if by_size {
@@ -961,9 +966,23 @@ fn excluded_from_tree(rel: &str, patterns: &[String]) -> bool {
     })
 }
 
-fn tree(dir: &Path, rel: &str, exclude: &[String]) -> Result<Vec<TreeEntry>, Failure> {
+fn tree(
+    actor: &Actor,
+    dir: &Path,
+    rel: &str,
+    exclude: &[String],
+    depth: usize,
+) -> Result<Vec<TreeEntry>, Failure> {
     let mut out = Vec::new();
-    for entry in entries(dir).map_err(|e| io_failure(dir, &e))? {
+    let listed = match entries(actor, dir) {
+        Ok(listed) => listed,
+        // A folder below the one asked for that cannot be listed (swapped
+        // for a symlink meanwhile, or named past PATH_MAX by a shell) is
+        // shown empty rather than failing the whole tree.
+        Err(_) if depth > 0 => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    for entry in listed {
         let rel = if rel.is_empty() {
             entry.name.clone()
         } else {
@@ -972,8 +991,12 @@ fn tree(dir: &Path, rel: &str, exclude: &[String]) -> Result<Vec<TreeEntry>, Fai
         if excluded_from_tree(&rel, exclude) {
             continue;
         }
-        let children = if entry.is_dir {
-            Some(tree(&entry.path, &rel, exclude)?)
+        // Past `MAX_DEPTH` a folder is shown empty: a tree made deep to
+        // break the listing cannot.
+        let children = if entry.is_dir && depth < MAX_DEPTH {
+            Some(tree(actor, &dir.join(&entry.name), &rel, exclude, depth + 1)?)
+        } else if entry.is_dir {
+            Some(Vec::new())
         } else {
             None
         };
@@ -991,8 +1014,9 @@ async fn directory_tree(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Ou
     let path = args.path("path")?;
     let exclude = args.opt_paths("excludePatterns")?.unwrap_or_default();
     let dir = folder(actor, &path)?;
+    let a = actor.clone();
     off_thread(move || {
-        let entries = tree(&dir, "", &exclude)?;
+        let entries = tree(&a, &dir, "", &exclude, 0)?;
         let json = serde_json::to_string_pretty(&entries).map_err(|e| bad(e.to_string()))?;
         Ok(text(json))
     })
@@ -1007,83 +1031,67 @@ async fn move_file(
     let args = Args::new("move_file", arguments, &["source", "destination"])?;
     let source = args.path("source")?;
     let destination = args.path("destination")?;
-    let from = resolve(actor, &source)?;
     let to = resolve(actor, &destination)?;
     if std::fs::symlink_metadata(&to).is_ok() {
         return Err(bad(format!("Destination already exists: {}", to.display())));
     }
-    let is_dir = std::fs::symlink_metadata(&from).is_ok_and(|m| m.is_dir());
+    // Which operation runs is decided by what the source is now; each then
+    // acts through folder handles and fails if the source changed kind.
+    let is_dir = actor
+        .files()
+        .metadata(&source)
+        .is_ok_and(|m| m.file_type().is_dir());
     let (s, d) = (source.clone(), destination.clone());
-    if is_dir {
-        // A folder moves whole under exclusive holds on both trees, so no
-        // write inside either is in progress while it goes.
-        with_wait(
-            server,
-            actor,
-            &[&source, &destination],
-            Access::Write,
-            move |a, call| {
-                let targets = vec![Target::tree(&from), Target::tree(&to)];
-                let _hold = call_hold(a, call, targets, "move folder")?;
-                if std::fs::symlink_metadata(&to).is_ok() {
-                    return Err(Error::invalid(&to, "the destination already exists"));
-                }
-                std::fs::rename(&from, &to).map_err(|e| Error::io("move", &from, e))
-            },
-        )
-        .await?;
-    } else {
-        with_wait(
-            server,
-            actor,
-            &[&source, &destination],
-            Access::Write,
-            move |a, call| files(a, call).rename(&s, &d),
-        )
-        .await?;
-    }
+    with_wait(
+        server,
+        actor,
+        &[&source, &destination],
+        Access::Write,
+        move |a, call| {
+            if is_dir {
+                // Under exclusive holds on both trees, judged by the policy
+                // on both ends and on everything the folder holds.
+                files(a, call).move_dir(&s, &d)
+            } else {
+                files(a, call).rename(&s, &d).map(|_| ())
+            }
+        },
+    )
+    .await?;
     Ok(text(format!(
         "Successfully moved {source} to {destination}"
     )))
 }
 
-/// Whether a path found in a walk stays inside the grant when resolved (a
-/// symlink pointing out is skipped, as the reference server skips it).
+/// Whether a symlink found in a walk points inside the grant (one pointing
+/// out is skipped, as the reference server skips it). Only looked at, never
+/// acted through.
 fn inside(actor: &Actor, path: &Path) -> bool {
-    match std::fs::canonicalize(path) {
-        Ok(real) => real.starts_with(actor.root()),
-        Err(_) => true,
-    }
+    actor.files().metadata(path).is_ok()
 }
 
 fn search(
     actor: &Actor,
     root: &Path,
-    dir: &Path,
     pattern: &str,
     exclude: &[String],
-    found: &mut Vec<String>,
-) {
-    let Ok(list) = entries(dir) else { return };
-    for entry in list {
-        if !inside(actor, &entry.path) {
-            continue;
+) -> Result<Vec<String>, Failure> {
+    let mut found = Vec::new();
+    actor.files().walk(root, &mut |rel, entry| {
+        let rel_text = rel.to_string_lossy();
+        if exclude.iter().any(|x| glob_match(x, &rel_text)) {
+            return false;
         }
-        let rel = entry
-            .path
-            .strip_prefix(root)
-            .map(|r| r.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if exclude.iter().any(|x| glob_match(x, &rel)) {
-            continue;
+        let path = root.join(rel);
+        if entry.kind == EntryKind::Symlink && !inside(actor, &path) {
+            return false;
         }
-        if glob_match(pattern, &rel) {
-            found.push(entry.path.display().to_string());
+        if glob_match(pattern, &rel_text) {
+            found.push(path.display().to_string());
         }
-        if entry.is_dir {
-            search(actor, root, &entry.path, pattern, exclude, found);
-        }
-    }
+        true
+    })?;
+    Ok(found)
 }
 
 async fn search_files(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outcome {
@@ -1098,8 +1106,7 @@ async fn search_files(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outc
     let root = folder(actor, &path)?;
     let a = actor.clone();
     off_thread(move || {
-        let mut found = Vec::new();
-        search(&a, &root, &root, &pattern, &exclude, &mut found);
+        let found = search(&a, &root, &pattern, &exclude)?;
         Ok(text(if found.is_empty() {
             "No matches found".to_string()
         } else {
@@ -1145,10 +1152,12 @@ fn js_date(time: SystemTime) -> String {
 async fn get_file_info(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outcome {
     let args = Args::new("get_file_info", arguments, &["path"])?;
     let path = args.path("path")?;
-    let resolved = resolve(actor, &path)?;
+    let a = actor.clone();
     off_thread(move || {
         use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(&resolved).map_err(|e| io_failure(&resolved, &e))?;
+        // Through folder handles: a symlink swapped in cannot point the
+        // look outside the root.
+        let meta = a.files().metadata(&path)?;
         let time = |t: std::io::Result<SystemTime>| js_date(t.unwrap_or(UNIX_EPOCH));
         let mode = format!("{:o}", meta.mode());
         Ok(text(format!(

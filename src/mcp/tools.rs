@@ -299,21 +299,6 @@ pub(super) fn files<'a>(actor: &'a Actor, call: Option<&'a mut Reservation>) -> 
     }
 }
 
-/// A call hold on `targets` for an operation that is not a `Files` one:
-/// added to `call` when the operation waited for one, else its own,
-/// try-only.
-pub(super) fn call_hold(
-    actor: &Actor,
-    call: Option<&mut Reservation>,
-    targets: Vec<Target>,
-    label: &str,
-) -> crate::Result<Option<Reservation>> {
-    match call {
-        Some(call) => call.extend(targets).map(|()| None),
-        None => actor.request(targets).label(label).try_admit().map(Some),
-    }
-}
-
 /// Runs a file operation off the async threads (`off_async_threads`);
 /// `call` goes with it and is released when the operation is done.
 async fn blocking<T: Send + 'static>(
@@ -650,17 +635,24 @@ async fn list_dir(
     };
     let limit = server.session.opts.list_entries;
     let shown_dir = shown(actor, &dir);
-    let listing = super::off_async_threads(move || list(&dir, limit))
+    let (a, listed) = (actor.clone(), dir.clone());
+    // Through folder handles (a folder swapped for a symlink is refused,
+    // never followed out) and without `.writ/`.
+    let listing = super::off_async_threads(move || a.files().list_dir(&listed))
         .await
         .map_err(|e| Failure::Bad(format!("list_dir failed: {e}")))?;
     match listing {
-        Ok((entries, more)) => {
+        Ok(entries) => {
+            let mut lines: Vec<String> = entries.iter().map(entry_line).collect();
+            lines.sort_unstable();
+            let more = lines.len().saturating_sub(limit);
+            lines.truncate(limit);
             let mut out = String::new();
-            if entries.is_empty() {
+            if lines.is_empty() {
                 let _ = writeln!(out, "{shown_dir} is an empty folder.");
             }
-            for entry in &entries {
-                out.push_str(entry);
+            for line in &lines {
+                out.push_str(line);
                 out.push('\n');
             }
             if more > 0 {
@@ -671,37 +663,27 @@ async fn list_dir(
             }
             Ok(out)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Failure::Bad(format!(
+        Err(Error::NotFound { .. }) => Err(Failure::Bad(format!(
             "{shown_dir} does not exist; call list_dir without a path to see the workspace root."
         ))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(Failure::Bad(format!(
-            "{shown_dir} is a file, not a folder; use read_file to read it."
-        ))),
-        Err(e) => Err(Failure::Bad(format!("Cannot list {shown_dir}: {e}."))),
+        Err(Error::InvalidPath { .. }) if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_file()) => {
+            Err(Failure::Bad(format!(
+                "{shown_dir} is a file, not a folder; use read_file to read it."
+            )))
+        }
+        Err(e) => Err(Failure::Refused(e)),
     }
 }
 
-/// The entries of `dir`, sorted, at most `limit`, and how many were left out.
-fn list(dir: &Path, limit: usize) -> std::io::Result<(Vec<String>, usize)> {
-    let mut entries = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let line = match entry.file_type() {
-            Ok(t) if t.is_dir() => format!("{name}/"),
-            Ok(t) if t.is_symlink() => format!("{name} (symlink)"),
-            Ok(t) if t.is_file() => {
-                let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-                format!("{name}  {size} bytes")
-            }
-            _ => format!("{name} (special file)"),
-        };
-        entries.push(line);
+/// One line of `list_dir`.
+fn entry_line(entry: &crate::FolderEntry) -> String {
+    let name = &entry.name;
+    match entry.kind {
+        crate::EntryKind::Folder => format!("{name}/"),
+        crate::EntryKind::Symlink => format!("{name} (symlink)"),
+        crate::EntryKind::File => format!("{name}  {} bytes", entry.size),
+        crate::EntryKind::Other => format!("{name} (special file)"),
     }
-    entries.sort_unstable();
-    let more = entries.len().saturating_sub(limit);
-    entries.truncate(limit);
-    Ok((entries, more))
 }
 
 async fn reserve(

@@ -11,7 +11,7 @@ use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use crate::core::key::{Area, CaseMode, Key, Lookup, Target, check_spelling, fold};
+use crate::core::key::{Area, CaseMode, Key, Lookup, Target, check_length, check_spelling, fold};
 use crate::error::{Error, Result};
 
 /// How many symlinks one resolution may follow before giving up, as Linux's
@@ -285,6 +285,8 @@ impl Resolver {
             Lookup::Resolved if given.is_absolute() => given.to_path_buf(),
             Lookup::Resolved => return Err(Error::invalid(given, "it is not a resolved path")),
         };
+        // Under a deep root, a short relative path can still resolve long.
+        check_length(&resolved)?;
         let key = self.key_for(resolved, target.is_tree());
         match self.area(&key) {
             Some(area) => Ok((key, area)),
