@@ -117,8 +117,8 @@ pub use crate::core::table::{ActorId, HoldId, ScopeKind};
 pub use error::{Busy, ERROR_KINDS, Error, ErrorKind, ProtocolError, Result, SlotLimit};
 #[doc(hidden)]
 pub use files::WriteStep;
-pub use files::gate::ReadMark;
 pub use files::folders::{EntryKind, FolderEntry};
+pub use files::gate::ReadMark;
 pub use files::{FileOp, Files, HistoryStatus, Receipt};
 pub use kinds::{HoldKind, Mode};
 pub use sched::actor::{Actor, Grant};

@@ -5,6 +5,8 @@ use serde_json::{Value, json};
 
 use crate::Target;
 
+pub(crate) mod discovery;
+
 /// The protocol version `session.info` returns; bumped on any incompatible
 /// change of a method, parameter, result or error kind.
 pub const PROTOCOL_VERSION: &str = "1";

@@ -165,7 +165,10 @@ fn no_listing_tool_shows_what_is_in_the_discovery_folder() {
             ),
             ("list_directory", json!({"path": p(&root, ".writ")})),
             ("directory_tree", json!({"path": p(&root, ".writ")})),
-            ("get_file_info", json!({"path": p(&root, ".writ/serve.json")})),
+            (
+                "get_file_info",
+                json!({"path": p(&root, ".writ/serve.json")}),
+            ),
             ("get_file_info", json!({"path": p(&root, ".writ")})),
         ] {
             let (_, text) = fs_agent.call(tool, args.clone()).await;
@@ -183,7 +186,10 @@ fn no_listing_tool_shows_what_is_in_the_discovery_folder() {
         let (err, text) = writ.call("list_dir", json!({"path": ""})).await;
         assert!(!err && !text.contains(".writ"), "list_dir: {text}");
         let (err, text) = writ.call("list_dir", json!({"path": ".writ"})).await;
-        assert!(err && !text.contains("serve.json"), "list_dir .writ: {text}");
+        assert!(
+            err && !text.contains("serve.json"),
+            "list_dir .writ: {text}"
+        );
         server.shutdown().await;
     });
 }
@@ -198,10 +204,7 @@ fn sizes_never_come_from_outside_the_root() {
         let server = start(&root).await;
         let mut agent = filesystem_agent(&server, server.token()).await;
         let (_, text) = agent
-            .call(
-                "list_directory_with_sizes",
-                json!({"path": p(&root, "")}),
-            )
+            .call("list_directory_with_sizes", json!({"path": p(&root, "")}))
             .await;
         assert!(
             !text.contains("120.56 KB") && !text.contains("123457"),
@@ -294,8 +297,13 @@ fn a_folder_swapped_for_a_symlink_never_lets_a_folder_tool_out() {
         listed_outside
     });
     stop.store(true, Ordering::Relaxed);
-    swapper.join().unwrap_or_else(|_| panic!("the swapper panicked"));
-    assert!(listed_outside.is_empty(), "listed outside: {listed_outside:?}");
+    swapper
+        .join()
+        .unwrap_or_else(|_| panic!("the swapper panicked"));
+    assert!(
+        listed_outside.is_empty(),
+        "listed outside: {listed_outside:?}"
+    );
     let made: Vec<String> = fs::read_dir(&outside)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -517,7 +517,13 @@ impl Dir {
 
     /// Renames the folder `name` here to `to_name` in `to`, never replacing
     /// anything there.
-    pub(crate) fn move_dir(&self, name: &OsStr, to: &Dir, to_name: &OsStr, durable: bool) -> Result<()> {
+    pub(crate) fn move_dir(
+        &self,
+        name: &OsStr,
+        to: &Dir,
+        to_name: &OsStr,
+        durable: bool,
+    ) -> Result<()> {
         rename_noreplace(self, name, to, to_name).map_err(|e| {
             if e.kind() == io::ErrorKind::AlreadyExists {
                 Error::invalid(to.at(to_name), "the destination already exists")

@@ -273,7 +273,10 @@ impl Files<'_> {
         dst.key.tree = true;
         let resolver = &self.meta().resolver;
         if resolver.base_of(&src.key) == Some(src.key.path.as_path()) {
-            return Err(Error::invalid(&src.key.path, "the root itself cannot be moved"));
+            return Err(Error::invalid(
+                &src.key.path,
+                "the root itself cannot be moved",
+            ));
         }
         if dst.key.norm.starts_with(&src.key.norm) {
             return Err(Error::invalid(

@@ -157,6 +157,10 @@ impl Actor {
             area,
             policy::Access::Write,
         )?;
+        // A sensitive folder (`.writ/`, where the session token is) holds
+        // nothing history may copy, whatever the file's own name.
+        let rel = meta.resolver.relative(&key.path);
+        policy::check_folders(&config.sensitive, &[], &rel, &key)?;
         // Only this actor's own exclusive call on the file counts: while it
         // lasts, no other write can be admitted to it.
         let held = {

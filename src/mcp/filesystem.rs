@@ -19,9 +19,7 @@ use serde_json::{Value, json};
 
 use super::ToolServer;
 use super::args::Args;
-use super::tools::{
-    Access, Failure, files, read_whole, with_wait, write_args, write_whole,
-};
+use super::tools::{Access, Failure, files, read_whole, with_wait, write_args, write_whole};
 use crate::files::folders::MAX_DEPTH;
 use crate::{Actor, EntryKind, Error, Target};
 
@@ -768,10 +766,7 @@ async fn list_directory(actor: &Arc<Actor>, arguments: Option<JsonObject>, sizes
                 .collect();
             return Ok(text(lines.join("\n")));
         }
-        let sized: Vec<(&Entry, u64)> = list
-            .iter()
-            .map(|e| (e, e.size))
-            .collect();
+        let sized: Vec<(&Entry, u64)> = list.iter().map(|e| (e, e.size)).collect();
         let mut sorted = sized.clone();
         if by_size {
             sorted.sort_by_key(|e| std::cmp::Reverse(e.1));
@@ -994,7 +989,13 @@ fn tree(
         // Past `MAX_DEPTH` a folder is shown empty: a tree made deep to
         // break the listing cannot.
         let children = if entry.is_dir && depth < MAX_DEPTH {
-            Some(tree(actor, &dir.join(&entry.name), &rel, exclude, depth + 1)?)
+            Some(tree(
+                actor,
+                &dir.join(&entry.name),
+                &rel,
+                exclude,
+                depth + 1,
+            )?)
         } else if entry.is_dir {
             Some(Vec::new())
         } else {

@@ -666,7 +666,9 @@ async fn list_dir(
         Err(Error::NotFound { .. }) => Err(Failure::Bad(format!(
             "{shown_dir} does not exist; call list_dir without a path to see the workspace root."
         ))),
-        Err(Error::InvalidPath { .. }) if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_file()) => {
+        Err(Error::InvalidPath { .. })
+            if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_file()) =>
+        {
             Err(Failure::Bad(format!(
                 "{shown_dir} is a file, not a folder; use read_file to read it."
             )))

@@ -193,7 +193,9 @@ impl Session {
     /// Connects to the server of the workspace `root`, from its discovery
     /// file (`ROOT/.writ/serve.json`). When the file names a Unix socket the
     /// socket is tried first, and the loopback URL if the socket cannot be
-    /// reached.
+    /// reached. The file is used only if it is this user's, mode 0600, not a
+    /// symlink, and names a loopback URL (SPEC §15); else `Unavailable`
+    /// says why, and no token is sent.
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")]
@@ -202,27 +204,19 @@ impl Session {
     /// # let _ = session; Ok(()) }
     /// ```
     pub async fn discover(root: impl AsRef<Path>) -> Result<Session> {
+        // The checks of SPEC §15: this user's file, mode 0600, not a
+        // symlink, and a loopback URL; otherwise no token leaves.
         let path = root.as_ref().join(".writ").join("serve.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::Unavailable {
-            reason: format!(
-                "no server is running for {} ({}: {e})",
-                root.as_ref().display(),
-                path.display()
-            ),
-        })?;
-        let found: Value = serde_json::from_str(&text).map_err(|e| Error::Unavailable {
-            reason: format!("{} is not a discovery file ({e})", path.display()),
-        })?;
-        let token = text_of(&found, "token")?;
-        if let Some(socket) = found.get("socket").and_then(Value::as_str) {
-            match Session::connect(&format!("{}{socket}", http::UNIX_SCHEME), &token).await {
+        let found = crate::wire::discovery::read_trusted(&path)?;
+        if let Some(socket) = found.socket.as_deref().and_then(Path::to_str) {
+            match Session::connect(&format!("{}{socket}", http::UNIX_SCHEME), &found.token).await {
                 Err(Error::Unavailable { reason }) => {
                     tracing::debug!(socket, %reason, "the socket did not answer; trying the URL");
                 }
                 other => return other,
             }
         }
-        Session::connect(&text_of(&found, "url")?, &token).await
+        Session::connect(&found.url, &found.token).await
     }
 
     /// The lease this session's actors belong to, once it has one.
@@ -344,10 +338,6 @@ impl Session {
             None => Ok(()),
         }
     }
-}
-
-fn text_of(v: &Value, key: &str) -> Result<String> {
-    text(v, key)
 }
 
 /// An actor on the server, as [`crate::Actor`]. Dropping it drops the

@@ -2,32 +2,15 @@
 //! state directory.
 
 use std::io::Write as _;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
 
 use crate::{Error, Result};
 
-/// What a running server tells its clients through the discovery file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Discovery {
-    /// The base URL (`http://127.0.0.1:PORT`).
-    pub url: String,
-    /// The Unix socket, if the server listens on one.
-    pub socket: Option<PathBuf>,
-    /// The server's process id.
-    pub pid: u32,
-    /// The session token.
-    pub token: String,
-    /// The server's crate version.
-    pub version: String,
-    /// The protocol version (see docs/PROTOCOL.md).
-    #[serde(default)]
-    pub protocol: String,
-    /// The canonical workspace root.
-    #[serde(default)]
-    pub root: PathBuf,
-}
+pub use crate::wire::discovery::Discovery;
 
 /// The canonical form of a folder, or `InvalidPath`.
 pub(crate) fn canonical_dir(dir: &Path) -> Result<PathBuf> {
@@ -72,38 +55,153 @@ pub fn default_history_dir(root: &Path) -> Result<PathBuf> {
     Ok(state_dir(root)?.join("history"))
 }
 
-/// Reads a discovery file.
+/// Reads a discovery file for a client, as SPEC §15 says every client
+/// must: the file is not a symlink, belongs to this user and is readable by
+/// no one else (mode 0600), and the URL it names is loopback (or a Unix
+/// socket). A file that breaks a rule is refused with the reason: a token
+/// is never sent where a planted file points.
 pub fn read_discovery(path: &Path) -> Result<Discovery> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
-    serde_json::from_str(&text).map_err(|e| Error::Unavailable {
-        reason: format!("{} is not a discovery file ({e})", path.display()),
-    })
+    crate::wire::discovery::read_trusted(path)
 }
 
-/// Writes the discovery file atomically, readable by its owner only.
-pub(crate) fn write(path: &Path, discovery: &Discovery) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
-    let dir = path.parent().unwrap_or(Path::new("."));
+/// Makes (or checks) the folder a private file goes in, and returns its
+/// handle: created mode 0700 (with any missing folders above it) without
+/// following a symlink; an existing one must be a real folder of this user
+/// that no one else can reach.
+fn private_folder(dir: &Path) -> Result<OwnedFd> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        Some(_) => Path::new("."),
+        None => Path::new("/"),
+    };
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(dir)
-        .map_err(|e| Error::io("create the folder", dir, e))?;
+        .create(parent)
+        .map_err(|e| Error::io("create the folder", parent, e))?;
+    let name = dir
+        .file_name()
+        .ok_or_else(|| Error::invalid(dir, "it does not name a folder"))?;
+    let parent_fd = rustix::fs::open(
+        parent,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io("open the folder", parent, e.into()))?;
+    match rustix::fs::mkdirat(&parent_fd, name, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(Errno::EXIST) => {}
+        Err(e) => return Err(Error::io("create the folder", dir, e.into())),
+    }
+    let refuse = |why: String| Error::Unavailable {
+        reason: format!(
+            "{} {why}; writ keeps the session token there and will not use it — remove it \
+             (or fix it: a folder of this user, mode 0700) and start again",
+            dir.display()
+        ),
+    };
+    let fd = match rustix::fs::openat(
+        &parent_fd,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP | Errno::NOTDIR) => {
+            return Err(refuse("is a symlink or not a folder".into()));
+        }
+        Err(e) => return Err(Error::io("open the folder", dir, e.into())),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|e| Error::io("inspect", dir, e.into()))?;
+    let uid = rustix::process::geteuid().as_raw();
+    if stat.st_uid != uid {
+        return Err(refuse(format!(
+            "belongs to uid {}, not to this user ({uid})",
+            stat.st_uid
+        )));
+    }
+    if stat.st_mode & 0o077 != 0 {
+        return Err(refuse(format!(
+            "has mode {:04o}: others could read or replace what is in it",
+            stat.st_mode & 0o7777
+        )));
+    }
+    Ok(fd)
+}
+
+/// Writes `bytes` as `name` in the folder `dir_fd` (shown as `dir`): by a
+/// random temporary name opened `O_EXCL|O_NOFOLLOW` (nothing planted there
+/// can redirect it), mode 0600, synced, then renamed into place.
+fn write_private_at(dir_fd: &OwnedFd, dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let tmp = format!(".{name}.{}", super::auth::random_hex(8)?);
+    let fd = rustix::fs::openat(
+        dir_fd,
+        tmp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| Error::io("create", dir.join(&tmp), e.into()))?;
+    let mut file = std::fs::File::from(fd);
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::io("write", dir.join(&tmp), e))
+        .and_then(|()| {
+            rustix::fs::renameat(dir_fd, tmp.as_str(), dir_fd, name)
+                .map_err(|e| Error::io("rename", dir.join(name), e.into()))
+        });
+    if written.is_err() {
+        let _ = rustix::fs::unlinkat(dir_fd, tmp.as_str(), rustix::fs::AtFlags::empty());
+    }
+    written
+}
+
+/// Writes `bytes` to `path`, readable by its owner only, atomically: the
+/// folder is made mode 0700 (with any missing folders above it) or checked
+/// to be a real folder of this user that no one else can reach, and the
+/// file is written by a random temporary name opened `O_EXCL|O_NOFOLLOW`,
+/// then renamed over `path`. What writ keeps for a user (the hook's state,
+/// the discovery file) goes through here.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let state = dir.path().join("writ").join("hooks").join("s.json");
+/// writ::server::write_private(&state, b"{}").unwrap();
+/// assert_eq!(writ::server::read_private(&state).unwrap().as_deref(), Some("{}"));
+/// ```
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::invalid(path, "it does not name a file"))?;
+    let dir_fd = private_folder(dir)?;
+    write_private_at(&dir_fd, dir, name, bytes)
+}
+
+/// Reads a file written by [`write_private`] (at most 1 MiB): refused when
+/// it is a symlink, another user's, or readable by others; `Ok(None)` when
+/// it does not exist.
+pub fn read_private(path: &Path) -> Result<Option<String>> {
+    crate::wire::discovery::read_private(path, 1 << 20)
+}
+
+/// Writes the discovery file atomically, readable by its owner only, in a
+/// folder made or checked as [`private_folder`] says, beside a
+/// `.gitignore` of `*` so neither it nor anything else writ keeps there is
+/// ever committed.
+pub(crate) fn write(path: &Path, discovery: &Discovery) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::invalid(path, "it does not name a file"))?;
     let text = serde_json::to_vec_pretty(discovery).map_err(|e| Error::Unavailable {
         reason: format!("cannot encode the discovery file ({e})"),
     })?;
-    let tmp = dir.join(format!(".serve.json.{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| Error::io("create", &tmp, e))?;
-    file.write_all(&text)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| Error::io("write", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io("rename", path, e))
+    let dir_fd = private_folder(dir)?;
+    write_private_at(&dir_fd, dir, ".gitignore", b"*\n")?;
+    write_private_at(&dir_fd, dir, name, &text)
 }
 
 /// Removes the discovery file if it is still this server's (a newer server

@@ -49,7 +49,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use discovery::{Discovery, default_history_dir, discovery_path, read_discovery, state_dir};
+pub use discovery::{
+    Discovery, default_history_dir, discovery_path, read_discovery, read_private, state_dir,
+    write_private,
+};
 
 use crate::{Config, Error, Result, Scheduler};
 

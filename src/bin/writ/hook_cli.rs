@@ -42,7 +42,8 @@ enum HookAgent {
 
 #[derive(Debug, Args)]
 struct ClaudeCode {
-    /// The workspace whose server to use (default: the event's cwd).
+    /// The workspace whose server to use (default: the nearest folder above
+    /// the file with `.writ/serve.json`).
     root: Option<PathBuf>,
     /// The server's URL instead of the discovery file.
     #[arg(long)]
@@ -199,6 +200,24 @@ fn short(session: &str) -> String {
     }
 }
 
+/// The served root a file lies under: the nearest folder above it that
+/// has a discovery file.
+fn served_root(file: &Path) -> Option<PathBuf> {
+    file.ancestors()
+        .skip(1)
+        .find(|dir| std::fs::symlink_metadata(dir.join(".writ").join("serve.json")).is_ok())
+        .map(Path::to_path_buf)
+}
+
+/// Whether a path lies in a `.writ` folder (where the session token is).
+fn in_writ_folder(path: &Path) -> bool {
+    path.components().any(|c| {
+        c.as_os_str()
+            .to_string_lossy()
+            .eq_ignore_ascii_case(".writ")
+    })
+}
+
 /// Handles one event; `Some(reason)` denies the tool call.
 async fn handle(args: &ClaudeCode, event: &Event) -> Result<Option<String>, String> {
     let is_write = WRITES.contains(&event.tool_name.as_str());
@@ -210,13 +229,43 @@ async fn handle(args: &ClaudeCode, event: &Event) -> Result<Option<String>, Stri
     if path.is_none() && !prompt {
         return Ok(None);
     }
-    let root = args
-        .root
-        .clone()
-        .or_else(|| event.cwd.clone())
-        .unwrap_or_else(|| PathBuf::from("."));
+    let before_write = is_write && event.hook_event_name == "PreToolUse";
+    if let Some(path) = path.as_deref().filter(|p| is_write && in_writ_folder(p)) {
+        return Ok(before_write.then(|| {
+            format!(
+                "{} is in writ's own folder (.writ/, where the session token is); no agent writes there.",
+                path.display()
+            )
+        }));
+    }
+    let root = match (&args.root, &path) {
+        (Some(root), _) => root.clone(),
+        (None, Some(path)) => match served_root(path) {
+            Some(root) => root,
+            None if args.url.is_some() => event.cwd.clone().unwrap_or_else(|| PathBuf::from(".")),
+            // Not under any served root: not writ's business.
+            None => return Ok(None),
+        },
+        (None, None) => event.cwd.clone().unwrap_or_else(|| PathBuf::from(".")),
+    };
     let root = root.canonicalize().unwrap_or(root);
-    let state_dir = args.state_dir.clone().unwrap_or_else(|| root.join(".writ"));
+    // A write under a served root is denied while its server cannot be
+    // reached: allowing it would let it overwrite another agent's work.
+    let unreachable = |why: String| {
+        if before_write {
+            Ok(Some(format!(
+                "writ serve for {} cannot be reached ({why}); the write is denied so no other agent's work is overwritten. Start `writ serve` there and retry.",
+                root.display()
+            )))
+        } else {
+            Err(why)
+        }
+    };
+    let discovery = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| root.join(".writ"))
+        .join("serve.json");
     // Where to reach the server, best first: a discovery file's socket
     // before its URL, as the client libraries do.
     let (urls, token) = match &args.url {
@@ -227,33 +276,44 @@ async fn handle(args: &ClaudeCode, event: &Event) -> Result<Option<String>, Stri
                 .or_else(|| std::env::var("WRIT_TOKEN").ok())
                 .unwrap_or_default(),
         ),
-        None => {
-            let found = writ::server::read_discovery(&state_dir.join("serve.json"))
-                .map_err(|e| format!("no writ serve for {}: {e}", root.display()))?;
-            let socket = found.socket.map(|s| format!("unix:{}", s.display()));
-            (socket.into_iter().chain([found.url]).collect(), found.token)
-        }
+        None => match writ::server::read_discovery(&discovery) {
+            Ok(found) => {
+                let socket = found.socket.map(|s| format!("unix:{}", s.display()));
+                (socket.into_iter().chain([found.url]).collect(), found.token)
+            }
+            Err(e) => return unreachable(e.to_string()),
+        },
     };
-    let store = state_dir
+    let store = writ::server::state_dir(&root)
+        .map_err(|e| e.to_string())?
         .join("hooks")
         .join(format!("{}.json", short(&event.session_id)));
-    let mut state: State = std::fs::read_to_string(&store)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
-    let session = connect(&urls, &token).await?;
+    let mut state: State = match writ::server::read_private(&store) {
+        Ok(text) => text
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default(),
+        Err(e) => {
+            eprintln!("writ hook: starting afresh: {e}");
+            State::default()
+        }
+    };
+    let admin = match connect(&urls, &token).await {
+        Ok(session) => session,
+        Err(e) => return unreachable(e),
+    };
+    let mut own = Own::new(urls, admin);
     let ttl = Duration::try_from_secs_f64(args.hook_ttl).unwrap_or(Duration::from_secs(60));
-    release_expired(&session, &mut state, ttl).await;
+    release_expired(&mut own, &mut state, ttl).await;
     let decision = match (event.hook_event_name.as_str(), is_write, path) {
         ("UserPromptSubmit", _, _) => {
-            next_turn(&session, &mut state, event).await;
+            next_turn(&mut own, &mut state, event).await;
             None
         }
         ("PreToolUse", true, Some(path)) => {
-            pre_write(&session, &mut state, event, &path, &root).await?
+            pre_write(&mut own, &mut state, event, &path, &root).await?
         }
         ("PostToolUse", true, Some(path)) => {
-            post_write(&session, &mut state, event, &path).await;
+            post_write(&mut own, &mut state, event, &path).await;
             None
         }
         ("PostToolUse", false, Some(path)) => {
@@ -270,40 +330,55 @@ async fn handle(args: &ClaudeCode, event: &Event) -> Result<Option<String>, Stri
 }
 
 fn save(store: &Path, state: &State) -> Result<(), String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    if let Some(dir) = store.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
     let text = serde_json::to_string(state).map_err(|e| e.to_string())?;
-    let tmp = store.with_extension("json.tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    file.write_all(text.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, store).map_err(|e| format!("cannot write {}: {e}", store.display()))
+    writ::server::write_private(store, text.as_bytes()).map_err(|e| e.to_string())
+}
+
+/// The sessions of one event: the session token's, used only to make the
+/// Claude Code session's actor, and the actor's own, used for everything
+/// else.
+struct Own {
+    urls: Vec<String>,
+    admin: writ::remote::Session,
+    session: Option<(String, writ::remote::Session)>,
+}
+
+impl Own {
+    fn new(urls: Vec<String>, admin: writ::remote::Session) -> Self {
+        Own {
+            urls,
+            admin,
+            session: None,
+        }
+    }
+
+    /// A session that acts as the state's actor, with its own token.
+    async fn of(&mut self, state: &State) -> Result<&writ::remote::Session, String> {
+        let token = state
+            .token
+            .clone()
+            .ok_or_else(|| "the session's actor has no token".to_string())?;
+        if self.session.as_ref().is_none_or(|(t, _)| *t != token) {
+            let session = connect(&self.urls, &token).await?;
+            self.session = Some((token, session));
+        }
+        match &self.session {
+            Some((_, session)) => Ok(session),
+            None => Err("no session".into()),
+        }
+    }
 }
 
 /// The session's actor on the server, made on first use (or again after
-/// its lease lapsed).
-async fn actor(
-    session: &writ::remote::Session,
-    state: &mut State,
-    event: &Event,
-    root: &Path,
-) -> Result<String, String> {
+/// its lease lapsed) with the session token.
+async fn actor(own: &Own, state: &mut State, event: &Event, root: &Path) -> Result<String, String> {
     // A stored actor may have lapsed; the caller finds out from its next
     // call (`unknown_actor`) and asks again with `state.actor` cleared.
-    if let Some(actor) = &state.actor {
+    if let (Some(actor), Some(_)) = (&state.actor, &state.token) {
         return Ok(actor.clone());
     }
-    let made = session
+    let made = own
+        .admin
         .call(
             "actor.create",
             json!({"name": name_of(event), "grant": {"workspace": true, "root": root}}),
@@ -314,7 +389,7 @@ async fn actor(
     state.actor = Some(handle.clone());
     state.token = made["token"].as_str().map(str::to_string);
     state.holds.clear();
-    session
+    own.admin
         .call(
             "turn.set",
             json!({"actor": handle, "turn": state.turn(event)}),
@@ -326,15 +401,17 @@ async fn actor(
 
 /// A user prompt starts the session's next turn; an actor made later
 /// starts in it.
-async fn next_turn(session: &writ::remote::Session, state: &mut State, event: &Event) {
+async fn next_turn(own: &mut Own, state: &mut State, event: &Event) {
     state.prompts += 1;
     if let Some(actor) = state.actor.clone() {
-        let set = session
-            .call(
-                "turn.set",
-                json!({"actor": actor, "turn": state.turn(event)}),
-            )
-            .await;
+        let turn = state.turn(event);
+        let set = match own.of(state).await {
+            Ok(session) => session
+                .call("turn.set", json!({"actor": actor, "turn": turn}))
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
         if set.is_err() {
             // The actor lapsed: the next write makes a new one in this turn.
             state.actor = None;
@@ -350,7 +427,7 @@ fn name_of(event: &Event) -> String {
 }
 
 async fn pre_write(
-    session: &writ::remote::Session,
+    own: &mut Own,
     state: &mut State,
     event: &Event,
     path: &Path,
@@ -364,27 +441,29 @@ async fn pre_write(
             )));
         }
     }
-    let mut actor = actor(session, state, event, root).await?;
     let label = format!("claude-code {}", event.tool_name);
-    let admit = |actor: &str| {
-        session.call(
-            "admit",
-            json!({"actor": actor, "targets": [path], "wait": false, "label": label}),
-        )
+    let admit = |actor: String, session: &writ::remote::Session| {
+        let params = json!({"actor": actor, "targets": [path], "wait": false, "label": label});
+        let session = session.clone();
+        async move { session.call("admit", params).await }
     };
-    let hold = match admit(&actor).await {
-        Err(writ::Error::UnknownActor { .. } | writ::Error::UnknownLease { .. }) => {
-            // The lease lapsed between events: start over once.
-            state.actor = None;
-            actor = self::actor(session, state, event, root).await?;
-            admit(&actor).await
-        }
-        other => other,
-    };
+    let mut actor = actor(own, state, event, root).await?;
+    let mut hold = admit(actor.clone(), own.of(state).await?).await;
+    if matches!(
+        hold,
+        Err(writ::Error::UnknownActor { .. } | writ::Error::UnknownLease { .. })
+    ) {
+        // The lease lapsed between events: start over once.
+        state.actor = None;
+        state.token = None;
+        actor = self::actor(own, state, event, root).await?;
+        hold = admit(actor.clone(), own.of(state).await?).await;
+    }
     let hold = match hold {
         Ok(hold) => hold["hold"].as_str().unwrap_or_default().to_string(),
         Err(e) => return Ok(Some(e.to_string())),
     };
+    let session = own.of(state).await?;
     // The pre-image goes into history before the tool may run: a write
     // that could not be rewound is refused, as writ's own writes are.
     let snapshot = session
@@ -404,31 +483,31 @@ async fn pre_write(
     Ok(None)
 }
 
-async fn post_write(
-    session: &writ::remote::Session,
-    state: &mut State,
-    event: &Event,
-    path: &Path,
-) {
+async fn post_write(own: &mut Own, state: &mut State, event: &Event, path: &Path) {
     let key = event
         .tool_use_id
         .clone()
         .unwrap_or_else(|| path.display().to_string());
     if let Some((hold, _, _)) = state.holds.remove(&key) {
-        // Journaled while the reservation still stands, so nothing else
-        // wrote the file between the tool and the record.
-        if let Some(actor) = &state.actor {
-            let recorded = session
-                .call("history.record", json!({"actor": actor, "path": path}))
-                .await;
-            if let Err(e) = recorded {
-                eprintln!(
-                    "writ hook: the write to {} was not recorded in history: {e}",
-                    path.display()
-                );
+        match own.of(state).await {
+            Ok(session) => {
+                // Journaled while the reservation still stands, so nothing
+                // else wrote the file between the tool and the record.
+                if let Some(actor) = &state.actor {
+                    let recorded = session
+                        .call("history.record", json!({"actor": actor, "path": path}))
+                        .await;
+                    if let Err(e) = recorded {
+                        eprintln!(
+                            "writ hook: the write to {} was not recorded in history: {e}",
+                            path.display()
+                        );
+                    }
+                }
+                let _ = session.call("release", json!({"hold": hold})).await;
             }
+            Err(e) => eprintln!("writ hook: cannot release the reservation: {e}"),
         }
-        let _ = session.call("release", json!({"hold": hold})).await;
     }
     // The session's own write is what it now knows of the file.
     match sha256_of(path) {
@@ -437,7 +516,9 @@ async fn post_write(
     };
 }
 
-async fn release_expired(session: &writ::remote::Session, state: &mut State, ttl: Duration) {
+/// Releases reservations whose PostToolUse never came, with the actor's
+/// own token (a hold of another actor named in the state is refused).
+async fn release_expired(own: &mut Own, state: &mut State, ttl: Duration) {
     let cutoff = now_ms().saturating_sub(ttl.as_millis() as u64);
     let expired: Vec<String> = state
         .holds
@@ -445,6 +526,14 @@ async fn release_expired(session: &writ::remote::Session, state: &mut State, ttl
         .filter(|(_, (_, _, at))| *at < cutoff)
         .map(|(k, _)| k.clone())
         .collect();
+    if expired.is_empty() {
+        return;
+    }
+    let Ok(session) = own.of(state).await else {
+        state.holds.clear();
+        return;
+    };
+    let session = session.clone();
     for key in expired {
         if let Some((hold, _, _)) = state.holds.remove(&key) {
             let _ = session.call("release", json!({"hold": hold})).await;

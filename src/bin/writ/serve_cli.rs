@@ -157,11 +157,11 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
     if cmd.stop {
         return stop(&discovery);
     }
+    // A discovery file found here stops this start only if it names a live
+    // writ server: one that answers with that file's token. A stale file,
+    // or one planted with any live pid, does not.
     if let Ok(found) = server::read_discovery(&discovery) {
-        if rustix::process::Pid::from_raw(found.pid as i32)
-            .is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
-            && found.pid != std::process::id()
-        {
+        if found.pid != std::process::id() && answers_with_token(&found.url, &found.token) {
             return Err(format!(
                 "a server already runs for {} at {} (pid {}); stop it with `writ serve --stop`",
                 root.display(),
@@ -271,6 +271,40 @@ fn stop(discovery: &Path) -> Result<(), String> {
     }
     println!("writ serve: stopped the server at {}", found.url);
     Ok(())
+}
+
+/// Whether a writ server at `url` (loopback, as the discovery rules
+/// require) answers `session.info` with `token`, within two seconds.
+fn answers_with_token(url: &str, token: &str) -> bool {
+    use std::io::{Read as _, Write as _};
+    let Some(authority) = url.strip_prefix("http://").map(|r| r.trim_end_matches('/')) else {
+        return false;
+    };
+    let Ok(mut addrs) = std::net::ToSocketAddrs::to_socket_addrs(authority) else {
+        return false;
+    };
+    let Some(addr) = addrs.next() else {
+        return false;
+    };
+    let limit = Duration::from_secs(2);
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, limit) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(limit));
+    let _ = stream.set_write_timeout(Some(limit));
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"session.info"}"#;
+    let request = format!(
+        "POST /rpc HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.take(64 * 1024).read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    answer.starts_with("HTTP/1.1 200") && answer.contains("\"result\"")
 }
 
 /// Where to reach a server found in a discovery file: its socket when it
