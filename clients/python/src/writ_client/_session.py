@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import atexit
 import base64
+import errno
+import ipaddress
 import json
 import os
+import stat
 import threading
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -124,39 +128,108 @@ def _content_from_wire(value: Any) -> Union[str, bytes]:
     )
 
 
-def discover(root: Union[str, "os.PathLike[str]", None] = None) -> Dict[str, Any]:
+def _is_loopback_url(url: str) -> bool:
+    """Whether ``url`` is ``http://`` on localhost, 127.0.0.0/8 or [::1]."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname
+        _ = parts.port  # a malformed port raises here
+    except ValueError:
+        return False
+    if parts.scheme != "http" or host is None or parts.username is not None:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _untrusted(path: Path, why: str) -> Unavailable:
+    return Unavailable(
+        f"{path} is not used as a discovery file: {why}; a token is never sent "
+        "where such a file points (start the server again, or pass url= and token=)",
+        {"kind": "unavailable"},
+    )
+
+
+def _read_trusted(path: Path) -> Optional[Dict[str, Any]]:
+    """The discovery file at ``path`` if it passes the rules of SPEC §15.
+
+    ``None`` when there is no file. A file that is a symlink, belongs to
+    another user, can be read or written by others (writ writes it 0600), or
+    names a URL that is not loopback is refused with the reason.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise _untrusted(path, "it is a symlink") from None
+        raise Unavailable(
+            f"cannot read the discovery file {path}: {err}", {"kind": "unavailable"}
+        ) from None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise _untrusted(path, "it is not a regular file")
+        if info.st_uid != os.geteuid():
+            raise _untrusted(path, f"it belongs to uid {info.st_uid}, not to this user")
+        if info.st_mode & 0o077:
+            raise _untrusted(
+                path, f"its mode is {stat.S_IMODE(info.st_mode):04o}, so others could have written it"
+            )
+        raw = file.read(64 * 1024)
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        raise Unavailable(
+            f"the discovery file {path} is not JSON; is the server still starting?",
+            {"kind": "unavailable"},
+        ) from None
+    if not isinstance(value, dict):
+        raise Unavailable(
+            f"the discovery file {path} is not a JSON object", {"kind": "unavailable"}
+        )
+    url = value.get("url")
+    if isinstance(url, str) and not _is_loopback_url(url):
+        raise _untrusted(path, f"its URL {url} is not a loopback address")
+    socket_path = value.get("socket")
+    if isinstance(socket_path, str) and socket_path and not os.path.isabs(socket_path):
+        raise _untrusted(path, "its socket is not an absolute path")
+    return value
+
+
+def discover(
+    root: Union[str, "os.PathLike[str]", None] = None, *, search_parents: bool = True
+) -> Dict[str, Any]:
     """Read the discovery file ``ROOT/.writ/serve.json`` of a running server.
 
-    Without ``root``, the current folder and then its parents are searched.
+    Without ``root``, the current folder is read, then (with
+    ``search_parents``) its parents. The file is used only when it is this
+    user's, mode 0600, not a symlink, and names a loopback URL or a socket;
+    otherwise :class:`Unavailable` says why.
     """
     if root is not None:
         candidates = [Path(root)]
     else:
         here = Path.cwd()
-        candidates = [here, *here.parents]
+        candidates = [here, *here.parents] if search_parents else [here]
     for folder in candidates:
         path = folder / ".writ" / "serve.json"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            continue
-        except OSError as err:
-            raise Unavailable(
-                f"cannot read the discovery file {path}: {err}", {"kind": "unavailable"}
-            ) from None
-        try:
-            value = json.loads(text)
-        except ValueError:
-            raise Unavailable(
-                f"the discovery file {path} is not JSON; is the server still starting?",
-                {"kind": "unavailable"},
-            ) from None
-        if not isinstance(value, dict):
-            raise Unavailable(
-                f"the discovery file {path} is not a JSON object", {"kind": "unavailable"}
-            )
-        return value
-    where = os.fspath(root) if root is not None else f"{Path.cwd()} or its parents"
+        found = _read_trusted(path)
+        if found is not None:
+            return found
+    if root is not None:
+        where = os.fspath(root)
+    elif search_parents:
+        where = f"{Path.cwd()} or its parents"
+    else:
+        where = str(Path.cwd())
     raise Unavailable(
         f"no running writ serve found in {where} (no .writ/serve.json); "
         "start one with `writ serve ROOT`, or pass url= and token=",
@@ -214,14 +287,17 @@ class Session:
 
         ``url`` is ``http://HOST:PORT`` or, for a server started with
         ``--socket PATH``, ``unix:PATH``. ``url`` and ``token`` default to the
-        discovery file of ``root`` (or of the current folder or a parent);
-        when it names a socket, the socket is tried first and the loopback URL
-        if the socket does not answer. ``keepalive`` is the renewal interval
+        discovery file of ``root`` (or of the current folder, or a parent when
+        no ``token`` is given: a caller's token is never sent where a file
+        found above points); when it names a socket, the socket is tried
+        first and the loopback URL if the socket does not answer. A
+        discovery file is used only if it is this user's, mode 0600, and
+        names a loopback URL (SPEC §15). ``keepalive`` is the renewal interval
         in seconds (default: a third of the server's lease TTL).
         """
         urls: List[str] = [] if url is None else [url]
         if url is None or token is None:
-            found = discover(root)
+            found = discover(root, search_parents=token is None)
             if url is None:
                 found_socket = found.get("socket")
                 if isinstance(found_socket, str) and found_socket:
