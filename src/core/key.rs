@@ -347,27 +347,37 @@ pub(crate) fn inside(key: &Key, fence: &Key) -> bool {
 /// strong. The result is sorted, so equal requests produce equal key lists.
 pub(crate) fn merge(mut keys: Vec<(Key, Mode)>) -> Vec<(Key, Mode)> {
     // Trees first among equal paths, so that one absorbs its exact twin.
+    // In this (component-wise) order a tree's descendants follow it
+    // contiguously, so one sweep with a stack of the open trees decides
+    // every absorption: O(n log n) for the sort, O(n) after it.
     keys.sort_by(|(a, _), (b, _)| a.norm.cmp(&b.norm).then(b.tree.cmp(&a.tree)));
-    let mut out: Vec<(Key, Mode)> = Vec::with_capacity(keys.len());
+    let mut twins_folded: Vec<(Key, Mode)> = Vec::with_capacity(keys.len());
     for (key, mode) in keys {
-        if let Some(existing) = out
-            .iter_mut()
-            .find(|(k, _)| k.norm == key.norm && k.tree == key.tree)
-        {
-            existing.1 = existing.1.max(mode);
+        match twins_folded.last_mut() {
+            Some((last, m)) if last.norm == key.norm && last.tree == key.tree => {
+                *m = (*m).max(mode)
+            }
+            _ => twins_folded.push((key, mode)),
+        }
+    }
+    let mut out: Vec<(Key, Mode)> = Vec::with_capacity(twins_folded.len());
+    // The kept trees that are ancestors-or-equal of the current key, each
+    // with the strongest mode among it and the trees above it.
+    let mut open: Vec<(usize, Mode)> = Vec::new();
+    for (key, mode) in twins_folded {
+        while let Some(&(at, _)) = open.last() {
+            if key.norm.starts_with(&out[at].0.norm) {
+                break;
+            }
+            open.pop();
+        }
+        let strongest_above = open.last().map(|&(_, m)| m);
+        if strongest_above.is_some_and(|m| m >= mode) {
             continue;
         }
-        let absorbed = out
-            .iter()
-            .any(|(k, m)| k.tree && *m >= mode && key.norm.starts_with(&k.norm));
-        if absorbed {
-            continue;
-        }
-        // A stronger tree arriving later (only possible for an equal path with
-        // a weaker exact key first, which the sort prevents) or a tree that
-        // swallows earlier keys: drop those it absorbs.
         if key.tree {
-            out.retain(|(k, m)| !(k.norm.starts_with(&key.norm) && *m <= mode));
+            let strongest = strongest_above.map_or(mode, |m| m.max(mode));
+            open.push((out.len(), strongest));
         }
         out.push((key, mode));
     }
@@ -580,6 +590,56 @@ mod tests {
             (k("/ws/a/"), Mode::Exclusive),
         ]);
         assert_eq!(twins, vec![(k("/ws/a/"), Mode::Exclusive)]);
+    }
+
+    /// The merge as first written: quadratic, and obviously right.
+    fn merge_reference(mut keys: Vec<(Key, Mode)>) -> Vec<(Key, Mode)> {
+        keys.sort_by(|(a, _), (b, _)| a.norm.cmp(&b.norm).then(b.tree.cmp(&a.tree)));
+        let mut out: Vec<(Key, Mode)> = Vec::with_capacity(keys.len());
+        for (key, mode) in keys {
+            if let Some(existing) = out
+                .iter_mut()
+                .find(|(k, _)| k.norm == key.norm && k.tree == key.tree)
+            {
+                existing.1 = existing.1.max(mode);
+                continue;
+            }
+            if out
+                .iter()
+                .any(|(k, m)| k.tree && *m >= mode && key.norm.starts_with(&k.norm))
+            {
+                continue;
+            }
+            if key.tree {
+                out.retain(|(k, m)| !(k.norm.starts_with(&key.norm) && *m <= mode));
+            }
+            out.push((key, mode));
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_sweep_merges_as_the_reference_does(
+            keys in proptest::collection::vec(
+                (
+                    proptest::collection::vec(proptest::sample::select(&["a", "b", "a b", "c"][..]), 0..4),
+                    proptest::bool::ANY,
+                    proptest::bool::ANY,
+                ),
+                0..24,
+            )
+        ) {
+            let keys: Vec<(Key, Mode)> = keys
+                .into_iter()
+                .map(|(parts, tree, shared)| {
+                    let path = format!("/ws/{}", parts.join("/"));
+                    let mode = if shared { Mode::Shared } else { Mode::Exclusive };
+                    (Key::exact(path.trim_end_matches('/'), tree), mode)
+                })
+                .collect();
+            proptest::prop_assert_eq!(merge(keys.clone()), merge_reference(keys));
+        }
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub(crate) struct ActorSlot {
 /// What became of a wait a client named with a ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ticket {
+    /// Its request is being served (waiting, or being admitted).
+    Waiting,
     /// Granted as this hold.
     Granted(u64),
     /// The client gave up: a grant arriving later is released at once.

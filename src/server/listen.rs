@@ -3,9 +3,14 @@
 //! One router serves loopback TCP and, with `--socket`, a Unix socket:
 //! the routes, auth and limits are the same on both.
 //!
-//! Each connection is served by its own task (hyper, through axum), so a
-//! slow or stuck client never blocks another; a request body must arrive
-//! within [`BODY_DEADLINE`]. When a client disconnects, hyper drops the
+//! Each connection is served by its own task (hyper), so a slow or stuck
+//! client never blocks another. Bounded by construction (SPEC §13): a
+//! request's headers must arrive within `--header-timeout` (hyper's timer
+//! drops a slow-loris client, answered by nobody), a body within
+//! [`BODY_DEADLINE`]; at most `--max-connections` connections are open per
+//! listener (more wait in the kernel's backlog, costing no descriptor), and
+//! on TCP every request whose `Host` is not a loopback authority is 403
+//! before any route runs. When a client disconnects, hyper drops the
 //! handler's future, which drops a waiting `Acquire`: the wait is cancelled
 //! exactly as in process.
 
@@ -64,16 +69,73 @@ fn spawn_serving<L>(
     listener: L,
     router: Router,
     stop: &watch::Receiver<bool>,
+    limits: super::Limits,
 ) -> tokio::task::JoinHandle<std::io::Result<()>>
 where
     L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
 {
-    let mut stopped = stop.clone();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    });
-    tokio::spawn(async move { server.await })
+    let stopped = stop.clone();
+    tokio::spawn(serve_connections(listener, router, stopped, limits))
+}
+
+async fn serve_connections<L>(
+    mut listener: L,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+    limits: super::Limits,
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        // A permit before the accept: past the cap, connections wait in
+        // the backlog instead of taking descriptors.
+        let permit = tokio::select! {
+            permit = open.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let (io, _) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .serve_connection(TokioIo::new(io), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            // A client that sent its headers too slowly, or went away, ends
+            // its own connection; nothing else to do about it.
+            let _ = connection.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Refuses, on TCP, every request whose `Host` is not a loopback
+/// authority: a DNS-rebinding page reaches the port under its own name.
+async fn loopback_host(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    if host.is_some_and(auth::loopback_authority) {
+        return next.run(request).await;
+    }
+    let e = Error::Forbidden {
+        reason: "requests on TCP must name a loopback Host (127.0.0.1, localhost or [::1])".into(),
+    };
+    json_response(StatusCode::FORBIDDEN, &error_body(&Value::Null, &e))
 }
 
 /// Serves until `stop` turns true, then shuts down: the waiters have been
@@ -89,9 +151,15 @@ pub(crate) async fn serve(
 ) {
     let reaper = tokio::spawn(super::lease::reap(app.clone(), app.poke()));
     let router = router(app.clone());
-    let tcp = spawn_serving(listener, router.clone(), &stop);
+    let tcp_router = router
+        .clone()
+        .layer(axum::middleware::from_fn(loopback_host));
+    let tcp = spawn_serving(listener, tcp_router, &stop, app.limits);
     let (unix, socket_file) = match socket {
-        Some((listener, file)) => (Some(spawn_serving(listener, router, &stop)), Some(file)),
+        Some((listener, file)) => (
+            Some(spawn_serving(listener, router, &stop, app.limits)),
+            Some(file),
+        ),
         None => (None, None),
     };
     let mut stopped = stop.clone();

@@ -66,6 +66,7 @@ pub struct Options {
     lease_ttl: Duration,
     call_wait: Duration,
     max_body: usize,
+    limits: Limits,
     config: Config,
     read_roots: Vec<PathBuf>,
     discovery: Option<PathBuf>,
@@ -76,6 +77,55 @@ pub struct Options {
     mcp_tools: crate::mcp::ToolSet,
     #[cfg(feature = "etcd")]
     etcd: Option<rpc::EtcdOptions>,
+}
+
+/// Raises the soft limit on open files toward the hard one, so that
+/// `max_connections` on each listener (TCP and a socket), plus the files
+/// the tools open, fit: the usual soft limit of 1,024 would be reached
+/// before the cap.
+fn raise_open_file_limit(max_connections: usize) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let wanted = (max_connections as u64)
+        .saturating_mul(2)
+        .saturating_add(256);
+    let limit = getrlimit(Resource::Nofile);
+    let soft = limit.current.unwrap_or(u64::MAX);
+    if soft >= wanted {
+        return;
+    }
+    let raised = limit.maximum.map_or(wanted, |hard| hard.min(wanted));
+    let set = setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(raised),
+            maximum: limit.maximum,
+        },
+    );
+    if set.is_err() || raised < wanted {
+        tracing::warn!(
+            soft,
+            wanted,
+            "cannot raise the open-file limit to fit --max-connections; lower it or raise the hard limit"
+        );
+    }
+}
+
+/// The bounds that keep one client from exhausting the server (SPEC §13).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) header_timeout: Duration,
+    pub(crate) max_connections: usize,
+    pub(crate) max_targets: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            max_connections: 512,
+            max_targets: 4096,
+        }
+    }
 }
 
 /// The `--config FILE` of `writ serve`: the [`Config`] knobs as JSON.
@@ -138,6 +188,7 @@ impl Options {
             lease_ttl: Duration::from_secs(15),
             call_wait: Duration::from_secs(5),
             max_body: 8 * 1024 * 1024,
+            limits: Limits::default(),
             config: Config::default(),
             read_roots: Vec::new(),
             discovery: None,
@@ -283,6 +334,28 @@ impl Options {
         self
     }
 
+    /// How long a request's headers may take to arrive (default 10 s): a
+    /// client that sends them slower is dropped, answered by nobody.
+    pub fn header_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.header_timeout = timeout;
+        self
+    }
+
+    /// The most connections open at once on each listener (default 512);
+    /// more wait to be accepted. The process's open-file limit is raised
+    /// at start to fit them.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.limits.max_connections = connections.max(1);
+        self
+    }
+
+    /// The most targets one request may name (default 4,096); a larger
+    /// request is `invalid_params`, with nothing admitted.
+    pub fn max_targets(mut self, targets: usize) -> Self {
+        self.limits.max_targets = targets.max(1);
+        self
+    }
+
     /// The scheduler's configuration (slots, case, sensitive names, history).
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
@@ -357,6 +430,7 @@ impl Server {
             (None, Some(file)) => discovery::token_from_file(file)?,
             (None, None) => auth::random_hex(32)?,
         };
+        raise_open_file_limit(options.limits.max_connections);
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|e| Error::io("listen on", options.listen.to_string(), e))?;

@@ -39,6 +39,10 @@ pub(crate) struct App {
     pub(crate) ttl: Duration,
     pub(crate) call_wait: Duration,
     pub(crate) max_body: usize,
+    /// `--max-targets`: the most targets one request may name.
+    pub(crate) max_targets: usize,
+    /// The header timeout and connection cap of the listeners.
+    pub(crate) limits: super::Limits,
     /// The tools `/mcp` serves unless a session asks for a set.
     #[cfg(feature = "mcp")]
     pub(crate) mcp_tools: crate::mcp::ToolSet,
@@ -86,8 +90,52 @@ fn params<T: DeserializeOwned>(value: Value) -> Result<T> {
     serde_json::from_value(value).map_err(|e| invalid(format!("invalid params: {e}")))
 }
 
-fn targets(value: &Value) -> Result<Vec<Target>> {
+/// A ticket is a client's name for one request: this long at most.
+pub(crate) const MAX_TICKET_LEN: usize = 128;
+
+/// Tickets one actor may have live at once (waiting, granted or given up).
+pub(crate) const MAX_TICKETS_PER_ACTOR: usize = 64;
+
+/// Requests naming more targets than this are admitted off the async
+/// workers: their cost grows with the request.
+const HEAVY_TARGETS: usize = 64;
+
+/// The targets of a request, at most `max` of them (`--max-targets`).
+fn targets(value: &Value, max: usize) -> Result<Vec<Target>> {
+    if let Value::Array(list) = value {
+        if list.len() > max {
+            return Err(invalid(format!(
+                "the request names {} targets, more than the limit of {max} (--max-targets); \
+                 nothing was admitted: reserve a folder as a tree instead of its files",
+                list.len()
+            )));
+        }
+    }
     wire::targets_from_wire(value).map_err(invalid)
+}
+
+/// A ticket claimed for one request: while it lives the ticket is
+/// `Waiting`; dropped before the grant (an error, a timeout, a client that
+/// went away) it frees the ticket.
+struct TicketClaim {
+    app: Arc<App>,
+    key: (u64, String),
+    granted: bool,
+}
+
+impl Drop for TicketClaim {
+    fn drop(&mut self) {
+        if self.granted {
+            return;
+        }
+        let mut reg = self.app.reg.lock();
+        if matches!(
+            reg.tickets.get(&self.key),
+            Some((Ticket::Waiting | Ticket::Abandoned, _))
+        ) {
+            reg.tickets.remove(&self.key);
+        }
+    }
 }
 
 fn timeout(ms: Option<u64>) -> Option<Duration> {
@@ -274,6 +322,8 @@ impl App {
             ttl: options.lease_ttl,
             call_wait: options.call_wait,
             max_body: options.max_body,
+            max_targets: options.limits.max_targets,
+            limits: options.limits,
             #[cfg(feature = "mcp")]
             mcp_tools: options.mcp_tools,
             history_dir,
@@ -495,8 +545,9 @@ impl App {
         guard: Guard,
         lineage: Arc<[u64]>,
         lease: u64,
-        ticket: Option<(u64, String)>,
+        claim: Option<TicketClaim>,
     ) -> Result<Value> {
+        let ticket = claim.as_ref().map(|c| c.key.clone());
         let (id, kind) = match &guard {
             Guard::Reservation(r) => (r.id().0, "call"),
             Guard::Fence(f) => (f.id().0, "fence"),
@@ -516,12 +567,16 @@ impl App {
                 reg.tickets.remove(key);
                 drop(reg);
                 drop(guard);
+                drop(claim);
                 return Err(Error::UnknownHold {
                     hold: self.handle('h', id),
                 });
             }
             reg.tickets
                 .insert(key.clone(), (Ticket::Granted(id), lease));
+        }
+        if let Some(mut claim) = claim {
+            claim.granted = true;
         }
         reg.holds.insert(
             id,
@@ -537,6 +592,39 @@ impl App {
         Ok(json!({"hold": self.handle('h', id), "kind": kind, "paths": paths}))
     }
 
+    /// Claims `ticket` for one request of actor `n`: refused when it is
+    /// already live (a second request must never overwrite the first's
+    /// answer), too long, or one too many for the actor.
+    fn claim_ticket(self: &Arc<Self>, n: u64, ticket: String, lease: u64) -> Result<TicketClaim> {
+        if ticket.is_empty() || ticket.len() > MAX_TICKET_LEN {
+            return Err(invalid(format!(
+                "a ticket is 1 to {MAX_TICKET_LEN} bytes long; this one is {}",
+                ticket.len()
+            )));
+        }
+        let mut reg = self.reg.lock();
+        let key = (n, ticket);
+        if reg.tickets.contains_key(&key) {
+            return Err(invalid(format!(
+                "ticket '{}' is already live (a request with it is waiting or holds, or it was given up); \
+                 name each request with a new ticket",
+                key.1
+            )));
+        }
+        let live = reg.tickets.keys().filter(|(owner, _)| *owner == n).count();
+        if live >= MAX_TICKETS_PER_ACTOR {
+            return Err(invalid(format!(
+                "the actor has {live} live tickets, the limit; release holds or give tickets up first"
+            )));
+        }
+        reg.tickets.insert(key.clone(), (Ticket::Waiting, lease));
+        Ok(TicketClaim {
+            app: self.clone(),
+            key,
+            granted: false,
+        })
+    }
+
     /// The hold a ticket was granted as, or `None` after marking the ticket
     /// abandoned, so that a grant still on its way is released on arrival.
     fn release_ticket(&self, caller: &Caller, actor: &str, ticket: &str) -> Result<Option<u64>> {
@@ -550,8 +638,17 @@ impl App {
         let key = (n, ticket.to_string());
         match reg.tickets.get(&key) {
             Some((Ticket::Granted(hold), _)) => Ok(Some(*hold)),
-            _ => {
+            Some(_) => {
                 reg.tickets.insert(key, (Ticket::Abandoned, lease));
+                Ok(None)
+            }
+            None => {
+                // Never seen: marked so a request still on its way is
+                // refused, within the actor's ticket limit.
+                let live = reg.tickets.keys().filter(|(owner, _)| *owner == n).count();
+                if live < MAX_TICKETS_PER_ACTOR {
+                    reg.tickets.insert(key, (Ticket::Abandoned, lease));
+                }
                 Ok(None)
             }
         }
@@ -627,7 +724,7 @@ impl App {
         let flag = |k: &str| matches!(map.get(k), Some(Value::Bool(true)));
         let mut grant = match (flag("workspace"), map.get("fenced"), flag("read_only")) {
             (true, None, false) => Grant::workspace(root),
-            (false, Some(t), false) => Grant::fenced(root, targets(t)?),
+            (false, Some(t), false) => Grant::fenced(root, targets(t, self.max_targets)?),
             (false, None, true) => Grant::read_only(root),
             _ => {
                 return Err(invalid(
@@ -780,9 +877,21 @@ impl App {
             }
             "admit" | "fence" => {
                 let p: AdmitParams = params(p)?;
-                let targets = targets(&p.targets)?;
+                let targets = targets(&p.targets, self.max_targets)?;
                 let (actor, lease, lineage) = self.actor_for(caller, &p.actor)?;
-                let ticket = p.ticket.map(|t| (actor.id().0, t));
+                let claim = match p.ticket {
+                    Some(ticket) => Some(self.claim_ticket(actor.id().0, ticket, lease)?),
+                    None => None,
+                };
+                let heavy = targets.len() > HEAVY_TARGETS;
+                let targets = if heavy {
+                    // Resolving many paths touches the file system for each:
+                    // off the async workers, so others' answers never wait.
+                    let a = actor.clone();
+                    Self::blocking(move || a.resolve(targets).map(|r| r.targets().to_vec())).await?
+                } else {
+                    targets
+                };
                 let mut request = actor.request(targets).priority(p.priority);
                 if let Some(label) = p.label {
                     request = request.label(label);
@@ -795,6 +904,9 @@ impl App {
                             None => request.admit(),
                         };
                         Guard::Reservation(self.long_poll(lease, waiting).await?)
+                    } else if heavy {
+                        // So is checking them against the table.
+                        Guard::Reservation(Self::blocking(move || request.try_admit()).await?)
                     } else {
                         Guard::Reservation(request.try_admit()?)
                     }
@@ -804,14 +916,16 @@ impl App {
                         None => request.fence_wait(),
                     };
                     Guard::Fence(self.long_poll(lease, waiting).await?)
+                } else if heavy {
+                    Guard::Fence(Self::blocking(move || request.fence()).await?)
                 } else {
                     Guard::Fence(request.fence()?)
                 };
-                self.keep_hold(guard, lineage, lease, ticket)
+                self.keep_hold(guard, lineage, lease, claim)
             }
             "fence.extend" | "fence.narrow" => {
                 let p: HoldTargetsParams = params(p)?;
-                let targets = targets(&p.targets)?;
+                let targets = targets(&p.targets, self.max_targets)?;
                 let n = self.parse('h', "a hold", &p.hold)?;
                 let mut reg = self.reg.lock();
                 let slot = reg.holds.get_mut(&n).ok_or_else(|| Error::UnknownHold {
@@ -987,7 +1101,7 @@ impl App {
                 for task in &p.tasks {
                     plan = plan.task(
                         task.name.clone(),
-                        targets(&task.writes)?,
+                        targets(&task.writes, self.max_targets)?,
                         task.depends_on.iter().map(String::as_str),
                     );
                 }

@@ -56,6 +56,18 @@ pub struct ServeCmd {
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     max_body: usize,
+    /// Seconds a request's headers may take to arrive; a slower client is
+    /// dropped.
+    #[arg(long, default_value = "10", value_parser = seconds)]
+    header_timeout: Duration,
+    /// The most connections open at once on each listener; more wait to
+    /// be accepted (the open-file limit is raised to fit).
+    #[arg(long, default_value = "512", value_parser = at_least_one)]
+    max_connections: usize,
+    /// The most targets one request may name; a larger request is refused
+    /// with nothing admitted.
+    #[arg(long, default_value = "4096", value_parser = at_least_one)]
+    max_targets: usize,
     /// Where file history is kept (default: the user's state folder).
     #[arg(long)]
     history_dir: Option<PathBuf>,
@@ -188,6 +200,9 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         .lease_ttl(cmd.lease_ttl)
         .call_wait(cmd.call_wait)
         .max_body(cmd.max_body)
+        .header_timeout(cmd.header_timeout)
+        .max_connections(cmd.max_connections)
+        .max_targets(cmd.max_targets)
         .mcp_tools(cmd.mcp_tools)
         .config(config)
         .discovery_file(&discovery)

@@ -599,7 +599,7 @@ impl App {
         p: Value,
     ) -> Result<Value> {
         let p: AdmitParams = params(p)?;
-        let targets = targets(&p.targets)?;
+        let targets = targets(&p.targets, self.max_targets)?;
         let actor = self.etcd_actor(backend, caller, &p.actor).await?;
         let resolved = self.etcd_targets(backend, &actor, &targets)?;
         let fence = method == "fence";
@@ -648,7 +648,7 @@ impl App {
         p: Value,
     ) -> Result<Value> {
         let p: HoldTargetsParams = params(p)?;
-        let targets = targets(&p.targets)?;
+        let targets = targets(&p.targets, self.max_targets)?;
         let hold = HoldId(self.parse('h', "a hold", &p.hold)?);
         let (lineage, kind) = backend.table.hold_lineage(hold).await?;
         self.may(caller, &lineage, &p.hold)?;

@@ -1,0 +1,388 @@
+//! Attacks on `writ serve` itself (SPEC §13 "Auth" and "Bounded by
+//! construction"), each performed against a real server and asserted to
+//! fail, with another client answered throughout: a foreign `Host` on
+//! every endpoint, half-sent requests by the thousand, tickets that grow
+//! memory or overwrite each other, and requests of tens of thousands of
+//! paths.
+
+#![cfg(all(feature = "server", feature = "mcp"))]
+
+#[path = "common/mcp_http_client.rs"]
+mod http_client;
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use http_client::McpHttp;
+use serde_json::{Value, json};
+use writ::server::{Options, Server};
+
+fn workspace() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let root = std::fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    (dir, root)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"))
+}
+
+/// One raw HTTP/1.1 exchange; the status line's code (0 when the server
+/// closed without an answer).
+fn raw(addr: &str, request: &str) -> u16 {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect: {e}"));
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
+    stream
+        .write_all(request.as_bytes())
+        .unwrap_or_else(|e| panic!("send: {e}"));
+    let mut answer = String::new();
+    let _ = BufReader::new(stream).read_line(&mut answer);
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn rpc(server_url: &str, token: &str, method: &str, params: Value) -> Value {
+    let client = McpHttp::new(&format!("{server_url}/rpc"), token);
+    let reply = client
+        .post(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .await;
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{method}: {e}: {}", reply.body))
+}
+
+fn kind(answer: &Value) -> &str {
+    answer["error"]["data"]["kind"].as_str().unwrap_or("")
+}
+
+#[test]
+fn a_foreign_host_is_refused_on_every_endpoint() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = Server::start(Options::new(&root))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let addr = server.url().trim_start_matches("http://").to_string();
+        let token = server.token().to_string();
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"dump"}"#;
+        let requests = |host: &str| {
+            [
+                format!(
+                    "POST /rpc HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\
+                     Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                ),
+                format!("GET /dump HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"),
+                format!("GET /events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"),
+                format!("GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+                format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+                format!(
+                    "POST /mcp HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\
+                     Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+                     Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+                ),
+            ]
+        };
+        let (a, foreign) = (addr.clone(), requests("evil.example:80"));
+        let codes = tokio::task::spawn_blocking(move || foreign.map(|r| raw(&a, &r)))
+            .await
+            .unwrap();
+        assert_eq!(codes, [403; 6], "a foreign Host was served");
+        let (a, local) = (addr.clone(), requests(&addr));
+        let codes = tokio::task::spawn_blocking(move || local.map(|r| raw(&a, &r)))
+            .await
+            .unwrap();
+        assert_ne!(codes[0], 403, "the loopback Host is served");
+        assert_ne!(codes[3], 403, "the loopback Host is served");
+        server.shutdown().await;
+    });
+}
+
+/// `writ serve` in a child process whose soft open-file limit is 1,024 (a
+/// common default), as the attack found it.
+fn serve_process(root: &Path) -> (Child, String) {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -Sn 1024 && exec '{}' serve '{}' --no-history --header-timeout 1",
+            env!("CARGO_BIN_EXE_writ"),
+            root.display()
+        ))
+        .env("XDG_STATE_HOME", root.join("state"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
+    let mut url = None;
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        if let Some(rest) = line.strip_prefix("writ serve: ") {
+            url = rest.split_whitespace().next().map(str::to_string);
+        }
+        if line.contains("discovery file") {
+            break;
+        }
+    }
+    let url = url.unwrap_or_else(|| panic!("writ serve did not start"));
+    (child, url)
+}
+
+#[test]
+fn half_sent_requests_by_the_thousand_never_stop_the_server_answering() {
+    const HALF_OPEN: usize = 1_100;
+    // The attacker needs the descriptors; the server is the one bounded.
+    {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let limit = getrlimit(Resource::Nofile);
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        );
+    }
+    let (_dir, root) = workspace();
+    let (mut child, url) = serve_process(&root);
+    let addr = url.trim_start_matches("http://").to_string();
+    let mut held = Vec::with_capacity(HALF_OPEN);
+    for _ in 0..HALF_OPEN {
+        // Connected even past the server's cap: the kernel's backlog
+        // takes it, and the server has not accepted it.
+        let Ok(mut stream) = TcpStream::connect_timeout(
+            &addr.parse().unwrap_or_else(|e| panic!("{e}")),
+            Duration::from_secs(5),
+        ) else {
+            break;
+        };
+        let _ = stream.write_all(b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
+        held.push(stream);
+    }
+    assert!(held.len() >= 600, "only {} connections opened", held.len());
+    let started = Instant::now();
+    let code = raw(
+        &addr,
+        &format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    );
+    let waited = started.elapsed();
+    // The half-sent requests, cut off by the header timeout, answer nothing.
+    let mut first = held.swap_remove(0);
+    let _ = first.set_read_timeout(Some(Duration::from_secs(20)));
+    let mut buf = Vec::new();
+    let _ = first.read_to_end(&mut buf);
+    drop(held);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(code, 200, "the server stopped answering (after {waited:?})");
+    assert!(waited < Duration::from_secs(20), "{waited:?}");
+    assert!(
+        !String::from_utf8_lossy(&buf).contains("200 OK"),
+        "a half-sent request was answered"
+    );
+}
+
+#[test]
+fn tickets_are_bounded_and_a_live_ticket_is_never_overwritten() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = Server::start(Options::new(&root))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let (url, token) = (server.url().to_string(), server.token().to_string());
+        let made = |name: &'static str| {
+            let (url, token) = (url.clone(), token.clone());
+            async move {
+                let a = rpc(
+                    &url,
+                    &token,
+                    "actor.create",
+                    json!({"name": name, "grant": {"workspace": true}}),
+                )
+                .await;
+                a["result"]["actor"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{a}"))
+                    .to_string()
+            }
+        };
+        let (holder, waiter) = (made("holder").await, made("waiter").await);
+        // A ticket of 1 MiB is refused, nothing kept.
+        let huge = "t".repeat(1 << 20);
+        let answer = rpc(
+            &url,
+            &token,
+            "admit",
+            json!({"actor": waiter, "targets": ["a.rs"], "wait": false, "ticket": huge}),
+        )
+        .await;
+        assert_eq!(kind(&answer), "invalid_params", "{answer:.300}");
+        // One actor's live tickets are bounded.
+        let mut refused = None;
+        for i in 0..80 {
+            let answer = rpc(
+                &url,
+                &token,
+                "admit",
+                json!({"actor": waiter, "targets": [format!("f{i}.rs")], "wait": false,
+                       "ticket": format!("t{i}")}),
+            )
+            .await;
+            if answer.get("error").is_some() {
+                refused = Some((i, answer));
+                break;
+            }
+        }
+        let (at, answer) = refused.unwrap_or_else(|| panic!("80 live tickets were kept"));
+        assert_eq!(at, 64, "{answer}");
+        assert_eq!(kind(&answer), "invalid_params", "{answer}");
+        // Two live requests with one ticket: the second is refused, and the
+        // first's grant stays reachable by its ticket.
+        let fence = rpc(
+            &url,
+            &token,
+            "fence",
+            json!({"actor": holder, "targets": ["x.rs"]}),
+        )
+        .await;
+        let fence = fence["result"]["hold"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let second = made("second").await;
+        let first = tokio::spawn({
+            let (url, token, second) = (url.clone(), token.clone(), second.clone());
+            async move {
+                rpc(
+                    &url,
+                    &token,
+                    "admit",
+                    json!({"actor": second, "targets": ["x.rs"],
+                    "timeout_ms": 20_000, "ticket": "same"}),
+                )
+                .await
+            }
+        });
+        // The first request is queued once the dump shows it waiting.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while server.scheduler().dump().waiters.is_empty() {
+            assert!(Instant::now() < deadline, "the first request never queued");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let again = rpc(
+            &url,
+            &token,
+            "admit",
+            json!({"actor": second,
+            "targets": ["y.rs"], "wait": false, "ticket": "same"}),
+        )
+        .await;
+        assert_eq!(kind(&again), "invalid_params", "{again}");
+        assert!(
+            again["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("already live"),
+            "{again}"
+        );
+        let released = rpc(&url, &token, "release", json!({"hold": fence})).await;
+        assert!(released.get("result").is_some(), "{released}");
+        let first = first.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(first["result"]["hold"].is_string(), "{first}");
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn a_request_past_max_targets_admits_nothing_and_huge_ones_starve_nobody() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = Server::start(Options::new(&root))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let (url, token) = (server.url().to_string(), server.token().to_string());
+        let actor = |name: &'static str| {
+            let (url, token) = (url.clone(), token.clone());
+            async move {
+                let a = rpc(
+                    &url,
+                    &token,
+                    "actor.create",
+                    json!({"name": name, "grant": {"workspace": true}}),
+                )
+                .await;
+                a["result"]["actor"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{a}"))
+                    .to_string()
+            }
+        };
+        let big = actor("big").await;
+        let paths = |prefix: &str, n: usize| -> Vec<String> {
+            (0..n)
+                .map(|i| format!("{prefix}/d{}/f{i}.rs", i % 97))
+                .collect()
+        };
+        let answer = rpc(
+            &url,
+            &token,
+            "admit",
+            json!({"actor": big, "targets": paths("over", 40_000), "wait": false}),
+        )
+        .await;
+        assert_eq!(kind(&answer), "invalid_params", "{answer:.300}");
+        assert!(server.scheduler().dump().holds.is_empty());
+        // Two requests at the limit, at once, while another client admits
+        // and releases small requests: each of those answers promptly.
+        let heavy: Vec<_> = ["a", "b"]
+            .into_iter()
+            .map(|prefix| {
+                let (url, token, big, targets) =
+                    (url.clone(), token.clone(), big.clone(), paths(prefix, 4096));
+                tokio::spawn(async move {
+                    rpc(
+                        &url,
+                        &token,
+                        "admit",
+                        json!({"actor": big, "targets": targets, "wait": false}),
+                    )
+                    .await
+                })
+            })
+            .collect();
+        let small = actor("small").await;
+        let mut slowest = Duration::ZERO;
+        for i in 0..20 {
+            let started = Instant::now();
+            let got = rpc(
+                &url,
+                &token,
+                "admit",
+                json!({"actor": small, "targets": [format!("s{i}.rs")], "wait": false}),
+            )
+            .await;
+            slowest = slowest.max(started.elapsed());
+            let hold = got["result"]["hold"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{got}"));
+            rpc(&url, &token, "release", json!({"hold": hold})).await;
+        }
+        for task in heavy {
+            let answer = task.await.unwrap_or_else(|e| panic!("{e}"));
+            assert!(answer["result"]["hold"].is_string(), "{answer:.300}");
+        }
+        assert!(
+            slowest < Duration::from_secs(5),
+            "a small request waited {slowest:?}"
+        );
+        server.shutdown().await;
+    });
+}
