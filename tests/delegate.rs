@@ -392,6 +392,26 @@ async fn exit_codes_and_signals_decide_the_status() {
     assert!(killed.to_string().contains("ended by signal 9"), "{killed}");
 }
 
+#[tokio::test]
+async fn a_sandboxed_run_ended_by_a_signal_is_reported_as_one() {
+    let w = ws().await;
+    let killed = delegate_sandboxed(&w.lead, sandboxed("kill -9 $$")).await;
+    assert!(killed.sandboxed, "{killed}");
+    assert_eq!(killed.status, Status::Failed);
+    assert_eq!(
+        (killed.exit_code, killed.signal),
+        (None, Some(9)),
+        "{killed}"
+    );
+    assert!(killed.to_string().contains("ended by signal 9"), "{killed}");
+    let failed = delegate_sandboxed(&w.lead, sandboxed("exit 3")).await;
+    assert_eq!(
+        (failed.exit_code, failed.signal),
+        (Some(3), None),
+        "{failed}"
+    );
+}
+
 // ------------------------------------------------------------ environment
 
 #[tokio::test]

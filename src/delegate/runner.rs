@@ -809,8 +809,21 @@ pub(crate) async fn delegate(actor: &Actor, run: Run) -> Result<Report> {
                 .into(),
         );
     }
-    let exit_code = status.and_then(|s| s.code());
-    let signal = status.and_then(|s| s.signal());
+    let mut exit_code = status.and_then(|s| s.code());
+    let mut signal = status.and_then(|s| s.signal());
+    if let Some(sig) = exit_code
+        .filter(|_| sandboxed)
+        .and_then(sandbox::signal_of_exit_code)
+    {
+        // bwrap waits for the program and exits with 128 + N when signal N
+        // ended it: that is a death by signal, reported as one.
+        exit_code = None;
+        signal = Some(sig);
+        notes.push(format!(
+            "the sandbox reported exit status {}, its way of saying the program was ended by signal {sig}",
+            128 + sig
+        ));
+    }
     let status = match ended {
         Ended::TimedOut => Status::TimedOut,
         Ended::Exited if exit_code == Some(0) => Status::Completed,

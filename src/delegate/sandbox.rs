@@ -92,6 +92,14 @@ fn probe() -> Result<PathBuf, String> {
     }
 }
 
+/// The signal behind a sandboxed run's exit status: bwrap exits with
+/// 128 + N when signal N ended the program (as shells do), so a status
+/// past 128 that names a signal is read as that signal.
+pub(crate) fn signal_of_exit_code(code: i32) -> Option<i32> {
+    let signal = code.checked_sub(128)?;
+    (1..=64).contains(&signal).then_some(signal)
+}
+
 /// The bwrap command line running `program args` in `run_dir`, with the
 /// host read-only except `writable`.
 pub(crate) fn wrap(
