@@ -1041,54 +1041,180 @@ fn a_cancelled_tool_call_stops_waiting_and_writes_nothing() {
     });
 }
 
-/// The MCP session is a lease: `--lease-ttl` after its last request it is
-/// closed, and its reservations with it; a session in use lives on however
-/// long it is used, whichever path answers its requests.
+/// SPEC §14 "Lifetime": a session lives as long as its client, not its
+/// call rate. A session holding its GET stream lives on past --mcp-idle and
+/// ends within the lease TTL once its stream is gone; one without a stream
+/// lives --mcp-idle after its last request, then goes with its
+/// reservations; DELETE ends a session at once and is answered 200.
 #[test]
-fn an_idle_session_ends_after_the_lease_ttl_and_a_busy_one_lives_on() {
+fn a_session_lives_as_long_as_its_client_not_its_call_rate() {
     let (_dir, root) = workspace();
     let ttl = Duration::from_millis(400);
+    let idle = Duration::from_millis(2500);
     runtime().block_on(async {
         let config = writ::Config::default().durability(writ::Durability::Process);
-        let server = Server::start(Options::new(&root).config(config).lease_ttl(ttl))
-            .await
-            .unwrap_or_else(|e| panic!("start: {e}"));
+        let server = Server::start(
+            Options::new(&root)
+                .config(config)
+                .lease_ttl(ttl)
+                .mcp_idle(idle),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
         let url = format!("{}/mcp", server.url());
-        let mut idle = http_client::McpHttp::new(&url, server.token());
-        let mut busy = http_client::McpHttp::new(&url, server.token());
-        assert_eq!(idle.initialize("idle").await.status, 200);
-        assert_eq!(busy.initialize("busy").await.status, 200);
-        let (error, text) = idle.call("reserve", json!({"paths": ["a/"]})).await;
+        let mut streamed = http_client::McpHttp::new(&url, server.token());
+        let mut quiet = http_client::McpHttp::new(&url, server.token());
+        assert_eq!(streamed.initialize("streamed").await.status, 200);
+        assert_eq!(quiet.initialize("quiet").await.status, 200);
+        let (error, text) = streamed.call("reserve", json!({"paths": ["a/"]})).await;
         assert!(!error, "{text}");
-        let (error, text) = busy.call("reserve", json!({"paths": ["b/"]})).await;
+        let (error, text) = quiet.call("reserve", json!({"paths": ["b/"]})).await;
         assert!(!error, "{text}");
-        // Time passing is the point here: the busy session calls (tools
-        // answered by /mcp, pings by rmcp) for three TTLs.
-        let start = std::time::Instant::now();
-        while start.elapsed() < ttl * 3 {
-            let (error, text) = busy.call("writ_status", json!({})).await;
-            assert!(!error, "{text}");
-            let reply = busy.request("ping", json!({})).await;
-            assert_eq!(reply.status, 200, "{}", reply.body);
-            tokio::time::sleep(ttl / 4).await;
-        }
-        until(&server, "the idle session's reservation to go", |d| {
-            d.holds.iter().all(|h| h.actor != "idle")
+        let (status, stream) = streamed.hold_stream().await;
+        assert_eq!(status, 200);
+        // The model thinks: three lease TTLs without a request. Both live.
+        let thinking = std::time::Instant::now();
+        tokio::time::sleep(ttl * 3).await;
+        let dump = server.scheduler().dump();
+        assert!(
+            thinking.elapsed() >= idle || dump.holds.iter().any(|h| h.actor == "quiet"),
+            "a quiet session ended before --mcp-idle:\n{dump}"
+        );
+        assert!(dump.holds.iter().any(|h| h.actor == "streamed"), "{dump}");
+        // Past --mcp-idle the quiet one is gone, the streamed one is not.
+        until(&server, "the quiet session's reservation to go", |d| {
+            d.holds.iter().all(|h| h.actor != "quiet")
         })
         .await;
+        assert!(thinking.elapsed() >= idle, "{:?}", thinking.elapsed());
         let dump = server.scheduler().dump();
-        assert!(dump.holds.iter().any(|h| h.actor == "busy"), "{dump}");
-        let reply = idle
+        assert!(dump.holds.iter().any(|h| h.actor == "streamed"), "{dump}");
+        let reply = quiet
             .request("tools/call", json!({"name": "writ_status"}))
             .await;
         assert_eq!(
             reply.status, 404,
-            "a closed session is unknown: {}",
+            "an ended session is unknown: {}",
             reply.body
         );
-        let (error, text) = busy.call("writ_status", json!({})).await;
+        // The client goes away (its stream's connection closes): its
+        // reservation goes within the TTL, not --mcp-idle.
+        stream.abort();
+        let gone = std::time::Instant::now();
+        until(&server, "the streamed session's reservation to go", |d| {
+            d.holds.iter().all(|h| h.actor != "streamed")
+        })
+        .await;
+        assert!(gone.elapsed() < idle, "{:?}", gone.elapsed());
+        // DELETE is a plain 200, and frees at once.
+        let mut closing = http_client::McpHttp::new(&url, server.token());
+        assert_eq!(closing.initialize("closing").await.status, 200);
+        let (error, text) = closing.call("reserve", json!({"paths": ["c/"]})).await;
         assert!(!error, "{text}");
-        busy.close().await;
+        assert_eq!(closing.close().await, 200);
+        let dump = server.scheduler().dump();
+        assert!(dump.holds.iter().all(|h| h.actor != "closing"), "{dump}");
+        server.shutdown().await;
+    });
+}
+
+/// SPEC §14 "Named agents": every session of one (token, name) is one
+/// actor — a read in one session lets an edit in the next, and a
+/// reservation outlives the session that made it — whether the name comes
+/// as a header or on the URL. Unnamed sessions stay one actor each.
+#[test]
+fn sessions_of_one_named_agent_share_reads_and_reservations() {
+    let (_dir, root) = workspace();
+    fs::write(root.join("notes.md"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let config = writ::Config::default().durability(writ::Durability::Process);
+        let server = Server::start(
+            Options::new(&root)
+                .config(config)
+                .call_wait(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        let url = format!("{}/mcp", server.url());
+        let session_of = |name: Option<&str>, by_header: bool| {
+            let client = match (name, by_header) {
+                (Some(n), true) => {
+                    http_client::McpHttp::new(&url, server.token()).with_header("Writ-Agent", n)
+                }
+                (Some(n), false) => {
+                    http_client::McpHttp::new(&format!("{url}?agent={n}"), server.token())
+                }
+                (None, _) => http_client::McpHttp::new(&url, server.token()),
+            };
+            async move {
+                let mut client = client;
+                assert_eq!(client.initialize("langchain").await.status, 200);
+                client
+            }
+        };
+        // One session per call, as get_tools() does.
+        for by_header in [true, false] {
+            let mut first = session_of(Some("alice"), by_header).await;
+            let (error, text) = first.call("read_file", json!({"path": "notes.md"})).await;
+            assert!(!error, "{text}");
+            assert_eq!(first.close().await, 200);
+            let mut second = session_of(Some("alice"), by_header).await;
+            let (error, text) = second
+                .call(
+                    "edit_file",
+                    json!({"path": "notes.md", "old_string": "one", "new_string": "two"}),
+                )
+                .await;
+            assert!(!error, "the agent's read was lost between sessions: {text}");
+            let (error, text) = second
+                .call(
+                    "edit_file",
+                    json!({"path": "notes.md", "old_string": "two", "new_string": "one"}),
+                )
+                .await;
+            assert!(error, "an edit needs a fresh read: {text}");
+            let (error, text) = second.call("read_file", json!({"path": "notes.md"})).await;
+            assert!(!error, "{text}");
+            let (error, text) = second
+                .call(
+                    "edit_file",
+                    json!({"path": "notes.md", "old_string": "two", "new_string": "one"}),
+                )
+                .await;
+            assert!(!error, "{text}");
+            assert_eq!(second.close().await, 200);
+        }
+        let mut reserving = session_of(Some("alice"), true).await;
+        let (error, text) = reserving.call("reserve", json!({"paths": ["r/"]})).await;
+        assert!(!error, "{text}");
+        assert_eq!(reserving.close().await, 200);
+        let dump = server.scheduler().dump();
+        assert!(
+            dump.holds.iter().any(|h| h.actor == "alice"),
+            "the reservation went with its session:\n{dump}"
+        );
+        let mut bob = session_of(Some("bob"), true).await;
+        let (error, text) = bob
+            .call("write_file", json!({"path": "r/x.md", "content": "bob\n"}))
+            .await;
+        assert!(error && text.contains("alice"), "{text}");
+        let mut later = session_of(Some("alice"), true).await;
+        let (error, text) = later.call("writ_status", json!({})).await;
+        assert!(!error && text.contains("r/"), "{text}");
+        let (error, text) = later.call("release", json!({})).await;
+        assert!(!error, "{text}");
+        // Without a name, a session is its own actor.
+        let mut reader = session_of(None, false).await;
+        let (error, text) = reader.call("read_file", json!({"path": "notes.md"})).await;
+        assert!(!error, "{text}");
+        let mut writer = session_of(None, false).await;
+        let (error, text) = writer
+            .call(
+                "edit_file",
+                json!({"path": "notes.md", "old_string": "one", "new_string": "x"}),
+            )
+            .await;
+        assert!(error && text.contains("read"), "{text}");
         server.shutdown().await;
     });
 }

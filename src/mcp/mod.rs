@@ -120,7 +120,7 @@ pub struct ToolOptions {
 impl Default for ToolOptions {
     fn default() -> Self {
         ToolOptions {
-            call_wait: Duration::from_secs(5),
+            call_wait: Duration::from_secs(3),
             read_lines: 2000,
             line_chars: 2000,
             read_bytes: 256 * 1024,
@@ -161,6 +161,68 @@ type Rule = dyn Fn(&SessionStart<'_>) -> Result<SessionActor, String> + Send + S
 pub struct SessionActor {
     held: ActorRef,
     tools: Option<ToolSet>,
+    /// The reservations list of a named agent, shared by its sessions;
+    /// `None`: the session keeps its own.
+    reservations: Option<Reservations>,
+}
+
+/// Reservations made with the `reserve` tool: one session's, or one named
+/// agent's across all its sessions.
+type Reservations = Arc<Mutex<Vec<Held>>>;
+
+/// A named agent (SPEC §14): one actor, with its read marks, turn and
+/// reservations, shared by every MCP session that names it. Clients that
+/// open a session per tool call (langchain-mcp-adapters' `get_tools()`)
+/// keep their reads and reservations from call to call by naming the agent.
+/// The agent, and so its actor and reservations, lives as long as the
+/// value (the server keeps it while any of its sessions lives, then for
+/// `--mcp-idle`).
+///
+/// ```
+/// # fn main() -> Result<(), writ::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// use std::sync::Arc;
+/// let sched = writ::Scheduler::new(writ::Config::default());
+/// let actor = sched.actor("reviewer", writ::Grant::workspace(dir.path()))?;
+/// let agent = writ::mcp::Agent::new(Arc::new(actor));
+/// let identity = writ::mcp::Identity::agent(&agent);
+/// // Every ToolServer made with `identity` acts as "reviewer", sharing its
+/// // reservations.
+/// # let _ = identity; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Agent {
+    actor: Arc<Actor>,
+    reservations: Reservations,
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("actor", &self.actor.name())
+            .field("reservations", &self.reservations.lock().len())
+            .finish()
+    }
+}
+
+impl Agent {
+    /// An agent acting as `actor`, with no reservations yet.
+    pub fn new(actor: Arc<Actor>) -> Self {
+        Agent {
+            actor,
+            reservations: Arc::default(),
+        }
+    }
+
+    /// The agent's actor.
+    pub fn actor(&self) -> &Arc<Actor> {
+        &self.actor
+    }
+
+    /// How many reservations the agent holds.
+    pub fn reservations(&self) -> usize {
+        self.reservations.lock().len()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -175,6 +237,17 @@ impl SessionActor {
         SessionActor {
             held: ActorRef::Owned(actor),
             tools: None,
+            reservations: None,
+        }
+    }
+
+    /// A named agent's actor and reservations, shared with its other
+    /// sessions; the agent outlives the session.
+    pub fn agent(agent: &Agent) -> Self {
+        SessionActor {
+            held: ActorRef::Shared(Arc::downgrade(&agent.actor)),
+            tools: None,
+            reservations: Some(agent.reservations.clone()),
         }
     }
 
@@ -184,6 +257,7 @@ impl SessionActor {
         SessionActor {
             held: ActorRef::Shared(Arc::downgrade(actor)),
             tools: None,
+            reservations: None,
         }
     }
 
@@ -246,6 +320,13 @@ impl Identity {
         }
     }
 
+    /// Every session acts as `agent`: its actor and its reservations,
+    /// which outlive each session.
+    pub fn agent(agent: &Agent) -> Self {
+        let agent = agent.clone();
+        Identity::rule(move |_| Ok(SessionActor::agent(&agent)))
+    }
+
     /// Every session acts as `actor` (shared; the session's reservations
     /// are still its own and go when it ends).
     pub fn actor(actor: Arc<Actor>) -> Self {
@@ -262,6 +343,18 @@ impl Identity {
     ) -> Self {
         Identity {
             how: How::Rule(Arc::new(rule)),
+        }
+    }
+
+    /// A workspace child of a [`children_of`](Self::children_of) identity's
+    /// parent, named exactly `name` (a named agent); an error for other
+    /// identities.
+    pub fn parent_child(&self, name: &str) -> Result<Actor, String> {
+        match &self.how {
+            How::Children { parent, .. } => parent
+                .child(clean_name(name), Grant::workspace(parent.root()))
+                .map_err(|e| e.to_string()),
+            _ => Err("this identity makes no children".to_string()),
         }
     }
 
@@ -299,6 +392,7 @@ fn clean_name(name: &str) -> String {
 }
 
 /// One reservation made with the `reserve` tool.
+#[derive(Debug)]
 struct Held {
     fence: Fence,
     /// The resolved targets, to match `release {paths}` against.
@@ -312,8 +406,9 @@ struct Session {
     actor: OnceLock<SessionActor>,
     /// Serializes the first `open` (initialize and a racing first call).
     opening: Mutex<()>,
-    /// Reservations of this session, released when it ends.
-    held: Mutex<Vec<Held>>,
+    /// Reservations of this session (released when it ends), or of its
+    /// named agent; set when the session opens.
+    held: OnceLock<Reservations>,
 }
 
 /// An MCP server whose tools are one agent's writ file tools (see the
@@ -342,7 +437,7 @@ impl ToolServer {
                 opts,
                 actor: OnceLock::new(),
                 opening: Mutex::new(()),
-                held: Mutex::new(Vec::new()),
+                held: OnceLock::new(),
             }),
         }
     }
@@ -377,14 +472,22 @@ impl ToolServer {
         }
         let actor = self.session.identity.open(start)?;
         let actor = self.session.actor.get_or_init(|| actor);
+        if let Some(shared) = &actor.reservations {
+            let _ = self.session.held.set(shared.clone());
+        }
         self.current(actor)
+    }
+
+    /// The reservations the session's `reserve` and `release` act on.
+    fn reservations(&self) -> &Reservations {
+        self.session.held.get_or_init(Reservations::default)
     }
 
     /// The live actor; when it is gone, so are this session's reservations.
     fn current(&self, actor: &SessionActor) -> Result<Arc<Actor>, String> {
         actor
             .get()
-            .inspect_err(|_| self.session.held.lock().clear())
+            .inspect_err(|_| self.reservations().lock().clear())
     }
 
     fn open_from(

@@ -730,7 +730,7 @@ async fn reserve(
         .iter()
         .map(|t| target_name(actor, t))
         .collect();
-    server.session.held.lock().push(Held {
+    server.reservations().lock().push(Held {
         fence,
         targets: targets.targets().to_vec(),
     });
@@ -752,7 +752,8 @@ fn target_name(actor: &Actor, target: &Target) -> String {
 fn release(server: &ToolServer, actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outcome {
     let args = Args::new("release", arguments, &["paths"])?;
     let paths = args.opt_paths("paths")?.unwrap_or_default();
-    let mut held = server.session.held.lock();
+    let reservations = server.reservations().clone();
+    let mut held = reservations.lock();
     if paths.is_empty() {
         let count = held.len();
         held.clear();

@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq as _;
 use crate::{Error, ProtocolError, Result};
 
 /// Who is calling.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Caller {
     /// The session token: may do everything.
     Session,

@@ -7,9 +7,22 @@
 //! (the session never keeps it alive: when its lease ends, the session's
 //! calls are refused); the session token gets a fresh workspace actor named
 //! after `clientInfo.name`, a child of the server's MCP root actor, owned by
-//! the MCP session. The MCP session is a lease: DELETE, or `--lease-ttl` of
-//! silence, ends it, and with it its actor (when owned) and every
-//! reservation it made.
+//! the MCP session.
+//!
+//! A session may name its agent (`Writ-Agent: NAME`, or `?agent=NAME`):
+//! all sessions of one (token, name) share one actor — its read marks, its
+//! reservations, its turn — so a client that opens a session per tool call
+//! keeps what it read. With the session token the agent is a workspace
+//! child of the MCP root actor named NAME; with an actor token, a child of
+//! that token's actor.
+//!
+//! Lifetime follows the client, not its call rate (a model thinks for
+//! minutes between calls): a session with an open GET stream is alive (an
+//! SSE comment every few seconds tells a dead peer); one whose stream is
+//! gone ends `--lease-ttl` after that; one with neither ends `--mcp-idle`
+//! after its last request; DELETE (answered 200) ends it at once. An
+//! unnamed session's actor and reservations go with it; a named agent lives
+//! while any of its sessions lives, then `--mcp-idle`.
 //!
 //! An MCP session belongs to the token that opened it: a request naming the
 //! session (`Mcp-Session-Id`) with any other token, even a valid one (another
@@ -25,8 +38,7 @@
 //! sure of (a protocol revision with per-request headers, no
 //! `Content-Length`, JSON it cannot read), goes to rmcp unchanged. Because
 //! of that, rmcp does not see every request of a session, so `/mcp` keeps
-//! the lease clock itself: `--lease-ttl` after a session's last request
-//! ends, it is closed.
+//! each session's clock itself.
 //!
 //! The session's tool set is the server's (`--mcp-tools`) unless the URL
 //! that opens it asks for one: `/mcp?tools=filesystem` serves the reference
@@ -58,13 +70,16 @@ use tokio::sync::oneshot;
 use super::auth::{self, Caller};
 use super::rpc::App;
 use crate::mcp::{
-    Identity, OpeningSlot, SessionActor, SessionStart, SessionTools, ToolOptions, ToolServer,
-    ToolSet,
+    Agent, Identity, OpeningSlot, SessionActor, SessionStart, SessionTools, ToolOptions,
+    ToolServer, ToolSet,
 };
 use crate::{Error, Grant, ProtocolError, Result};
 
 /// The header that names an MCP session.
 const SESSION_ID: &str = "mcp-session-id";
+
+/// The header that names a session's agent (SPEC §14).
+const AGENT_HEADER: &str = "writ-agent";
 
 /// Adds `/mcp` to the server's routes.
 pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<Arc<App>>> {
@@ -73,11 +88,14 @@ pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<A
     // count only the requests it sees.
     sessions.session_config.keep_alive = None;
     let sessions = Arc::new(sessions);
+    let agents: Arc<Agents> = Arc::default();
     let mcp = Arc::new(Mcp {
-        service: service(app, sessions.clone())?,
+        service: service(app, sessions.clone(), agents.clone())?,
         sessions,
         live: Mutex::default(),
+        agents,
         ttl: app.ttl,
+        idle: app.mcp_idle,
         max_body: app.max_body,
     });
     tokio::spawn(reap(Arc::downgrade(&mcp)));
@@ -98,9 +116,88 @@ struct Mcp {
     sessions: Arc<LocalSessionManager>,
     /// The open sessions, by session id.
     live: Mutex<HashMap<String, Live>>,
-    /// A session with no request for this long is closed.
+    /// The named agents, by the token and name their sessions gave.
+    agents: Arc<Agents>,
+    /// A session whose stream is gone ends this long after.
     ttl: Duration,
+    /// A session with no stream, or an agent with no session, ends this
+    /// long after its last request.
+    idle: Duration,
     max_body: usize,
+}
+
+/// The named agents of `/mcp`: (caller, name) → the agent.
+type Agents = Mutex<HashMap<AgentKey, AgentSlot>>;
+
+type AgentKey = (Caller, String);
+
+/// A named agent and what keeps it alive.
+struct AgentSlot {
+    agent: Agent,
+    /// Its open sessions.
+    sessions: usize,
+    /// When its last session ended or last request was served.
+    last: Instant,
+}
+
+/// The longest agent name accepted.
+const MAX_AGENT_NAME: usize = 64;
+
+/// The agent a request names: the `Writ-Agent` header, else `?agent=` on
+/// the URL. An empty name is no name.
+fn agent_name(parts: &axum::http::request::Parts) -> std::result::Result<Option<String>, String> {
+    let from_header = parts
+        .headers
+        .get(AGENT_HEADER)
+        .map(|v| {
+            v.to_str()
+                .map(str::to_string)
+                .map_err(|_| "the Writ-Agent header is not text".to_string())
+        })
+        .transpose()?;
+    let from_query = || {
+        parts.uri.query().and_then(|q| {
+            q.split('&')
+                .filter_map(|pair| pair.strip_prefix("agent="))
+                .next_back()
+                .map(percent_decode)
+        })
+    };
+    let name = from_header.or_else(from_query);
+    let Some(name) = name.map(|n| n.trim().to_string()).filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    if name.chars().count() > MAX_AGENT_NAME || name.chars().any(char::is_control) {
+        return Err(format!(
+            "an agent name is 1 to {MAX_AGENT_NAME} printable characters"
+        ));
+    }
+    Ok(Some(name))
+}
+
+/// `%XX` and `+` of a query value, decoded; invalid escapes stay as they are.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = |b: u8| (b as char).to_digit(16);
+                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                    (Some(high), Some(low)) => {
+                        out.push((high * 16 + low) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            other => out.push(other),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// One open MCP session.
@@ -113,6 +210,13 @@ struct Live {
     last: Instant,
     /// Requests of the session in progress: it is not idle while one runs.
     in_progress: usize,
+    /// Its open GET streams: alive while one is open.
+    streams: usize,
+    /// When its last stream closed, if it ever had one: the session ends
+    /// the lease TTL after (unless a stream or a request comes).
+    stream_lost: Option<Instant>,
+    /// The named agent it acts as, if any.
+    agent: Option<AgentKey>,
     /// The `tools/call`s `/mcp` is answering, by request id: a
     /// `notifications/cancelled` naming one ends it. The number tells a
     /// call from a later one that reused its id.
@@ -120,7 +224,11 @@ struct Live {
     next_call: u64,
 }
 
-fn service(app: &Arc<App>, sessions: Arc<LocalSessionManager>) -> Result<Service> {
+fn service(
+    app: &Arc<App>,
+    sessions: Arc<LocalSessionManager>,
+    agents: Arc<Agents>,
+) -> Result<Service> {
     // Session-token sessions get children of one root actor, so the dump
     // shows them together and their names are made unique in one place. It
     // is made with the first such session: a server no MCP client uses shows
@@ -139,28 +247,64 @@ fn service(app: &Arc<App>, sessions: Arc<LocalSessionManager>) -> Result<Service
             .http
             .map(|parts| asked_tools(&parts.uri))
             .transpose()?;
-        let actor = match caller {
-            Caller::Session => {
-                let children = match children.get() {
-                    Some(children) => children,
-                    None => {
-                        let root = app
-                            .sched
-                            .actor("mcp", Grant::workspace(&app.root))
-                            .map_err(|e| e.to_string())?;
-                        // A racing first session may have won; its root stays.
-                        children.get_or_init(|| Identity::children_of(Arc::new(root)))
-                    }
-                };
-                children.open(start)
+        let named = start.http.map(agent_name).transpose()?.flatten();
+        // The MCP root actor: session-token sessions' actors are its children.
+        let mcp_root = || -> std::result::Result<&Identity, String> {
+            match children.get() {
+                Some(children) => Ok(children),
+                None => {
+                    let root = app
+                        .sched
+                        .actor("mcp", Grant::workspace(&app.root))
+                        .map_err(|e| e.to_string())?;
+                    // A racing first session may have won; its root stays.
+                    Ok(children.get_or_init(|| Identity::children_of(Arc::new(root))))
+                }
             }
-            Caller::Actor(n) => app
+        };
+        let actor = match (named, caller) {
+            (Some(name), caller) => {
+                let key = (caller.clone(), name.clone());
+                let mut agents = agents.lock();
+                if let Some(slot) = agents.get_mut(&key) {
+                    slot.last = Instant::now();
+                    SessionActor::agent(&slot.agent)
+                } else {
+                    let actor = match &caller {
+                        Caller::Session => mcp_root()?.parent_child(&name),
+                        Caller::Actor(n) => {
+                            let parent = app
+                                .registry()
+                                .actors
+                                .get(n)
+                                .map(|slot| slot.actor.clone())
+                                .ok_or_else(|| "this token's actor is gone".to_string())?;
+                            parent
+                                .child(name.clone(), Grant::workspace(parent.root()))
+                                .map_err(|e| e.to_string())
+                        }
+                    }?;
+                    let agent = Agent::new(Arc::new(actor));
+                    let session = SessionActor::agent(&agent);
+                    agents.insert(
+                        key,
+                        AgentSlot {
+                            agent,
+                            sessions: 0,
+                            last: Instant::now(),
+                        },
+                    );
+                    session
+                }
+            }
+            (None, Caller::Session) => mcp_root()?.open(start)?,
+            (None, Caller::Actor(n)) => app
                 .registry()
                 .actors
                 .get(&n)
                 .map(|slot| SessionActor::shared(&slot.actor))
-                .ok_or_else(|| "this token's actor is gone".to_string()),
-        }?;
+                .ok_or_else(|| "this token's actor is gone".to_string())?,
+        };
         Ok(match asked.flatten() {
             Some(tools) => actor.with_tools(tools),
             None => actor,
@@ -169,7 +313,13 @@ fn service(app: &Arc<App>, sessions: Arc<LocalSessionManager>) -> Result<Service
     let opts = ToolOptions::default()
         .call_wait(app.call_wait)
         .tools(app.mcp_tools);
-    let config = StreamableHttpServerConfig::default().with_max_request_body_bytes(app.max_body);
+    // A comment on every open stream this often: a write to a dead peer
+    // fails, the stream's body is dropped, and the session's clock starts
+    // (well within the lease TTL).
+    let ping = (app.ttl / 3).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    let config = StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(app.max_body)
+        .with_sse_keep_alive(Some(ping));
     Ok(StreamableHttpService::new(
         move || Ok(ToolServer::new(identity.clone(), opts.clone())),
         sessions,
@@ -188,34 +338,80 @@ fn asked_tools(uri: &axum::http::Uri) -> std::result::Result<Option<ToolSet>, St
         .transpose()
 }
 
-/// Closes the sessions idle for longer than the TTL, until `/mcp` is gone.
+/// One open GET stream of a session; dropped with the response body.
+struct OpenStream {
+    mcp: Weak<Mcp>,
+    id: String,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        let Some(mcp) = self.mcp.upgrade() else {
+            return;
+        };
+        if let Some(live) = mcp.live.lock().get_mut(&self.id) {
+            live.streams = live.streams.saturating_sub(1);
+            if live.streams == 0 {
+                live.stream_lost = Some(Instant::now());
+            }
+        }
+    }
+}
+
+impl Live {
+    /// Whether the session has ended by `now`: no request in progress, no
+    /// stream open, and either its stream gone for `ttl` or no request for
+    /// `idle`.
+    fn ended(&self, now: Instant, ttl: Duration, idle: Duration) -> bool {
+        if self.in_progress > 0 || self.streams > 0 {
+            return false;
+        }
+        let quiet = now.duration_since(self.last);
+        match self.stream_lost {
+            Some(lost) => now.duration_since(lost).min(quiet) >= ttl,
+            None => quiet >= idle,
+        }
+    }
+}
+
+/// Closes the sessions that ended (see [`Live::ended`]) and the named
+/// agents idle past `--mcp-idle` with no session, until `/mcp` is gone.
 async fn reap(mcp: Weak<Mcp>) {
-    let Some(period) = mcp
-        .upgrade()
-        .map(|mcp| (mcp.ttl / 8).clamp(Duration::from_millis(10), Duration::from_secs(1)))
-    else {
+    let Some(period) = mcp.upgrade().map(|mcp| {
+        (mcp.ttl.min(mcp.idle) / 8).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }) else {
         return;
     };
     loop {
         tokio::time::sleep(period).await;
         let Some(mcp) = mcp.upgrade() else { return };
         let now = Instant::now();
-        let idle = {
-            let mut live = mcp.live.lock();
-            let idle: Vec<String> = live
-                .iter()
-                .filter(|(_, s)| s.in_progress == 0 && now.duration_since(s.last) >= mcp.ttl)
-                .map(|(id, _)| id.clone())
-                .collect();
-            live.retain(|id, _| !idle.contains(id));
-            idle
-        };
-        for id in idle {
+        let ended: Vec<String> = mcp
+            .live
+            .lock()
+            .iter()
+            .filter(|(_, s)| s.ended(now, mcp.ttl, mcp.idle))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ended {
+            mcp.end_session(&id);
             // The session's tools, reservations and owned actor go with it.
             if let Err(e) = mcp.sessions.close_session(&Arc::from(id.as_str())).await {
-                tracing::warn!("closing idle MCP session {id}: {e}");
+                tracing::warn!("closing ended MCP session {id}: {e}");
             }
         }
+        // An agent's actor and reservations go once it has no session and
+        // has been idle for `--mcp-idle`.
+        let gone: Vec<AgentSlot> = {
+            let mut agents = mcp.agents.lock();
+            let expired: Vec<AgentKey> = agents
+                .iter()
+                .filter(|(_, a)| a.sessions == 0 && now.duration_since(a.last) >= mcp.idle)
+                .map(|(k, _)| k.clone())
+                .collect();
+            expired.iter().filter_map(|k| agents.remove(k)).collect()
+        };
+        drop(gone);
     }
 }
 
@@ -239,9 +435,18 @@ struct Activity<'a> {
 
 impl Drop for Activity<'_> {
     fn drop(&mut self) {
-        if let Some(live) = self.mcp.live.lock().get_mut(self.id) {
-            live.in_progress -= 1;
-            live.last = Instant::now();
+        let agent = match self.mcp.live.lock().get_mut(self.id) {
+            Some(live) => {
+                live.in_progress -= 1;
+                live.last = Instant::now();
+                live.agent.clone()
+            }
+            None => None,
+        };
+        if let Some(key) = agent {
+            if let Some(slot) = self.mcp.agents.lock().get_mut(&key) {
+                slot.last = Instant::now();
+            }
         }
     }
 }
@@ -328,7 +533,7 @@ enum Answer {
 }
 
 impl Mcp {
-    async fn handle(&self, app: &App, request: Request) -> Response {
+    async fn handle(self: &Arc<Self>, app: &App, request: Request) -> Response {
         let headers = request.headers();
         if !auth::origin_allowed(headers) {
             let e = Error::Forbidden {
@@ -370,17 +575,39 @@ impl Mcp {
             Some(Lookup::Unknown) | None => None,
         };
         let opening = OpeningSlot::default();
+        let mut named = None;
         if session.is_none() {
             request.extensions_mut().insert(opening.clone());
+            let (parts, body) = request.into_parts();
+            named = match agent_name(&parts) {
+                Ok(name) => name,
+                Err(reason) => {
+                    let e = Error::Protocol {
+                        kind: ProtocolError::InvalidParams,
+                        detail: reason,
+                    };
+                    return auth::refuse(StatusCode::BAD_REQUEST, &e);
+                }
+            };
+            request = Request::from_parts(parts, body);
         }
         let response = self.service.handle(request).await;
         match (&session, method) {
-            (None, Method::POST) => self.opened(&response, caller, &opening),
+            (None, Method::POST) => self.opened(&response, caller, &opening, named),
             (Some(id), Method::DELETE) if response.status().is_success() => {
-                self.live.lock().remove(id);
+                self.end_session(id);
+                // rmcp answers 202; a terminated session is a plain 200 to
+                // every client (the official SDKs warn on anything else).
+                let mut response = response.map(Body::new);
+                *response.status_mut() = StatusCode::OK;
+                return response;
             }
             (_, Method::POST) => {}
-            // GET opens the session's long-lived event stream: stream it.
+            // GET opens the session's long-lived event stream: stream it,
+            // counting it open while it lasts.
+            (Some(id), Method::GET) if response.status().is_success() => {
+                return self.stream(id, response.map(Body::new));
+            }
             _ => return response.map(Body::new),
         }
         // A POST is answered with a short SSE stream that ends with the reply
@@ -519,11 +746,24 @@ impl Mcp {
 
     /// Records a session a POST without a session id opened (if it did):
     /// who opened it, and its tools.
-    fn opened<B>(&self, response: &axum::http::Response<B>, caller: Caller, opening: &OpeningSlot) {
+    fn opened<B>(
+        &self,
+        response: &axum::http::Response<B>,
+        caller: Caller,
+        opening: &OpeningSlot,
+        named: Option<String>,
+    ) {
         let Some(id) = response.headers().get(SESSION_ID) else {
             return;
         };
         let id = String::from_utf8_lossy(id.as_bytes()).into_owned();
+        let agent = named.map(|name| (caller.clone(), name));
+        if let Some(key) = &agent {
+            if let Some(slot) = self.agents.lock().get_mut(key) {
+                slot.sessions += 1;
+                slot.last = Instant::now();
+            }
+        }
         self.live.lock().insert(
             id,
             Live {
@@ -531,10 +771,44 @@ impl Mcp {
                 tools: opening.opened(),
                 last: Instant::now(),
                 in_progress: 0,
+                streams: 0,
+                stream_lost: None,
+                agent,
                 calls: HashMap::new(),
                 next_call: 0,
             },
         );
+    }
+
+    /// Forgets a session that ended; its named agent, if any, has one
+    /// session fewer (and lives `--mcp-idle` past its last).
+    fn end_session(&self, id: &str) {
+        let ended = self.live.lock().remove(id);
+        if let Some(key) = ended.and_then(|live| live.agent) {
+            if let Some(slot) = self.agents.lock().get_mut(&key) {
+                slot.sessions = slot.sessions.saturating_sub(1);
+                slot.last = Instant::now();
+            }
+        }
+    }
+
+    /// Streams a session's GET response, counted as an open stream until
+    /// its body is dropped (the client went away, or the server ends it).
+    fn stream(self: &Arc<Self>, id: &str, response: Response) -> Response {
+        match self.live.lock().get_mut(id) {
+            Some(live) => live.streams += 1,
+            None => return response,
+        }
+        let open = OpenStream {
+            mcp: Arc::downgrade(self),
+            id: id.to_string(),
+        };
+        let (parts, body) = response.into_parts();
+        let body = futures_util::StreamExt::map(body.into_data_stream(), move |chunk| {
+            let _open = &open;
+            chunk
+        });
+        Response::from_parts(parts, Body::from_stream(body))
     }
 }
 

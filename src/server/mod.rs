@@ -65,6 +65,7 @@ pub struct Options {
     socket: Option<PathBuf>,
     lease_ttl: Duration,
     call_wait: Duration,
+    mcp_idle: Duration,
     max_body: usize,
     limits: Limits,
     config: Config,
@@ -177,7 +178,7 @@ pub enum CaseName {
 }
 
 impl Options {
-    /// A server for `root`: `127.0.0.1:0`, a 15 s lease TTL, a 5 s call wait,
+    /// A server for `root`: `127.0.0.1:0`, a 15 s lease TTL, a 3 s call wait,
     /// an 8 MiB body limit, the default [`Config`], no discovery file and a
     /// fresh random session token.
     pub fn new(root: impl Into<PathBuf>) -> Self {
@@ -186,7 +187,8 @@ impl Options {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             socket: None,
             lease_ttl: Duration::from_secs(15),
-            call_wait: Duration::from_secs(5),
+            call_wait: Duration::from_secs(3),
+            mcp_idle: Duration::from_secs(30 * 60),
             max_body: 8 * 1024 * 1024,
             limits: Limits::default(),
             config: Config::default(),
@@ -314,9 +316,19 @@ impl Options {
         self
     }
 
-    /// How long a tool call may wait for a contested path (used by MCP).
+    /// How long a tool call may wait for a contested path (used by MCP;
+    /// default 3 s, below the shortest common client timeout, so the model
+    /// gets writ's sentence rather than its client's time-out).
     pub fn call_wait(mut self, wait: Duration) -> Self {
         self.call_wait = wait;
+        self
+    }
+
+    /// How long an MCP session with no open stream lives after its last
+    /// request, and a named agent after its last session (default 30 min):
+    /// a model thinks for minutes between tool calls.
+    pub fn mcp_idle(mut self, idle: Duration) -> Self {
+        self.mcp_idle = idle;
         self
     }
 

@@ -38,6 +38,9 @@ pub(crate) struct App {
     instance: String,
     pub(crate) ttl: Duration,
     pub(crate) call_wait: Duration,
+    /// `--mcp-idle`: how long an MCP session without a stream, or a named
+    /// agent without a session, outlives its last request.
+    pub(crate) mcp_idle: Duration,
     pub(crate) max_body: usize,
     /// `--max-targets`: the most targets one request may name.
     pub(crate) max_targets: usize,
@@ -321,6 +324,7 @@ impl App {
             instance: auth::random_hex(4)?,
             ttl: options.lease_ttl,
             call_wait: options.call_wait,
+            mcp_idle: options.mcp_idle,
             max_body: options.max_body,
             max_targets: options.limits.max_targets,
             limits: options.limits,

@@ -23,6 +23,8 @@ pub struct McpHttp {
     token: String,
     session: Option<String>,
     next_id: u64,
+    /// Headers sent with every request (a `Writ-Agent`, say).
+    extra: Vec<(String, String)>,
 }
 
 /// One HTTP exchange: status, headers, body.
@@ -58,17 +60,49 @@ impl McpHttp {
             token: token.to_string(),
             session: None,
             next_id: 0,
+            extra: Vec::new(),
         }
+    }
+
+    /// The same client, sending `name: value` with every request.
+    #[allow(dead_code)] // not every test binary names agents
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.extra.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Opens the session's event stream (HTTP GET) and keeps it open until
+    /// the returned task is aborted (the client going away); its status
+    /// first.
+    #[allow(dead_code)] // not every test binary holds a stream
+    pub async fn hold_stream(&self) -> (StatusCode, tokio::task::JoinHandle<()>) {
+        let request = self
+            .on_session(hyper::Method::GET)
+            .header("accept", "text/event-stream")
+            .body(Full::new(Bytes::new()))
+            .unwrap_or_else(|e| panic!("request: {e}"));
+        let response = self
+            .client
+            .request(request)
+            .await
+            .unwrap_or_else(|e| panic!("GET {}: {e}", self.url));
+        let status = response.status();
+        let mut body = response.into_body();
+        let task = tokio::spawn(async move { while let Some(Ok(_)) = body.frame().await {} });
+        (status, task)
     }
 
     /// A request to the endpoint with this client's token, protocol and
     /// session (if any).
     fn on_session(&self, method: hyper::Method) -> hyper::http::request::Builder {
-        let request = hyper::Request::builder()
+        let mut request = hyper::Request::builder()
             .method(method)
             .uri(self.url.as_str())
             .header("authorization", format!("Bearer {}", self.token))
             .header("mcp-protocol-version", PROTOCOL);
+        for (name, value) in &self.extra {
+            request = request.header(name.as_str(), value.as_str());
+        }
         match &self.session {
             Some(session) => request.header("mcp-session-id", session),
             None => request,

@@ -1,13 +1,24 @@
 //! `writ mcp` as a bridge: MCP messages from stdin go unchanged to a running
 //! `writ serve` at `/mcp` (Streamable HTTP), and its answers come back on
 //! stdout. Many stdio agents thus share one scheduler, and each client's own
-//! `clientInfo` names its actor.
+//! `clientInfo` (or `--agent NAME`) names its actor.
+//!
+//! The bridge lives as long as its client, whatever the client's call rate:
+//! once the session is open it holds the session's GET stream open (the
+//! server counts a session with a stream as alive, and pings it), reopening
+//! it if it drops. When the server restarts, the next call finds the
+//! session gone (404, or no server): the bridge finds the server again the
+//! way it found it first, opens a new session with the client's own
+//! `initialize`, and sends the call there. The client sees its call
+//! answered; its read marks are gone, so writ tells it to read again.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::{Bytes, Incoming};
-use hyper::{Method, Request, Response, Uri};
+use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::Client as Pool;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -15,13 +26,45 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
-/// What every request to the server carries.
-struct Link {
-    pool: Pool<HttpConnector, Full<Bytes>>,
+/// Finds the server again after it went away: its URL and token.
+pub type Discover = Box<dyn Fn() -> Option<(String, String)> + Send + Sync>;
+
+/// How the bridge reaches and names itself to the server.
+pub struct Bridge<'a> {
+    /// `/mcp?tools=…`: the tool set to ask for.
+    pub tools: Option<&'a str>,
+    /// `Writ-Agent`: the agent every session of the bridge acts as.
+    pub agent: Option<&'a str>,
+    /// How to find the server after a restart.
+    pub discover: Discover,
+}
+
+/// Where the server is now.
+#[derive(Clone)]
+struct Target {
     endpoint: Uri,
     authorization: String,
+}
+
+/// What every request to the server carries, and what the bridge keeps to
+/// open a session again.
+struct Link {
+    pool: Pool<HttpConnector, Full<Bytes>>,
+    target: Mutex<Target>,
+    query: String,
+    agent: Option<String>,
+    discover: Discover,
     /// `Mcp-Session-Id` and `MCP-Protocol-Version`, learned from `initialize`.
     session: Mutex<(Option<String>, Option<String>)>,
+    /// The client's `initialize` and `notifications/initialized`, to open a
+    /// session again after a restart.
+    opening: Mutex<(Option<Value>, Option<String>)>,
+    /// Counts the sessions opened: a call that failed on session `n` opens
+    /// a new one only if no other call already did.
+    generation: AtomicU64,
+    reopening: tokio::sync::Mutex<()>,
+    /// The task holding the session's GET stream open.
+    stream: Mutex<Option<tokio::task::JoinHandle<()>>>,
     out: tokio::sync::Mutex<tokio::io::Stdout>,
 }
 
@@ -35,23 +78,38 @@ pub async fn alive(url: &str) -> bool {
     let Ok(request) = Request::get(uri).body(Full::new(Bytes::new())) else {
         return false;
     };
-    let answer = tokio::time::timeout(std::time::Duration::from_secs(2), pool.request(request));
+    let answer = tokio::time::timeout(Duration::from_secs(2), pool.request(request));
     matches!(answer.await, Ok(Ok(response)) if response.status().is_success())
 }
 
-/// Bridges stdin/stdout to `url`'s `/mcp` until stdin ends, then ends the
-/// MCP session (its actor and reservations go with it). `tools` asks the
-/// server for a tool set (`/mcp?tools=…`) instead of its default.
-pub async fn run(url: &str, token: &str, tools: Option<&str>) -> Result<(), String> {
-    let query = tools.map(|t| format!("?tools={t}")).unwrap_or_default();
+fn target(url: &str, token: &str, query: &str) -> Result<Target, String> {
     let endpoint: Uri = format!("{}/mcp{query}", url.trim_end_matches('/'))
         .parse()
         .map_err(|e| format!("'{url}' is not a URL: {e}"))?;
-    let link = Arc::new(Link {
-        pool: Pool::builder(TokioExecutor::new()).build(HttpConnector::new()),
+    Ok(Target {
         endpoint,
         authorization: format!("Bearer {token}"),
+    })
+}
+
+/// Bridges stdin/stdout to `url`'s `/mcp` until stdin ends, then ends the
+/// MCP session (an unnamed session's actor and reservations go with it).
+pub async fn run(url: &str, token: &str, bridge: Bridge<'_>) -> Result<(), String> {
+    let query = bridge
+        .tools
+        .map(|t| format!("?tools={t}"))
+        .unwrap_or_default();
+    let link = Arc::new(Link {
+        pool: Pool::builder(TokioExecutor::new()).build(HttpConnector::new()),
+        target: Mutex::new(target(url, token, &query)?),
+        query,
+        agent: bridge.agent.map(str::to_string),
+        discover: bridge.discover,
         session: Mutex::new((None, None)),
+        opening: Mutex::new((None, None)),
+        generation: AtomicU64::new(0),
+        reopening: tokio::sync::Mutex::new(()),
+        stream: Mutex::new(None),
         out: tokio::sync::Mutex::new(tokio::io::stdout()),
     });
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -76,15 +134,34 @@ pub async fn run(url: &str, token: &str, tools: Option<&str>) -> Result<(), Stri
         // The session id comes with the answer to `initialize`: everything
         // after it must wait for that answer. Other calls run concurrently,
         // so a call waiting for a busy path does not hold up the rest.
-        if message.get("method").and_then(Value::as_str) == Some("initialize") {
-            link.clone().forward(message, line).await;
-        } else {
-            calls.spawn(link.clone().forward(message, line));
+        match message.get("method").and_then(Value::as_str) {
+            Some("initialize") => {
+                link.opening.lock().0 = Some(message.clone());
+                link.clone().forward(message, line).await;
+            }
+            Some("notifications/initialized") => {
+                link.opening.lock().1 = Some(line.clone());
+                link.clone().forward(message, line).await;
+                link.listen();
+            }
+            _ => {
+                calls.spawn(link.clone().forward(message, line));
+            }
         }
     }
     while calls.join_next().await.is_some() {}
+    if let Some(stream) = link.stream.lock().take() {
+        stream.abort();
+    }
     link.close().await;
     Ok(())
+}
+
+/// How one request to the server went.
+enum Sent {
+    Answered(Response<Incoming>),
+    /// The session is gone (404) or the server cannot be reached.
+    Lost(String),
 }
 
 impl Link {
@@ -98,12 +175,20 @@ impl Link {
 
     fn request(&self, method: Method, body: Bytes) -> Option<Request<Full<Bytes>>> {
         let (session, version) = self.session.lock().clone();
+        let target = self.target.lock().clone();
+        let accept = match method {
+            Method::GET => "text/event-stream",
+            _ => "application/json, text/event-stream",
+        };
         let mut builder = Request::builder()
             .method(method)
-            .uri(self.endpoint.clone())
-            .header(hyper::header::AUTHORIZATION, &self.authorization)
+            .uri(target.endpoint)
+            .header(hyper::header::AUTHORIZATION, target.authorization)
             .header(hyper::header::CONTENT_TYPE, "application/json")
-            .header(hyper::header::ACCEPT, "application/json, text/event-stream");
+            .header(hyper::header::ACCEPT, accept);
+        if let Some(agent) = &self.agent {
+            builder = builder.header("writ-agent", agent);
+        }
         if let Some(id) = session {
             builder = builder.header("mcp-session-id", id);
         }
@@ -113,7 +198,98 @@ impl Link {
         builder.body(Full::new(body)).ok()
     }
 
-    /// Sends one message and writes every message of the answer to stdout.
+    /// Sends one message on the current session.
+    async fn send(&self, method: Method, body: Bytes) -> Sent {
+        let Some(request) = self.request(method, body) else {
+            return Sent::Lost("cannot build the request".into());
+        };
+        match self.pool.request(request).await {
+            Ok(response) if response.status() == StatusCode::NOT_FOUND => {
+                Sent::Lost("the server no longer knows this session".into())
+            }
+            Ok(response) => Sent::Answered(response),
+            Err(e) => Sent::Lost(format!("cannot reach writ serve: {e}")),
+        }
+    }
+
+    /// Opens a new session after the old one was lost (the server
+    /// restarted): finds the server again, replays the client's
+    /// `initialize` (its answer is the bridge's, not the client's) and
+    /// `notifications/initialized`, and holds the new session's stream.
+    /// Does nothing if another call already did since `seen`.
+    async fn reopen(self: &Arc<Self>, seen: u64) -> Result<(), String> {
+        let _one = self.reopening.lock().await;
+        if self.generation.load(Ordering::SeqCst) != seen {
+            return Ok(());
+        }
+        let (initialize, initialized) = self.opening.lock().clone();
+        let mut initialize = initialize.ok_or("the client has not initialized")?;
+        let (url, token) = (self.discover)()
+            .ok_or("no writ serve is running for this workspace any more; start it and retry")?;
+        *self.target.lock() = target(&url, &token, &self.query)?;
+        *self.session.lock() = (None, None);
+        initialize["id"] = json!(format!("writ-bridge-reopen-{seen}"));
+        let response = match self
+            .send(Method::POST, Bytes::from(initialize.to_string()))
+            .await
+        {
+            Sent::Answered(r) if r.status().is_success() => r,
+            Sent::Answered(r) => {
+                return Err(format!("writ serve refused a new session: {}", r.status()));
+            }
+            Sent::Lost(why) => return Err(why),
+        };
+        if let Some(id) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            self.session.lock().0 = Some(id.to_string());
+        }
+        // The answer names the protocol version; nothing else of it is kept.
+        if let Ok(body) = response.into_body().collect().await {
+            let body = body.to_bytes();
+            let text = String::from_utf8_lossy(&body);
+            let answer = serde_json::from_str::<Value>(&text).ok().or_else(|| {
+                let end = event_end(&body).map_or(body.len(), |(n, _)| n);
+                event_data(&body[..end]).and_then(|d| serde_json::from_str(&d).ok())
+            });
+            if let Some(answer) = answer {
+                self.learn_version(&answer);
+            }
+        }
+        if let Some(line) = initialized {
+            let _ = self.send(Method::POST, Bytes::from(line)).await;
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.listen();
+        Ok(())
+    }
+
+    /// Holds the session's GET stream open, reopening it when it drops
+    /// while the session lives, and relays what the server sends on it.
+    fn listen(self: &Arc<Self>) {
+        let link = self.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match link.send(Method::GET, Bytes::new()).await {
+                    Sent::Answered(r) if r.status().is_success() => link.relay_events(r).await,
+                    // The server does not offer a stream, or the session is
+                    // gone: the next call opens a new one.
+                    Sent::Answered(_) | Sent::Lost(_) => return,
+                }
+                // The stream dropped; ask again, unhurried, while the
+                // session may still be there.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        if let Some(old) = self.stream.lock().replace(task) {
+            old.abort();
+        }
+    }
+
+    /// Sends one message and writes every message of the answer to stdout;
+    /// a session lost on the way is opened again and the message resent.
     async fn forward(self: Arc<Self>, message: Value, line: String) {
         let id = message.get("id").cloned();
         let fail = |reason: String| {
@@ -123,16 +299,18 @@ impl Link {
                 .to_string()
             })
         };
-        let Some(request) = self.request(Method::POST, Bytes::from(line)) else {
-            if let Some(e) = fail("cannot build the request".into()) {
-                self.emit(&e).await;
-            }
-            return;
-        };
-        let response = match self.pool.request(request).await {
-            Ok(r) => r,
-            Err(e) => {
-                let reason = format!("cannot reach writ serve at {}: {e}", self.endpoint);
+        let is_initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
+        let seen = self.generation.load(Ordering::SeqCst);
+        let mut sent = self.send(Method::POST, Bytes::from(line.clone())).await;
+        if let (Sent::Lost(_), false) = (&sent, is_initialize) {
+            sent = match self.reopen(seen).await {
+                Ok(()) => self.send(Method::POST, Bytes::from(line)).await,
+                Err(why) => Sent::Lost(why),
+            };
+        }
+        let response = match sent {
+            Sent::Answered(r) => r,
+            Sent::Lost(reason) => {
                 if let Some(e) = fail(reason) {
                     self.emit(&e).await;
                 }
@@ -224,14 +402,13 @@ impl Link {
         }
     }
 
-    /// Ends the MCP session (HTTP DELETE), which frees its actor and holds.
+    /// Ends the MCP session (HTTP DELETE), which frees an unnamed
+    /// session's actor and holds.
     async fn close(&self) {
         if self.session.lock().0.is_none() {
             return;
         }
-        if let Some(request) = self.request(Method::DELETE, Bytes::new()) {
-            let _ = self.pool.request(request).await;
-        }
+        let _ = self.send(Method::DELETE, Bytes::new()).await;
     }
 }
 

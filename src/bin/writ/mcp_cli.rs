@@ -21,8 +21,13 @@ pub struct McpCmd {
     #[arg(long, default_value = "writ", value_name = "SET")]
     tools: ToolSet,
     /// Seconds a write to a contested path waits before it is refused.
-    #[arg(long, default_value_t = 5.0, value_name = "SECS")]
+    #[arg(long, default_value_t = 3.0, value_name = "SECS")]
     call_wait: f64,
+    /// The agent's name: every session with the same name (and token)
+    /// shares one actor, its reads and its reservations. Without it, the
+    /// client's own name (clientInfo) names a fresh actor.
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
     /// Where file history goes (default: the user's state folder, outside
     /// the workspace). Embedded mode only.
     #[arg(long, value_name = "DIR")]
@@ -127,7 +132,28 @@ fn serve(cmd: McpCmd) -> Result<(), String> {
     #[cfg(feature = "remote")]
     if let Some((url, token)) = server_for(&cmd, &root, &runtime) {
         let tools = (cmd.tools == ToolSet::Filesystem).then_some("filesystem");
-        return runtime.block_on(crate::mcp_bridge::run(&url, &token, tools));
+        // After a restart the server is found again the same way: by the
+        // discovery file, or at the same --url.
+        let discover: crate::mcp_bridge::Discover = match &cmd.url {
+            Some(_) => {
+                let (url, token) = (url.clone(), token.clone());
+                Box::new(move || Some((url.clone(), token.clone())))
+            }
+            None => {
+                let path = writ::server::discovery_path(&root, None);
+                Box::new(move || {
+                    writ::server::read_discovery(&path)
+                        .ok()
+                        .map(|found| (found.url, found.token))
+                })
+            }
+        };
+        let bridge = crate::mcp_bridge::Bridge {
+            tools,
+            agent: cmd.agent.as_deref(),
+            discover,
+        };
+        return runtime.block_on(crate::mcp_bridge::run(&url, &token, bridge));
     }
     let mut config = Config::default();
     if let Some(dir) = cmd.history_dir.or_else(|| default_history_dir(&root)) {
@@ -139,8 +165,18 @@ fn serve(cmd: McpCmd) -> Result<(), String> {
     let lead = sched
         .actor("mcp", Grant::workspace(&root))
         .map_err(|e| e.to_string())?;
+    let lead = Arc::new(lead);
+    let identity = match &cmd.agent {
+        Some(name) => {
+            let actor = lead
+                .child(name.clone(), Grant::workspace(&root))
+                .map_err(|e| e.to_string())?;
+            Identity::agent(&writ::mcp::Agent::new(Arc::new(actor)))
+        }
+        None => Identity::children_of(lead.clone()),
+    };
     let server = ToolServer::new(
-        Identity::children_of(Arc::new(lead)),
+        identity,
         ToolOptions::default().call_wait(call_wait).tools(cmd.tools),
     );
     runtime.block_on(async move {

@@ -46,9 +46,14 @@ pub struct ServeCmd {
     /// Seconds a lease lives without a renewal.
     #[arg(long, default_value = "15", value_parser = seconds)]
     lease_ttl: Duration,
-    /// Seconds a tool call may wait for a contested path.
-    #[arg(long, default_value = "5", value_parser = seconds)]
+    /// Seconds a tool call may wait for a contested path (below the
+    /// shortest common client time-out, so the model reads writ's answer).
+    #[arg(long, default_value = "3", value_parser = seconds)]
     call_wait: Duration,
+    /// Seconds an MCP session with no open stream lives after its last
+    /// request, and a named agent after its last session.
+    #[arg(long, default_value = "1800", value_parser = seconds)]
+    mcp_idle: Duration,
     /// The tools /mcp serves: writ (writ's own) or filesystem (the tools of
     /// the reference filesystem server, gated).
     #[arg(long, default_value = "writ", value_name = "SET")]
@@ -199,6 +204,7 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         .listen(cmd.listen)
         .lease_ttl(cmd.lease_ttl)
         .call_wait(cmd.call_wait)
+        .mcp_idle(cmd.mcp_idle)
         .max_body(cmd.max_body)
         .header_timeout(cmd.header_timeout)
         .max_connections(cmd.max_connections)
