@@ -1,0 +1,215 @@
+//! The `writ mcp` bridge as a stdio client lives with it (SPEC §14
+//! "Lifetime"): its session outlives a model's pause of several lease
+//! TTLs, survives a restart of the server (the next call works, and is told
+//! to read again), and a bridge killed with SIGKILL frees what its session
+//! held within the lease TTL. Driven with raw JSON-RPC lines, as any stdio
+//! client speaks.
+
+#![cfg(all(feature = "mcp", feature = "server"))]
+
+#[path = "common/mcp_http_client.rs"]
+mod http_client;
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn workspace() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let root = std::fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    (dir, root)
+}
+
+/// `writ serve ROOT` until it has written its discovery file.
+fn serve(root: &Path, state: &Path) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["serve"])
+        .arg(root)
+        .args(["--no-history", "--lease-ttl", "1"])
+        .env("XDG_STATE_HOME", state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
+    let started = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.contains("discovery file"));
+    assert!(started, "writ serve did not start");
+    child
+}
+
+fn stop(mut child: Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// A stdio MCP client of `writ mcp ROOT`, speaking JSON lines.
+struct StdioClient {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    next: u64,
+}
+
+impl StdioClient {
+    fn start(root: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
+            .arg("mcp")
+            .arg(root)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn: {e}"));
+        let stdin = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
+        let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut client = StdioClient {
+            child,
+            stdin,
+            lines,
+            next: 0,
+        };
+        let init = client.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "bridged", "version": "1"}}),
+        );
+        assert!(init.get("result").is_some(), "{init}");
+        client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        client
+    }
+
+    fn send(&mut self, message: &Value) {
+        writeln!(self.stdin, "{message}").unwrap_or_else(|e| panic!("stdin: {e}"));
+        self.stdin.flush().unwrap_or_else(|e| panic!("stdin: {e}"));
+    }
+
+    /// Sends a request and returns its answer (other lines are skipped).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let id = self.next;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no answer to {method} within 30 s"));
+            let Ok(message) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+
+    /// Calls a tool: (is_error, text). A protocol error fails the test: the
+    /// client must always get a tool result it can read.
+    fn call(&mut self, tool: &str, arguments: Value) -> (bool, String) {
+        let answer = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
+        let result = answer
+            .get("result")
+            .unwrap_or_else(|| panic!("{tool}: not a tool result: {answer}"));
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        (
+            result["isError"].as_bool().unwrap_or(false),
+            text.to_string(),
+        )
+    }
+}
+
+/// The holds of the server running for `root`, by actor name.
+fn holders(root: &Path) -> Vec<String> {
+    let found: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join(".writ/serve.json")).unwrap_or_default(),
+    )
+    .unwrap_or(Value::Null);
+    let (url, token) = (
+        found["url"].as_str().unwrap_or_default().to_string(),
+        found["token"].as_str().unwrap_or_default().to_string(),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    runtime.block_on(async {
+        let rpc = http_client::McpHttp::new(&format!("{url}/rpc"), &token);
+        let reply = rpc
+            .post(&json!({"jsonrpc": "2.0", "id": 1, "method": "dump"}))
+            .await;
+        let dump: Value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
+        dump["result"]["holds"]
+            .as_array()
+            .map(|holds| {
+                holds
+                    .iter()
+                    .filter_map(|h| h["actor"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
+}
+
+#[test]
+fn the_bridge_outlives_pauses_and_restarts_and_dies_with_its_client() {
+    let (_dir, root) = workspace();
+    let (_state, state) = workspace();
+    std::fs::write(root.join("a.txt"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+    let server = serve(&root, &state);
+    let mut client = StdioClient::start(&root);
+    let (error, text) = client.call("read_file", json!({"path": "a.txt"}));
+    assert!(!error, "{text}");
+    // The model thinks for three lease TTLs.
+    std::thread::sleep(TTL * 3);
+    let (error, text) = client.call("write_file", json!({"path": "a.txt", "content": "two\n"}));
+    assert!(!error, "the pause cost the session: {text}");
+    // The server restarts under the client.
+    stop(server);
+    let server = serve(&root, &state);
+    let (error, text) = client.call("write_file", json!({"path": "a.txt", "content": "three\n"}));
+    assert!(error && text.contains("read"), "after a restart: {text}");
+    let (error, text) = client.call("read_file", json!({"path": "a.txt"}));
+    assert!(!error, "{text}");
+    let (error, text) = client.call("write_file", json!({"path": "a.txt", "content": "three\n"}));
+    assert!(!error, "{text}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).unwrap_or_default(),
+        "three\n"
+    );
+    let (error, text) = client.call("reserve", json!({"paths": ["r/"]}));
+    assert!(!error, "{text}");
+    assert!(holders(&root).iter().any(|h| h == "bridged"));
+    // Killed with SIGKILL: its stream drops, its reservation goes within
+    // the TTL (plus the ping that notices).
+    let _ = client.child.kill();
+    let _ = client.child.wait();
+    let killed = Instant::now();
+    while holders(&root).iter().any(|h| h == "bridged") {
+        assert!(
+            killed.elapsed() < TTL * 10,
+            "the killed client's reservation outlived it"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(server);
+}
