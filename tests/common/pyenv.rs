@@ -20,13 +20,22 @@ const INSTALL_HINT: &str = "python3 with the venv module is required: install py
 ///
 /// Panics with one line naming what to install when python3 or its venv
 /// module is missing, and with pip's exit status when an install fails.
+#[allow(dead_code)] // not every test binary uses the shared venv
 pub fn venv_python(packages: &[&str]) -> PathBuf {
+    named_venv_python("test-venv", packages)
+}
+
+/// Like [`venv_python`], in a venv of its own named `name`: for packages
+/// whose requirements clash with the shared venv's (the agent frameworks
+/// pin an older MCP SDK than the one the conformance driver speaks).
+#[allow(dead_code)] // not every test binary needs a venv of its own
+pub fn named_venv_python(name: &str, packages: &[&str]) -> PathBuf {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let venv = tmp.join("test-venv");
+    let venv = tmp.join(name);
     if let Err(e) = fs::create_dir_all(tmp) {
         panic!("cannot create {}: {e}", tmp.display());
     }
-    let lock_path = tmp.join("test-venv.lock");
+    let lock_path = tmp.join(format!("{name}.lock"));
     let lock = match File::create(&lock_path) {
         Ok(f) => f,
         Err(e) => panic!("cannot open the venv lock {}: {e}", lock_path.display()),

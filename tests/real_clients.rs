@@ -1,0 +1,365 @@
+//! writ serve driven by MCP clients nobody here wrote, the way agents use
+//! them (SPEC §14): the official Python SDK, LangGraph's
+//! `create_react_agent` with `langchain-mcp-adapters` (a session per tool
+//! call), the OpenAI Agents SDK with its default time-outs, and the
+//! official TypeScript SDK. Models are scripted; each "thinks" for three
+//! lease TTLs between a read and a write, which must cost nothing.
+//!
+//! The Python frameworks pin an older MCP SDK than the conformance driver,
+//! so they get a venv of their own under `target/`; the TypeScript SDK is
+//! installed with npm under `target/` too. Needs python3 with venv, and
+//! node with npm.
+
+#![cfg(all(feature = "mcp", feature = "server"))]
+
+#[path = "common/pyenv.rs"]
+mod pyenv;
+
+use std::fs;
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use writ::server::{Options, Server};
+use writ::{Grant, Target};
+
+const TTL: Duration = Duration::from_secs(1);
+
+const FRAMEWORKS: &[&str] = &[
+    "langgraph==1.2.24",
+    "langchain-mcp-adapters==0.3.2",
+    "openai-agents==0.24.0",
+];
+
+const TS_SDK: &str = "@modelcontextprotocol/sdk";
+const TS_SDK_VERSION: &str = "1.32.2";
+const NODE_HINT: &str =
+    "node and npm are required: install them (Debian/Ubuntu: apt-get install nodejs npm)";
+
+fn workspace() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let root = fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    for (name, text) in [
+        ("notes.md", "one\n"),
+        ("other.md", "two\n"),
+        ("race.md", "race\n"),
+    ] {
+        fs::write(root.join(name), text).unwrap_or_else(|e| panic!("{e}"));
+    }
+    (dir, root)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"))
+}
+
+async fn start(root: &Path) -> Server {
+    let config = writ::Config::default().durability(writ::Durability::Process);
+    Server::start(Options::new(root).config(config).lease_ttl(TTL))
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"))
+}
+
+/// The config file a client script reads.
+fn config(server: &Server, root: &Path) -> PathBuf {
+    let path = root.join(".writ").join("client.json");
+    fs::create_dir_all(root.join(".writ")).unwrap_or_else(|e| panic!("{e}"));
+    let config = json!({"url": format!("{}/mcp", server.url()), "token": server.token(),
+                        "root": root, "ttl": TTL.as_secs_f64()});
+    fs::write(&path, config.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    path
+}
+
+/// Runs a scenario of `tests/py/agent_frameworks.py` to its end, off the
+/// runtime's threads; its JSON result.
+async fn scenario(name: &str, config: &Path) -> Value {
+    let (name, config) = (name.to_string(), config.to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        let python = pyenv::named_venv_python("agents-venv", FRAMEWORKS);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/agent_frameworks.py");
+        let out = Command::new(python)
+            .arg(script)
+            .arg(&name)
+            .arg(&config)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {name}: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name} failed ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{name}: {e}: {stdout}"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn no_warnings(result: &Value) {
+    let warnings = result["warnings"].as_array().cloned().unwrap_or_default();
+    assert!(
+        warnings.is_empty(),
+        "the client logged warnings: {warnings:?}"
+    );
+}
+
+#[test]
+fn the_official_python_sdk_outlives_a_pause_and_loses_no_update_in_a_race() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let config = config(&server, &root);
+        let paused = scenario("sdk_pause", &config).await;
+        assert_eq!(paused["read_error"], false, "{paused}");
+        assert_eq!(
+            paused["write_error"], false,
+            "the pause cost the write: {paused}"
+        );
+        no_warnings(&paused);
+        assert_eq!(
+            fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
+            "after the pause\n"
+        );
+        let raced = scenario("sdk_race", &config).await;
+        let results = raced["results"].as_array().cloned().unwrap_or_default();
+        let winners: Vec<&Value> = results.iter().filter(|r| r["error"] == false).collect();
+        assert_eq!(winners.len(), 1, "exactly one write wins: {raced}");
+        let winner = winners[0]["agent"].as_str().unwrap_or_default();
+        let loser = results
+            .iter()
+            .find(|r| r["error"] == true)
+            .unwrap_or_else(|| panic!("{raced}"));
+        let sentence = loser["text"].as_str().unwrap_or_default();
+        assert!(
+            sentence.contains(winner) && sentence.contains("read it again"),
+            "the loser reads writ's sentence naming the winner: {sentence}"
+        );
+        // No lost update: the file is the winner's write, whole.
+        assert_eq!(
+            fs::read_to_string(root.join("race.md")).unwrap_or_default(),
+            format!("{winner}\n")
+        );
+        no_warnings(&raced);
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn a_python_sdk_client_killed_with_sigkill_frees_its_reservation_within_the_ttl() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let config = config(&server, &root);
+        let python =
+            tokio::task::spawn_blocking(|| pyenv::named_venv_python("agents-venv", FRAMEWORKS))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/agent_frameworks.py");
+        let mut child = Command::new(python)
+            .arg(script)
+            .arg("sdk_hold")
+            .arg(&config)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn: {e}"));
+        let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
+        let line = tokio::task::spawn_blocking(move || {
+            BufReader::new(stdout)
+                .lines()
+                .next()
+                .and_then(Result::ok)
+                .unwrap_or_default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(line.contains("\"reserved\": true"), "{line}");
+        let held = |d: &writ::Dump| {
+            d.holds
+                .iter()
+                .any(|h| h.paths.iter().any(|p| p.path.ends_with("k")))
+        };
+        // Alive for three TTLs while the client lives, thinking.
+        tokio::time::sleep(TTL * 3).await;
+        assert!(
+            held(&server.scheduler().dump()),
+            "the live client lost its reservation"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        let killed = Instant::now();
+        while held(&server.scheduler().dump()) {
+            assert!(
+                killed.elapsed() < TTL * 10,
+                "the killed client's reservation stayed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn langgraph_with_get_tools_reads_then_edits_with_a_named_agent() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let config = config(&server, &root);
+        let result = scenario("langgraph", &config).await;
+        let outputs = result["outputs"].as_array().cloned().unwrap_or_default();
+        assert_eq!(outputs.len(), 4, "{result}");
+        for output in &outputs {
+            assert_eq!(output["status"], "success", "{output}");
+        }
+        assert!(
+            outputs[2]["text"].as_str().unwrap_or("").contains("Edited"),
+            "{result}"
+        );
+        assert_eq!(
+            fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
+            "ONE\n"
+        );
+        assert_eq!(
+            fs::read_to_string(root.join("other.md")).unwrap_or_default(),
+            "TWO\n"
+        );
+        no_warnings(&result);
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn the_openai_agents_sdk_reads_writs_sentence_before_its_timeout() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let holder = server
+            .scheduler()
+            .actor("holder", Grant::workspace(&root))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let fence = holder
+            .request([Target::tree("held")])
+            .fence()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let config = config(&server, &root);
+        let result = scenario("agents_sdk", &config).await;
+        let outputs = result["outputs"].as_array().cloned().unwrap_or_default();
+        let output = |id: &str| {
+            outputs
+                .iter()
+                .find(|o| o["call_id"] == id)
+                .and_then(|o| o["output"].as_str())
+                .unwrap_or_else(|| panic!("no output for {id}: {result}"))
+                .to_string()
+        };
+        assert!(
+            output("call2").contains("Wrote notes.md"),
+            "after the pause: {result}"
+        );
+        let refused = output("call3");
+        assert!(
+            refused.contains("holder") && !refused.contains("An error occurred"),
+            "the model must read writ's sentence: {refused}"
+        );
+        assert!(!root.join("held/x.md").exists());
+        no_warnings(&result);
+        drop(fence);
+        server.shutdown().await;
+    });
+}
+
+/// The official TypeScript SDK, installed once with npm under `target/`.
+fn typescript_sdk() -> PathBuf {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    for tool in ["node", "npm"] {
+        let found = Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        assert!(found.is_ok_and(|s| s.success()), "{NODE_HINT}");
+    }
+    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("npm-mcp-sdk");
+    let package = prefix.join("node_modules").join(TS_SDK);
+    let installed = fs::read_to_string(package.join("package.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .is_some_and(|manifest| manifest["version"] == TS_SDK_VERSION);
+    if !installed {
+        let status = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&prefix)
+            .arg(format!("{TS_SDK}@{TS_SDK_VERSION}"))
+            .stdout(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("npm could not start: {e}"));
+        assert!(
+            status.success(),
+            "npm install {TS_SDK}@{TS_SDK_VERSION} failed with {status}"
+        );
+    }
+    package
+}
+
+#[test]
+fn the_official_typescript_sdk_outlives_a_pause_and_reads_writs_sentence() {
+    let (_dir, root) = workspace();
+    let sdk = typescript_sdk();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let holder = server
+            .scheduler()
+            .actor("holder", Grant::workspace(&root))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let fence = holder
+            .request([Target::tree("held")])
+            .fence()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let config = config(&server, &root);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ts/sdk_client.mjs");
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new("node")
+                .arg(script)
+                .arg(sdk)
+                .arg(config)
+                .output()
+                .unwrap_or_else(|e| panic!("{NODE_HINT}: {e}"))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let result: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        assert_eq!(
+            result["write_error"], false,
+            "the pause cost the write: {result}"
+        );
+        assert_eq!(result["held_error"], true, "{result}");
+        assert!(
+            result["held"].as_str().unwrap_or("").contains("holder"),
+            "{result}"
+        );
+        assert_eq!(result["terminated"], "ok", "{result}");
+        no_warnings(&result);
+        assert_eq!(
+            fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
+            "from typescript\n"
+        );
+        drop(fence);
+        server.shutdown().await;
+    });
+}

@@ -1,0 +1,62 @@
+// Drives writ serve with the official MCP TypeScript SDK, as an agent does:
+// a named agent reads a file, the model thinks for three lease TTLs, then
+// it writes; then a write into a path another agent holds must come back
+// as writ's sentence; then the session is ended.
+//
+// Usage: node sdk_client.mjs SDK_DIR CONFIG_JSON
+// CONFIG is {"url": MCP_URL, "token": TOKEN, "ttl": SECONDS}. Prints one
+// JSON object.
+
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [sdkDir, configPath] = process.argv.slice(2);
+const config = JSON.parse(readFileSync(configPath, "utf8"));
+const load = (rel) => import(pathToFileURL(join(sdkDir, "dist", "esm", rel)).href);
+const { Client } = await load("client/index.js");
+const { StreamableHTTPClientTransport } = await load("client/streamableHttp.js");
+
+const warnings = [];
+for (const level of ["warn", "error"]) {
+  const original = console[level];
+  console[level] = (...args) => {
+    warnings.push(args.map(String).join(" "));
+    original(...args);
+  };
+}
+
+const transport = new StreamableHTTPClientTransport(new URL(config.url), {
+  requestInit: { headers: { Authorization: `Bearer ${config.token}`, "Writ-Agent": "ts-agent" } },
+});
+const client = new Client({ name: "ts-sdk", version: "1.0.0" });
+await client.connect(transport);
+const text = (result) => result.content.map((c) => c.text ?? "").join("");
+const read = await client.callTool({ name: "read_file", arguments: { path: "notes.md" } });
+await new Promise((resolve) => setTimeout(resolve, 3 * config.ttl * 1000));
+const written = await client.callTool({
+  name: "write_file",
+  arguments: { path: "notes.md", content: "from typescript\n" },
+});
+const held = await client.callTool({
+  name: "write_file",
+  arguments: { path: "held/ts.md", content: "mine\n" },
+});
+let terminated = "ok";
+try {
+  await transport.terminateSession();
+} catch (e) {
+  terminated = String(e);
+}
+await client.close();
+console.log(
+  JSON.stringify({
+    read_error: Boolean(read.isError),
+    write_error: Boolean(written.isError),
+    write: text(written),
+    held_error: Boolean(held.isError),
+    held: text(held),
+    terminated,
+    warnings,
+  }),
+);
