@@ -3,6 +3,9 @@
 //! stream whose data line carries the reply. Used where the Python SDK is
 //! too slow (benchmarks) or where the raw HTTP status is the point (401s).
 
+// Each test binary that includes this file uses a part of it.
+#![allow(dead_code)]
+
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
 use hyper::{HeaderMap, StatusCode};

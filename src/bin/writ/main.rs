@@ -73,7 +73,7 @@ enum Command {
     /// One scheduler for every process of a session, over loopback HTTP (and
     /// a Unix socket with --socket).
     #[cfg(all(feature = "server", feature = "remote"))]
-    Serve(serve_cli::ServeCmd),
+    Serve(Box<serve_cli::ServeCmd>),
     /// Print a running server's table.
     #[cfg(all(feature = "server", feature = "remote"))]
     Dump {
@@ -131,7 +131,7 @@ fn main() -> ExitCode {
         #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
         Command::Hook(cmd) => hook_cli::run(cmd),
         #[cfg(all(feature = "server", feature = "remote"))]
-        Command::Serve(cmd) => serve_cli::serve(cmd),
+        Command::Serve(cmd) => serve_cli::serve(*cmd),
         #[cfg(all(feature = "server", feature = "remote"))]
         Command::Dump { target, json } => serve_cli::dump(target, json),
         #[cfg(all(feature = "server", feature = "remote"))]
