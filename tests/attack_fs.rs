@@ -231,25 +231,26 @@ fn a_folder_swapped_for_a_symlink_never_lets_a_folder_tool_out() {
     for i in 0..TRIES {
         fs::create_dir_all(outside.join(format!("victim{i}"))).unwrap();
     }
-    let real = root.join("real");
+    // `d` is, in turn, a real folder and a symlink to `outside`: a tool that
+    // resolves `d/...` while it is real and then acts on the path string
+    // after the swap acts outside.
+    let real = root.join("d.real");
     fs::create_dir_all(&real).unwrap();
     for i in 0..TRIES {
         fs::create_dir_all(real.join(format!("victim{i}"))).unwrap();
     }
-    let link = root.join("d");
-    std::os::unix::fs::symlink("real", &link).unwrap();
+    let link = root.join("d.link");
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let swapper = {
-        let (stop, outside, link) = (stop.clone(), outside.clone(), link.clone());
+        let (stop, real, link, d) = (stop.clone(), real.clone(), link.clone(), root.join("d"));
         std::thread::spawn(move || {
-            let staged = link.with_file_name("d.next");
-            let mut out = false;
             while !stop.load(Ordering::Relaxed) {
-                out = !out;
-                let _ = fs::remove_file(&staged);
-                let target: &Path = if out { &outside } else { Path::new("real") };
-                if std::os::unix::fs::symlink(target, &staged).is_ok() {
-                    let _ = fs::rename(&staged, &link);
+                for parked in [&real, &link] {
+                    if fs::rename(parked, &d).is_ok() {
+                        std::thread::yield_now();
+                        let _ = fs::rename(&d, parked);
+                    }
                 }
             }
         })

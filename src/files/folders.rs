@@ -189,14 +189,30 @@ impl Files<'_> {
 
     /// Visits every entry beneath a folder, depth first, in name order:
     /// `visit(relative path, entry)` returns whether to descend into a
-    /// folder. Never follows a symlink; sensitive folders are skipped; no
-    /// deeper than [`MAX_DEPTH`].
-    pub(crate) fn walk(
+    /// folder. Never follows a symlink; sensitive folders (`.writ/`) are
+    /// skipped; no deeper than 256 folders.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::create_dir_all(dir.path().join("src/a")).unwrap();
+    /// # std::fs::write(dir.path().join("src/a/x.rs"), "").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+    /// let mut seen = Vec::new();
+    /// agent.files().walk("src", &mut |rel, _| {
+    ///     seen.push(rel.to_path_buf());
+    ///     true
+    /// })?;
+    /// assert_eq!(seen, [std::path::Path::new("a"), std::path::Path::new("a/x.rs")]);
+    /// # Ok(()) }
+    /// ```
+    pub fn walk(
         &self,
-        path: &Path,
+        path: impl AsRef<Path>,
         visit: &mut dyn FnMut(&Path, &FolderEntry) -> bool,
     ) -> Result<()> {
-        let place = self.place_folder(path, true, Access::Read)?;
+        let place = self.place_folder(path.as_ref(), true, Access::Read)?;
         let dir = self.open_folder(&place)?.ok_or_else(|| Error::NotFound {
             path: place.key.path.clone(),
         })?;
