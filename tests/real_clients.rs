@@ -67,12 +67,26 @@ async fn start(root: &Path) -> Server {
         .unwrap_or_else(|e| panic!("start: {e}"))
 }
 
+/// A server with its discovery file, for the `writ mcp` bridge to find.
+async fn start_with_discovery(root: &Path) -> Server {
+    let config = writ::Config::default().durability(writ::Durability::Process);
+    Server::start(
+        Options::new(root)
+            .config(config)
+            .lease_ttl(TTL)
+            .discovery_file(root.join(".writ").join("serve.json")),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("start: {e}"))
+}
+
 /// The config file a client script reads.
 fn config(server: &Server, root: &Path) -> PathBuf {
     let path = root.join(".writ").join("client.json");
     fs::create_dir_all(root.join(".writ")).unwrap_or_else(|e| panic!("{e}"));
     let config = json!({"url": format!("{}/mcp", server.url()), "token": server.token(),
-                        "root": root, "ttl": TTL.as_secs_f64()});
+                        "root": root, "ttl": TTL.as_secs_f64(),
+                        "writ": env!("CARGO_BIN_EXE_writ")});
     fs::write(&path, config.to_string()).unwrap_or_else(|e| panic!("{e}"));
     path
 }
@@ -104,6 +118,91 @@ async fn scenario(name: &str, config: &Path) -> Value {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Exactly one of two racing writes won; the other's tool result is writ's
+/// sentence naming the winner; the file is the winner's write, whole (no
+/// update lost). `write` picks a racer's write result: (ok, text).
+fn one_winner(root: &Path, result: &Value, write: impl Fn(&Value) -> (bool, String)) {
+    let results = result["results"].as_array().cloned().unwrap_or_default();
+    assert_eq!(results.len(), 2, "{result}");
+    let outcomes: Vec<(String, bool, String)> = results
+        .iter()
+        .map(|r| {
+            let (ok, text) = write(r);
+            (
+                r["agent"].as_str().unwrap_or_default().to_string(),
+                ok,
+                text,
+            )
+        })
+        .collect();
+    let winners: Vec<&(String, bool, String)> = outcomes.iter().filter(|o| o.1).collect();
+    assert_eq!(winners.len(), 1, "exactly one write wins: {outcomes:?}");
+    let winner = &winners[0].0;
+    let loser = outcomes
+        .iter()
+        .find(|o| !o.1)
+        .unwrap_or_else(|| panic!("{outcomes:?}"));
+    assert!(
+        loser.2.contains(winner.as_str()),
+        "the loser reads writ's sentence naming the winner: {}",
+        loser.2
+    );
+    assert_eq!(
+        fs::read_to_string(root.join("race.md")).unwrap_or_default(),
+        format!("{winner}\n")
+    );
+}
+
+/// A client process of `scenario` reserves `k/` and waits; it keeps the
+/// reservation for three TTLs while it lives, and SIGKILL frees it within
+/// the TTL (plus the ping that notices the dead stream).
+async fn killed_client_is_freed(server: &Server, mut child: std::process::Child) {
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
+    let line = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .next()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        line.contains("\"reserved\": true") || line.contains("\"reserved\":true"),
+        "{line}"
+    );
+    let held = |d: &writ::Dump| {
+        d.holds
+            .iter()
+            .any(|h| h.paths.iter().any(|p| p.path.ends_with("k")))
+    };
+    tokio::time::sleep(TTL * 3).await;
+    assert!(
+        held(&server.scheduler().dump()),
+        "the live client lost its reservation"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let killed = Instant::now();
+    while held(&server.scheduler().dump()) {
+        assert!(
+            killed.elapsed() < TTL * 10,
+            "the killed client's reservation stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The Python interpreter of the agent frameworks' venv, and the script.
+async fn frameworks() -> (PathBuf, PathBuf) {
+    let python =
+        tokio::task::spawn_blocking(|| pyenv::named_venv_python("agents-venv", FRAMEWORKS))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/agent_frameworks.py");
+    (python, script)
+}
+
 fn no_warnings(result: &Value) {
     let warnings = result["warnings"].as_array().cloned().unwrap_or_default();
     assert!(
@@ -130,79 +229,94 @@ fn the_official_python_sdk_outlives_a_pause_and_loses_no_update_in_a_race() {
             "after the pause\n"
         );
         let raced = scenario("sdk_race", &config).await;
-        let results = raced["results"].as_array().cloned().unwrap_or_default();
-        let winners: Vec<&Value> = results.iter().filter(|r| r["error"] == false).collect();
-        assert_eq!(winners.len(), 1, "exactly one write wins: {raced}");
-        let winner = winners[0]["agent"].as_str().unwrap_or_default();
-        let loser = results
-            .iter()
-            .find(|r| r["error"] == true)
-            .unwrap_or_else(|| panic!("{raced}"));
-        let sentence = loser["text"].as_str().unwrap_or_default();
-        assert!(
-            sentence.contains(winner) && sentence.contains("read it again"),
-            "the loser reads writ's sentence naming the winner: {sentence}"
-        );
-        // No lost update: the file is the winner's write, whole.
-        assert_eq!(
-            fs::read_to_string(root.join("race.md")).unwrap_or_default(),
-            format!("{winner}\n")
-        );
+        one_winner(&root, &raced, |r| {
+            (
+                r["error"] == false,
+                r["text"].as_str().unwrap_or_default().to_string(),
+            )
+        });
         no_warnings(&raced);
         server.shutdown().await;
     });
 }
 
 #[test]
-fn a_python_sdk_client_killed_with_sigkill_frees_its_reservation_within_the_ttl() {
+fn clients_killed_with_sigkill_free_their_reservations_within_the_ttl() {
     let (_dir, root) = workspace();
     runtime().block_on(async {
         let server = start(&root).await;
         let config = config(&server, &root);
-        let python =
-            tokio::task::spawn_blocking(|| pyenv::named_venv_python("agents-venv", FRAMEWORKS))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/agent_frameworks.py");
-        let mut child = Command::new(python)
-            .arg(script)
-            .arg("sdk_hold")
+        let (python, script) = frameworks().await;
+        // The official Python SDK, then the Agents SDK's MCP server session.
+        for scenario in ["sdk_hold", "agents_hold"] {
+            let child = Command::new(&python)
+                .arg(&script)
+                .arg(scenario)
+                .arg(&config)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawn: {e}"));
+            killed_client_is_freed(&server, child).await;
+        }
+        // The official TypeScript SDK.
+        let sdk = tokio::task::spawn_blocking(typescript_sdk)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ts/sdk_client.mjs");
+        let child = Command::new("node")
+            .arg(ts)
+            .arg(sdk)
             .arg(&config)
+            .arg("hold")
             .stdout(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn: {e}"));
-        let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
-        let line = tokio::task::spawn_blocking(move || {
-            BufReader::new(stdout)
-                .lines()
-                .next()
-                .and_then(Result::ok)
-                .unwrap_or_default()
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-        assert!(line.contains("\"reserved\": true"), "{line}");
-        let held = |d: &writ::Dump| {
-            d.holds
-                .iter()
-                .any(|h| h.paths.iter().any(|p| p.path.ends_with("k")))
-        };
-        // Alive for three TTLs while the client lives, thinking.
-        tokio::time::sleep(TTL * 3).await;
-        assert!(
-            held(&server.scheduler().dump()),
-            "the live client lost its reservation"
+            .unwrap_or_else(|e| panic!("{NODE_HINT}: {e}"));
+        killed_client_is_freed(&server, child).await;
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn the_official_python_sdk_through_the_bridge_outlives_a_pause() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start_with_discovery(&root).await;
+        let config = config(&server, &root);
+        let result = scenario("sdk_bridge", &config).await;
+        assert_eq!(
+            result["write_error"], false,
+            "the pause cost the write: {result}"
         );
-        let _ = child.kill();
-        let _ = child.wait();
-        let killed = Instant::now();
-        while held(&server.scheduler().dump()) {
-            assert!(
-                killed.elapsed() < TTL * 10,
-                "the killed client's reservation stayed"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        no_warnings(&result);
+        assert_eq!(
+            fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
+            "through the bridge\n"
+        );
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn langgraph_and_agents_sdk_agents_racing_lose_no_update() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let config = config(&server, &root);
+        let result = scenario("langgraph_race", &config).await;
+        one_winner(&root, &result, |r| {
+            (
+                r["write"]["status"] == "success",
+                r["write"]["text"].as_str().unwrap_or_default().to_string(),
+            )
+        });
+        no_warnings(&result);
+        fs::write(root.join("race.md"), "race\n").unwrap_or_else(|e| panic!("{e}"));
+        let result = scenario("agents_race", &config).await;
+        one_winner(&root, &result, |r| {
+            let text = r["write"].as_str().unwrap_or_default().to_string();
+            (text.contains("Wrote race.md"), text)
+        });
+        no_warnings(&result);
         server.shutdown().await;
     });
 }
@@ -261,10 +375,10 @@ fn the_openai_agents_sdk_reads_writs_sentence_before_its_timeout() {
                 .to_string()
         };
         assert!(
-            output("call2").contains("Wrote notes.md"),
+            output("call2-0").contains("Wrote notes.md"),
             "after the pause: {result}"
         );
-        let refused = output("call3");
+        let refused = output("call2-1");
         assert!(
             refused.contains("holder") && !refused.contains("An error occurred"),
             "the model must read writ's sentence: {refused}"
@@ -359,6 +473,35 @@ fn the_official_typescript_sdk_outlives_a_pause_and_reads_writs_sentence() {
             fs::read_to_string(root.join("notes.md")).unwrap_or_default(),
             "from typescript\n"
         );
+        // Two TypeScript agents racing on one file: no update lost.
+        let (sdk, config) = (typescript_sdk(), root.join(".writ").join("client.json"));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ts/sdk_client.mjs");
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new("node")
+                .arg(script)
+                .arg(sdk)
+                .arg(config)
+                .arg("race")
+                .output()
+                .unwrap_or_else(|e| panic!("{NODE_HINT}: {e}"))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let raced: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        one_winner(&root, &raced, |r| {
+            (
+                r["error"] == false,
+                r["text"].as_str().unwrap_or_default().to_string(),
+            )
+        });
+        no_warnings(&raced);
         drop(fence);
         server.shutdown().await;
     });

@@ -3,15 +3,16 @@
 // it writes; then a write into a path another agent holds must come back
 // as writ's sentence; then the session is ended.
 //
-// Usage: node sdk_client.mjs SDK_DIR CONFIG_JSON
+// Usage: node sdk_client.mjs SDK_DIR CONFIG_JSON [hold|race]
 // CONFIG is {"url": MCP_URL, "token": TOKEN, "ttl": SECONDS}. Prints one
-// JSON object.
+// JSON object. `hold`: an unnamed session reserves k/, prints, and waits
+// to be killed. `race`: two named agents write one file they both read.
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [sdkDir, configPath] = process.argv.slice(2);
+const [sdkDir, configPath, mode] = process.argv.slice(2);
 const config = JSON.parse(readFileSync(configPath, "utf8"));
 const load = (rel) => import(pathToFileURL(join(sdkDir, "dist", "esm", rel)).href);
 const { Client } = await load("client/index.js");
@@ -26,12 +27,36 @@ for (const level of ["warn", "error"]) {
   };
 }
 
-const transport = new StreamableHTTPClientTransport(new URL(config.url), {
-  requestInit: { headers: { Authorization: `Bearer ${config.token}`, "Writ-Agent": "ts-agent" } },
-});
-const client = new Client({ name: "ts-sdk", version: "1.0.0" });
-await client.connect(transport);
 const text = (result) => result.content.map((c) => c.text ?? "").join("");
+const open = async (agent) => {
+  const headers = { Authorization: `Bearer ${config.token}` };
+  if (agent) headers["Writ-Agent"] = agent;
+  const transport = new StreamableHTTPClientTransport(new URL(config.url), { requestInit: { headers } });
+  const client = new Client({ name: "ts-sdk", version: "1.0.0" });
+  await client.connect(transport);
+  return { client, transport };
+};
+
+if (mode === "hold") {
+  const { client } = await open(null);
+  const held = await client.callTool({ name: "reserve", arguments: { paths: ["k/"] } });
+  console.log(JSON.stringify({ reserved: !held.isError, text: text(held) }));
+  await new Promise(() => {});
+}
+
+if (mode === "race") {
+  const racers = await Promise.all(["ts-left", "ts-right"].map(async (name) => ({ name, ...(await open(name)) })));
+  for (const r of racers) await r.client.callTool({ name: "read_file", arguments: { path: "race.md" } });
+  const writes = await Promise.all(
+    racers.map((r) => r.client.callTool({ name: "write_file", arguments: { path: "race.md", content: `${r.name}\n` } })),
+  );
+  for (const r of racers) await r.client.close();
+  const results = racers.map((r, i) => ({ agent: r.name, error: Boolean(writes[i].isError), text: text(writes[i]) }));
+  console.log(JSON.stringify({ results, warnings }));
+  process.exit(0);
+}
+
+const { client, transport } = await open("ts-agent");
 const read = await client.callTool({ name: "read_file", arguments: { path: "notes.md" } });
 await new Promise((resolve) => setTimeout(resolve, 3 * config.ttl * 1000));
 const written = await client.callTool({
