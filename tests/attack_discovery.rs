@@ -9,6 +9,8 @@
 
 #[path = "common/mcp_http_client.rs"]
 mod http_client;
+#[path = "common/scratch.rs"]
+mod scratch;
 
 use std::fs;
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -17,23 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use scratch::{runtime, workspace};
 use serde_json::{Value, json};
 use sha2::Digest as _;
 use writ::server::{Options, Server};
-
-fn workspace() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let root = fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-    (dir, root)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"))
-}
 
 fn mode(path: &Path) -> u32 {
     fs::symlink_metadata(path)
@@ -137,22 +126,30 @@ fn planted_symlinks_never_redirect_what_the_server_writes() {
     assert_eq!(names, [".gitignore"]);
 }
 
-#[test]
-fn a_planted_discovery_file_naming_a_live_pid_does_not_stop_the_server() {
-    let (_dir, root) = workspace();
-    let (_state, state) = workspace();
-    fs::create_dir(root.join(".writ")).unwrap();
-    fs::set_permissions(root.join(".writ"), fs::Permissions::from_mode(0o700)).unwrap();
-    let planted = root.join(".writ/serve.json");
-    // This test's own pid is alive; port 9 answers nothing.
+/// Plants `ROOT/.writ/serve.json` (in a 0700 `.writ`, the file 0600, as a
+/// server would) naming `pid` and a URL where nothing answers.
+fn plant_discovery(root: &Path, pid: u32) -> PathBuf {
+    let writ = root.join(".writ");
+    fs::create_dir_all(&writ).unwrap();
+    fs::set_permissions(&writ, fs::Permissions::from_mode(0o700)).unwrap();
+    let planted = writ.join("serve.json");
     fs::write(
         &planted,
-        json!({"url": "http://127.0.0.1:9", "socket": null, "pid": std::process::id(),
+        json!({"url": "http://127.0.0.1:9", "socket": null, "pid": pid,
                "token": "0".repeat(64), "version": "0"})
         .to_string(),
     )
     .unwrap();
     fs::set_permissions(&planted, fs::Permissions::from_mode(0o600)).unwrap();
+    planted
+}
+
+#[test]
+fn a_planted_discovery_file_naming_a_live_pid_does_not_stop_the_server() {
+    let (_dir, root) = workspace();
+    let (_state, state) = workspace();
+    // This test's own pid is alive; port 9 answers nothing.
+    let planted = plant_discovery(&root, std::process::id());
     let child = serve(&root, &state).unwrap_or_else(|e| panic!("refused to start: {e}"));
     let found: Value = serde_json::from_str(&fs::read_to_string(&planted).unwrap()).unwrap();
     assert_eq!(found["pid"], child.id());
@@ -287,6 +284,21 @@ async fn rpc(server: &Server, token: &str, method: &str, params: Value) -> Value
     serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{method}: {e}: {}", reply.body))
 }
 
+/// A workspace actor made with `token`; its handle.
+async fn new_actor(server: &Server, token: &str, name: &str) -> String {
+    let made = rpc(
+        server,
+        token,
+        "actor.create",
+        json!({"name": name, "grant": {"workspace": true}}),
+    )
+    .await;
+    made["result"]["actor"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{made}"))
+        .to_string()
+}
+
 #[test]
 fn the_hook_finds_the_root_from_the_file_not_from_the_events_cwd() {
     let (_dir, root) = workspace();
@@ -295,14 +307,7 @@ fn the_hook_finds_the_root_from_the_file_not_from_the_events_cwd() {
     fs::write(root.join("lib.rs"), "a\n").unwrap();
     runtime().block_on(async {
         let server = start(&root).await;
-        let owner = rpc(
-            &server,
-            server.token(),
-            "actor.create",
-            json!({"name": "owner", "grant": {"workspace": true}}),
-        )
-        .await;
-        let actor = owner["result"]["actor"].as_str().unwrap().to_string();
+        let actor = new_actor(&server, server.token(), "owner").await;
         let held = rpc(
             &server,
             server.token(),
@@ -358,14 +363,7 @@ fn the_hook_denies_writes_into_writ_and_history_never_copies_the_token() {
         .unwrap();
         let reason = denied(&out).unwrap_or_else(|| panic!("allowed: {out:?}"));
         assert!(reason.contains(".writ"), "{reason}");
-        let made = rpc(
-            &server,
-            &token,
-            "actor.create",
-            json!({"name": "a", "grant": {"workspace": true}}),
-        )
-        .await;
-        let actor = made["result"]["actor"].as_str().unwrap().to_string();
+        let actor = new_actor(&server, &token, "a").await;
         let snap = rpc(
             &server,
             &token,
@@ -382,17 +380,7 @@ fn the_hook_denies_writes_into_writ_and_history_never_copies_the_token() {
 fn a_write_under_a_served_root_whose_server_is_gone_is_denied() {
     let (_dir, root) = workspace();
     let (_state, state) = workspace();
-    fs::create_dir(root.join(".writ")).unwrap();
-    fs::set_permissions(root.join(".writ"), fs::Permissions::from_mode(0o700)).unwrap();
-    let planted = root.join(".writ/serve.json");
-    fs::write(
-        &planted,
-        json!({"url": "http://127.0.0.1:9", "socket": null, "pid": 1,
-               "token": "0".repeat(64), "version": "0"})
-        .to_string(),
-    )
-    .unwrap();
-    fs::set_permissions(&planted, fs::Permissions::from_mode(0o600)).unwrap();
+    plant_discovery(&root, 1);
     let out = hook(
         &state,
         &event(
@@ -431,14 +419,7 @@ fn a_planted_hook_state_releases_nobody_and_redirects_no_write() {
     runtime().block_on(async {
         let server = start(&root).await;
         let token = server.token().to_string();
-        let owner = rpc(
-            &server,
-            &token,
-            "actor.create",
-            json!({"name": "owner", "grant": {"workspace": true}}),
-        )
-        .await;
-        let actor = owner["result"]["actor"].as_str().unwrap().to_string();
+        let actor = new_actor(&server, &token, "owner").await;
         let held = rpc(
             &server,
             &token,

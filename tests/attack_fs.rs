@@ -9,30 +9,19 @@
 
 #[path = "common/mcp_http_client.rs"]
 mod http_client;
+#[path = "common/scratch.rs"]
+mod scratch;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http_client::McpHttp;
+use scratch::{runtime, workspace};
 use serde_json::{Value, json};
 use writ::server::{Options, Server};
-
-fn workspace() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let root = fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-    (dir, root)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"))
-}
 
 async fn start(root: &Path) -> Server {
     let config = writ::Config::default().durability(writ::Durability::Process);

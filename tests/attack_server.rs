@@ -9,30 +9,19 @@
 
 #[path = "common/mcp_http_client.rs"]
 mod http_client;
+#[path = "common/scratch.rs"]
+mod scratch;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use http_client::McpHttp;
+use scratch::{runtime, workspace};
 use serde_json::{Value, json};
 use writ::server::{Options, Server};
-
-fn workspace() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let root = std::fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-    (dir, root)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"))
-}
 
 /// One raw HTTP/1.1 exchange; the status line's code (0 when the server
 /// closed without an answer).
@@ -57,6 +46,21 @@ async fn rpc(server_url: &str, token: &str, method: &str, params: Value) -> Valu
         .post(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
         .await;
     serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{method}: {e}: {}", reply.body))
+}
+
+/// A workspace actor made with the session token; its handle.
+async fn workspace_actor(server_url: &str, token: &str, name: &str) -> String {
+    let made = rpc(
+        server_url,
+        token,
+        "actor.create",
+        json!({"name": name, "grant": {"workspace": true}}),
+    )
+    .await;
+    made["result"]["actor"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{made}"))
+        .to_string()
 }
 
 fn kind(answer: &Value) -> &str {
@@ -198,22 +202,7 @@ fn tickets_are_bounded_and_a_live_ticket_is_never_overwritten() {
             .await
             .unwrap_or_else(|e| panic!("start: {e}"));
         let (url, token) = (server.url().to_string(), server.token().to_string());
-        let made = |name: &'static str| {
-            let (url, token) = (url.clone(), token.clone());
-            async move {
-                let a = rpc(
-                    &url,
-                    &token,
-                    "actor.create",
-                    json!({"name": name, "grant": {"workspace": true}}),
-                )
-                .await;
-                a["result"]["actor"]
-                    .as_str()
-                    .unwrap_or_else(|| panic!("{a}"))
-                    .to_string()
-            }
-        };
+        let made = |name: &'static str| workspace_actor(&url, &token, name);
         let (holder, waiter) = (made("holder").await, made("waiter").await);
         // A ticket of 1 MiB is refused, nothing kept.
         let huge = "t".repeat(1 << 20);
@@ -309,22 +298,7 @@ fn a_request_past_max_targets_admits_nothing_and_huge_ones_starve_nobody() {
             .await
             .unwrap_or_else(|e| panic!("start: {e}"));
         let (url, token) = (server.url().to_string(), server.token().to_string());
-        let actor = |name: &'static str| {
-            let (url, token) = (url.clone(), token.clone());
-            async move {
-                let a = rpc(
-                    &url,
-                    &token,
-                    "actor.create",
-                    json!({"name": name, "grant": {"workspace": true}}),
-                )
-                .await;
-                a["result"]["actor"]
-                    .as_str()
-                    .unwrap_or_else(|| panic!("{a}"))
-                    .to_string()
-            }
-        };
+        let actor = |name: &'static str| workspace_actor(&url, &token, name);
         let big = actor("big").await;
         let paths = |prefix: &str, n: usize| -> Vec<String> {
             (0..n)

@@ -9,22 +9,19 @@
 
 #[path = "common/mcp_http_client.rs"]
 mod http_client;
+#[path = "common/scratch.rs"]
+mod scratch;
 
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use scratch::workspace;
 use serde_json::{Value, json};
 
 const TTL: Duration = Duration::from_secs(1);
-
-fn workspace() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let root = std::fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-    (dir, root)
-}
 
 /// `writ serve ROOT` until it has written its discovery file.
 fn serve(root: &Path, state: &Path) -> Child {

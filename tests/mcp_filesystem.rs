@@ -10,11 +10,12 @@
 
 #[path = "common/mcp_driver.rs"]
 mod driver;
+#[path = "common/npmenv.rs"]
+mod npmenv;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use driver::{call, ok, refused};
@@ -23,41 +24,12 @@ use serde_json::{Value, json};
 /// The reference server's version the results are compared with.
 const REFERENCE: &str = "2026.8.31";
 const PACKAGE: &str = "@modelcontextprotocol/server-filesystem";
-const INSTALL_HINT: &str =
-    "node and npm are required: install them (Debian/Ubuntu: apt-get install nodejs npm)";
 
 /// The reference server's entry point, installed once under `target/`.
 fn reference_server() -> PathBuf {
-    static INSTALL: Mutex<()> = Mutex::new(());
-    let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    for tool in ["node", "npm"] {
-        let found = Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        assert!(found.is_ok_and(|s| s.success()), "{INSTALL_HINT}");
-    }
-    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("npm-fs");
-    let package = prefix.join("node_modules").join(PACKAGE);
-    let installed = fs::read_to_string(package.join("package.json"))
-        .ok()
-        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-        .is_some_and(|manifest| manifest["version"] == REFERENCE);
-    if !installed {
-        let status = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&prefix)
-            .arg(format!("{PACKAGE}@{REFERENCE}"))
-            .stdout(Stdio::null())
-            .status()
-            .unwrap_or_else(|e| panic!("npm could not start: {e}"));
-        assert!(
-            status.success(),
-            "npm install {PACKAGE}@{REFERENCE} failed with {status}"
-        );
-    }
-    package.join("dist").join("index.js")
+    npmenv::npm_package("npm-fs", PACKAGE, REFERENCE)
+        .join("dist")
+        .join("index.js")
 }
 
 fn tempdir() -> tempfile::TempDir {

@@ -12,16 +12,20 @@
 
 #![cfg(all(feature = "mcp", feature = "server"))]
 
+#[path = "common/npmenv.rs"]
+mod npmenv;
 #[path = "common/pyenv.rs"]
 mod pyenv;
+#[path = "common/scratch.rs"]
+mod scratch;
 
 use std::fs;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use scratch::runtime;
 use serde_json::{Value, json};
 use writ::server::{Options, Server};
 use writ::{Grant, Target};
@@ -36,12 +40,11 @@ const FRAMEWORKS: &[&str] = &[
 
 const TS_SDK: &str = "@modelcontextprotocol/sdk";
 const TS_SDK_VERSION: &str = "1.32.2";
-const NODE_HINT: &str =
-    "node and npm are required: install them (Debian/Ubuntu: apt-get install nodejs npm)";
+const NODE_HINT: &str = "node is required: install it (Debian/Ubuntu: apt-get install nodejs npm)";
 
+/// A workspace with the files the scenarios read and write.
 fn workspace() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let root = fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let (dir, root) = scratch::workspace();
     for (name, text) in [
         ("notes.md", "one\n"),
         ("other.md", "two\n"),
@@ -50,14 +53,6 @@ fn workspace() -> (tempfile::TempDir, PathBuf) {
         fs::write(root.join(name), text).unwrap_or_else(|e| panic!("{e}"));
     }
     (dir, root)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"))
 }
 
 async fn start(root: &Path) -> Server {
@@ -201,6 +196,19 @@ async fn frameworks() -> (PathBuf, PathBuf) {
             .unwrap_or_else(|e| panic!("{e}"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/agent_frameworks.py");
     (python, script)
+}
+
+/// Another agent, "holder", fences `folder`: writes there are refused.
+fn hold_folder(server: &Server, root: &Path, folder: &str) -> (writ::Actor, writ::Fence) {
+    let holder = server
+        .scheduler()
+        .actor("holder", Grant::workspace(root))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let fence = holder
+        .request([Target::tree(folder)])
+        .fence()
+        .unwrap_or_else(|e| panic!("{e}"));
+    (holder, fence)
 }
 
 fn no_warnings(result: &Value) {
@@ -355,14 +363,7 @@ fn the_openai_agents_sdk_reads_writs_sentence_before_its_timeout() {
     let (_dir, root) = workspace();
     runtime().block_on(async {
         let server = start(&root).await;
-        let holder = server
-            .scheduler()
-            .actor("holder", Grant::workspace(&root))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let fence = holder
-            .request([Target::tree("held")])
-            .fence()
-            .unwrap_or_else(|e| panic!("{e}"));
+        let (_holder, fence) = hold_folder(&server, &root, "held");
         let config = config(&server, &root);
         let result = scenario("agents_sdk", &config).await;
         let outputs = result["outputs"].as_array().cloned().unwrap_or_default();
@@ -392,72 +393,43 @@ fn the_openai_agents_sdk_reads_writs_sentence_before_its_timeout() {
 
 /// The official TypeScript SDK, installed once with npm under `target/`.
 fn typescript_sdk() -> PathBuf {
-    static INSTALL: Mutex<()> = Mutex::new(());
-    let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    for tool in ["node", "npm"] {
-        let found = Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        assert!(found.is_ok_and(|s| s.success()), "{NODE_HINT}");
-    }
-    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("npm-mcp-sdk");
-    let package = prefix.join("node_modules").join(TS_SDK);
-    let installed = fs::read_to_string(package.join("package.json"))
-        .ok()
-        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-        .is_some_and(|manifest| manifest["version"] == TS_SDK_VERSION);
-    if !installed {
-        let status = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&prefix)
-            .arg(format!("{TS_SDK}@{TS_SDK_VERSION}"))
-            .stdout(Stdio::null())
-            .status()
-            .unwrap_or_else(|e| panic!("npm could not start: {e}"));
-        assert!(
-            status.success(),
-            "npm install {TS_SDK}@{TS_SDK_VERSION} failed with {status}"
-        );
-    }
-    package
+    npmenv::npm_package("npm-mcp-sdk", TS_SDK, TS_SDK_VERSION)
 }
 
-#[test]
-fn the_official_typescript_sdk_outlives_a_pause_and_reads_writs_sentence() {
-    let (_dir, root) = workspace();
-    let sdk = typescript_sdk();
-    runtime().block_on(async {
-        let server = start(&root).await;
-        let holder = server
-            .scheduler()
-            .actor("holder", Grant::workspace(&root))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let fence = holder
-            .request([Target::tree("held")])
-            .fence()
-            .unwrap_or_else(|e| panic!("{e}"));
-        let config = config(&server, &root);
+/// Runs `tests/ts/sdk_client.mjs` in `mode` ("" for the pause) to its
+/// end, off the runtime's threads; its JSON result.
+async fn typescript(config: &Path, mode: &str) -> Value {
+    let (config, mode) = (config.to_path_buf(), mode.to_string());
+    tokio::task::spawn_blocking(move || {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ts/sdk_client.mjs");
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new("node")
-                .arg(script)
-                .arg(sdk)
-                .arg(config)
-                .output()
-                .unwrap_or_else(|e| panic!("{NODE_HINT}: {e}"))
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        let out = Command::new("node")
+            .arg(script)
+            .arg(typescript_sdk())
+            .arg(config)
+            .arg(mode)
+            .output()
+            .unwrap_or_else(|e| panic!("{NODE_HINT}: {e}"));
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
             "{stdout}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let result: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-            .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        serde_json::from_str(stdout.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn the_official_typescript_sdk_outlives_a_pause_and_reads_writs_sentence() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let (_holder, fence) = hold_folder(&server, &root, "held");
+        let config = config(&server, &root);
+        let result = typescript(&config, "").await;
         assert_eq!(
             result["write_error"], false,
             "the pause cost the write: {result}"
@@ -474,27 +446,7 @@ fn the_official_typescript_sdk_outlives_a_pause_and_reads_writs_sentence() {
             "from typescript\n"
         );
         // Two TypeScript agents racing on one file: no update lost.
-        let (sdk, config) = (typescript_sdk(), root.join(".writ").join("client.json"));
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ts/sdk_client.mjs");
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new("node")
-                .arg(script)
-                .arg(sdk)
-                .arg(config)
-                .arg("race")
-                .output()
-                .unwrap_or_else(|e| panic!("{NODE_HINT}: {e}"))
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let raced: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-            .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        let raced = typescript(&config, "race").await;
         one_winner(&root, &raced, |r| {
             (
                 r["error"] == false,
