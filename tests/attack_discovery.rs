@@ -86,6 +86,47 @@ fn a_discovery_folder_others_can_reach_is_refused() {
     assert!(!root.join(".writ/serve.json").exists());
 }
 
+/// A folder the user chose (`--state-dir`) may be readable by others (its
+/// files are 0600), never writable by them.
+#[test]
+fn a_chosen_state_folder_others_can_write_to_is_refused() {
+    let (_dir, root) = workspace();
+    let (_state, state) = workspace();
+    for (mode, starts) in [(0o755, true), (0o777, false), (0o775, false)] {
+        let (_chosen, chosen) = workspace();
+        fs::set_permissions(&chosen, fs::Permissions::from_mode(mode)).unwrap();
+        let started = Command::new(env!("CARGO_BIN_EXE_writ"))
+            .args(["serve"])
+            .arg(&root)
+            .args(["--no-history", "--state-dir"])
+            .arg(&chosen)
+            .env("XDG_STATE_HOME", &state)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map(|mut child| {
+                let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
+                let served = BufReader::new(stdout)
+                    .lines()
+                    .map_while(Result::ok)
+                    .any(|line| line.contains("discovery file"));
+                if served {
+                    stop(child);
+                } else {
+                    let _ = child.wait();
+                }
+                served
+            })
+            .unwrap_or_else(|e| panic!("spawn: {e}"));
+        assert_eq!(started, starts, "--state-dir of mode {mode:o}");
+        assert_eq!(
+            chosen.join("serve.json").exists(),
+            false,
+            "removed at stop, or never written"
+        );
+    }
+}
+
 #[test]
 fn planted_symlinks_never_redirect_what_the_server_writes() {
     let (_dir, root) = workspace();

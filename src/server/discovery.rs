@@ -64,10 +64,40 @@ pub fn read_discovery(path: &Path) -> Result<Discovery> {
     crate::wire::discovery::read_trusted(path)
 }
 
+/// Who besides its owner may reach an existing private folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// No one (mode 0700 or stricter): `ROOT/.writ`, which lies in the
+    /// workspace every agent works in (SPEC §13).
+    OwnerOnly,
+    /// Others may read or enter it, never write to it: a folder the user
+    /// chose (`--state-dir`, the state folder), whose files are 0600 anyway.
+    NoOtherWriters,
+}
+
+impl Reach {
+    /// The reach a folder is held to: `.writ` is the workspace's.
+    fn of(dir: &Path) -> Reach {
+        if dir.file_name().is_some_and(|n| n == ".writ") {
+            Reach::OwnerOnly
+        } else {
+            Reach::NoOtherWriters
+        }
+    }
+
+    /// The mode bits an existing folder may not have.
+    fn forbidden(self) -> u32 {
+        match self {
+            Reach::OwnerOnly => 0o077,
+            Reach::NoOtherWriters => 0o022,
+        }
+    }
+}
+
 /// Makes (or checks) the folder a private file goes in, and returns its
 /// handle: created mode 0700 (with any missing folders above it) without
 /// following a symlink; an existing one must be a real folder of this user
-/// that no one else can reach.
+/// that no one else can write to — nor read, for `.writ` ([`Reach`]).
 fn private_folder(dir: &Path) -> Result<OwnedFd> {
     use std::os::unix::fs::DirBuilderExt as _;
     let parent = match dir.parent() {
@@ -120,7 +150,7 @@ fn private_folder(dir: &Path) -> Result<OwnedFd> {
             stat.st_uid
         )));
     }
-    if stat.st_mode & 0o077 != 0 {
+    if stat.st_mode & Reach::of(dir).forbidden() != 0 {
         return Err(refuse(format!(
             "has mode {:04o}: others could read or replace what is in it",
             stat.st_mode & 0o7777
@@ -158,7 +188,7 @@ fn write_private_at(dir_fd: &OwnedFd, dir: &Path, name: &str, bytes: &[u8]) -> R
 
 /// Writes `bytes` to `path`, readable by its owner only, atomically: the
 /// folder is made mode 0700 (with any missing folders above it) or checked
-/// to be a real folder of this user that no one else can reach, and the
+/// to be a real folder of this user that no one else can write to, and the
 /// file is written by a random temporary name opened `O_EXCL|O_NOFOLLOW`,
 /// then renamed over `path`. What writ keeps for a user (the hook's state,
 /// the discovery file) goes through here.
