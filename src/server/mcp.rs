@@ -606,7 +606,7 @@ impl Mcp {
             // GET opens the session's long-lived event stream: stream it,
             // counting it open while it lasts.
             (Some(id), Method::GET) if response.status().is_success() => {
-                return self.stream(id, response.map(Body::new));
+                return self.stream(id, response.map(Body::new), app.stopping());
             }
             _ => return response.map(Body::new),
         }
@@ -794,7 +794,14 @@ impl Mcp {
 
     /// Streams a session's GET response, counted as an open stream until
     /// its body is dropped (the client went away, or the server ends it).
-    fn stream(self: &Arc<Self>, id: &str, response: Response) -> Response {
+    /// The stream ends when the server stops, so a connected client never
+    /// holds up a shutdown (and with it a restart on the same folder).
+    fn stream(
+        self: &Arc<Self>,
+        id: &str,
+        response: Response,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Response {
         match self.live.lock().get_mut(id) {
             Some(live) => live.streams += 1,
             None => return response,
@@ -808,6 +815,10 @@ impl Mcp {
             let _open = &open;
             chunk
         });
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let body = futures_util::StreamExt::take_until(body, stopped);
         Response::from_parts(parts, Body::from_stream(body))
     }
 }
