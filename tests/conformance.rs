@@ -907,6 +907,115 @@ async fn children_of_fenced_actors_are_fenced_inside_or_read_only<B: Backend>(b:
     lead.child("reader", Grant::read_only(root)).await.unwrap();
 }
 
+fn outside_fence<T>(result: Result<T, Error>, path: &Path) {
+    match result {
+        Err(Error::OutsideFence { path: p, .. }) => assert_eq!(p, path),
+        Err(other) => panic!("expected OutsideFence for {}, got {other}", path.display()),
+        Ok(_) => panic!("expected OutsideFence for {}, got a grant", path.display()),
+    }
+}
+
+/// The modes of the call holds of `actor` in the dump.
+fn call_modes(dump: &Value, actor: &str) -> Vec<Value> {
+    dump["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["actor"] == actor && h["kind"] == "call")
+        .flat_map(|h| {
+            h["paths"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["mode"].clone())
+        })
+        .collect()
+}
+
+async fn a_fenced_actor_fences_only_within_its_grant_fence_even_shared<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b.actor("a", Grant::fenced(root, ["src/"])).await.unwrap();
+    // A shared call reads anywhere; a shared fence is still a fence.
+    passes(&a, shared("README.md")).await;
+    outside_fence(a.fence(shared("README.md")).await, &root.join("README.md"));
+    let mut inner = a.fence(t(&["src/a/"])).await.unwrap();
+    outside_fence(
+        a.extend(&mut inner, shared("docs/")).await,
+        &root.join("docs"),
+    );
+    assert_eq!(B::Actor::fence_paths(&inner), [root.join("src/a")]);
+    // Nothing of the refused fences was left behind.
+    let o = b.actor("o", Grant::workspace(root)).await.unwrap();
+    passes(&o, t(&["README.md", "docs/x.md"])).await;
+    a.release_fence(inner).await;
+}
+
+async fn a_shared_grant_fence_lets_its_actor_read_and_watch_but_not_write<B: Backend>(b: &B) {
+    let root = b.root();
+    let a = b
+        .actor("a", Grant::fenced(root, [Target::tree("src").shared()]))
+        .await
+        .unwrap();
+    passes(&a, shared("src/x.rs")).await;
+    outside_fence(a.try_admit(t(&["src/x.rs"])).await, &root.join("src/x.rs"));
+    outside_fence(a.fence(t(&["src/a/"])).await, &root.join("src/a"));
+    let watch = a.fence(vec![Target::tree("src/a").shared()]).await.unwrap();
+    a.release_fence(watch).await;
+    // Its `workspace()` is its grant fence at the fence's mode: a read.
+    let all = a.try_admit(vec![Target::workspace()]).await.unwrap();
+    assert_eq!(call_modes(&b.dump().await, "a"), [json!("shared")]);
+    a.release(all).await;
+    // A writable child is fenced within it at modes no stronger.
+    outside_fence(
+        a.child("kid", Grant::fenced(root, ["src/a/"])).await,
+        &root.join("src/a"),
+    );
+    let kid = a
+        .child("kid", Grant::fenced(root, [Target::tree("src/a").shared()]))
+        .await
+        .unwrap();
+    outside_fence(
+        kid.try_admit(t(&["src/a/x.rs"])).await,
+        &root.join("src/a/x.rs"),
+    );
+    kid.close().await;
+    // Others read under it; nobody writes there while it stands.
+    let o = b.actor("o", Grant::workspace(root)).await.unwrap();
+    passes(&o, shared("src/x.rs")).await;
+    assert_eq!(busy(o.try_admit(t(&["src/x.rs"])).await).holder, "a");
+}
+
+async fn extending_a_hold_onto_what_it_holds_is_granted_while_others_wait<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let other = b.actor("other", Grant::workspace(root)).await.unwrap();
+    let mut call = lead.try_admit(t(&["x.rs"])).await.unwrap();
+    let mut w = Box::pin(other.admit(t(&["x.rs"])));
+    queued(b, &mut w, 1).await;
+    lead.extend_call(&mut call, t(&["x.rs"])).await.unwrap();
+    assert_eq!(B::Actor::call_paths(&call), [root.join("x.rs")]);
+    // A shared hold made exclusive is a new claim on the held path: the
+    // earlier waiter for it comes first (a call has no owner's precedence).
+    let mut read = lead.try_admit(shared("docs/a.md")).await.unwrap();
+    let mut w2 = Box::pin(other.admit(t(&["docs/a.md"])));
+    queued(b, &mut w2, 2).await;
+    lead.extend_call(&mut read, shared("docs/a.md"))
+        .await
+        .unwrap();
+    assert!(busy(lead.extend_call(&mut read, t(&["docs/a.md"])).await).queued);
+    assert_eq!(
+        call_modes(&b.dump().await, "lead"),
+        [json!("exclusive"), json!("shared")]
+    );
+    b.check();
+    lead.release(call).await;
+    lead.release(read).await;
+    for (what, w) in [("w", w), ("w2", w2)] {
+        let r = within(what, w).await.unwrap();
+        other.release(r).await;
+    }
+}
+
 fn read_only_refused<T>(result: Result<T, Error>) {
     match result {
         Err(Error::ReadOnly { actor, .. }) => assert_eq!(actor, "reader"),
@@ -2450,6 +2559,8 @@ conformance_on_etcd!(
     overlapping_targets_in_one_request_merge,
     parallel_calls_of_one_actor_on_one_file_are_serialized,
     fenced_actor_writes_only_inside_its_fence_and_reads_anywhere,
+    a_fenced_actor_fences_only_within_its_grant_fence_even_shared,
+    a_shared_grant_fence_lets_its_actor_read_and_watch_but_not_write,
     a_fenced_grant_is_acquired_all_or_nothing_at_creation,
     children_of_fenced_actors_are_fenced_inside_or_read_only,
     a_read_only_actor_takes_shared_holds_only,
@@ -2475,6 +2586,7 @@ conformance_on_etcd!(
     no_starvation_within_a_priority_level,
     widen_is_all_or_nothing,
     widen_is_not_refused_by_a_waiter_on_the_part_already_held,
+    extending_a_hold_onto_what_it_holds_is_granted_while_others_wait,
     narrow_outside_the_current_fence_changes_nothing,
     narrow_can_only_weaken_a_mode,
     root_actors_count_against_no_limit(config().max_actors(1).max_writers(1)),
@@ -2529,6 +2641,8 @@ conformance!(
     overlapping_targets_in_one_request_merge,
     // §3 grants
     fenced_actor_writes_only_inside_its_fence_and_reads_anywhere,
+    a_fenced_actor_fences_only_within_its_grant_fence_even_shared,
+    a_shared_grant_fence_lets_its_actor_read_and_watch_but_not_write,
     a_fenced_grant_is_acquired_all_or_nothing_at_creation,
     children_of_fenced_actors_are_fenced_inside_or_read_only,
     a_read_only_actor_takes_shared_holds_only,
@@ -2582,6 +2696,7 @@ conformance!(
     no_starvation_within_a_priority_level,
     widen_is_all_or_nothing,
     widen_is_not_refused_by_a_waiter_on_the_part_already_held,
+    extending_a_hold_onto_what_it_holds_is_granted_while_others_wait,
     narrow_wakes_a_waiter_for_the_released_part_not_the_kept_part,
     narrow_outside_the_current_fence_changes_nothing,
     narrow_can_only_weaken_a_mode,

@@ -12,6 +12,7 @@
 //! | [`index`] | the path index beneath the table and the queue |
 //! | [`table`] | holds, the kind/mode matrix, the *covers* rule; actor records |
 //! | [`queue`] | waiting requests in priority-then-arrival order; wait causes |
+//! | [`scope`] | what a grant lets an actor hold; what widening and narrowing a hold may change |
 //! | [`state`] | table + queue + actors + slots + counters: the grant and wake-up rules |
 //! | [`deadlock`] | the wait-for graph over the state, and cycle refusal |
 
@@ -19,5 +20,6 @@ pub(crate) mod deadlock;
 pub(crate) mod index;
 pub(crate) mod key;
 pub(crate) mod queue;
+pub(crate) mod scope;
 pub(crate) mod state;
 pub(crate) mod table;

@@ -11,10 +11,11 @@ use super::{
     with_lease,
 };
 use crate::Target;
-use crate::core::key::{Key, inside, merge};
+use crate::core::key::{Key, merge};
+use crate::core::scope;
 use crate::core::table::{ActorId, Claim, HoldId};
 use crate::error::{Error, Result};
-use crate::kinds::{HoldKind, Mode};
+use crate::kinds::HoldKind;
 
 impl Table {
     /// A live hold of `actor`: its record, and the record's mod revision.
@@ -49,7 +50,17 @@ impl Table {
     ) -> Result<Grant> {
         let (record, revision) = self.hold_of(actor, hold).await?;
         let old = record.keys();
-        let added = keys_of(actor, targets, self.case())?;
+        let added = scope::uncovered(&old, keys_of(actor, targets, self.case())?);
+        if added.is_empty() {
+            // Nothing to add: as in process, granted with nothing changed,
+            // whoever waits for what the hold already has.
+            return Ok(Grant {
+                hold,
+                revision,
+                kind: record.meta.kind.into(),
+                paths: old.iter().map(|(k, _)| k.path.clone()).collect(),
+            });
+        }
         let keys = merge(old.iter().cloned().chain(added.iter().cloned()).collect());
         let kind: HoldKind = record.meta.kind.into();
         let claim = Claim {
@@ -89,18 +100,7 @@ impl Table {
         let (record, revision) = self.hold_of(actor, hold).await?;
         let old = record.keys();
         let keys = keys_of(actor, targets, self.case())?;
-        for (key, mode) in &keys {
-            let kept = old
-                .iter()
-                .any(|(o, m)| inside(key, o) && (*m == Mode::Exclusive || *mode == Mode::Shared));
-            if !kept {
-                return Err(Error::OutsideFence {
-                    path: key.path.clone(),
-                    actor: actor.name.clone(),
-                    fence: old.iter().map(|(k, _)| k.path.clone()).collect(),
-                });
-            }
-        }
+        scope::check_narrow(&actor.name, &old, &keys)?;
         let layout = self.layout();
         let mut narrowed = record.clone();
         narrowed.keys = key_records(&keys);

@@ -77,7 +77,7 @@ use crate::kinds::{HoldKind, Mode};
 pub(crate) use files::GateRecords;
 
 use deadlock::Edges;
-use decide::{ClaimRecord, EntryValue, KeyRecord, Meta, Other, Place};
+use decide::{ClaimRecord, EntryValue, KeyRecord, Meta, ModeRecord, Other, Place};
 use layout::{Layout, Owner, prefix_end};
 
 /// How a table talks to etcd.
@@ -207,9 +207,10 @@ pub struct ActorRef {
     /// Made with a read-only grant (SPEC §3): whoever serves it refuses
     /// its exclusive targets.
     read_only: bool,
-    /// The keys of its grant fence (path, tree), for an actor made with a
-    /// fenced grant: whoever serves it keeps its writes inside them.
-    fence: Option<Arc<[(PathBuf, bool)]>>,
+    /// Its grant fence (resolved targets, with their modes), for an actor
+    /// made with a fenced grant: whoever serves it keeps its writes and
+    /// fences within them.
+    fence: Option<Arc<[Target]>>,
     /// Its read-only roots (canonical): whoever serves it lets it take
     /// shared holds there and nothing else.
     read_roots: Arc<[PathBuf]>,
@@ -247,9 +248,9 @@ impl ActorRef {
         self.read_only
     }
 
-    /// The keys (path, tree) of its grant fence, for an actor made (by a
-    /// server) with a fenced grant.
-    pub fn grant_fence(&self) -> Option<&[(PathBuf, bool)]> {
+    /// Its grant fence (resolved targets, with their modes), for an actor
+    /// made (by a server) with a fenced grant.
+    pub fn grant_fence(&self) -> Option<&[Target]> {
         self.fence.as_deref()
     }
 
@@ -265,8 +266,43 @@ impl ActorRef {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct GrantRecord {
     pub(crate) read_only: bool,
-    pub(crate) fence: Option<Vec<(PathBuf, bool)>>,
+    pub(crate) fence: Option<Vec<Target>>,
     pub(crate) read_roots: Vec<PathBuf>,
+}
+
+/// One key of a grant fence as an actor's record spells it.
+#[derive(Debug, Serialize, Deserialize)]
+struct FenceKeyRecord {
+    path: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    tree: bool,
+    mode: ModeRecord,
+}
+
+impl FenceKeyRecord {
+    fn of(target: &Target) -> Result<Self> {
+        let path = target.path();
+        Ok(FenceKeyRecord {
+            path: path
+                .to_str()
+                .ok_or_else(|| Error::invalid(path, "the etcd table stores paths as UTF-8"))?
+                .to_string(),
+            tree: target.is_tree(),
+            mode: target.mode().into(),
+        })
+    }
+
+    fn target(&self) -> Target {
+        let target = if self.tree {
+            Target::tree(&self.path)
+        } else {
+            Target::file(&self.path)
+        };
+        match Mode::from(self.mode) {
+            Mode::Shared => target.shared().resolved(),
+            Mode::Exclusive => target.resolved(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -278,7 +314,7 @@ struct ActorRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     read_only: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    fence: Option<Vec<(String, bool)>>,
+    fence: Option<Vec<FenceKeyRecord>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     read_roots: Vec<String>,
     /// Wall-clock milliseconds since the epoch (for its age in the dump).
@@ -318,11 +354,7 @@ fn actor_record(
             .as_ref()
             .map(|keys| {
                 keys.iter()
-                    .map(|(p, tree)| {
-                        p.to_str().map(|p| (p.to_string(), *tree)).ok_or_else(|| {
-                            Error::invalid(p, "the etcd table stores paths as UTF-8")
-                        })
-                    })
+                    .map(FenceKeyRecord::of)
                     .collect::<Result<Vec<_>>>()
             })
             .transpose()?,
@@ -1284,11 +1316,9 @@ impl Table {
             root: PathBuf::from(record.root),
             revision: created,
             read_only: record.read_only,
-            fence: record.fence.map(|keys| {
-                keys.into_iter()
-                    .map(|(p, tree)| (PathBuf::from(p), tree))
-                    .collect()
-            }),
+            fence: record
+                .fence
+                .map(|keys| keys.iter().map(FenceKeyRecord::target).collect()),
             read_roots: record.read_roots.iter().map(PathBuf::from).collect(),
         })
     }

@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
-use crate::core::key::{self, Area, Key, Mode, Resolved, Target};
+use crate::core::key::{Area, Key, Mode, Resolved, Target};
 use crate::core::queue::Need;
+use crate::core::scope::{Scope, Wanted};
 use crate::core::state::{Blocker, State};
+use crate::core::table::ChildRecord;
 use crate::core::table::{ActorId, Claim, HoldKind, Lineage};
-use crate::core::table::{ChildRecord, ScopeKind};
 use crate::error::{Error, Result, SlotLimit};
 use crate::sched::events::{self, EventKind};
 use crate::sched::extensions::Extensions;
@@ -113,24 +114,6 @@ impl Grant {
     }
 }
 
-/// An actor's resolved scope.
-#[derive(Debug, Clone)]
-pub(crate) enum Scope {
-    Workspace,
-    Fenced(Vec<(Key, Mode)>),
-    ReadOnly,
-}
-
-impl Scope {
-    pub(crate) fn kind(&self) -> ScopeKind {
-        match self {
-            Scope::Workspace => ScopeKind::Workspace,
-            Scope::Fenced(_) => ScopeKind::Fenced,
-            Scope::ReadOnly => ScopeKind::ReadOnly,
-        }
-    }
-}
-
 /// What never changes about an actor; shared by its guards.
 #[derive(Debug)]
 pub(crate) struct ActorMeta {
@@ -156,73 +139,26 @@ impl ActorMeta {
         }
     }
 
-    fn outside_fence(&self, key: &Key) -> Error {
-        Error::OutsideFence {
-            path: key.path.clone(),
-            actor: self.name.to_string(),
-            fence: self
-                .grant_fence()
-                .unwrap_or_default()
-                .iter()
-                .map(|(k, _)| k.path.clone())
-                .collect(),
-        }
-    }
-
-    /// Resolves and validates a request's targets into a claim of `kind`.
-    ///
-    /// Rules: a read-only actor takes shared holds only; a key under a
-    /// read-only root is shared only; a fenced actor's exclusive keys (and
-    /// every key of its fences) lie inside its grant fence; `workspace()`
-    /// expands to the writable scope. Keys are merged.
+    /// Resolves a request's targets and asks the core's scope rules
+    /// ([`Scope::claim_keys`]) for the claim of `kind`.
     pub(crate) fn claim(&self, targets: Vec<Target>, kind: HoldKind) -> Result<Claim> {
-        if targets.is_empty() {
-            return Err(Error::invalid("", "no targets were given"));
-        }
-        let mut keys = Vec::with_capacity(targets.len());
+        let mut wanted = Vec::with_capacity(targets.len());
         for target in &targets {
-            let mode = target.mode();
-            if mode == Mode::Exclusive && matches!(self.scope, Scope::ReadOnly) {
-                return Err(Error::ReadOnly {
-                    actor: self.name.to_string(),
-                    path: target.path().to_path_buf(),
-                });
-            }
-            if target.is_workspace() {
-                match &self.scope {
-                    Scope::Fenced(fence) => {
-                        keys.extend(fence.iter().map(|(k, m)| (k.clone(), (*m).min(mode))))
-                    }
-                    _ => keys.push((
-                        self.resolver.key_for(self.resolver.root.clone(), true),
-                        mode,
-                    )),
-                }
-                continue;
-            }
-            let (key, area) = self.resolver.resolve(target)?;
-            if area == Area::ReadOnly && mode == Mode::Exclusive {
-                return Err(Error::Policy {
-                    path: key.path,
-                    reason: "it lies under a read-only root".into(),
-                });
-            }
-            if let Some(fence) = self.grant_fence() {
-                let must_be_inside = mode == Mode::Exclusive || kind == HoldKind::Fence;
-                let inside = fence
-                    .iter()
-                    .any(|(f, m)| key::inside(&key, f) && *m >= mode);
-                if must_be_inside && !inside {
-                    return Err(self.outside_fence(&key));
-                }
-            }
-            keys.push((key, mode));
+            self.scope
+                .check_mode(&self.name, target.mode(), target.path())?;
+            wanted.push(if target.is_workspace() {
+                Wanted::Workspace(target.mode())
+            } else {
+                let (key, area) = self.resolver.resolve(target)?;
+                Wanted::Key(key, target.mode(), area)
+            });
         }
+        let root = self.resolver.key_for(self.resolver.root.clone(), true);
         Ok(Claim {
             owner: self.id,
             lineage: self.lineage.clone(),
             kind,
-            keys: key::merge(keys),
+            keys: self.scope.claim_keys(&self.name, &root, kind, wanted)?,
         })
     }
 }
@@ -301,12 +237,6 @@ impl Actor {
                     root: parent.resolver.root.clone(),
                 });
             }
-            if matches!(parent.scope, Scope::ReadOnly) && !read_only {
-                return Err(Error::ReadOnly {
-                    actor: parent.name.to_string(),
-                    path: root,
-                });
-            }
         }
         let id = sched.shared.next_actor_id();
         let lineage: Lineage = match parent {
@@ -339,21 +269,11 @@ impl Actor {
                 keys: Vec::new(),
             },
         };
-        // A writable child of a fenced actor is fenced inside its parent's fence.
-        if let (Some(parent), false) = (parent, read_only) {
-            if let Some(parent_fence) = parent.grant_fence() {
-                if claim.keys.is_empty() {
-                    return Err(parent.outside_fence(&meta.resolver.key_for(root.clone(), true)));
-                }
-                for (k, m) in &claim.keys {
-                    if !parent_fence
-                        .iter()
-                        .any(|(f, fm)| key::inside(k, f) && fm >= m)
-                    {
-                        return Err(parent.outside_fence(k));
-                    }
-                }
-            }
+        if let Some(parent) = parent {
+            let root_key = meta.resolver.key_for(root.clone(), true);
+            parent
+                .scope
+                .check_child(&parent.name, &meta.scope, &root_key)?;
         }
         let record = ChildRecord {
             id,

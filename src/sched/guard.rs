@@ -10,6 +10,7 @@ use std::sync::Arc as StdArc;
 
 use crate::core::key::{self, Key, Mode, Target};
 use crate::core::queue::Need;
+use crate::core::scope;
 use crate::core::table::{Claim, HoldId, HoldKind};
 use crate::error::{Error, Result};
 use crate::sched::actor::{ActorMeta, refusal};
@@ -52,17 +53,7 @@ fn grow(
                 Vec::new(),
             );
         };
-        let added: Vec<(Key, Mode)> = extra
-            .keys
-            .into_iter()
-            .filter(|(k, m)| {
-                !current
-                    .claim
-                    .keys
-                    .iter()
-                    .any(|(held, hm)| key::inside(k, held) && hm >= m)
-            })
-            .collect();
+        let added = scope::uncovered(&current.claim.keys, extra.keys);
         if added.is_empty() {
             return (Ok(()), Vec::new());
         }
@@ -364,24 +355,7 @@ impl Fence {
                     Vec::new(),
                 );
             };
-            let outside = kept.keys.iter().find(|(k, m)| {
-                !current
-                    .claim
-                    .keys
-                    .iter()
-                    .any(|(f, fm)| key::inside(k, f) && fm >= m)
-            });
-            if let Some((key, _)) = outside {
-                let err = Error::OutsideFence {
-                    path: key.path.clone(),
-                    actor: meta.name.to_string(),
-                    fence: current
-                        .claim
-                        .keys
-                        .iter()
-                        .map(|(k, _)| k.path.clone())
-                        .collect(),
-                };
+            if let Err(err) = scope::check_narrow(&meta.name, &current.claim.keys, &kept.keys) {
                 return (Err(err), Vec::new());
             }
             let wakers = state.narrow(hold, kept.keys, now);

@@ -18,10 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc as StdArc;
 
 use crate::core::key::{CaseMode, Target};
+use crate::core::scope::Scope;
 use crate::core::state::State;
 use crate::core::table::ActorId;
 use crate::error::{Error, Result};
-use crate::sched::actor::{Actor, ActorMeta, Grant, Scope};
+use crate::sched::actor::{Actor, ActorMeta, Grant};
 use crate::sched::config::Config;
 use crate::sched::dump::Dump;
 use crate::sched::events::Events;

@@ -32,6 +32,8 @@ use super::{
     ActorParams, AdmitParams, App, CreateParams, DumpParams, HoldParams, HoldTargetsParams,
     LeaseParams, TokenClaim, invalid, params, targets, timeout, unknown_token,
 };
+use crate::core::key::{self, Key};
+use crate::core::scope::{Scope, Wanted};
 use crate::etcd::tokens::token_hash;
 use crate::etcd::{
     ActorRef, AdmitRequest, ChildAsk, GrantRecord, LeaseId, Table, TableDump, TableOptions,
@@ -39,7 +41,7 @@ use crate::etcd::{
 use crate::sched::resolve::Resolver;
 use crate::server::auth::{self, Caller};
 use crate::wire::PROTOCOL_VERSION;
-use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, Result, Scheduler, Target};
+use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, Mode, Result, Scheduler, Target};
 
 /// Where a server finds its session's table in etcd.
 #[derive(Debug, Clone)]
@@ -151,14 +153,42 @@ impl EtcdBackend {
         )
     }
 
-    /// Whether the key (path, tree) lies inside one of `fence`'s keys
-    /// (equal counts as inside).
-    fn inside_fence(&self, path: &Path, tree: bool, fence: &[(PathBuf, bool)]) -> bool {
-        let resolver = self.resolver(Path::new("/"), &[]);
-        let key = resolver.key_for(path.to_path_buf(), tree);
-        fence
-            .iter()
-            .any(|(f, t)| crate::core::key::inside(&key, &resolver.key_for(f.clone(), *t)))
+    /// An actor's scope as the core's rules take it.
+    fn actor_scope(&self, actor: &ActorRef) -> Scope {
+        actor_scope(&self.resolver(Path::new("/"), &[]), actor)
+    }
+}
+
+/// The scope of an actor with such a grant, as the core's rules take it:
+/// its grant fence folded by `keys` as the session folds keys, and merged
+/// as in process.
+fn scope_of(keys: &Resolver, read_only: bool, fence: Option<&[Target]>) -> Scope {
+    match (read_only, fence) {
+        (true, _) => Scope::ReadOnly,
+        (false, Some(fence)) => Scope::Fenced(key::merge(
+            fence
+                .iter()
+                .map(|t| (keys.key_for(t.path().to_path_buf(), t.is_tree()), t.mode()))
+                .collect(),
+        )),
+        (false, None) => Scope::Workspace,
+    }
+}
+
+fn actor_scope(keys: &Resolver, actor: &ActorRef) -> Scope {
+    scope_of(keys, actor.is_read_only(), actor.grant_fence())
+}
+
+/// A key of a claim as the table takes it: a resolved target.
+fn key_target((key, mode): (Key, Mode)) -> Target {
+    let target = if key.tree {
+        Target::tree(key.path)
+    } else {
+        Target::file(key.path)
+    };
+    match mode {
+        Mode::Shared => target.shared().resolved(),
+        Mode::Exclusive => target.resolved(),
     }
 }
 
@@ -367,14 +397,9 @@ impl App {
             }
             None => None,
         };
-        let fence_keys: Option<Vec<(PathBuf, bool)>> = fence_targets.as_ref().map(|ts| {
-            ts.iter()
-                .map(|t| (t.path().to_path_buf(), t.is_tree()))
-                .collect()
-        });
         let record = GrantRecord {
             read_only,
-            fence: fence_keys.clone(),
+            fence: fence_targets.clone(),
             read_roots,
         };
         let token = |id: ActorId| -> Result<String> {
@@ -423,28 +448,13 @@ impl App {
                         root: parent.root().to_path_buf(),
                     });
                 }
-                if parent.is_read_only() && !read_only {
-                    return Err(Error::ReadOnly {
-                        actor: parent.name().to_string(),
-                        path: root,
-                    });
-                }
-                // A writable child of a fenced actor is fenced inside its
-                // parent's fence (SPEC §3).
-                if let (Some(outer), false) = (parent.grant_fence(), read_only) {
-                    let wanted = fence_keys
-                        .clone()
-                        .unwrap_or_else(|| vec![(root.clone(), true)]);
-                    for (path, tree) in &wanted {
-                        if !backend.inside_fence(path, *tree, outer) {
-                            return Err(Error::OutsideFence {
-                                path: path.clone(),
-                                actor: parent.name().to_string(),
-                                fence: outer.iter().map(|(p, _)| p.clone()).collect(),
-                            });
-                        }
-                    }
-                }
+                // The core's rule for a child's scope (SPEC §3).
+                let keys = backend.resolver(Path::new("/"), &[]);
+                actor_scope(&keys, &parent).check_child(
+                    parent.name(),
+                    &scope_of(&keys, read_only, fence_targets.as_deref()),
+                    &keys.key_for(root.clone(), true),
+                )?;
                 if method == "actor.child_wait" {
                     // Waits for the grant fence's paths, then for a slot
                     // (SPEC §11), in the table; the child, its token and
@@ -521,74 +531,31 @@ impl App {
         Ok(json!({"dropped": p.actor}))
     }
 
-    /// An actor's targets as the table takes them: a read-only actor's
-    /// writes refused, targets resolved as in process (symlinks, the grant
-    /// root), a fenced actor's `workspace()` spelled as its grant fence and
-    /// its writes kept inside it.
+    /// An actor's targets for a hold of `kind`, as the table takes them:
+    /// resolved as in process (symlinks, the grant root), then judged by
+    /// the core's scope rules ([`Scope::claim_keys`]) exactly as in process.
     fn etcd_targets(
         &self,
         backend: &EtcdBackend,
         actor: &ActorRef,
         targets: &[Target],
+        kind: HoldKind,
     ) -> Result<Vec<Target>> {
-        if actor.is_read_only() {
-            if let Some(write) = targets.iter().find(|t| t.mode() == crate::Mode::Exclusive) {
-                return Err(Error::ReadOnly {
-                    actor: actor.name().to_string(),
-                    path: write.path().to_path_buf(),
-                });
-            }
-        }
-        // Targets become keys here, as in process (symlinks resolved, the
-        // grant root enforced); the table takes keys.
+        let scope = backend.actor_scope(actor);
         let resolver = backend.resolver(actor.root(), actor.read_roots());
-        let mut resolved = Vec::with_capacity(targets.len());
+        let mut wanted = Vec::with_capacity(targets.len());
         for target in targets {
-            let target = resolver.resolve_target(target)?;
-            // Under a read-only root, shared holds only (SPEC §3), as in
-            // process.
-            if !target.is_workspace() && target.mode() == crate::Mode::Exclusive {
-                let key = resolver.key_for(target.path().to_path_buf(), target.is_tree());
-                if resolver.area(&key) == Some(crate::core::key::Area::ReadOnly) {
-                    return Err(Error::Policy {
-                        path: key.path,
-                        reason: "it lies under a read-only root".into(),
-                    });
-                }
-            }
-            match actor.grant_fence() {
-                // A fenced actor's `workspace()` is its grant fence.
-                Some(fence) if target.is_workspace() => {
-                    resolved.extend(fence.iter().map(|(path, tree)| {
-                        let key = if *tree {
-                            Target::tree(path)
-                        } else {
-                            Target::file(path)
-                        };
-                        match target.mode() {
-                            crate::Mode::Shared => key.shared(),
-                            crate::Mode::Exclusive => key,
-                        }
-                    }));
-                }
-                _ => resolved.push(resolved_path(&target, actor.root())),
-            }
+            scope.check_mode(actor.name(), target.mode(), target.path())?;
+            wanted.push(if target.is_workspace() {
+                Wanted::Workspace(target.mode())
+            } else {
+                let (key, area) = resolver.resolve(target)?;
+                Wanted::Key(key, target.mode(), area)
+            });
         }
-        // A fenced actor writes (and fences) only inside its grant fence.
-        if let Some(fence) = actor.grant_fence() {
-            for target in &resolved {
-                if target.mode() == crate::Mode::Exclusive
-                    && !backend.inside_fence(target.path(), target.is_tree(), fence)
-                {
-                    return Err(Error::OutsideFence {
-                        path: target.path().to_path_buf(),
-                        actor: actor.name().to_string(),
-                        fence: fence.iter().map(|(p, _)| p.clone()).collect(),
-                    });
-                }
-            }
-        }
-        Ok(resolved)
+        let root = resolver.key_for(actor.root().to_path_buf(), true);
+        let keys = scope.claim_keys(actor.name(), &root, kind, wanted)?;
+        Ok(keys.into_iter().map(key_target).collect())
     }
 
     async fn etcd_admit(
@@ -601,8 +568,13 @@ impl App {
         let p: AdmitParams = params(p)?;
         let targets = targets(&p.targets, self.max_targets)?;
         let actor = self.etcd_actor(backend, caller, &p.actor).await?;
-        let resolved = self.etcd_targets(backend, &actor, &targets)?;
         let fence = method == "fence";
+        let kind = if fence {
+            HoldKind::Fence
+        } else {
+            HoldKind::Call
+        };
+        let resolved = self.etcd_targets(backend, &actor, &targets, kind)?;
         let mut request = if fence {
             AdmitRequest::fence(resolved)
         } else {
@@ -654,7 +626,7 @@ impl App {
         self.may(caller, &lineage, &p.hold)?;
         let owner = lineage.last().copied().unwrap_or_default();
         let actor = backend.table.actor(ActorId(owner)).await?;
-        let resolved = self.etcd_targets(backend, &actor, &targets)?;
+        let resolved = self.etcd_targets(backend, &actor, &targets, kind)?;
         let changed = if method == "fence.extend" {
             backend.table.extend(&actor, hold, &resolved).await?
         } else if kind == HoldKind::Fence {

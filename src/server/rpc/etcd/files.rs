@@ -43,13 +43,14 @@ use super::super::{
     App, PathParams, ReadParams, RenameParams, ReplaceParams, WriteParams, invalid, params,
 };
 use super::EtcdBackend;
-use crate::core::key::Key;
+use crate::core::key::{Area, Key};
+use crate::core::scope::Wanted;
 use crate::etcd::{ActorRef, AdmitRequest, Table};
 use crate::files::gate::{MarkStore, ReadMark};
 use crate::files::{Known, OuterAdmission, Receipt};
 use crate::sched::resolve::Resolver;
 use crate::server::auth::Caller;
-use crate::{Error, Grant, HoldId, Mode, ProtocolError, Result, Target, wire};
+use crate::{Error, Grant, HoldId, HoldKind, Mode, ProtocolError, Result, Target, wire};
 
 /// One file op, parsed.
 enum FileCall {
@@ -110,25 +111,22 @@ struct EtcdAdmission {
 
 impl OuterAdmission for EtcdAdmission {
     fn admit(&self, keys: &[(Key, Mode)], label: &str) -> Result<Vec<Known>> {
-        // A fenced actor writes only inside its grant fence (SPEC §3), on
-        // every server: its record carries the fence.
-        if let Some(fence) = self.actor.grant_fence() {
-            for (key, mode) in keys {
-                let inside = fence.iter().any(|(f, tree)| {
-                    crate::core::key::inside(
-                        &self.keys.key_for(key.path.clone(), key.tree),
-                        &self.keys.key_for(f.clone(), *tree),
-                    )
-                });
-                if *mode == Mode::Exclusive && !inside {
-                    return Err(Error::OutsideFence {
-                        path: key.path.clone(),
-                        actor: self.actor.name().to_string(),
-                        fence: fence.iter().map(|(p, _)| p.clone()).collect(),
-                    });
-                }
-            }
-        }
+        // A fenced actor writes only within its grant fence (SPEC §3), on
+        // every server: its record carries the fence, the core judges.
+        let wanted = keys
+            .iter()
+            .map(|(key, mode)| {
+                let key = self.keys.key_for(key.path.clone(), key.tree);
+                Wanted::Key(key, *mode, Area::Writable)
+            })
+            .collect();
+        let root = self.keys.key_for(self.actor.root().to_path_buf(), true);
+        super::actor_scope(&self.keys, &self.actor).claim_keys(
+            self.actor.name(),
+            &root,
+            HoldKind::Call,
+            wanted,
+        )?;
         let targets: Vec<Target> = keys
             .iter()
             .map(|(key, mode)| match mode {
