@@ -1326,6 +1326,61 @@ fn an_etcd_restart_mid_run_fails_requests_clearly_and_grants_nothing_twice() {
 }
 
 #[test]
+fn a_wait_ended_by_an_etcd_restart_leaves_no_waiter_behind() {
+    let mut etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start(&etcd, &root, "ghost", "10");
+    let (holder, holder_token) = root_actor(&one.url, "holder");
+    let (waiter, waiter_token) = root_actor(&one.url, "waiter");
+    let (other, other_token) = root_actor(&one.url, "other");
+    let fence = rpc(
+        &one.url,
+        &holder_token,
+        "fence",
+        serde_json::json!({"actor": holder, "targets": ["x.rs"]}),
+    )
+    .unwrap();
+    let url = one.url.clone();
+    let waiting = std::thread::spawn(move || {
+        let asked = serde_json::json!({"actor": waiter, "targets": ["x.rs"], "timeout_ms": 60_000});
+        rpc(&url, &waiter_token, "admit", asked)
+    });
+    wait_until(Duration::from_secs(10), "the waiter", || {
+        waiters_through(&one.url) == 1
+    });
+    // Its watch breaks with etcd; the wait is answered, and ends.
+    etcd.kill();
+    let refused = waiting
+        .join()
+        .unwrap()
+        .expect_err("granted while etcd was down");
+    assert_eq!(refused["data"]["kind"], "unavailable", "{refused}");
+    etcd.restart();
+    wait_until(Duration::from_secs(30), "the server answering again", || {
+        rpc(&one.url, SESSION_TOKEN, "dump", serde_json::json!({})).is_ok()
+    });
+    // Its record was on the server's own lease, which etcd restored: it
+    // must go because the wait ended, not because a lease did.
+    wait_until(Duration::from_secs(10), "the ended wait's record gone", || {
+        waiters_through(&one.url) == 0
+    });
+    rpc(
+        &one.url,
+        &holder_token,
+        "release",
+        serde_json::json!({"hold": fence["hold"]}),
+    )
+    .unwrap();
+    let granted = rpc(
+        &one.url,
+        &other_token,
+        "admit",
+        serde_json::json!({"actor": other, "targets": ["x.rs"], "wait": false}),
+    );
+    assert!(granted.is_ok(), "x.rs stayed blocked: {granted:?}");
+}
+
+#[test]
 fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_table_cannot_do() {
     let etcd = Etcd::start();
     let (_dir, root) = workspace_root();

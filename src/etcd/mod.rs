@@ -86,6 +86,7 @@ pub struct TableOptions {
     max_txn_ops: usize,
     deadlock_check: Duration,
     connect_timeout: Duration,
+    call_timeout: Duration,
     waiter_ttl: Duration,
     fold_case: bool,
 }
@@ -96,6 +97,7 @@ impl Default for TableOptions {
             max_txn_ops: 128,
             deadlock_check: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(2),
             waiter_ttl: Duration::from_secs(3),
             fold_case: false,
         }
@@ -129,6 +131,25 @@ impl TableOptions {
     #[must_use]
     pub fn deadlock_check(mut self, every: Duration) -> Self {
         self.deadlock_check = every;
+        self
+    }
+
+    /// How long one call to etcd may take before it fails (default 2 s),
+    /// and how long a connection's HTTP/2 ping (every 5 s while a watch or
+    /// lease stream is open) may go unanswered before the connection is
+    /// dropped. Without it one
+    /// stopped member of a cluster whose quorum still answers stalls every
+    /// call routed to it. A waiting request's watch is not a call: its
+    /// wait is bounded by its own deadline.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let options = writ::etcd::TableOptions::default().call_timeout(Duration::from_secs(1));
+    /// # let _ = options;
+    /// ```
+    #[must_use]
+    pub fn call_timeout(mut self, limit: Duration) -> Self {
+        self.call_timeout = limit;
         self
     }
 
@@ -1039,7 +1060,13 @@ impl Table {
         options: TableOptions,
     ) -> Result<Table> {
         check_session(session)?;
-        let connect = ConnectOptions::new().with_connect_timeout(options.connect_timeout);
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(options.connect_timeout)
+            .with_timeout(options.call_timeout)
+            // etcd answers pings more often than every 5 s, or pings on a
+            // connection with no stream open, with GOAWAY (its
+            // `--grpc-keepalive-min-time` and enforcement policy).
+            .with_keep_alive(Duration::from_secs(5), options.call_timeout);
         let mut client = Client::connect(endpoints, Some(connect))
             .await
             .map_err(unavailable)?;
@@ -1204,10 +1231,18 @@ impl Table {
             .keep_alive()
             .await
             .map_err(|e| etcd_error(e, Some(lease), 0, 0))?;
-        match stream.message().await {
-            Ok(Some(answer)) if answer.ttl() > 0 => Ok(()),
-            Ok(_) => Err(gone()),
-            Err(e) => Err(etcd_error(e, Some(lease), 0, 0)),
+        // The answer comes on a stream, which no call timeout bounds.
+        let answer = tokio::time::timeout(self.inner.options.call_timeout, stream.message()).await;
+        match answer {
+            Ok(Ok(Some(answer))) if answer.ttl() > 0 => Ok(()),
+            Ok(Ok(_)) => Err(gone()),
+            Ok(Err(e)) => Err(etcd_error(e, Some(lease), 0, 0)),
+            Err(_) => Err(Error::Unavailable {
+                reason: format!(
+                    "etcd did not renew lease {lease} within {:?}",
+                    self.inner.options.call_timeout
+                ),
+            }),
         }
     }
 
@@ -1505,8 +1540,15 @@ impl Table {
         let counted = outcome.as_ref().err().and_then(Counter::of_refusal);
         match (&outcome, waiter) {
             (Err(_), Some(id)) => {
-                // Best effort: the lease deletes the keys if this fails.
-                let _ = self.dequeue(id, &admission.keys, counted).await;
+                // The waiter's keys are on this server's lease, which
+                // outlives an etcd restart: a record left behind would
+                // block its paths for as long as this server runs.
+                let keys = admission.keys.clone();
+                self.until_done(move |table| {
+                    let keys = keys.clone();
+                    async move { table.dequeue(id, &keys, counted).await }
+                })
+                .await;
             }
             (Err(_), None) => {
                 if let Some(counter) = counted {
@@ -1515,10 +1557,18 @@ impl Table {
             }
             (Ok(_), _) => {}
         }
-        if matches!(outcome, Err(Error::Unavailable { .. })) {
+        if matches!(outcome, Err(Error::Unavailable { .. })) && admission.replaces.is_none() {
             // A commit whose answer was lost may still have landed: its
-            // hold would otherwise stay until the lease ends.
-            let _ = self.release(HoldId(admission.hold)).await;
+            // hold, which nobody was told of, would otherwise stay as long
+            // as its owner's lease.
+            let hold = HoldId(admission.hold);
+            self.until_done(move |table| async move {
+                match table.release(hold).await {
+                    Err(Error::UnknownHold { .. }) => Ok(()),
+                    other => other,
+                }
+            })
+            .await;
         }
         if let Err(Ok(grant)) = answer.send(outcome) {
             let _ = self.release(grant.hold).await;
@@ -2007,8 +2057,34 @@ impl Table {
             .map_err(|e| etcd_error(e, Some(lease), 0, 0))
     }
 
+    /// Runs a clean-up that must happen: once now, and if etcd did not
+    /// answer, again in a task of its own, backing off, until it does (or
+    /// this process ends, and with it the lease of what it would remove).
+    async fn until_done<F, Fut>(&self, op: F)
+    where
+        F: Fn(Table) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send,
+    {
+        if op(self.clone()).await.is_ok() {
+            return;
+        }
+        let table = self.clone();
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(50);
+            loop {
+                tokio::time::sleep(pause).await;
+                match op(table.clone()).await {
+                    Ok(()) => return,
+                    Err(e) => tracing::debug!(error = %e, "etcd clean-up failed; trying again"),
+                }
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+        });
+    }
+
     /// Deletes a waiter's record, entries and edges in one transaction,
-    /// with the count of why it left the queue.
+    /// with the count of why it left the queue. Idempotent: a waiter
+    /// already gone is not counted again.
     async fn dequeue(&self, id: u64, keys: &[(Key, Mode)], counted: Option<Counter>) -> Result<()> {
         let layout = self.layout();
         let mut deletes = vec![
@@ -2022,8 +2098,9 @@ impl Table {
             keys.iter()
                 .map(|(key, _)| TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None)),
         );
+        let present = Compare::version(layout.waiter(id), CompareOp::Greater, 0);
         self.client()
-            .txn(Txn::new().and_then(deletes))
+            .txn(Txn::new().when([present]).and_then(deletes))
             .await
             .map(drop)
             .map_err(unavailable)
