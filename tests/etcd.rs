@@ -1326,6 +1326,55 @@ fn an_etcd_restart_mid_run_fails_requests_clearly_and_grants_nothing_twice() {
 }
 
 #[test]
+fn a_widened_fence_shows_the_token_of_the_grant_that_widened_it() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start(&etcd, &root, "widen", "10");
+    let (a, a_token) = root_actor(&one.url, "a");
+    let (b, b_token) = root_actor(&one.url, "b");
+    let fence = rpc(
+        &one.url,
+        &a_token,
+        "fence",
+        serde_json::json!({"actor": a, "targets": ["x.rs"]}),
+    )
+    .unwrap();
+    // A later grant of y.rs, then the fence widened onto it.
+    let call = rpc(
+        &one.url,
+        &b_token,
+        "admit",
+        serde_json::json!({"actor": b, "targets": ["y.rs"], "wait": false}),
+    )
+    .unwrap();
+    rpc(
+        &one.url,
+        &b_token,
+        "release",
+        serde_json::json!({"hold": call["hold"]}),
+    )
+    .unwrap();
+    let widened = rpc(
+        &one.url,
+        &a_token,
+        "fence.extend",
+        serde_json::json!({"hold": fence["hold"], "targets": ["y.rs"]}),
+    )
+    .unwrap();
+    let token = widened["revision"].as_i64().unwrap();
+    assert!(token > call["revision"].as_i64().unwrap(), "{widened} after {call}");
+    let dump = rpc(&one.url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
+    let shown: Vec<i64> = dump["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["actor"] == "a")
+        .map(|h| h["revision"].as_i64().unwrap())
+        .collect();
+    assert_eq!(shown, [token], "the widened fence's token in {dump}");
+}
+
+#[test]
 fn a_wait_ended_by_an_etcd_restart_leaves_no_waiter_behind() {
     let mut etcd = Etcd::start();
     let (_dir, root) = workspace_root();

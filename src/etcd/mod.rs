@@ -2315,7 +2315,10 @@ impl Table {
         // Creation order: ids are unique, not ordered across tables.
         actors.sort_by_key(|(made, actor)| (*made, actor.id));
         let actors = actors.into_iter().map(|(_, actor)| actor).collect();
-        let records = |kvs: &[KeyValue], owner: fn(u64) -> Owner| -> Vec<(ClaimRecord, Other)> {
+        let records = |kvs: &[KeyValue],
+                       owner: fn(u64) -> Owner,
+                       revision: fn(&KeyValue) -> i64|
+         -> Vec<(ClaimRecord, Other)> {
             kvs.iter()
                 .filter_map(|kv| {
                     let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
@@ -2323,15 +2326,20 @@ impl Table {
                         owner: owner(id_in(kv.key())?),
                         meta: record.meta.clone(),
                         claim: record.claim(),
-                        revision: kv.create_revision(),
+                        revision: revision(kv),
                     };
                     Some((record, other))
                 })
                 .collect()
         };
-        let mut holds = records(&holds, Owner::Hold);
+        // A hold's token is the revision its record last changed at: a
+        // widened fence's new part was granted then, and a token must be
+        // at least the revision that granted each of its paths (the
+        // answer to `fence.extend` and `fence.narrow` says the same).
+        let mut holds = records(&holds, Owner::Hold, KeyValue::mod_revision);
         holds.sort_by_key(|(_, h)| (h.revision, h.owner));
-        let mut waiters = records(&waiter_kvs, Owner::Waiter);
+        // A waiter's place is the revision it queued at.
+        let mut waiters = records(&waiter_kvs, Owner::Waiter, KeyValue::create_revision);
         waiters.sort_by_key(|(_, w)| (std::cmp::Reverse(w.meta.priority), w.revision, w.owner));
         let held: Vec<Other> = holds.iter().map(|(_, h)| h.clone()).collect();
         let queued: Vec<Other> = waiters.iter().map(|(_, w)| w.clone()).collect();
