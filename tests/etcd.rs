@@ -18,7 +18,7 @@ use writ::{Error, HoldKind, Mode, Target};
 
 #[path = "common/etcd_server.rs"]
 mod etcd_server;
-use etcd_server::Etcd;
+use etcd_server::{Cluster, Etcd};
 
 /// Tables on a test's etcd: two of them stand for two servers.
 trait Tables {
@@ -988,6 +988,12 @@ impl ServeProcess {
     /// `ttl` seconds, and waits (polled, with a deadline) for its discovery
     /// file to name its URL.
     fn start(etcd: &Etcd, root: &Path, session: &str, ttl: &str) -> ServeProcess {
+        ServeProcess::start_at(&etcd.endpoint, root, session, ttl)
+    }
+
+    /// As [`ServeProcess::start`], on the etcd members at `endpoints`
+    /// (comma-separated).
+    fn start_at(endpoints: &str, root: &Path, session: &str, ttl: &str) -> ServeProcess {
         let state = tempfile::tempdir().unwrap();
         let token_file = state.path().join("token");
         std::fs::write(&token_file, SESSION_TOKEN).unwrap();
@@ -995,7 +1001,7 @@ impl ServeProcess {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
             .arg("serve")
             .arg(root)
-            .args(["--etcd", &etcd.endpoint, "--session", session])
+            .args(["--etcd", endpoints, "--session", session])
             .args(["--lease-ttl", ttl, "--no-history"])
             .arg("--token-file")
             .arg(&token_file)
@@ -1325,6 +1331,76 @@ fn an_etcd_restart_mid_run_fails_requests_clearly_and_grants_nothing_twice() {
     );
 }
 
+/// One try-only admit and its release through `url`: how long the admit
+/// took, and the error of the first that failed.
+fn admit_and_release(
+    url: &str,
+    actor: &str,
+    token: &str,
+    path: &str,
+) -> (Duration, Option<serde_json::Value>) {
+    let asked = Instant::now();
+    let answer = rpc(
+        url,
+        token,
+        "admit",
+        serde_json::json!({"actor": actor, "targets": [path], "wait": false}),
+    );
+    let took = asked.elapsed();
+    match answer {
+        Ok(grant) => {
+            let released = rpc(
+                url,
+                token,
+                "release",
+                serde_json::json!({"hold": grant["hold"]}),
+            );
+            (took, released.err())
+        }
+        Err(e) => (took, Some(e)),
+    }
+}
+
+#[test]
+fn a_cluster_serves_on_with_a_follower_killed_and_answers_in_bounds_with_one_paused() {
+    let mut cluster = Cluster::start(3);
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start_at(&cluster.endpoints(), &root, "members", "10");
+    let (actor, token) = root_actor(&one.url, "a");
+    // A follower killed: the quorum answers, so every admit is granted (a
+    // call the client sent to the dead member is sent again).
+    let dead = cluster.follower();
+    cluster.kill(dead);
+    let failed: Vec<_> = (0..30)
+        .filter_map(|i| admit_and_release(&one.url, &actor, &token, &format!("k{i}.rs")).1)
+        .collect();
+    assert!(failed.is_empty(), "with a member killed: {failed:?}");
+    cluster.restart(dead);
+    // A follower paused: a call sent to it fails on the call bound (2 s)
+    // and a read is asked again elsewhere, so an admit (a few calls) is
+    // answered within a few bounds instead of waiting for the member; once
+    // it goes on everything is granted.
+    let paused = cluster.follower();
+    cluster.signal(paused, "STOP");
+    let mut slowest = Duration::ZERO;
+    for i in 0..8 {
+        let (took, _) = admit_and_release(&one.url, &actor, &token, &format!("p{i}.rs"));
+        slowest = slowest.max(took);
+    }
+    cluster.signal(paused, "CONT");
+    assert!(
+        slowest < Duration::from_secs(10),
+        "an admit took {slowest:?} with a member paused"
+    );
+    let mut round = 0;
+    wait_until(Duration::from_secs(30), "every admit granted again", || {
+        round += 1;
+        admit_and_release(&one.url, &actor, &token, &format!("after{round}.rs"))
+            .1
+            .is_none()
+    });
+}
+
 #[test]
 fn a_widened_fence_shows_the_token_of_the_grant_that_widened_it() {
     let etcd = Etcd::start();
@@ -1362,7 +1438,10 @@ fn a_widened_fence_shows_the_token_of_the_grant_that_widened_it() {
     )
     .unwrap();
     let token = widened["revision"].as_i64().unwrap();
-    assert!(token > call["revision"].as_i64().unwrap(), "{widened} after {call}");
+    assert!(
+        token > call["revision"].as_i64().unwrap(),
+        "{widened} after {call}"
+    );
     let dump = rpc(&one.url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
     let shown: Vec<i64> = dump["holds"]
         .as_array()
@@ -1405,14 +1484,18 @@ fn a_wait_ended_by_an_etcd_restart_leaves_no_waiter_behind() {
         .expect_err("granted while etcd was down");
     assert_eq!(refused["data"]["kind"], "unavailable", "{refused}");
     etcd.restart();
-    wait_until(Duration::from_secs(30), "the server answering again", || {
-        rpc(&one.url, SESSION_TOKEN, "dump", serde_json::json!({})).is_ok()
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "the server answering again",
+        || rpc(&one.url, SESSION_TOKEN, "dump", serde_json::json!({})).is_ok(),
+    );
     // Its record was on the server's own lease, which etcd restored: it
     // must go because the wait ended, not because a lease did.
-    wait_until(Duration::from_secs(10), "the ended wait's record gone", || {
-        waiters_through(&one.url) == 0
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "the ended wait's record gone",
+        || waiters_through(&one.url) == 0,
+    );
     rpc(
         &one.url,
         &holder_token,

@@ -24,7 +24,6 @@ impl Table {
             hold: hold.0.to_string(),
         };
         let got = self
-            .client()
             .get(self.layout().hold(hold.0), None)
             .await
             .map_err(unavailable)?;
@@ -138,7 +137,7 @@ impl Table {
                 revision,
             )])
             .and_then(writes);
-        let done = self.client().txn(txn).await.map_err(unavailable)?;
+        let done = self.txn(txn).await.map_err(unavailable)?;
         if !done.succeeded() {
             return Err(Error::Unavailable {
                 reason: "the fence changed while it was being narrowed; ask again".into(),

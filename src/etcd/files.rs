@@ -82,7 +82,6 @@ impl Table {
             reads.push(TxnOp::get(layout.writer(norm), None));
         }
         let read = self
-            .client()
             .txn(Txn::new().and_then(reads))
             .await
             .map_err(unavailable)?;
@@ -165,8 +164,7 @@ impl Table {
         // Deleting the hold's keys when they are gone already is harmless
         // (ids are never reused), so the fallback needs no compare.
         let txn = Txn::new().when(compares).and_then(writes).or_else(deletes);
-        self.client()
-            .txn(txn)
+        self.txn(txn)
             .await
             .map(drop)
             .map_err(|e| etcd_error(e, Some(actor.lease), ops, self.inner.options.max_txn_ops))

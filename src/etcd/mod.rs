@@ -707,6 +707,27 @@ fn etcd_error(e: etcd_client::Error, lease: Option<LeaseId>, ops: usize, limit: 
     }
 }
 
+type EtcdResult<T> = std::result::Result<T, etcd_client::Error>;
+
+/// Whether a failed call never reached etcd (no connection to its member).
+fn unsent(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => {
+            status.code() == tonic::Code::Unavailable && status.message().contains("connect")
+        }
+        _ => false,
+    }
+}
+
+/// Whether a call failed on its timeout (`TableOptions::call_timeout`).
+fn timed_out(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => status.message().contains("Timeout expired"),
+        _ => false,
+    }
+}
+
 fn unavailable(e: etcd_client::Error) -> Error {
     etcd_error(e, None, 0, 0)
 }
@@ -1144,6 +1165,72 @@ impl Table {
         self.inner.client.clone()
     }
 
+    /// etcd's answer to a call. The client balances over every endpoint,
+    /// a member that is down among them: a call that could not reach its
+    /// member sent nothing, so it is sent again (the next pick is most
+    /// likely a member that answers), up to eight times in all (a refused
+    /// connection fails at once). A call
+    /// that reached a member and failed is not: it may have committed.
+    async fn resend<T, Fut>(&self, call: impl Fn(Client) -> Fut) -> EtcdResult<T>
+    where
+        Fut: std::future::Future<Output = EtcdResult<T>>,
+    {
+        self.resend_if(unsent, call).await
+    }
+
+    async fn resend_if<T, Fut>(
+        &self,
+        again: fn(&etcd_client::Error) -> bool,
+        call: impl Fn(Client) -> Fut,
+    ) -> EtcdResult<T>
+    where
+        Fut: std::future::Future<Output = EtcdResult<T>>,
+    {
+        let mut tries = 1;
+        loop {
+            match call(self.client()).await {
+                Err(e) if tries < 8 && again(&e) => tries += 1,
+                answer => return answer,
+            }
+        }
+    }
+
+    /// A transaction, sent again while it reached no member.
+    pub(crate) async fn txn(&self, txn: Txn) -> EtcdResult<TxnResponse> {
+        self.resend(|mut client| {
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+    }
+
+    /// A get, sent again while it reached no member or timed out (a
+    /// read changes nothing, so asking another member is always safe; a
+    /// paused member answers nothing).
+    pub(crate) async fn get(
+        &self,
+        key: Vec<u8>,
+        options: Option<GetOptions>,
+    ) -> EtcdResult<etcd_client::GetResponse> {
+        self.resend_if(
+            |e| unsent(e) || timed_out(e),
+            |mut client| {
+                let (key, options) = (key.clone(), options.clone());
+                async move { client.get(key, options).await }
+            },
+        )
+        .await
+    }
+
+    /// A delete, sent again while it reached no member.
+    pub(crate) async fn delete(&self, key: Vec<u8>) -> EtcdResult<()> {
+        self.resend(|mut client| {
+            let key = key.clone();
+            async move { client.delete(key, None).await.map(drop) }
+        })
+        .await
+    }
+
     fn layout(&self) -> &Layout {
         &self.inner.layout
     }
@@ -1158,8 +1245,7 @@ impl Table {
         ops: usize,
         limit: usize,
     ) -> Result<TxnResponse> {
-        self.client()
-            .txn(txn)
+        self.txn(txn)
             .await
             .map_err(|e| etcd_error(e, lease, ops, limit))
     }
@@ -1193,10 +1279,7 @@ impl Table {
     /// read after the answer shows it. If etcd cannot be reached the count
     /// is lost, and the refusal still stands.
     pub(crate) async fn bump(&self, counter: Counter) {
-        let _ = self
-            .client()
-            .txn(Txn::new().and_then([self.count(counter)]))
-            .await;
+        let _ = self.txn(Txn::new().and_then([self.count(counter)])).await;
     }
 
     /// The session's name.
@@ -1210,8 +1293,7 @@ impl Table {
         let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
         let granted = self
-            .client()
-            .lease_grant(secs, None)
+            .resend(|mut client| async move { client.lease_grant(secs, None).await })
             .await
             .map_err(unavailable)?;
         Ok(LeaseId(granted.id()))
@@ -1223,8 +1305,7 @@ impl Table {
             lease: lease.to_string(),
         };
         let (mut keeper, mut stream) = self
-            .client()
-            .lease_keep_alive(lease.0)
+            .resend(|mut client| async move { client.lease_keep_alive(lease.0).await })
             .await
             .map_err(|e| etcd_error(e, Some(lease), 0, 0))?;
         keeper
@@ -1249,8 +1330,7 @@ impl Table {
     /// Revokes `lease`: every key attached to it — its actors, their holds
     /// and waiters — is deleted in one step.
     pub async fn revoke(&self, lease: LeaseId) -> Result<()> {
-        self.client()
-            .lease_revoke(lease.0)
+        self.resend(|mut client| async move { client.lease_revoke(lease.0).await })
             .await
             .map(drop)
             .map_err(|e| etcd_error(e, Some(lease), 0, 0))
@@ -1314,7 +1394,6 @@ impl Table {
         }
         let txn = Txn::new().when(compares).and_then(puts);
         let done = self
-            .client()
             .txn(txn)
             .await
             .map_err(|e| etcd_error(e, Some(lease), 0, 0))?;
@@ -1366,7 +1445,7 @@ impl Table {
         key: Vec<u8>,
         unknown: impl Fn() -> Error,
     ) -> Result<(T, i64)> {
-        let got = self.client().get(key, None).await.map_err(unavailable)?;
+        let got = self.get(key, None).await.map_err(unavailable)?;
         let kv = got.kvs().first().ok_or_else(&unknown)?;
         let record = serde_json::from_slice(kv.value()).map_err(|_| unknown())?;
         Ok((record, kv.create_revision()))
@@ -1377,7 +1456,6 @@ impl Table {
     /// §3).
     pub async fn drop_actor(&self, actor: &ActorRef) -> Result<()> {
         let fences = self
-            .client()
             .get(
                 self.layout().fences_of(actor.id.0),
                 Some(GetOptions::new().with_prefix().with_keys_only()),
@@ -1402,7 +1480,7 @@ impl Table {
                 Some(etcd_client::DeleteOptions::new().with_prefix()),
             ),
         ]);
-        self.client().txn(gone).await.map(drop).map_err(unavailable)
+        self.txn(gone).await.map(drop).map_err(unavailable)
     }
 
     /// Admits `request` for `actor`: grants the whole set or nothing.
@@ -1617,7 +1695,7 @@ impl Table {
             // caller who gave the request up. This request ends here, so
             // the mark has done its work (best effort: the lease takes it
             // otherwise).
-            let _ = self.client().delete(key, None).await;
+            let _ = self.delete(key).await;
             return Err(Error::Unavailable {
                 reason: "the caller gave this request up".into(),
             });
@@ -1748,7 +1826,6 @@ impl Table {
             .map(|&a| prefix_get(&self.layout().fences_of(a)))
             .collect();
         let read = self
-            .client()
             .txn(Txn::new().and_then(reads))
             .await
             .map_err(unavailable)?;
@@ -1765,7 +1842,6 @@ impl Table {
 
     async fn waiter_claim(&self, id: u64) -> Result<Option<Claim>> {
         let got = self
-            .client()
             .get(self.layout().waiter(id), None)
             .await
             .map_err(unavailable)?;
@@ -2046,15 +2122,14 @@ impl Table {
 
     async fn put_edges(&self, waiter: u64, edges: &Edges) -> Result<()> {
         let lease = self.waiter_lease().await?;
-        self.client()
-            .put(
-                self.layout().edges(waiter),
-                to_json(edges)?,
-                with_lease(lease),
-            )
-            .await
-            .map(drop)
-            .map_err(|e| etcd_error(e, Some(lease), 0, 0))
+        let (key, value) = (self.layout().edges(waiter), to_json(edges)?);
+        self.resend(|mut client| {
+            let (key, value) = (key.clone(), value.clone());
+            async move { client.put(key, value, with_lease(lease)).await }
+        })
+        .await
+        .map(drop)
+        .map_err(|e| etcd_error(e, Some(lease), 0, 0))
     }
 
     /// Runs a clean-up that must happen: once now, and if etcd did not
@@ -2099,8 +2174,7 @@ impl Table {
                 .map(|(key, _)| TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None)),
         );
         let present = Compare::version(layout.waiter(id), CompareOp::Greater, 0);
-        self.client()
-            .txn(Txn::new().when([present]).and_then(deletes))
+        self.txn(Txn::new().when([present]).and_then(deletes))
             .await
             .map(drop)
             .map_err(unavailable)
@@ -2123,12 +2197,14 @@ impl Table {
                     .with_start_revision(revision + 1),
             )
         };
-        let mut client = self.client();
         let Some((first, rest)) = ranges.split_first() else {
             return Ok(Woken::Changed);
         };
-        let mut stream = client
-            .watch(first.clone(), options())
+        let mut stream = self
+            .resend(|mut client| {
+                let (first, options) = (first.clone(), options());
+                async move { client.watch(first, options).await }
+            })
             .await
             .map_err(unavailable)?;
         for range in rest {
@@ -2183,7 +2259,6 @@ impl Table {
             .and_then([TxnOp::put(key.clone(), ABANDONED, with_lease(actor.lease))])
             .or_else([TxnOp::get(key.clone(), None)]);
         let done = self
-            .client()
             .txn(txn)
             .await
             .map_err(|e| etcd_error(e, Some(actor.lease), 0, 0))?;
@@ -2208,7 +2283,7 @@ impl Table {
             Ok(()) => Ok(Some(HoldId(hold))),
             // Released by its holder already; the answer key is stale.
             Err(Error::UnknownHold { .. }) => {
-                self.client().delete(key, None).await.map_err(unavailable)?;
+                self.delete(key).await.map_err(unavailable)?;
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -2235,7 +2310,7 @@ impl Table {
         };
         let deletes = self.release_ops(hold, &record);
         let txn = Txn::new().when([still(key, created)]).and_then(deletes);
-        let done = self.client().txn(txn).await.map_err(unavailable)?;
+        let done = self.txn(txn).await.map_err(unavailable)?;
         if done.succeeded() {
             Ok(())
         } else {
@@ -2267,7 +2342,6 @@ impl Table {
     ) -> Result<(i64, [Vec<KeyValue>; N])> {
         let reads: Vec<TxnOp> = prefixes.iter().map(|p| prefix_get(p)).collect();
         let read = self
-            .client()
             .txn(Txn::new().and_then(reads))
             .await
             .map_err(unavailable)?;

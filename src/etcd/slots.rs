@@ -417,7 +417,6 @@ impl Table {
         ];
         reads.extend(extra);
         let read = self
-            .client()
             .txn(Txn::new().and_then(reads))
             .await
             .map_err(unavailable)?;
@@ -454,7 +453,6 @@ impl Table {
             return Ok(());
         }
         let read = self
-            .client()
             .txn(Txn::new().and_then(reads))
             .await
             .map_err(unavailable)?;
@@ -665,8 +663,7 @@ impl Table {
     /// Drops a child made for a caller that left, with its token.
     async fn unmake_child(&self, child: &ActorRef, token: &str) -> Result<()> {
         self.drop_actor(child).await?;
-        self.client()
-            .delete(self.layout().token(&super::tokens::token_hash(token)), None)
+        self.delete(self.layout().token(&super::tokens::token_hash(token)))
             .await
             .map(drop)
             .map_err(unavailable)
@@ -834,7 +831,6 @@ impl Table {
         }
         let txn = Txn::new().when(compares).and_then(writes);
         let done = self
-            .client()
             .txn(txn)
             .await
             .map_err(|e| etcd_error(e, Some(lease), ops, limit))?;
@@ -875,7 +871,7 @@ impl Table {
         let txn = Txn::new()
             .when([still(layout.actor(wait.parent.id.0), wait.parent.revision)])
             .and_then(writes);
-        let done = match self.client().txn(txn).await {
+        let done = match self.txn(txn).await {
             Ok(done) => done,
             Err(e) => {
                 let e = etcd_error(e, Some(waiter_lease), 0, limit);
@@ -995,7 +991,6 @@ impl Table {
             max_writers: Option<usize>,
         }
         let got = self
-            .client()
             .get(
                 self.layout().limits(),
                 Some(GetOptions::new().with_revision(revision)),

@@ -54,7 +54,7 @@ impl Table {
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.clone(), hash, None)])
             .or_else([TxnOp::get(key, None)]);
-        let done = self.client().txn(txn).await.map_err(unavailable)?;
+        let done = self.txn(txn).await.map_err(unavailable)?;
         if done.succeeded() {
             return Ok(true);
         }
@@ -178,7 +178,7 @@ impl Table {
             TxnOp::get(layout.token(hash), None),
             TxnOp::get(layout.actor(id.0), None),
         ]);
-        let done = self.client().txn(read).await.map_err(unavailable)?;
+        let done = self.txn(read).await.map_err(unavailable)?;
         let mut ranges = ranges_of(&done).into_iter();
         let (Some(token), Some(actor)) = (ranges.next(), ranges.next()) else {
             return Ok(None);
@@ -211,8 +211,11 @@ impl Table {
     /// drops). `UnknownLease` if etcd does not know it.
     pub(crate) async fn lease_contents(&self, lease: LeaseId) -> Result<(usize, usize)> {
         let answer = self
-            .client()
-            .lease_time_to_live(lease.0, Some(LeaseTimeToLiveOptions::new().with_keys()))
+            .resend(|mut client| async move {
+                client
+                    .lease_time_to_live(lease.0, Some(LeaseTimeToLiveOptions::new().with_keys()))
+                    .await
+            })
             .await
             .map_err(|e| etcd_error(e, Some(lease), 0, 0))?;
         // etcd answers a lease it does not know with a TTL of -1.
@@ -238,7 +241,6 @@ impl Table {
     /// dropped actor is in process (SPEC §3).
     pub(crate) async fn drop_actor_marking(&self, actor: &ActorRef) -> Result<()> {
         let fences = self
-            .client()
             .get(
                 self.layout().fences_of(actor.id.0),
                 Some(GetOptions::new().with_prefix().with_keys_only()),
@@ -259,8 +261,7 @@ impl Table {
             })
             .collect();
         if !marks.is_empty() {
-            self.client()
-                .txn(Txn::new().and_then(marks))
+            self.txn(Txn::new().and_then(marks))
                 .await
                 .map_err(|e| etcd_error(e, Some(actor.lease), 0, 0))?;
         }
@@ -271,7 +272,6 @@ impl Table {
     /// if `hold` is one.
     pub(crate) async fn drop_mark(&self, hold: HoldId) -> Result<Option<Vec<u64>>> {
         let got = self
-            .client()
             .get(self.layout().dropped(hold.0), None)
             .await
             .map_err(unavailable)?;
@@ -283,8 +283,7 @@ impl Table {
 
     /// Removes the mark: a dropped fence is handed back once.
     pub(crate) async fn clear_drop_mark(&self, hold: HoldId) -> Result<()> {
-        self.client()
-            .delete(self.layout().dropped(hold.0), None)
+        self.delete(self.layout().dropped(hold.0))
             .await
             .map(drop)
             .map_err(unavailable)

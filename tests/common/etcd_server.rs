@@ -42,6 +42,23 @@ fn healthy(port: u16) -> bool {
     answer.contains("\"health\":\"true\"")
 }
 
+/// Whether the member answering on `port` is its cluster's leader.
+fn leads(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.lines().any(|l| l == "etcd_server_is_leader 1")
+}
+
 impl Etcd {
     pub fn start() -> Etcd {
         Etcd::start_with(&[])
@@ -151,5 +168,166 @@ impl Etcd {
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A cluster of etcd members of this test's own on loopback (one data
+/// folder each), for faults that only a cluster has: a member down while
+/// the quorum answers, a member paused. Every member killed on drop.
+pub struct Cluster {
+    members: Vec<Member>,
+    initial: String,
+    dir: tempfile::TempDir,
+}
+
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+    child: Option<Child>,
+}
+
+impl Cluster {
+    /// Starts `n` members at once (none is healthy before a quorum is up)
+    /// and waits until each answers `/health`.
+    pub fn start(n: usize) -> Cluster {
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client: free_port(),
+                peer: free_port(),
+                child: None,
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            members,
+            initial,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        for i in 0..n {
+            cluster.spawn(i, "new");
+        }
+        for i in 0..n {
+            cluster.until_healthy(i);
+        }
+        cluster
+    }
+
+    /// Every member's client URL, comma-separated (as `--etcd` takes them).
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn spawn(&mut self, i: usize, state: &str) {
+        if Command::new("etcd")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .output()
+            .is_err()
+        {
+            panic!("{NEED_ETCD}");
+        }
+        let member = &self.members[i];
+        let data = self.dir.path().join(&member.name);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{}.log", member.name)))
+            .unwrap();
+        let client_url = format!("http://127.0.0.1:{}", member.client);
+        let peer_url = format!("http://127.0.0.1:{}", member.peer);
+        let child = Command::new("etcd")
+            .arg(format!("--name={}", member.name))
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!("--advertise-client-urls={client_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster={}", self.initial))
+            .arg(format!("--initial-cluster-state={state}"))
+            .arg("--initial-cluster-token=writ-test-cluster")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|_| panic!("{NEED_ETCD}"));
+        self.members[i].child = Some(child);
+    }
+
+    fn until_healthy(&mut self, i: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !healthy(self.members[i].client) {
+            let name = self.members[i].name.clone();
+            if let Some(Ok(Some(status))) = self.members[i].child.as_mut().map(Child::try_wait) {
+                let log = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
+                    .unwrap_or_default();
+                panic!("etcd member {name} exited ({status}):\n{log}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd member {name} was not healthy within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A member that is not the leader (etcd's `etcd_server_is_leader`
+    /// metric), waiting for a leader to be elected.
+    pub fn follower(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let leading: Vec<bool> = self.members.iter().map(|m| leads(m.client)).collect();
+            if leading.iter().any(|&l| l) {
+                if let Some(i) = leading.iter().position(|&l| !l) {
+                    return i;
+                }
+            }
+            assert!(Instant::now() < deadline, "no etcd leader within 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills member `i` (SIGKILL) and waits for it to be gone.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data (after [`Cluster::kill`]).
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i, "existing");
+        self.until_healthy(i);
+    }
+
+    /// Sends member `i` a signal by name (`STOP`, `CONT`).
+    pub fn signal(&self, i: usize, signal: &str) {
+        let pid = self.members[i].child.as_ref().expect("a live member").id();
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped member too.
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
     }
 }
