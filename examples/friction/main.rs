@@ -62,7 +62,7 @@ fn parse() -> Result<Args, String> {
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
-    if args.agents.iter().any(|&n| n == 0) || args.tasks == 0 || args.seeds == 0 {
+    if args.agents.contains(&0) || args.tasks == 0 || args.seeds == 0 {
         return Err("agents, tasks and seeds must be at least 1".into());
     }
     Ok(args)

@@ -308,8 +308,13 @@ fn refusal_kind(text: &str) -> &'static str {
 
 /// A tool for the agents: writ over MCP, or the plain file system.
 enum Tools {
-    Mcp { client: McpHttp, use_content: bool },
-    Disk { root: PathBuf },
+    Mcp {
+        client: Box<McpHttp>,
+        use_content: bool,
+    },
+    Disk {
+        root: PathBuf,
+    },
 }
 
 /// One scripted agent.
@@ -523,7 +528,7 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
                     return Err(format!("initialize: {} {}", reply.status, reply.body));
                 }
                 Tools::Mcp {
-                    client,
+                    client: Box::new(client),
                     use_content: mode == Mode::Writ,
                 }
             }
