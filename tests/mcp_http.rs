@@ -59,7 +59,7 @@ async fn run(script: Value, scratch: PathBuf) -> Vec<Value> {
 }
 
 #[test]
-fn two_agents_editing_one_file_second_is_refused_until_it_rereads() {
+fn two_agents_editing_one_file_the_second_is_refused_with_the_current_content() {
     let (_dir, root) = workspace();
     let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     fs::write(root.join("plan.md"), "# Plan\n- a\n- b\n").unwrap_or_else(|e| panic!("{e}"));
@@ -73,8 +73,6 @@ fn two_agents_editing_one_file_second_is_refused_until_it_rereads() {
                 call("beta", "read_file", json!({"path": "plan.md"})),
                 call("alpha", "edit_file", json!({"path": "plan.md", "old_string": "- a", "new_string": "- a (alpha)"})),
                 call("beta", "edit_file", json!({"path": "plan.md", "old_string": "- b", "new_string": "- b (beta)"})),
-                call("beta", "write_file", json!({"path": "plan.md", "content": "beta only\n"})),
-                call("beta", "read_file", json!({"path": "plan.md"})),
                 call("beta", "edit_file", json!({"path": "plan.md", "old_string": "- b", "new_string": "- b (beta)"})),
             ],
         });
@@ -82,15 +80,153 @@ fn two_agents_editing_one_file_second_is_refused_until_it_rereads() {
         ok(&r[0]);
         ok(&r[1]);
         ok(&r[2]);
-        refused(&r[3], &["changed since you read it", "'alpha'"]);
-        refused(&r[4], &["changed since you read it", "'alpha'"]);
-        assert!(ok(&r[5]).contains("- a (alpha)"));
-        ok(&r[6]);
+        // The refusal shows beta what alpha made of the file, and counts
+        // as beta's read of it: its next edit needs no read_file.
+        refused(
+            &r[3],
+            &["changed since you read it", "'alpha'", "     2\t- a (alpha)\n"],
+        );
+        ok(&r[4]);
         server.shutdown().await;
     });
     assert_eq!(
         fs::read_to_string(root.join("plan.md")).unwrap_or_default(),
         "# Plan\n- a (alpha)\n- b (beta)\n"
+    );
+}
+
+/// A write refused for want of a current read (`NotRead`, `Stale`) carries
+/// the file as the read tool shows it — numbered, the tail for an append,
+/// plain text in the filesystem tool set — and records it as the agent's
+/// read: the next write passes without a read. The rule itself holds: a
+/// change after the refusal refuses the retry again, and a file the
+/// refusal could not show (binary) is not marked as read.
+#[test]
+fn a_refusal_for_want_of_a_read_carries_the_current_content_as_the_read() {
+    let (_dir, root) = workspace();
+    let lines: String = (1..=30).map(|n| format!("line {n}\n")).collect();
+    fs::write(root.join("log.md"), &lines).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(root.join("plan.md"), "- a\n- b\n").unwrap_or_else(|e| panic!("{e}"));
+    fs::write(root.join("blob.bin"), [0u8, 1, 2, 0]).unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let url = format!("{}/mcp", server.url());
+        let session = |name: &'static str, url: String| {
+            let client =
+                http_client::McpHttp::new(&url, server.token()).with_header("Writ-Agent", name);
+            async move {
+                let mut client = client;
+                assert_eq!(client.initialize(name).await.status, 200);
+                client
+            }
+        };
+        let mut alpha = session("alpha", url.clone()).await;
+        let mut beta = session("beta", url.clone()).await;
+        let edit =
+            |old: &str, new: &str| json!({"path": "plan.md", "old_string": old, "new_string": new});
+
+        // NotRead: the whole file, numbered; then the edit passes unread.
+        let (error, text) = beta.call("edit_file", edit("- b", "- b (beta)")).await;
+        assert!(error, "{text}");
+        assert!(
+            text.contains("plan.md exists and you have not read it"),
+            "{text}"
+        );
+        assert!(text.contains("\n     1\t- a\n     2\t- b\n"), "{text}");
+        assert!(text.contains("without calling read_file"), "{text}");
+        let (error, text) = beta.call("edit_file", edit("- b", "- b (beta)")).await;
+        assert!(!error, "the refusal did not count as beta's read: {text}");
+
+        // Stale: alpha read before beta's edit; the refusal names beta and
+        // shows beta's line.
+        let (error, text) = alpha.call("read_file", json!({"path": "log.md"})).await;
+        assert!(!error, "{text}");
+        let (error, text) = beta.call("read_file", json!({"path": "log.md"})).await;
+        assert!(!error, "{text}");
+        let (error, text) = beta
+            .call(
+                "append_file",
+                json!({"path": "log.md", "content": "beta\n"}),
+            )
+            .await;
+        assert!(!error, "{text}");
+        // An append shows the tail only: the last 20 of 31 lines.
+        let (error, text) = alpha
+            .call(
+                "append_file",
+                json!({"path": "log.md", "content": "alpha\n"}),
+            )
+            .await;
+        assert!(error, "{text}");
+        assert!(
+            text.contains("changed since you read it ('beta' wrote it"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    12\tline 12\n") && text.contains("    31\tbeta\n"),
+            "{text}"
+        );
+        assert!(!text.contains("\tline 11\n"), "more than the tail: {text}");
+        let (error, text) = alpha
+            .call(
+                "append_file",
+                json!({"path": "log.md", "content": "alpha\n"}),
+            )
+            .await;
+        assert!(!error, "the tail did not count as alpha's read: {text}");
+
+        // A change after the refusal is refused again, with the newer content.
+        let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
+        assert!(error && text.contains("     2\t- b (beta)\n"), "{text}");
+        let (error, text) = beta.call("read_file", json!({"path": "plan.md"})).await;
+        assert!(!error, "{text}");
+        let (error, text) = beta
+            .call("edit_file", edit("- b (beta)", "- b (beta 2)"))
+            .await;
+        assert!(!error, "{text}");
+        let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
+        assert!(
+            error && text.contains("'beta'") && text.contains("     2\t- b (beta 2)\n"),
+            "{text}"
+        );
+        let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
+        assert!(!error, "{text}");
+
+        // A binary file is shown nothing, so it stays unread.
+        for _ in 0..2 {
+            let (error, text) = alpha
+                .call("write_file", json!({"path": "blob.bin", "content": "text"}))
+                .await;
+            assert!(error && text.contains("read it first"), "{text}");
+        }
+
+        // The filesystem tool set shows the file as read_text_file does.
+        let mut fs_agent = session("gamma", format!("{url}?tools=filesystem")).await;
+        let path = root.join("plan.md").display().to_string();
+        let (error, text) = fs_agent
+            .call("write_file", json!({"path": path, "content": "gamma\n"}))
+            .await;
+        assert!(error, "{text}");
+        assert!(text.contains("\n\n- a (alpha)\n- b (beta 2)\n"), "{text}");
+        assert!(text.contains("without calling read_text_file"), "{text}");
+        let (error, text) = fs_agent
+            .call("write_file", json!({"path": path, "content": "gamma\n"}))
+            .await;
+        assert!(!error, "{text}");
+        server.shutdown().await;
+    });
+    assert_eq!(
+        fs::read_to_string(root.join("plan.md")).unwrap_or_default(),
+        "gamma\n"
+    );
+    assert!(
+        fs::read_to_string(root.join("log.md"))
+            .unwrap_or_default()
+            .ends_with("line 30\nbeta\nalpha\n")
+    );
+    assert_eq!(
+        fs::read(root.join("blob.bin")).unwrap_or_default(),
+        [0u8, 1, 2, 0]
     );
 }
 

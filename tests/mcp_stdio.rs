@@ -87,7 +87,7 @@ fn tools_are_listed_with_schemas_for_every_input() {
         .unwrap_or_default();
     let text = write["description"].as_str().unwrap_or_default();
     assert!(text.contains("read it first"), "{text}");
-    assert!(text.contains("read_file on it again"), "{text}");
+    assert!(text.contains("counts as reading"), "{text}");
 }
 
 #[test]
@@ -119,13 +119,20 @@ fn writes_need_a_current_read_and_refusals_change_nothing() {
         ],
     });
     let r = driver::run(&script, scratch.path());
-    refused(&r[0], &["you have not read it"]);
+    refused(&r[0], &["you have not read it", "     1\tfn a() {}\n"]);
     assert_eq!(
         ok(&r[1]),
         "     2\tfn b() {}\n[Showing lines 2-2 of 3. To read on, call read_file with offset=3.]\n"
     );
     ok(&r[2]);
-    refused(&r[3], &["changed since you read it", "read it again"]);
+    refused(
+        &r[3],
+        &[
+            "changed since you read it",
+            "     2\tfn beta() {}\n",
+            "counts as reading it",
+        ],
+    );
     assert!(ok(&r[4]).contains("     2\tfn beta() {}\n"));
     refused(&r[5], &["2"]);
     ok(&r[6]);

@@ -790,6 +790,91 @@ async fn dump_and_health_endpoints() {
     server.shutdown().await;
 }
 
+/// `files.write`, `files.append` and `files.replace` asked with
+/// `current: true`: a `stale` or `not_read` refusal carries the file as
+/// `files.read` returns it (for an append, its last 20 lines) in
+/// `data.current`, and that counts as the actor's read — the retry passes
+/// with no `files.read`. Without the field the refusal is as it was and
+/// marks nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_write_asked_for_current_carries_the_file_and_counts_as_its_read() {
+    let (_dir, root) = workspace();
+    let lines: String = (1..=30).map(|n| format!("{n}\n")).collect();
+    std::fs::write(root.join("a.txt"), "one\n").unwrap();
+    std::fs::write(root.join("log.txt"), &lines).unwrap();
+    let server = start(&root, Duration::from_secs(30)).await;
+    let token = server.token().to_string();
+    let mut actors = Vec::new();
+    for name in ["a", "b"] {
+        let (_, created) = rpc(
+            &server,
+            &token,
+            "actor.create",
+            json!({"name": name, "grant": {"workspace": true}}),
+        )
+        .await;
+        actors.push(created["result"]["actor"].as_str().unwrap().to_string());
+    }
+    let (a, b) = (actors[0].as_str(), actors[1].as_str());
+    let replace = |current: Option<bool>| {
+        let mut p = json!({"actor": a, "path": "a.txt", "old": "one", "new": "two"});
+        if let Some(current) = current {
+            p["current"] = json!(current);
+        }
+        p
+    };
+
+    // Not asked: the refusal as before, no content, no mark.
+    for current in [None, Some(false)] {
+        let (_, answer) = rpc(&server, &token, "files.replace", replace(current)).await;
+        assert_eq!(kind(&answer), "not_read", "{answer}");
+        assert!(answer["error"]["data"].get("current").is_none(), "{answer}");
+    }
+    // Asked: the content and its mark; then the retry passes unread.
+    let (_, answer) = rpc(&server, &token, "files.replace", replace(Some(true))).await;
+    assert_eq!(kind(&answer), "not_read", "{answer}");
+    let current = &answer["error"]["data"]["current"];
+    assert_eq!(current["content"], "one\n", "{answer}");
+    assert_eq!(current["mark"]["len"], 4, "{answer}");
+    let (_, answer) = rpc(&server, &token, "files.replace", replace(None)).await;
+    assert_eq!(answer["result"]["op"], "replace", "{answer}");
+
+    // Stale, for an append: the tail, from line 10 (0-based) of 31.
+    let read = json!({"actor": a, "path": "log.txt"});
+    let (_, answer) = rpc(&server, &token, "files.read", read).await;
+    assert!(answer.get("result").is_some(), "{answer}");
+    let write = json!({"actor": b, "path": "log.txt", "content": "b\n", "current": true});
+    let (_, answer) = rpc(&server, &token, "files.append", write.clone()).await;
+    assert_eq!(kind(&answer), "not_read", "{answer}");
+    let (_, answer) = rpc(&server, &token, "files.append", write).await;
+    assert_eq!(answer["result"]["op"], "append", "{answer}");
+    let append = json!({"actor": a, "path": "log.txt", "content": "a\n", "current": true});
+    let (_, answer) = rpc(&server, &token, "files.append", append.clone()).await;
+    assert_eq!(kind(&answer), "stale", "{answer}");
+    let current = &answer["error"]["data"]["current"];
+    let tail: String = (12..=30).map(|n| format!("{n}\n")).collect::<String>() + "b\n";
+    assert_eq!(current["content"], tail.as_str(), "{answer}");
+    assert_eq!(current["lines"], json!([11, null]), "{answer}");
+    assert_eq!(current["mark"]["len"], lines.len() + 2, "{answer}");
+    let (_, answer) = rpc(&server, &token, "files.append", append).await;
+    assert_eq!(answer["result"]["op"], "append", "{answer}");
+    assert!(
+        std::fs::read_to_string(root.join("log.txt"))
+            .unwrap()
+            .ends_with("30\nb\na\n")
+    );
+
+    // A field of another type is refused, and nothing is written.
+    let write = json!({"actor": b, "path": "a.txt", "content": "x\n", "current": "yes"});
+    let (_, answer) = rpc(&server, &token, "files.write", write).await;
+    assert_eq!(kind(&answer), "invalid_params", "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).unwrap(),
+        "two\n"
+    );
+    server.shutdown().await;
+}
+
 /// docs/PROTOCOL.md carries the table of error kinds and codes exactly as
 /// `writ::ERROR_KINDS` has it, and documents every method.
 #[test]

@@ -19,7 +19,10 @@ use serde_json::{Value, json};
 
 use super::ToolServer;
 use super::args::Args;
-use super::tools::{Access, Failure, files, read_whole, with_wait, write_args, write_whole};
+use super::tools::{
+    Access, Failure, Show, files, read_whole, refused_with_current, with_wait, write_args,
+    write_whole,
+};
 use crate::files::folders::MAX_DEPTH;
 use crate::{Actor, EntryKind, Error, Target};
 
@@ -46,16 +49,19 @@ pub(super) const INSTRUCTIONS: &str = "These file tools are shared with other ag
 the same folder at the same time; they keep you from overwriting each other's work. Read a file \
 (read_text_file) before you change an existing one with write_file, edit_file or move_file, and \
 read it again after each change. When a tool refuses, its message says why (another agent is \
-writing there, the file changed since you read it, a protected file) and what to do next: \
-usually read the file again and redo your change on top of it, or wait and retry.";
+writing there, the file changed since you read it, a protected file) and what to do next. A \
+refusal because the file changed or was not read shows its current content and counts as \
+reading it: redo your change on top of that content at once. Otherwise wait and retry, or work \
+on another file.";
 
 /// The reference server's tool definitions (its `tools/list`), with the
 /// write tools' descriptions telling the read-before-write rule.
 const DEFINITIONS: &str = include_str!("filesystem.json");
 
 const GATED: &str = " An existing file must have been read (read_text_file) since it last \
-changed: otherwise nothing is written and the tool says why — read the file again and redo the \
-change on top of what is there now.";
+changed: otherwise nothing is written and the tool says why, showing the file's current content \
+(as read_text_file does) — that counts as reading it, so redo the change on top of what is there \
+now without reading it again.";
 
 /// The tool definitions `tools/list` returns.
 pub(super) fn definitions() -> Vec<Tool> {
@@ -123,7 +129,7 @@ pub(super) async fn call(
     };
     match outcome {
         Ok(result) => result,
-        Err(Failure::Bad(text)) => super::tool_error(text),
+        Err(Failure::Bad(text) | Failure::Current(text)) => super::tool_error(text),
         Err(Failure::Refused(e)) => super::tool_error(e.to_string()),
     }
 }
@@ -288,7 +294,7 @@ async fn read_multiple_files(
     for path in &paths {
         parts.push(match read_bytes(server, actor, path).await {
             Ok(bytes) => format!("{path}:\n{}\n", String::from_utf8_lossy(&bytes)),
-            Err(Failure::Bad(e)) => format!("{path}: Error - {e}"),
+            Err(Failure::Bad(e) | Failure::Current(e)) => format!("{path}: Error - {e}"),
             // A missing file reads as Node says it, as clients of the
             // reference server see it; writ's refusals keep their sentence.
             Err(Failure::Refused(Error::NotFound { path: missing })) => format!(
@@ -307,8 +313,12 @@ async fn write_file(
     arguments: Option<JsonObject>,
 ) -> Outcome {
     let (path, content) = write_args(arguments)?;
-    write_whole(server, actor, &path, content).await?;
-    Ok(text(format!("Successfully wrote to {path}")))
+    match write_whole(server, actor, &path, content).await {
+        Ok(_) => Ok(text(format!("Successfully wrote to {path}"))),
+        Err(e) => {
+            Err(refused_with_current(server, actor, &path, e, Show::Plain, "write_file").await)
+        }
+    }
 }
 
 /// One `{oldText, newText}` of `edit_file`.
@@ -609,7 +619,9 @@ async fn edit_file(
     match (written, computed) {
         (Ok(_), Some(Ok(diff))) => Ok(text(diff)),
         (Err(Error::NoMatch { .. }), Some(Err(message))) => Err(bad(message)),
-        (Err(e), _) => Err(e.into()),
+        (Err(e), _) => {
+            Err(refused_with_current(server, actor, &path, e, Show::Plain, "edit_file").await)
+        }
         (Ok(_), _) => Err(bad(
             "edit_file: the edit was written but its diff was lost.",
         )),

@@ -543,8 +543,9 @@ const INSTRUCTIONS: &str = "These file tools are shared with other agents workin
 folder at the same time; they keep you from overwriting each other's work. Read a file with \
 read_file before you change it, and read it again after each change before the next one. When \
 a tool refuses, its message says why (another agent is writing there, the file changed since \
-you read it, a protected file) and what to do next: usually read the file again, wait and \
-retry, or work on another file. Use reserve for multi-step work on several files and release \
+you read it, a protected file) and what to do next. A refusal because the file changed or was \
+not read shows its current content and counts as reading it: redo your change on top of that \
+content at once. Otherwise wait and retry, or work on another file. Use reserve for multi-step work on several files and release \
 when done; writ_status shows who works where.";
 
 impl ServerHandler for ToolServer {

@@ -32,8 +32,10 @@ const PATH: &str =
 
 const REFUSALS: &str = "If the tool refuses, nothing was changed; its message says why and what to do: \
 'being written by <agent>' means another agent is working on the file — retry in a moment or work on \
-another file; 'you have not read it' or 'changed since you read it' means call read_file on it again, \
-check the current content (another agent may have changed it) and redo your change on top of it; a \
+another file; 'you had not read it' or 'changed since you read it' comes with the file's current \
+content, numbered as read_file shows it (for append_file, its last lines): that counts as reading \
+it, so check it (another agent may have changed it) and redo your change on top of it right away, \
+without calling read_file (only when the message carries no content, call read_file first); a \
 protected or outside-the-workspace path cannot be used at all.";
 
 fn schema(properties: Value, required: &[&str]) -> Arc<JsonObject> {
@@ -251,7 +253,7 @@ pub(super) async fn call(
     };
     match outcome {
         Ok(text) => tool_ok(text),
-        Err(Failure::Bad(text)) => tool_error(text),
+        Err(Failure::Bad(text) | Failure::Current(text)) => tool_error(text),
         Err(Failure::Refused(e)) => tool_error(e.to_string()),
     }
 }
@@ -262,6 +264,9 @@ pub(super) enum Failure {
     Bad(Bad),
     /// writ refused (busy, stale, policy, …): the error's own sentence.
     Refused(Error),
+    /// A write refused for want of a current read, with the file's current
+    /// content, which the agent has now read ([`refused_with_current`]).
+    Current(String),
 }
 
 impl From<Bad> for Failure {
@@ -493,8 +498,12 @@ async fn write_file(
     arguments: Option<JsonObject>,
 ) -> Outcome {
     let (path, content) = write_args(arguments)?;
-    let receipt = write_whole(server, actor, &path, content).await?;
-    Ok(done(actor, &receipt))
+    match write_whole(server, actor, &path, content).await {
+        Ok(receipt) => Ok(done(actor, &receipt)),
+        Err(e) => {
+            Err(refused_with_current(server, actor, &path, e, Show::Numbered, "write_file").await)
+        }
+    }
 }
 
 /// `write_file {path, content}`: the same parameters in both tool sets.
@@ -530,6 +539,111 @@ pub(super) async fn read_whole(
     .await
 }
 
+/// How a refusal for want of a current read shows the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Show {
+    /// Numbered, as `read_file` shows it without `offset` or `limit`.
+    Numbered,
+    /// The last [`TAIL_LINES`] lines, numbered: all an append needs.
+    Tail,
+    /// As the filesystem tool set's `read_text_file` shows it, cut at the
+    /// read bound.
+    Plain,
+}
+
+/// How many lines of a file a refused append shows.
+pub(super) const TAIL_LINES: u64 = 20;
+
+/// Reads `path` for a write that was refused `Stale` or `NotRead` and turns
+/// the refusal into one that carries what was read (SPEC §6): the read
+/// records the agent's mark, exactly as `read_file` would, so the agent
+/// has seen the current version and may redo its change in its next call
+/// instead of spending one on a read. The gate is untouched: the write was
+/// refused, and the next one is judged against this mark.
+///
+/// Any other error, and a file that cannot be shown (gone since, binary,
+/// above the read limit), is returned as it came: the sentence then tells
+/// the agent to read it.
+pub(super) async fn refused_with_current(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    path: &str,
+    error: Error,
+    show: Show,
+    tool: &str,
+) -> Failure {
+    let lead = match &error {
+        Error::Stale { path, writer, ago } => {
+            let who = match (writer, ago) {
+                (Some(w), Some(ago)) => format!(" ('{w}' wrote it {ago:.1?} ago)"),
+                (Some(w), None) => format!(" ('{w}' wrote it)"),
+                _ => " (changed outside writ)".to_string(),
+            };
+            format!("{} changed since you read it{who}", shown(actor, path))
+        }
+        Error::NotRead { path } => {
+            format!("{} exists and you have not read it", shown(actor, path))
+        }
+        _ => return Failure::Refused(error),
+    };
+    let (bytes, mark) = match read_whole(server, actor, path).await {
+        Ok(read) => read,
+        Err(_) => return Failure::Refused(error),
+    };
+    if is_binary(&bytes) {
+        // Shown nothing, so it has read nothing.
+        actor.forget_mark(&mark.path);
+        return Failure::Refused(error);
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let opts = &server.session.opts;
+    let name = shown(actor, &mark.path);
+    let (what, body) = match show {
+        Show::Numbered => (
+            "Its current content is below, as read_file shows it",
+            numbered(&name, &text, 1, opts.read_lines as u64, opts),
+        ),
+        Show::Tail => {
+            let total = text.lines().count() as u64;
+            let first = total.saturating_sub(TAIL_LINES) + 1;
+            (
+                "Its last lines are below, as read_file shows them (for an append that is enough)",
+                numbered(&name, &text, first, TAIL_LINES, opts),
+            )
+        }
+        Show::Plain => (
+            "Its current content is below",
+            plain(&text, opts.read_bytes),
+        ),
+    };
+    let reader = match show {
+        Show::Plain => "read_text_file",
+        Show::Numbered | Show::Tail => "read_file",
+    };
+    Failure::Current(format!(
+        "{lead}; nothing was written. {what}; this counts as reading it, so redo your change on \
+         this content and call {tool} again now, without calling {reader} first.\n\n{body}"
+    ))
+}
+
+/// `text` as it is, cut at a line end within `bound` bytes with a note.
+fn plain(text: &str, bound: usize) -> String {
+    if text.len() <= bound {
+        return text.to_string();
+    }
+    let mut end = bound;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = text[..end].rfind('\n').map_or(0, |i| i + 1);
+    format!(
+        "{}[Cut short: {} of {} bytes shown; read_text_file shows the rest.]",
+        &text[..cut],
+        cut,
+        text.len()
+    )
+}
+
 async fn edit_file(
     server: &ToolServer,
     actor: &Arc<Actor>,
@@ -558,15 +672,20 @@ async fn edit_file(
         ));
     }
     let p = path.clone();
-    let receipt = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
+    let written = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
         if all {
             files(a, call).replace_all(&p, &old, &new)
         } else {
             files(a, call).replace(&p, &old, &new)
         }
     })
-    .await?;
-    Ok(done(actor, &receipt))
+    .await;
+    match written {
+        Ok(receipt) => Ok(done(actor, &receipt)),
+        Err(e) => {
+            Err(refused_with_current(server, actor, &path, e, Show::Numbered, "edit_file").await)
+        }
+    }
 }
 
 async fn append_file(
@@ -578,11 +697,16 @@ async fn append_file(
     let path = args.path("path")?;
     let content = args.string("content")?;
     let p = path.clone();
-    let receipt = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
+    let written = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
         files(a, call).append(&p, content.as_bytes())
     })
-    .await?;
-    Ok(done(actor, &receipt))
+    .await;
+    match written {
+        Ok(receipt) => Ok(done(actor, &receipt)),
+        Err(e) => {
+            Err(refused_with_current(server, actor, &path, e, Show::Tail, "append_file").await)
+        }
+    }
 }
 
 async fn delete_file(

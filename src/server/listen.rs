@@ -358,7 +358,7 @@ async fn rpc(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Res
             return json_response(StatusCode::OK, &error_body(&reply_id, &e));
         }
     };
-    let outcome = app.call(&caller, &method, params).await;
+    let outcome = app.answer(&caller, &method, params).await;
     if id.is_none() {
         // A notification: done, and nothing to say.
         return StatusCode::NO_CONTENT.into_response();
@@ -368,9 +368,13 @@ async fn rpc(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Res
             StatusCode::OK,
             &json!({"jsonrpc": "2.0", "id": reply_id, "result": result}),
         ),
-        Err(e) => {
+        Err((e, current)) => {
             tracing::debug!(%method, kind = e.kind(), "refused");
-            json_response(StatusCode::OK, &error_body(&reply_id, &e))
+            let mut body = error_body(&reply_id, &e);
+            if let (Some(current), Some(data)) = (current, body["error"]["data"].as_object_mut()) {
+                data.insert("current".into(), current);
+            }
+            json_response(StatusCode::OK, &body)
         }
     }
 }

@@ -63,6 +63,31 @@ pub(crate) struct App {
     etcd: Option<EtcdBackend>,
 }
 
+/// How many lines of a file a refused `files.append` with `current: true`
+/// carries.
+pub(crate) const TAIL_LINES: usize = 20;
+
+/// The last [`TAIL_LINES`] lines of a `files.read` result, with `lines`
+/// saying where they start; the result as it is when it cannot be cut.
+fn tail(mut read: Value) -> Option<Value> {
+    let bytes = read.get("content").map(wire::content_from_wire)?.ok()?;
+    // Where each line starts; a final newline opens no further line.
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(
+            memchr::memchr_iter(b'\n', &bytes)
+                .filter(|&i| i + 1 < bytes.len())
+                .map(|i| i + 1),
+        )
+        .collect();
+    let first = starts.len().saturating_sub(TAIL_LINES);
+    let from = starts.get(first).copied().unwrap_or(0);
+    if let Value::Object(map) = &mut read {
+        map.insert("content".into(), wire::content_to_wire(&bytes[from..]));
+        map.insert("lines".into(), json!([first, null]));
+    }
+    Some(read)
+}
+
 fn invalid(detail: impl Into<String>) -> Error {
     Error::Protocol {
         kind: ProtocolError::InvalidParams,
@@ -789,6 +814,44 @@ impl App {
                 kind: ProtocolError::Internal,
                 detail: format!("a file operation failed to run: {e}"),
             })?
+    }
+
+    /// Runs one method as [`App::call`] does. A `files.write`,
+    /// `files.append` or `files.replace` asked with `current: true` and
+    /// refused `stale` or `not_read` then reads the file for its actor, as
+    /// `files.read` would (recording the actor's mark: SPEC §6, the refusal
+    /// is also the re-read), and returns what it read beside the error:
+    /// `{content, mark}`, for an append only the last [`TAIL_LINES`] lines
+    /// with `lines: [first, null]` (0-based) saying where they start.
+    /// Nothing beside the error when the read fails too.
+    pub(crate) async fn answer(
+        self: &Arc<Self>,
+        caller: &Caller,
+        method: &str,
+        mut params: Value,
+    ) -> std::result::Result<Value, (Error, Option<Value>)> {
+        let wants = match method {
+            "files.write" | "files.append" | "files.replace" => {
+                match params.as_object_mut().and_then(|p| p.remove("current")) {
+                    None | Some(Value::Bool(false)) => false,
+                    Some(Value::Bool(true)) => true,
+                    Some(_) => return Err((invalid("'current' is true or false"), None)),
+                }
+            }
+            _ => false,
+        };
+        let read = wants.then(|| json!({"actor": params.get("actor"), "path": params.get("path")}));
+        match (self.call(caller, method, params).await, read) {
+            (Err(e @ (Error::Stale { .. } | Error::NotRead { .. })), Some(read)) => {
+                let current = self.call(caller, "files.read", read).await.ok();
+                let current = match current {
+                    Some(whole) if method == "files.append" => tail(whole),
+                    other => other,
+                };
+                Err((e, current))
+            }
+            (outcome, _) => outcome.map_err(|e| (e, None)),
+        }
     }
 
     /// Runs one method.

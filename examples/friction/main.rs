@@ -1,0 +1,245 @@
+//! The friction benchmark: how many tool calls scripted agents spend per
+//! task that lands, and how many updates they lose, when they share one
+//! folder through writ, with a blind overwrite, or each in a git worktree
+//! merged at the end.
+//!
+//! ```sh
+//! cargo run --release --example friction -- --agents 4,8 --seeds 3
+//! cargo run --release --example friction -- --agents 4 --tasks 3 --time-scale 0.02   # seconds
+//! ```
+//!
+//! Flags: `--agents 4,8` (agent counts), `--seeds 3` (seeds 1..=N; the
+//! summary gives medians), `--tasks 10` (per agent), `--time-scale 1.0`
+//! (multiplies the think and turn times: 0.1 runs ten times faster),
+//! `--modes writ,writ-reread,blind,worktree`. The workload and the modes
+//! are described in `workload.rs`; docs/PERFORMANCE.md has the figures.
+
+#[path = "../../tests/common/mcp_http_client.rs"]
+mod mcp_http_client;
+mod workload;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use workload::{MIN_CALLS, Mode, Params, Report};
+
+struct Args {
+    agents: Vec<usize>,
+    seeds: u64,
+    tasks: usize,
+    time_scale: f64,
+    modes: Vec<Mode>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        agents: vec![4, 8],
+        seeds: 3,
+        tasks: 10,
+        time_scale: 1.0,
+        modes: vec![Mode::Writ, Mode::WritReread, Mode::Blind, Mode::Worktree],
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
+        match flag.as_str() {
+            "--agents" => {
+                args.agents = value
+                    .split(',')
+                    .map(|n| n.trim().parse::<usize>().map_err(|e| bad(&e)))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--seeds" => args.seeds = value.parse().map_err(|e| bad(&e))?,
+            "--tasks" => args.tasks = value.parse().map_err(|e| bad(&e))?,
+            "--time-scale" => args.time_scale = value.parse().map_err(|e| bad(&e))?,
+            "--modes" => {
+                args.modes = value
+                    .split(',')
+                    .map(|m| Mode::parse(m.trim()).ok_or_else(|| bad(&"unknown mode")))
+                    .collect::<Result<_, _>>()?;
+            }
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    if args.agents.contains(&0) || args.tasks == 0 || args.seeds == 0 {
+        return Err("agents, tasks and seeds must be at least 1".into());
+    }
+    Ok(args)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+fn main() {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("friction: {e}");
+            std::process::exit(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("friction: runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let dir = match tempfile::tempdir() {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("friction: temp folder: {e}");
+            std::process::exit(1);
+        }
+    };
+    println!(
+        "friction: {} tasks per agent, think 0.2-7 s and a turn of 0.2-1.5 s before each call, \
+         times x{}",
+        args.tasks, args.time_scale
+    );
+    let mut reports: Vec<Report> = Vec::new();
+    for &agents in &args.agents {
+        for seed in 1..=args.seeds {
+            let params = Params::new(agents, args.tasks, seed, args.time_scale);
+            // The modes of one seed run side by side: their agents mostly
+            // wait (the model's turns), and each wall time is then taken
+            // under the same load as the others'.
+            let runs: Vec<_> = args
+                .modes
+                .iter()
+                .map(|&mode| {
+                    let (params, base) = (params.clone(), dir.path().to_path_buf());
+                    runtime.spawn(async move { workload::run(mode, &params, &base).await })
+                })
+                .collect();
+            for (&mode, run) in args.modes.iter().zip(runs) {
+                let outcome = runtime
+                    .block_on(run)
+                    .unwrap_or_else(|e| Err(format!("the run failed: {e}")));
+                match outcome {
+                    Ok(report) => {
+                        println!(
+                            "  agents {agents} seed {seed} {:<11} calls {:>4} changes {:>3}/{:<3} \
+                             landed {:>3}/{:<3} \
+                             lost {:>3} extra {:>2} refusals {:>3} wall {:>7.2?}{}",
+                            mode.name(),
+                            report.calls,
+                            report.accepted,
+                            report.intended,
+                            report.landed_tasks,
+                            agents * args.tasks,
+                            report.lost,
+                            report.extra,
+                            report.refusals.values().sum::<usize>(),
+                            report.wall,
+                            if mode == Mode::Worktree {
+                                format!(" + merge {:.2?}", report.merge)
+                            } else {
+                                String::new()
+                            }
+                        );
+                        reports.push(report);
+                    }
+                    Err(e) => {
+                        eprintln!("friction: {} agents {agents} seed {seed}: {e}", mode.name());
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+    }
+    summary(&args, &reports);
+    let failed = reports
+        .iter()
+        .any(|r| matches!(r.mode, Mode::Writ | Mode::WritReread) && (r.lost > 0 || r.extra > 0));
+    if failed {
+        eprintln!("friction: writ lost or invented an update");
+        std::process::exit(1);
+    }
+}
+
+fn summary(args: &Args, reports: &[Report]) {
+    println!();
+    println!(
+        "medians over {} seed(s); calls per landed task against the minimum of {MIN_CALLS}; \
+         wall time (the agents' work; a worktree's merge is not in it) over blind \
+         overwrite's in the same seed",
+        args.seeds
+    );
+    println!(
+        "| agents | mode | lost updates (of {} changes per agent) | calls per landed task | \
+         ÷ minimum | tasks landed | refusals per task | wall ÷ blind |",
+        args.tasks * 4
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
+    for &agents in &args.agents {
+        for &mode in &args.modes {
+            let runs: Vec<&Report> = reports
+                .iter()
+                .filter(|r| r.agents == agents && r.mode == mode)
+                .collect();
+            let of = |f: &dyn Fn(&Report) -> f64| median(runs.iter().map(|r| f(r)).collect());
+            let wall_ratio = |r: &Report| {
+                reports
+                    .iter()
+                    .find(|b| b.agents == agents && b.seed == r.seed && b.mode == Mode::Blind)
+                    .map_or(f64::NAN, |b| {
+                        r.wall.as_secs_f64() / b.wall.max(Duration::from_micros(1)).as_secs_f64()
+                    })
+            };
+            let calls = of(&|r| r.calls_per_task());
+            println!(
+                "| {agents} | {} | {} | {calls:.2} | {:.2} | {} | {:.2} | {:.2} |",
+                mode.name(),
+                of(&|r| r.lost as f64),
+                calls / MIN_CALLS as f64,
+                of(&|r| r.landed_tasks as f64),
+                of(&|r| r.refusals.values().sum::<usize>() as f64 / r.landed_tasks.max(1) as f64),
+                of(&wall_ratio),
+            );
+        }
+    }
+    println!();
+    println!("refusals by kind and file, summed over seeds:");
+    for &agents in &args.agents {
+        for &mode in &args.modes {
+            let mut sum: BTreeMap<(String, String), usize> = BTreeMap::new();
+            let mut conflicts = 0;
+            for r in reports
+                .iter()
+                .filter(|r| r.agents == agents && r.mode == mode)
+            {
+                for (key, n) in &r.refusals {
+                    *sum.entry(key.clone()).or_default() += n;
+                }
+                conflicts += r.conflicts;
+            }
+            let listed: Vec<String> = sum
+                .iter()
+                .map(|((kind, file), n)| format!("{kind} {file}: {n}"))
+                .collect();
+            let mut line = format!("  agents {agents} {:<11}", mode.name());
+            if listed.is_empty() {
+                line.push_str(" none");
+            } else {
+                line.push(' ');
+                line.push_str(&listed.join(", "));
+            }
+            if mode == Mode::Worktree {
+                line.push_str(&format!(" (merge conflicts: {conflicts} files)"));
+            }
+            println!("{line}");
+        }
+    }
+}

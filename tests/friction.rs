@@ -1,0 +1,61 @@
+//! The friction benchmark's short form (`examples/friction`): a few
+//! scripted agents through writ's `/mcp`, a blind overwrite and a git
+//! worktree each, with the think times scaled down. Through writ no update
+//! is lost and every call is accounted for; the oracle finds the updates
+//! the worktree merge loses.
+
+#![cfg(all(feature = "server", feature = "mcp"))]
+
+#[path = "common/mcp_http_client.rs"]
+mod mcp_http_client;
+// The command line's half of the workload is not used here.
+#[allow(dead_code)]
+#[path = "../examples/friction/workload.rs"]
+mod workload;
+
+use workload::{MIN_CALLS, Mode, Params};
+
+#[test]
+fn the_short_form_loses_nothing_through_writ_and_accounts_for_every_call() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let (agents, tasks) = (4, 3);
+    let params = Params::new(agents, tasks, 1, 0.02);
+    let all = agents * tasks;
+    for mode in [Mode::Writ, Mode::WritReread, Mode::Blind, Mode::Worktree] {
+        let r = runtime
+            .block_on(workload::run(mode, &params, dir.path()))
+            .unwrap_or_else(|e| panic!("{}: {e}", mode.name()));
+        let refusals: usize = r.refusals.values().sum();
+        let what = format!("{}: {r:?}", mode.name());
+        assert_eq!(r.intended, all * 4, "{what}");
+        match mode {
+            Mode::Writ | Mode::WritReread => {
+                assert_eq!((r.lost, r.extra), (0, 0), "{what}");
+                assert_eq!(r.landed_tasks, all, "{what}");
+                assert!(r.refusals.keys().all(|(kind, _)| kind == "stale"), "{what}");
+                // A refusal that carries the content costs its retry only;
+                // one that does not costs a read_file as well.
+                let per_refusal = if mode == Mode::Writ { 1 } else { 2 };
+                assert_eq!(r.calls, MIN_CALLS * all + per_refusal * refusals, "{what}");
+            }
+            Mode::Blind => {
+                assert_eq!(
+                    (r.accepted, r.calls, refusals),
+                    (all * 4, MIN_CALLS * all, 0),
+                    "{what}"
+                );
+            }
+            Mode::Worktree => {
+                assert_eq!((r.accepted, r.calls), (all * 4, MIN_CALLS * all), "{what}");
+                // Every agent bumped 1.0.0 to 1.0.3 and added lines at the
+                // registry's one anchor: the merge keeps one agent's.
+                assert!(r.conflicts > 0 && r.lost >= all - tasks, "{what}");
+            }
+        }
+    }
+}
