@@ -1049,3 +1049,76 @@ async fn a_ticket_given_up_before_its_grant_releases_the_grant_on_arrival() {
     .await;
     server.shutdown().await;
 }
+
+/// A loopback proxy to `server` that passes every exchange but loses the
+/// server's answer on a connection that carried an `admit` (it closes
+/// that connection instead), as a network does that breaks after the
+/// request arrived.
+async fn answer_losing_proxy(server: SocketAddr) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(upstream) = tokio::net::TcpStream::connect(server).await else {
+                    return;
+                };
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_server, mut to_server) = upstream.into_split();
+                let lose = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let seen = lose.clone();
+                let up = tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = from_client.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let chunk = &buf[..n];
+                        if chunk.windows(7).any(|w| w == b"\"admit\"") {
+                            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        if to_server.write_all(chunk).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = from_server.read(&mut buf).await {
+                    if n == 0 || lose.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                    if to_client.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_answer_was_lost_is_given_back_by_its_ticket() {
+    let (_dir, root) = workspace();
+    let server = start(&root, Duration::from_secs(30)).await;
+    let direct = server.url().trim_start_matches("http://").to_string();
+    let proxy = answer_losing_proxy(direct.parse().unwrap()).await;
+    let session = Session::connect(&format!("http://{proxy}"), server.token())
+        .await
+        .unwrap();
+    let agent = session
+        .actor("agent", Grant::workspace(&root))
+        .await
+        .unwrap();
+    // The server grants it; the client never hears so.
+    let lost = agent.try_admit(["x.rs"]).await;
+    assert!(
+        matches!(lost, Err(writ::Error::Unavailable { .. })),
+        "{lost:?}"
+    );
+    // The client gives its ticket up, which releases the grant: the live
+    // actor's lease would otherwise keep it as long as the client runs.
+    until(&server, "the lost grant released", |d| d.holds.is_empty()).await;
+    server.shutdown().await;
+}

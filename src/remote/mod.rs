@@ -605,7 +605,8 @@ impl Request<'_> {
     /// before the answer is in, the dropped request closes its connection
     /// (which cancels a wait on the server) and a `release {actor, ticket}`
     /// is sent in the background, so a grant already made, or still on its
-    /// way, is handed back, never leaked. Once the answer is in, the `Held`
+    /// way, is handed back, never leaked; so is it after an `unavailable`
+    /// answer, which cannot tell whether a grant was made. Once the answer is in, the `Held`
     /// is built in the same poll: there is no moment where it can be lost.
     async fn hold(&self, method: &str, wait: bool, timeout: Option<Duration>) -> Result<Held> {
         let inner = &self.actor.inner;
@@ -618,14 +619,22 @@ impl Request<'_> {
             ticket,
         };
         let answer = inner.http.call(method, params).await;
-        pending.http = None;
-        let got = answer?;
-        Ok(Held {
-            inner: Some(inner.clone()),
-            hold: text(&got, "hold")?,
-            paths: paths(&got),
-            actor: self.actor.name.clone(),
-        })
+        let held = answer.and_then(|got| {
+            Ok(Held {
+                inner: Some(inner.clone()),
+                hold: text(&got, "hold")?,
+                paths: paths(&got),
+                actor: self.actor.name.clone(),
+            })
+        });
+        // An answer that says what happened ends the ticket. One that does
+        // not (the server, or its etcd, did not answer; the reply broke
+        // off) may hide a grant made meanwhile: the ticket is given up
+        // when `pending` drops, which releases such a grant.
+        if !matches!(held, Err(Error::Unavailable { .. })) {
+            pending.http = None;
+        }
+        held
     }
 
     /// Reserves every target at once, or `Err(Busy)` immediately.
