@@ -3,6 +3,10 @@
 //!
 //! - `admission/in_process`: `try_admit` + drop of one file on a
 //!   `Scheduler` (the baseline).
+//! - `admission/raw_etcd_txn_pair`: the floor of an admission and its
+//!   release on etcd: one transaction with one compare and one put (the
+//!   grant), then one delete (the release), with etcd's own client on the
+//!   same etcd: two round trips, both Raft writes.
 //! - `admission/etcd_admit_release`: `Table::admit` + `Table::release` of
 //!   one file, uncontested, through a single-member etcd on loopback that
 //!   the bench starts (its data folder on the temp file system): a read
@@ -131,6 +135,29 @@ fn admission(c: &mut Criterion) {
             .await
             .unwrap();
         (table, actor)
+    });
+    let raw = rt.block_on(async {
+        etcd_client::Client::connect([endpoint.as_str()], None)
+            .await
+            .unwrap()
+    });
+    group.bench_function("raw_etcd_txn_pair", |b| {
+        use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut raw = raw.clone();
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let key = "raw/ws/src/lib.rs";
+                    let grant = Txn::new()
+                        .when([Compare::version(key, CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(key, "held", None)]);
+                    assert!(raw.txn(grant).await.unwrap().succeeded());
+                    black_box(raw.delete(key, None).await.unwrap());
+                }
+                start.elapsed()
+            })
+        })
     });
     for (name, path) in [
         ("etcd_admit_release", "/ws/src/lib.rs"),
