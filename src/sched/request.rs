@@ -145,6 +145,21 @@ impl Request {
         block_on(self.admit(), Some(Instant::now() + timeout))
     }
 
+    /// What [`Request::try_admit`] (a `Call`) or [`Request::fence`] (a
+    /// `Fence`) would answer now, without asking: `Ok`
+    /// when nothing stands in the way, else the refusal (`Busy`, naming the
+    /// holder). Nothing is admitted, counted or recorded, so a caller that
+    /// already reported a wait (a timeout) can say who blocked it without
+    /// a second refusal in the counters and the event stream.
+    pub(crate) fn probe(self, kind: HoldKind) -> Result<()> {
+        let claim = self.meta.claim(self.targets, kind)?;
+        let state = self.sched.shared.lock();
+        match state.blocker(&claim, &Need::Hold, self.priority, None) {
+            None => Ok(()),
+            Some(blocker) => Err(refusal(&state, &self.meta.resolver, &claim, blocker)),
+        }
+    }
+
     /// A fence on the targets, try-only.
     pub fn fence(self) -> Result<Fence> {
         let make = Make::Fence(self.meta.clone(), self.targets.clone());
@@ -281,12 +296,7 @@ impl<T> Acquire<T> {
         if ask.try_only {
             state.counters.refused += 1;
             let err = refusal(&state, &self.requester.resolver, &ask.claim, blocker);
-            events.record(|| EventKind::Refused {
-                actor: self.requester.id,
-                actor_name: self.requester.name.clone(),
-                error: err.kind().to_string(),
-                message: err.to_string(),
-            });
+            events.record(|| events::refused(self.requester.id, self.requester.name.clone(), &err));
             drop(state);
             events.publish();
             tracing::debug!(actor = %self.requester.name, error = %err, "refused");
@@ -418,6 +428,7 @@ impl<T> Acquire<T> {
                 actor: self.requester.id,
                 actor_name: self.requester.name.clone(),
                 waited_ms: events::millis(now.saturating_duration_since(since)),
+                cause: state.blockers_of(id).2,
             });
             (None, state.cancel(id, now))
         });
