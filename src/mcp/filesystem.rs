@@ -98,7 +98,7 @@ pub(super) async fn call(
     actor: &Arc<Actor>,
     name: &str,
     arguments: Option<JsonObject>,
-) -> CallToolResult {
+) -> (&'static str, CallToolResult) {
     let outcome = match name {
         "read_file" | "read_text_file" => read_text_file(server, actor, name, arguments).await,
         "read_media_file" => read_media_file(server, actor, arguments).await,
@@ -122,9 +122,10 @@ pub(super) async fn call(
         ))),
     };
     match outcome {
-        Ok(result) => result,
-        Err(Failure::Bad(text)) => super::tool_error(text),
-        Err(Failure::Refused(e)) => super::tool_error(e.to_string()),
+        Ok(result) if result.is_error == Some(true) => ("error", result),
+        Ok(result) => ("ok", result),
+        Err(Failure::Bad(text)) => ("bad_arguments", super::tool_error(text)),
+        Err(Failure::Refused(e)) => (e.kind(), super::tool_error(e.to_string())),
     }
 }
 

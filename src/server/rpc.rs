@@ -55,6 +55,8 @@ pub(crate) struct App {
     reg: Mutex<Registry>,
     /// Pokes the reaper when a lease appears or a long-poll ends.
     poke: Arc<Notify>,
+    /// The counts `/metrics` shows beside the table's own.
+    pub(crate) metrics: super::observe::Metrics,
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
     /// The session's table in etcd (`writ serve --etcd`): every method that
@@ -333,6 +335,7 @@ impl App {
             history_dir,
             reg: Mutex::new(Registry::default()),
             poke: Arc::new(Notify::new()),
+            metrics: super::observe::Metrics::default(),
             stop_tx,
             stop_rx,
             #[cfg(feature = "etcd")]
@@ -688,6 +691,7 @@ impl App {
             None => {
                 let l = reg.new_lease(self.ttl);
                 self.poke.notify_one();
+                tracing::info!(lease = %self.handle('l', l), actor = %name, "lease created");
                 l
             }
         };
@@ -1011,6 +1015,7 @@ impl App {
                     self.drop_lease(lease).ok_or_else(|| Error::UnknownLease {
                         lease: p.lease.clone(),
                     })?;
+                tracing::info!(lease = %p.lease, actors, holds, "lease revoked");
                 Ok(json!({"lease": p.lease, "actors": actors, "holds": holds}))
             }
             "files.read" => {
