@@ -373,3 +373,22 @@ fn the_log_and_the_metrics_tell_what_happened_and_never_a_token() {
         "{log}"
     );
 }
+
+/// `writ top` draws on a terminal: without one it says so in one sentence
+/// and fails, before it looks for a server.
+#[test]
+fn writ_top_without_a_terminal_says_so_and_fails() {
+    let out = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["top", "--url", "http://127.0.0.1:9", "--token", "x"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one sentence: {stderr}");
+    assert!(
+        stderr.contains("terminal") && stderr.contains("writ dump"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing drawn");
+}

@@ -25,10 +25,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::core::key::{Key, Mode};
-use crate::error::Error;
 use crate::core::queue::{WaitCause, WaiterId};
 use crate::core::state::State;
 use crate::core::table::{ActorId, ChildRecord, HoldId, HoldKind, ScopeKind};
+use crate::error::Error;
 use crate::sched::dump::PathEntry;
 use crate::sched::scheduler::Scheduler;
 
@@ -543,6 +543,40 @@ impl Scheduler {
             } else {
                 last.saturating_add(1)
             },
+        }
+    }
+
+    /// Reads the stream from the last `recent` events the ring still holds
+    /// (fewer when it holds fewer, or when recording started since), then
+    /// on: a viewer who connects late sees the recent past, without a gap.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let _recording = sched.subscribe();
+    /// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+    /// drop(lead.try_admit(["a.rs"])?);
+    /// let mut late = sched.subscribe_recent(2);
+    /// let kinds: Vec<&str> = std::iter::from_fn(|| late.try_next())
+    ///     .map(|e| e.kind.name())
+    ///     .collect();
+    /// assert_eq!(kinds, ["admitted", "released"]);
+    /// # Ok(()) }
+    /// ```
+    pub fn subscribe_recent(&self, recent: usize) -> Subscription {
+        let events = &self.shared.events;
+        let now = events.subscribe();
+        let ring = events.ring.lock();
+        let oldest = ring
+            .buf
+            .front()
+            .map_or(ring.next, |e| e.seq)
+            .max(ring.continuous_from);
+        let wanted = now.saturating_sub(u64::try_from(recent).unwrap_or(u64::MAX));
+        Subscription {
+            sched: self.clone(),
+            cursor: wanted.max(oldest),
         }
     }
 

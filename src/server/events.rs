@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -95,7 +95,17 @@ fn last_event_id(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+/// `/events?recent=N`: start with the last N events the ring holds.
+#[derive(serde::Deserialize)]
+struct EventsQuery {
+    recent: Option<usize>,
+}
+
+async fn events(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(query): Query<EventsQuery>,
+) -> Response {
     if !auth::origin_allowed(&headers) {
         let e = Error::Forbidden {
             reason: "requests from a non-loopback Origin are refused".into(),
@@ -113,9 +123,13 @@ async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         Err(e) => return auth::refuse(StatusCode::UNAUTHORIZED, &e),
     }
     let last = last_event_id(&headers);
-    let subscription = match last {
-        Some(last) => app.sched.subscribe_after(last),
-        None => app.sched.subscribe(),
+    // A reconnect resumes where it was; a first connection may ask for the
+    // recent past, which the ring keeps (the server records from its start).
+    let recent = query.recent;
+    let subscription = match (last, recent) {
+        (Some(last), _) => app.sched.subscribe_after(last),
+        (None, Some(recent)) => app.sched.subscribe_recent(recent),
+        (None, None) => app.sched.subscribe(),
     };
     let reader = Reader {
         kept: Lingering {
