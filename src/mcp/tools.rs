@@ -353,30 +353,22 @@ pub(super) async fn with_wait<T: Send + 'static>(
     op: impl Fn(&Actor, Option<&mut Reservation>) -> crate::Result<T> + Send + Sync + 'static,
 ) -> crate::Result<T> {
     let op: FileCall<T> = Arc::new(op);
-    let targets = || {
-        paths.iter().map(move |p| match access {
+    let targets = paths
+        .iter()
+        .map(|p| match access {
             Access::Read => Target::file(*p).shared(),
             Access::Write => Target::file(*p),
         })
-    };
+        .collect();
     let verb = match access {
         Access::Read => "read",
         Access::Write => "write",
     };
-    let waited = actor
-        .request(targets())
-        .label(format!("{verb} {}", paths.join(", ")))
-        .admit_timeout(server.session.opts.call_wait)
-        .await;
-    match waited {
-        Ok(call) => blocking(actor, &op, Some(call)).await,
-        Err(Error::Timeout { .. }) => match actor.request(targets()).probe(HoldKind::Call) {
-            Err(busy) => Err(busy),
-            // Freed between the timeout and now: the operation runs.
-            Ok(()) => blocking(actor, &op, None).await,
-        },
-        Err(e) => Err(e),
-    }
+    let label = format!("{verb} {}", paths.join(", "));
+    let call = actor
+        .wait_call(targets, label, server.session.opts.call_wait)
+        .await?;
+    blocking(actor, &op, call).await
 }
 
 /// What a model needs to know after a write.

@@ -179,6 +179,37 @@ impl Request {
     }
 }
 
+impl Actor {
+    /// A tool call's wait: a call reservation on `targets`, waited for at
+    /// most `timeout` (granted at once when nothing is in the way).
+    ///
+    /// When the wait runs out, the answer is who holds a path then (`Busy`,
+    /// read without asking again: the wait was reported once, as a
+    /// timeout), or `Ok(None)` when the paths came free in between and the
+    /// caller may go on without a reservation. The MCP tools and `/rpc`'s
+    /// file methods with `timeout_ms` wait this way, so a contested call
+    /// is one wait, never a refusal, a wait and another refusal.
+    pub(crate) async fn wait_call(
+        &self,
+        targets: Vec<Target>,
+        label: String,
+        timeout: Duration,
+    ) -> Result<Option<Reservation>> {
+        match self
+            .request(targets.clone())
+            .label(label)
+            .admit_timeout(timeout)
+            .await
+        {
+            Ok(call) => Ok(Some(call)),
+            Err(Error::Timeout { .. }) => {
+                self.request(targets).probe(HoldKind::Call).map(|()| None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// What a request asks the state for.
 pub(crate) struct Ask {
     pub(crate) claim: Claim,
