@@ -15,11 +15,12 @@ mod common;
 
 #[path = "common/mcp_http_client.rs"]
 mod mcp_http_client;
+#[path = "common/serve_process.rs"]
+mod serve_process;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt as _, Empty};
@@ -28,74 +29,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use mcp_http_client::McpHttp;
 use serde_json::{Value, json};
+use serve_process::Serve;
 use writ::Grant;
 use writ::remote::Session;
-
-/// A `writ serve` process whose stderr goes to a file.
-struct Serve {
-    child: Child,
-    url: String,
-    token: String,
-    log: PathBuf,
-}
-
-impl Serve {
-    fn start(root: &Path, state: &Path, args: &[&str], envs: &[(&str, &str)]) -> Serve {
-        let log = state.join("serve.log");
-        std::fs::create_dir_all(state).unwrap();
-        let stderr = std::fs::File::create(&log).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
-            .arg("serve")
-            .arg(root)
-            .args(["--no-history", "--no-fsync"])
-            .args(args)
-            .env("XDG_STATE_HOME", state)
-            .envs(envs.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        let url = line
-            .strip_prefix("writ serve: ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("writ serve said {line:?}"))
-            .to_string();
-        let found =
-            writ::server::read_discovery(&writ::server::discovery_path(root, None)).unwrap();
-        Serve {
-            child,
-            url,
-            token: found.token,
-            log,
-        }
-    }
-
-    /// Sends SIGTERM and waits (with a deadline) for the process to end.
-    fn terminate(&mut self) {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "writ serve ended with {status}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "writ serve did not stop");
-            std::thread::yield_now();
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `GET path` with `token`: status and body.
 async fn get(url: &str, token: Option<&str>) -> (u16, String) {

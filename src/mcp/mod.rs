@@ -549,6 +549,16 @@ async fn off_async_threads<T: Send + 'static>(
     }
 }
 
+/// The answer to a tool call that was still running when the server
+/// stopped: nothing was done, and the agent may retry once it is back.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
+pub(crate) fn stopping_result() -> CallToolResult {
+    tool_error(
+        "writ serve is stopping; this call did nothing. Retry it in a moment: the server \
+         (or its next run) answers again.",
+    )
+}
+
 fn tool_error(text: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)])
 }

@@ -734,6 +734,10 @@ impl Mcp {
                 Entry::Occupied(_) => (number, Some(stop)),
             }
         };
+        let mut stop = match self.app.upgrade() {
+            Some(app) => app.stopping(),
+            None => return Called::Closed,
+        };
         let outcome = tokio::select! {
             result = tools.call(call) => match result {
                 Some(result) => Called::Answered(result),
@@ -742,6 +746,10 @@ impl Mcp {
             // Cancelled, or the session ended (its entry, and so the
             // sender, is gone).
             _ = stopped => Called::Cancelled,
+            // A call waiting for a contested path must not hold up the
+            // server's stop (and a restart on the same folder): it is
+            // answered now, its wait dropped with nothing left behind.
+            _ = stop.wait_for(|s| *s) => Called::Answered(crate::mcp::stopping_result()),
         };
         let mut live = self.live.lock();
         if let Some(session) = live.get_mut(id) {
