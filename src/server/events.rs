@@ -11,9 +11,12 @@
 //! slows admission, because the scheduler only writes into the ring.
 //! A stream gathers events for [`BATCH`] and sends them in one write, so a
 //! connected reader costs one wake-up and one write per batch, not per event.
-//! The scheduler records only while someone subscribes, so a stream's
-//! subscription outlives the stream by [`LINGER`]: a reader that was the
-//! only one and reconnects within it reads what it missed, not a gap.
+//! A first connection may ask for the recent past (`?recent=N`): the last
+//! N events the ring holds, then live, so a viewer who opens the page late
+//! still reads what happened. The server's log and metrics read the stream
+//! from its start (`observe`), so the ring is always recorded into; a
+//! stream's subscription also outlives the stream by [`LINGER`], which
+//! keeps a lone reader's reconnect whole where nothing else subscribes.
 //!
 //! `/` needs no token: it is a static page with no data in it. The page
 //! asks for the token (or reads it from the URL fragment, which browsers
