@@ -102,8 +102,10 @@ fn the_log_and_the_metrics_tell_what_happened_and_never_a_token() {
         &root,
         &state,
         &[
+            // Short, so the unrenewed lease below lapses soon; three
+            // keep-alive rounds long, so the live ones never do.
             "--lease-ttl",
-            "1",
+            "2",
             "--call-wait",
             "0.3",
             "--log-format",
@@ -181,7 +183,7 @@ fn the_log_and_the_metrics_tell_what_happened_and_never_a_token() {
         assert_eq!(mcp.close().await, 200);
         held.release().await.unwrap();
 
-        // A lease nobody renews lapses after the 1 s TTL.
+        // A lease nobody renews lapses after the 2 s TTL.
         let lapsing = session
             .call(
                 "actor.create",
