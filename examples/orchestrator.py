@@ -6,7 +6,8 @@ grant and token) and starts the workers as separate processes. Every worker
 makes scripted edits -- no model involved -- the way a coding agent does:
 read a file, think, write the whole file back. Half of the edits go to a file
 every worker shares (``shared/CHANGES.md``); the rest to the worker's own
-fenced folder. Refusals (``Busy``, ``Stale``, ``NotRead``) are retried after a
+fenced folder. A file another worker is writing is waited for (``timeout=``);
+refusals (``Stale``, ``NotRead``, ``Busy`` past the wait) are retried after a
 re-read, as a model told "read it again" would.
 
 At the end the lead counts lost updates from the final file contents, prints
@@ -70,12 +71,13 @@ class WritFiles(Files):
 
     def read(self, path: str) -> str:
         try:
-            return self.actor.read(path)
+            return self.actor.read(path, timeout=WAIT)
         except writ_client.NotFound:
             return ""
 
     def write(self, path: str, content: str) -> None:
-        self.actor.write(path, content)
+        # The server waits for a file another worker is writing: no spinning on Busy.
+        self.actor.write(path, content, timeout=WAIT)
 
 
 class DirectFiles(Files):
@@ -93,6 +95,9 @@ class DirectFiles(Files):
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
 
+
+# How long a file operation waits for a contested path before it is Busy.
+WAIT = 10.0
 
 RETRIED = (writ_client.Busy, writ_client.Stale, writ_client.NotRead)
 

@@ -37,13 +37,23 @@ fn demo_loses_no_update_with_writ() {
     // 4 agents: 2 optimistic (1 worker each), 2 fenced (2 parallel workers and a sub-agent each).
     let workers = 2 + 2 * 3;
     let writes = outcome["with_writ"]["writes"].as_u64().unwrap();
-    let refused_by_fence = outcome["admission"]["refused_by_fence"].as_u64().unwrap();
+    let admission = &outcome["admission"];
+    let count = |key: &str| admission[key].as_u64().unwrap();
     assert_eq!(
-        writes + refused_by_fence,
+        writes + count("refused_by_fence") + count("timed_out"),
         workers * 40,
-        "every call either wrote or was refused by a fence"
+        "every call wrote, was refused by a fence, or waited its bound and gave up: {admission}"
     );
-    assert_eq!(outcome["admission"]["deadlocks_refused"], 1);
+    assert_eq!(
+        count("refused"),
+        count("refused_by_fence"),
+        "agents wait instead of being refused and retrying: {admission}"
+    );
+    assert_eq!(admission["deadlocks_refused"], 1);
+    assert_eq!(
+        outcome["dump"]["counters"]["deadlocks"], admission["deadlocks_refused"],
+        "the summary and the dump agree on deadlocks"
+    );
     assert!(
         outcome["dump"]["holds"]
             .as_array()

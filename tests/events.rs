@@ -518,6 +518,61 @@ async fn a_reconnecting_reader_gets_what_it_missed_or_a_gap() {
     server.shutdown().await;
 }
 
+/// A viewer who connects late asks for the recent past (`?recent=N`): it
+/// reads the last N events, no gap, then goes on live; without the
+/// parameter a first connection starts from now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_reader_gets_the_recent_past_without_a_gap() {
+    let (_dir, root) = workspace();
+    let server = start(&root).await;
+    let client = http();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Nobody watches while these happen.
+    let sched = server.scheduler().clone();
+    let lead = sched.actor("lead", Grant::workspace(&root)).unwrap();
+    for name in ["a.rs", "b.rs", "c.rs"] {
+        drop(lead.try_admit([name]).unwrap());
+    }
+    let mut late = Sse::new(
+        get(
+            &client,
+            &server,
+            "/events?recent=4",
+            Some(server.token()),
+            None,
+        )
+        .await,
+    );
+    let mut now = Sse::new(get(&client, &server, "/events", Some(server.token()), None).await);
+    let mut seen = Vec::new();
+    let mut last = 0;
+    for _ in 0..4 {
+        let (seq, event) = late.next(deadline).await.unwrap();
+        assert!(seq > last, "in order");
+        last = seq;
+        let path = event["paths"][0]["path"].as_str().unwrap_or_default();
+        let file = path.rsplit('/').next().unwrap_or_default().to_string();
+        seen.push(format!("{} {file}", kind(&event)));
+    }
+    assert_eq!(
+        seen,
+        ["admitted b.rs", "released ", "admitted c.rs", "released "],
+        "the last four events, no gap"
+    );
+    drop(lead.try_admit(["d.rs"]).unwrap());
+    let (seq, live) = late.next(deadline).await.unwrap();
+    assert_eq!((seq, kind(&live)), (last + 1, "admitted"), "then live");
+    let (_, first) = now.next(deadline).await.unwrap();
+    assert_eq!(
+        first["paths"][0]["path"]
+            .as_str()
+            .map(|p| p.ends_with("d.rs")),
+        Some(true),
+        "without ?recent a reader starts from now: {first}"
+    );
+    server.shutdown().await;
+}
+
 /// A reader that does not read falls behind: admission never waits for it,
 /// and when it reads again it gets a `gap` and its stream ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

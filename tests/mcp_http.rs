@@ -677,14 +677,16 @@ fn an_mcp_session_answers_only_the_token_that_opened_it() {
 }
 
 /// Runs `writ hook claude-code` on one event, as Claude Code would, and
-/// returns what it printed.
+/// returns what it printed. A deny is also one `info` line of its log.
 fn hook(root: &Path, event: Value) -> String {
     use std::io::Write as _;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
         .args(["hook", "claude-code"])
         .current_dir(root)
+        .env("RUST_LOG", "info")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn: {e}"));
     if let Some(mut stdin) = child.stdin.take() {
@@ -699,7 +701,15 @@ fn hook(root: &Path, event: Value) -> String {
         out.status.success(),
         "the hook must never fail the tool call"
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let denied = stderr.lines().filter(|l| l.contains("hook denied")).count();
+    assert_eq!(
+        denied,
+        usize::from(stdout.contains("\"deny\"")),
+        "one log line per deny: {stderr}"
+    );
+    stdout
 }
 
 /// A hook event of the documented shape.

@@ -6,7 +6,15 @@
 //! wait (with a deadline) until it shows what the test expects, and the
 //! test asserts on what it showed.
 //!
+//! The page is opened late, after refusals, a timeout, writes and an MCP
+//! agent's contested call have happened: it must still log each of them
+//! (from the ring, `/events?recent=`), once each, with paths relative to
+//! the root, and draw an edge from a waiter to the call that blocks it.
+//!
 //! It needs Chromium (`apt-get install chromium`), and fails without it.
+
+#[path = "common/mcp_http_client.rs"]
+mod mcp_http_client;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
@@ -258,6 +266,8 @@ impl Serve {
             .arg(root)
             // A larger ring than the default, as a session would ask for one.
             .args(["--no-history", "--no-fsync", "--events-ring", "65536"])
+            // An MCP call that waits gives up soon.
+            .args(["--call-wait", "0.3"])
             .env("XDG_STATE_HOME", state)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -299,6 +309,7 @@ fn the_page_shows_the_table_in_a_browser_and_follows_the_stream() {
     let root = std::fs::canonicalize(dir.path()).unwrap().join("ws");
     std::fs::create_dir_all(root.join("src/parser")).unwrap();
     std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::write(root.join("notes.md"), "notes\n").unwrap();
     let serve = Serve::start(&root, &dir.path().join("state"));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -350,13 +361,67 @@ fn the_page_shows_the_table_in_a_browser_and_follows_the_stream() {
         (session, lead, parser, lex, guide, waiter)
     });
 
+    // Before anyone watches: a busy refusal, both gate refusals, a write,
+    // an MCP agent whose write waits behind a call and gives up, and a
+    // waiter behind that call, still waiting when the page opens.
+    let (tester, readme, tester_waits) = rt.block_on(async {
+        let tester = session
+            .actor("tester", Grant::workspace(&root))
+            .await
+            .unwrap();
+        assert!(tester.try_admit(["src/parser/lex.rs"]).await.is_err());
+        let not_read = tester.files().write("notes.md", "tester\n").await;
+        assert!(matches!(not_read, Err(writ::Error::NotRead { .. })));
+        lead.files().read("notes.md").await.unwrap();
+        tester.files().read("notes.md").await.unwrap();
+        tester.files().write("notes.md", "tester\n").await.unwrap();
+        let stale = lead.files().write("notes.md", "lead\n").await;
+        assert!(matches!(stale, Err(writ::Error::Stale { .. })));
+        let readme = lead
+            .request(["README.md"])
+            .label("edit the readme")
+            .try_admit()
+            .await
+            .unwrap();
+        let mut carol = mcp_http_client::McpHttp::new(&format!("{}/mcp", serve.url), &serve.token)
+            .with_header("Writ-Agent", "carol");
+        assert_eq!(carol.initialize("page-test").await.status, 200);
+        let (failed, text) = carol
+            .call(
+                "write_file",
+                json!({"path": "README.md", "content": "no\n"}),
+            )
+            .await;
+        assert!(failed && text.contains("lead"), "{text}");
+        let tester_waits = {
+            let session = session.clone();
+            let root = root.clone();
+            tokio::spawn(async move {
+                let waiting = session.actor("waiter", Grant::workspace(&root)).await?;
+                let held = waiting.admit(["README.md"]).await?;
+                held.release().await?;
+                waiting.close().await
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while session.dump().await.unwrap()["waiters"]
+            .as_array()
+            .is_none_or(|w| w.len() < 2)
+        {
+            assert!(Instant::now() < deadline, "the second waiter never queued");
+            tokio::task::yield_now().await;
+        }
+        (tester, readme, tester_waits)
+    });
+
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let mut browser = Browser::launch(shots.join("page_browser-chromium.log"));
     // The token goes in the fragment, which the browser never sends.
     browser.open(&format!("{}/#token={}", serve.url, serve.token));
     let shown = browser.evaluate(&wait_for(
         r#"s.status === "live" && ["lead", "parser", "reviewer"].every((n) => s.actors.includes(n))
-           && s.holds.includes("edit the docs") && s.waiters.includes("reviewer") && s.graph.includes("<svg")"#,
+           && s.holds.includes("edit the docs") && s.waiters.includes("reviewer") && s.graph.includes("<svg")
+           && s.log.includes("gave up") && s.graph.includes('data-edge="call"')"#,
     ));
     let field = |key: &str| shown[key].as_str().unwrap_or_default().to_string();
     assert_eq!(field("status"), "live", "the page reads /events: {shown:#}");
@@ -398,10 +463,41 @@ fn the_page_shows_the_table_in_a_browser_and_follows_the_stream() {
         "the wait-for graph has the reviewer's edge to the lead: {graph}"
     );
     assert!(
-        field("counters").contains("1 waiting"),
+        field("counters").contains("2 waiting"),
         "counters: {}",
         field("counters")
     );
+    // Opened late, it reads the past from the ring: every refusal once,
+    // the gate's too, the write, and the MCP call's wait as one line.
+    let log = field("log");
+    let lines = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(lines("tester refused (busy)"), 1, "{log}");
+    assert_eq!(lines("tester refused (not_read)"), 1, "{log}");
+    assert_eq!(lines("lead refused (stale)"), 1, "{log}");
+    assert_eq!(lines("tester write notes.md"), 1, "{log}");
+    assert_eq!(lines("carol gave up"), 1, "{log}");
+    assert_eq!(lines("carol refused"), 0, "a wait is one line: {log}");
+    assert!(
+        log.contains("README.md held by lead"),
+        "what it waited for: {log}"
+    );
+    let counters = field("counters");
+    assert!(
+        counters.contains("1 refused") && counters.contains("1 timed out"),
+        "the counters agree with the log: {counters}"
+    );
+    // A waiter behind a call has its edge to the caller.
+    assert!(
+        graph.contains(r#"data-edge="call" data-from="waiter" data-to="lead""#),
+        "the edge to a call in progress: {graph}"
+    );
+    for section in ["holds", "waiters", "log", "actors"] {
+        assert!(
+            !field(section).contains(&root.display().to_string()),
+            "{section}: paths relative to the root: {}",
+            field(section)
+        );
+    }
     let png = browser.screenshot();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG screenshot");
     let shot = shots.join("page_browser.png");
@@ -418,17 +514,20 @@ fn the_page_shows_the_table_in_a_browser_and_follows_the_stream() {
         (reviewer, held)
     });
     let shown = browser.evaluate(&wait_for(
-        r#"s.log.includes("lead refused") && s.waiters.trim() === "none" && s.holds.includes("reviewer")"#,
+        r#"s.log.includes("lead refused (busy)") && s.waiters.includes("waiter") && s.holds.includes("reviewer")"#,
     ));
     let log = shown["log"].as_str().unwrap_or_default();
     assert!(
-        log.contains("lead refused") && log.contains("lex.rs"),
+        log.lines()
+            .any(|l| l.contains("lead refused (busy)") && l.contains("src/parser/lex.rs")),
         "the refusal is logged with its sentence: {shown:#}"
     );
-    assert_eq!(
-        shown["waiters"].as_str().map(str::trim),
-        Some("none"),
-        "the waiter was admitted: {shown:#}"
+    assert!(
+        !shown["waiters"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("reviewer"),
+        "the reviewer was admitted: {shown:#}"
     );
     assert!(
         shown["holds"]
@@ -440,6 +539,9 @@ fn the_page_shows_the_table_in_a_browser_and_follows_the_stream() {
     drop(browser);
 
     rt.block_on(async {
+        readme.release().await.unwrap();
+        tester_waits.await.unwrap().unwrap();
+        tester.close().await.unwrap();
         let (reviewer, held) = reviewing;
         held.release().await.unwrap();
         lex.release().await.unwrap();

@@ -981,7 +981,13 @@ fn the_serve_demo_loses_no_update() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        text.contains("writes 60, lost updates 0, failed workers 0"),
+        text.contains("writes 60, gave up 0 (waited past 10s), lost updates 0, failed workers 0"),
+        "{text}"
+    );
+    // The summary adds up: every call was admitted once, none timed out.
+    assert!(
+        text.contains("counters at the end: admitted 63, refused 0")
+            && text.contains("timed out 0"),
         "{text}"
     );
     assert!(text.contains("the server's dump mid-run"), "{text}");

@@ -662,6 +662,19 @@ impl<'a> Files<'a> {
         Gate::of(&self.actor.sched).check(&place.key, mark, current)
     }
 
+    /// [`Files::gate`] for a write: a refusal is an event of the stream
+    /// (`refused`, kind `stale` or `not_read`), as a busy path is.
+    fn gate_write(&self, place: &Place, current: &str) -> Result<()> {
+        let checked = self.gate(place, current);
+        if let Err(e) = &checked {
+            let meta = self.meta();
+            self.actor
+                .sched
+                .emit(|| crate::sched::events::refused(meta.id, meta.name.clone(), e));
+        }
+        checked
+    }
+
     fn not_a_file(place: &Place, entry: &Entry) -> Error {
         let reason = match entry {
             Entry::Dir => "it is a folder; file operations act on regular files",
@@ -972,7 +985,7 @@ impl<'a> Files<'a> {
                 } else {
                     (None, self.current_hash(&place, file, stat)?)
                 };
-                self.gate(&place, &hash)?;
+                self.gate_write(&place, &hash)?;
                 (bytes, Some(hash), Some(meta.permissions().mode()))
             }
         };
@@ -1049,7 +1062,7 @@ impl<'a> Files<'a> {
                 } else {
                     (None, self.current_hash(place, &file, stat)?)
                 };
-                self.gate(place, &hash)?;
+                self.gate_write(place, &hash)?;
                 Ok(Some(Removed {
                     sha256: Some(hash),
                     mode: Some(meta.permissions().mode()),

@@ -104,7 +104,7 @@ pub(super) async fn call(
     actor: &Arc<Actor>,
     name: &str,
     arguments: Option<JsonObject>,
-) -> CallToolResult {
+) -> (&'static str, CallToolResult) {
     let outcome = match name {
         "read_file" | "read_text_file" => read_text_file(server, actor, name, arguments).await,
         "read_media_file" => read_media_file(server, actor, arguments).await,
@@ -128,9 +128,11 @@ pub(super) async fn call(
         ))),
     };
     match outcome {
-        Ok(result) => result,
-        Err(Failure::Bad(text) | Failure::Current(text)) => super::tool_error(text),
-        Err(Failure::Refused(e)) => super::tool_error(e.to_string()),
+        Ok(result) if result.is_error == Some(true) => ("error", result),
+        Ok(result) => ("ok", result),
+        Err(Failure::Bad(text)) => ("bad_arguments", super::tool_error(text)),
+        Err(Failure::Current(kind, text)) => (kind, super::tool_error(text)),
+        Err(Failure::Refused(e)) => (e.kind(), super::tool_error(e.to_string())),
     }
 }
 
@@ -294,7 +296,7 @@ async fn read_multiple_files(
     for path in &paths {
         parts.push(match read_bytes(server, actor, path).await {
             Ok(bytes) => format!("{path}:\n{}\n", String::from_utf8_lossy(&bytes)),
-            Err(Failure::Bad(e) | Failure::Current(e)) => format!("{path}: Error - {e}"),
+            Err(Failure::Bad(e) | Failure::Current(_, e)) => format!("{path}: Error - {e}"),
             // A missing file reads as Node says it, as clients of the
             // reference server see it; writ's refusals keep their sentence.
             Err(Failure::Refused(Error::NotFound { path: missing })) => format!(

@@ -115,6 +115,23 @@ pub struct ToolOptions {
     pub list_entries: usize,
     /// The tool set (default: writ's own).
     pub tools: ToolSet,
+    /// Told of each tool call's end (`writ serve` counts them for `/metrics`).
+    pub(crate) on_call: Option<CallObserver>,
+}
+
+/// A callback told of each tool call's end: the tool's name and the
+/// outcome (`ok`, `bad_arguments`, or the refusal's kind).
+#[derive(Clone)]
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
+pub(crate) struct CallObserver(pub(crate) Arc<OnCall>);
+
+/// What a [`CallObserver`] calls: (tool, outcome).
+pub(crate) type OnCall = dyn Fn(&str, &str) + Send + Sync;
+
+impl std::fmt::Debug for CallObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallObserver")
+    }
 }
 
 impl Default for ToolOptions {
@@ -126,6 +143,7 @@ impl Default for ToolOptions {
             read_bytes: 256 * 1024,
             list_entries: 1000,
             tools: ToolSet::Writ,
+            on_call: None,
         }
     }
 }
@@ -531,6 +549,16 @@ async fn off_async_threads<T: Send + 'static>(
     }
 }
 
+/// The answer to a tool call that was still running when the server
+/// stopped: nothing was done, and the agent may retry once it is back.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
+pub(crate) fn stopping_result() -> CallToolResult {
+    tool_error(
+        "writ serve is stopping; this call did nothing. Retry it in a moment: the server \
+         (or its next run) answers again.",
+    )
+}
+
 fn tool_error(text: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)])
 }
@@ -605,12 +633,16 @@ impl ServerHandler for ToolServer {
 
 impl ToolServer {
     async fn dispatch(&self, actor: &Arc<Actor>, request: CallToolRequestParams) -> CallToolResult {
-        match self.tool_set() {
+        let (outcome, result) = match self.tool_set() {
             ToolSet::Writ => tools::call(self, actor, &request.name, request.arguments).await,
             ToolSet::Filesystem => {
                 filesystem::call(self, actor, &request.name, request.arguments).await
             }
+        };
+        if let Some(observer) = &self.session.opts.on_call {
+            (observer.0)(&request.name, outcome);
         }
+        result
     }
 }
 
@@ -626,6 +658,13 @@ pub(crate) struct SessionTools(Weak<Session>);
 
 #[cfg_attr(not(feature = "server"), allow(dead_code))]
 impl SessionTools {
+    /// The name of the actor the session acts as, once it is open.
+    pub(crate) fn actor_name(&self) -> Option<String> {
+        let session = self.0.upgrade()?;
+        let actor = session.actor.get()?.get().ok()?;
+        Some(actor.name().to_string())
+    }
+
     /// Runs one tool call exactly as the session's `tools/call` would; `None`
     /// when the session has ended or has not been initialized.
     pub(crate) async fn call(&self, request: CallToolRequestParams) -> Option<CallToolResult> {

@@ -228,12 +228,13 @@ pub(super) fn definitions() -> Vec<Tool> {
 }
 
 /// Runs one tool call; every failure is a tool result with `isError: true`.
+/// Returned with its outcome: `ok`, `bad_arguments`, or the refusal's kind.
 pub(super) async fn call(
     server: &ToolServer,
     actor: &Arc<Actor>,
     name: &str,
     arguments: Option<JsonObject>,
-) -> CallToolResult {
+) -> (&'static str, CallToolResult) {
     let outcome = match name {
         "read_file" => read_file(server, actor, arguments).await,
         "write_file" => write_file(server, actor, arguments).await,
@@ -252,9 +253,10 @@ pub(super) async fn call(
         ))),
     };
     match outcome {
-        Ok(text) => tool_ok(text),
-        Err(Failure::Bad(text) | Failure::Current(text)) => tool_error(text),
-        Err(Failure::Refused(e)) => tool_error(e.to_string()),
+        Ok(text) => ("ok", tool_ok(text)),
+        Err(Failure::Bad(text)) => ("bad_arguments", tool_error(text)),
+        Err(Failure::Current(kind, text)) => (kind, tool_error(text)),
+        Err(Failure::Refused(e)) => (e.kind(), tool_error(e.to_string())),
     }
 }
 
@@ -264,9 +266,10 @@ pub(super) enum Failure {
     Bad(Bad),
     /// writ refused (busy, stale, policy, …): the error's own sentence.
     Refused(Error),
-    /// A write refused for want of a current read, with the file's current
-    /// content, which the agent has now read ([`refused_with_current`]).
-    Current(String),
+    /// A write refused for want of a current read (the refusal's kind:
+    /// `stale` or `not_read`), with the file's current content, which the
+    /// agent has now read ([`refused_with_current`]).
+    Current(&'static str, String),
 }
 
 impl From<Bad> for Failure {
@@ -335,16 +338,20 @@ pub(super) enum Access {
     Write,
 }
 
-/// Runs a file operation; when it finds a path busy, waits up to the call
-/// wait for the paths and runs it once more.
+/// Runs a file operation, waiting up to the call wait for its paths.
 ///
 /// The wait is for a call reservation on the paths (exclusive for a write,
 /// shared for a read), in the queue with every other request: fair, part of
-/// deadlock detection, cancelled with the tool call. Once it is granted the
-/// operation runs inside it, so nobody can slip in between the wait and the
-/// operation, and a write waits out reads in progress as well as writes and
-/// other agents' reservations. When the wait runs out, one last try-only
-/// attempt answers: `Busy` naming whoever holds the path then.
+/// deadlock detection, cancelled with the tool call. An uncontested path is
+/// granted at once. The operation runs inside the reservation, so nobody
+/// can slip in between the wait and the operation, and a write waits out
+/// reads in progress as well as writes and other agents' reservations.
+///
+/// The reservation is asked for first, not after a refused try: a contested
+/// call is then one wait, reported once (`waiting`, then `admitted` or
+/// `timed_out`), never a refusal, a wait and a second refusal. When the
+/// wait runs out, the model is told who holds the path then (`Busy`),
+/// read without asking again.
 pub(super) async fn with_wait<T: Send + 'static>(
     server: &ToolServer,
     actor: &Arc<Actor>,
@@ -353,28 +360,22 @@ pub(super) async fn with_wait<T: Send + 'static>(
     op: impl Fn(&Actor, Option<&mut Reservation>) -> crate::Result<T> + Send + Sync + 'static,
 ) -> crate::Result<T> {
     let op: FileCall<T> = Arc::new(op);
-    match blocking(actor, &op, None).await {
-        Err(Error::Busy(_)) => {}
-        other => return other,
-    }
-    let targets = paths.iter().map(|p| match access {
-        Access::Read => Target::file(*p).shared(),
-        Access::Write => Target::file(*p),
-    });
-    let label = match access {
-        Access::Read => "waiting to read",
-        Access::Write => "waiting to write",
+    let targets = paths
+        .iter()
+        .map(|p| match access {
+            Access::Read => Target::file(*p).shared(),
+            Access::Write => Target::file(*p),
+        })
+        .collect();
+    let verb = match access {
+        Access::Read => "read",
+        Access::Write => "write",
     };
-    let waited = actor
-        .request(targets)
-        .label(label)
-        .admit_timeout(server.session.opts.call_wait)
-        .await;
-    match waited {
-        Ok(call) => blocking(actor, &op, Some(call)).await,
-        Err(Error::Timeout { .. }) => blocking(actor, &op, None).await,
-        Err(e) => Err(e),
-    }
+    let label = format!("{verb} {}", paths.join(", "));
+    let call = actor
+        .wait_call(targets, label, server.session.opts.call_wait)
+        .await?;
+    blocking(actor, &op, call).await
 }
 
 /// What a model needs to know after a write.
@@ -620,10 +621,13 @@ pub(super) async fn refused_with_current(
         Show::Plain => "read_text_file",
         Show::Numbered | Show::Tail => "read_file",
     };
-    Failure::Current(format!(
-        "{lead}; nothing was written. {what}; this counts as reading it, so redo your change on \
+    Failure::Current(
+        error.kind(),
+        format!(
+            "{lead}; nothing was written. {what}; this counts as reading it, so redo your change on \
          this content and call {tool} again now, without calling {reader} first.\n\n{body}"
-    ))
+        ),
+    )
 }
 
 /// `text` as it is, cut at a line end within `bound` bytes with a note.
@@ -830,23 +834,17 @@ async fn reserve(
             .request(paths.iter().map(String::as_str))
             .label(label.clone())
     };
-    let fence = match request().fence() {
+    // Asked for once, waiting: a contested reservation is one wait,
+    // reported once, as a contested write is (see `with_wait`).
+    let fence = match request()
+        .fence_wait_timeout(server.session.opts.call_wait)
+        .await
+    {
         Ok(fence) => fence,
-        Err(Error::Busy(busy)) => {
-            match request()
-                .fence_wait_timeout(server.session.opts.call_wait)
-                .await
-            {
-                Ok(fence) => fence,
-                Err(Error::Timeout { .. }) => match request().fence() {
-                    Ok(fence) => fence,
-                    Err(Error::Busy(now)) => return Err(Error::Busy(now).into()),
-                    Err(e) => return Err(e.into()),
-                },
-                Err(Error::Busy(_)) => return Err(Error::Busy(busy).into()),
-                Err(e) => return Err(e.into()),
-            }
-        }
+        Err(Error::Timeout { .. }) => match request().probe(HoldKind::Fence) {
+            Err(busy) => return Err(busy.into()),
+            Ok(()) => request().fence()?,
+        },
         Err(e) => return Err(e.into()),
     };
     let names: Vec<String> = targets

@@ -321,12 +321,7 @@ impl Actor {
                 Some(blocker) => {
                     state.counters.refused += 1;
                     let err = refusal(state, &meta.resolver, &claim, blocker);
-                    events.record(|| EventKind::Refused {
-                        actor: meta.id,
-                        actor_name: meta.name.clone(),
-                        error: err.kind().to_string(),
-                        message: err.to_string(),
-                    });
+                    events.record(|| events::refused(meta.id, meta.name.clone(), &err));
                     (Err(err), Vec::new())
                 }
             }

@@ -28,6 +28,7 @@ use crate::core::key::{Key, Mode};
 use crate::core::queue::{WaitCause, WaiterId};
 use crate::core::state::State;
 use crate::core::table::{ActorId, ChildRecord, HoldId, HoldKind, ScopeKind};
+use crate::error::Error;
 use crate::sched::dump::PathEntry;
 use crate::sched::scheduler::Scheduler;
 
@@ -113,16 +114,22 @@ pub enum EventKind {
         /// How long it waited (0 when granted at once).
         waited_ms: u64,
     },
-    /// A request was refused without waiting.
+    /// A request was refused without waiting, or the version gate refused
+    /// a write (`stale`, `not_read`).
     Refused {
         /// The requesting actor.
         actor: ActorId,
         /// Its name.
         actor_name: Arc<str>,
-        /// The error's wire kind (`busy`, `slot_limit`, ...).
+        /// The error's wire kind (`busy`, `no_slot`, `stale`, ...).
         error: String,
         /// The refusal's sentence, as the error displays it.
         message: String,
+        /// The contested path, when the refusal names one.
+        path: Option<PathBuf>,
+        /// Who stands in the way: the holder of a busy path, the last
+        /// writer of a stale file, when known.
+        holder: Option<String>,
     },
     /// A request started waiting.
     Waiting {
@@ -163,6 +170,8 @@ pub enum EventKind {
         actor_name: Arc<str>,
         /// How long it waited.
         waited_ms: u64,
+        /// What it was still waiting for when it gave up.
+        cause: Option<WaitCause>,
     },
     /// A waiter was withdrawn by its caller (dropped future, disconnect).
     Cancelled {
@@ -305,6 +314,27 @@ pub(crate) fn paths_of(keys: &[(Key, Mode)]) -> Vec<PathEntry> {
             mode: *m,
         })
         .collect()
+}
+
+/// `refused` for a refusal `err` of the actor `actor` named `actor_name`.
+pub(crate) fn refused(actor: ActorId, actor_name: Arc<str>, err: &Error) -> EventKind {
+    let (path, holder) = match err {
+        Error::Busy(busy) => (Some(busy.path.clone()), Some(busy.holder.clone())),
+        Error::Stale { path, writer, .. } => (Some(path.clone()), writer.clone()),
+        Error::NotRead { path }
+        | Error::OutsideFence { path, .. }
+        | Error::ReadOnly { path, .. }
+        | Error::NotApproved { path, .. } => (Some(path.clone()), None),
+        _ => (None, None),
+    };
+    EventKind::Refused {
+        actor,
+        actor_name,
+        error: err.kind().to_string(),
+        message: err.to_string(),
+        path,
+        holder,
+    }
 }
 
 /// `admitted` for a hold in the table (under the state lock).
@@ -513,6 +543,40 @@ impl Scheduler {
             } else {
                 last.saturating_add(1)
             },
+        }
+    }
+
+    /// Reads the stream from the last `recent` events the ring still holds
+    /// (fewer when it holds fewer, or when recording started since), then
+    /// on: a viewer who connects late sees the recent past, without a gap.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let _recording = sched.subscribe();
+    /// let lead = sched.actor("lead", writ::Grant::workspace(dir.path()))?;
+    /// drop(lead.try_admit(["a.rs"])?);
+    /// let mut late = sched.subscribe_recent(2);
+    /// let kinds: Vec<&str> = std::iter::from_fn(|| late.try_next())
+    ///     .map(|e| e.kind.name())
+    ///     .collect();
+    /// assert_eq!(kinds, ["admitted", "released"]);
+    /// # Ok(()) }
+    /// ```
+    pub fn subscribe_recent(&self, recent: usize) -> Subscription {
+        let events = &self.shared.events;
+        let now = events.subscribe();
+        let ring = events.ring.lock();
+        let oldest = ring
+            .buf
+            .front()
+            .map_or(ring.next, |e| e.seq)
+            .max(ring.continuous_from);
+        let wanted = now.saturating_sub(u64::try_from(recent).unwrap_or(u64::MAX));
+        Subscription {
+            sched: self.clone(),
+            cursor: wanted.max(oldest),
         }
     }
 

@@ -67,12 +67,7 @@ fn grow(
             Some(blocker) => {
                 state.counters.refused += 1;
                 let err = refusal(state, &meta.resolver, &added, blocker);
-                events.record(|| events::EventKind::Refused {
-                    actor: meta.id,
-                    actor_name: meta.name.clone(),
-                    error: err.kind().to_string(),
-                    message: err.to_string(),
-                });
+                events.record(|| events::refused(meta.id, meta.name.clone(), &err));
                 (Err(err), Vec::new())
             }
             None => {

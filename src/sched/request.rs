@@ -145,6 +145,21 @@ impl Request {
         block_on(self.admit(), Some(Instant::now() + timeout))
     }
 
+    /// What [`Request::try_admit`] (a `Call`) or [`Request::fence`] (a
+    /// `Fence`) would answer now, without asking: `Ok`
+    /// when nothing stands in the way, else the refusal (`Busy`, naming the
+    /// holder). Nothing is admitted, counted or recorded, so a caller that
+    /// already reported a wait (a timeout) can say who blocked it without
+    /// a second refusal in the counters and the event stream.
+    pub(crate) fn probe(self, kind: HoldKind) -> Result<()> {
+        let claim = self.meta.claim(self.targets, kind)?;
+        let state = self.sched.shared.lock();
+        match state.blocker(&claim, &Need::Hold, self.priority, None) {
+            None => Ok(()),
+            Some(blocker) => Err(refusal(&state, &self.meta.resolver, &claim, blocker)),
+        }
+    }
+
     /// A fence on the targets, try-only.
     pub fn fence(self) -> Result<Fence> {
         let make = Make::Fence(self.meta.clone(), self.targets.clone());
@@ -161,6 +176,37 @@ impl Request {
     pub fn fence_wait_timeout(self, timeout: Duration) -> Acquire<Fence> {
         let make = Make::Fence(self.meta.clone(), self.targets.clone());
         self.acquire(HoldKind::Fence, false, Some(timeout), make)
+    }
+}
+
+impl Actor {
+    /// A tool call's wait: a call reservation on `targets`, waited for at
+    /// most `timeout` (granted at once when nothing is in the way).
+    ///
+    /// When the wait runs out, the answer is who holds a path then (`Busy`,
+    /// read without asking again: the wait was reported once, as a
+    /// timeout), or `Ok(None)` when the paths came free in between and the
+    /// caller may go on without a reservation. The MCP tools and `/rpc`'s
+    /// file methods with `timeout_ms` wait this way, so a contested call
+    /// is one wait, never a refusal, a wait and another refusal.
+    pub(crate) async fn wait_call(
+        &self,
+        targets: Vec<Target>,
+        label: String,
+        timeout: Duration,
+    ) -> Result<Option<Reservation>> {
+        match self
+            .request(targets.clone())
+            .label(label)
+            .admit_timeout(timeout)
+            .await
+        {
+            Ok(call) => Ok(Some(call)),
+            Err(Error::Timeout { .. }) => {
+                self.request(targets).probe(HoldKind::Call).map(|()| None)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -281,12 +327,7 @@ impl<T> Acquire<T> {
         if ask.try_only {
             state.counters.refused += 1;
             let err = refusal(&state, &self.requester.resolver, &ask.claim, blocker);
-            events.record(|| EventKind::Refused {
-                actor: self.requester.id,
-                actor_name: self.requester.name.clone(),
-                error: err.kind().to_string(),
-                message: err.to_string(),
-            });
+            events.record(|| events::refused(self.requester.id, self.requester.name.clone(), &err));
             drop(state);
             events.publish();
             tracing::debug!(actor = %self.requester.name, error = %err, "refused");
@@ -418,6 +459,7 @@ impl<T> Acquire<T> {
                 actor: self.requester.id,
                 actor_name: self.requester.name.clone(),
                 waited_ms: events::millis(now.saturating_duration_since(since)),
+                cause: state.blockers_of(id).2,
             });
             (None, state.cancel(id, now))
         });

@@ -11,9 +11,12 @@
 //! slows admission, because the scheduler only writes into the ring.
 //! A stream gathers events for [`BATCH`] and sends them in one write, so a
 //! connected reader costs one wake-up and one write per batch, not per event.
-//! The scheduler records only while someone subscribes, so a stream's
-//! subscription outlives the stream by [`LINGER`]: a reader that was the
-//! only one and reconnects within it reads what it missed, not a gap.
+//! A first connection may ask for the recent past (`?recent=N`): the last
+//! N events the ring holds, then live, so a viewer who opens the page late
+//! still reads what happened. The server's log and metrics read the stream
+//! from its start (`observe`), so the ring is always recorded into; a
+//! stream's subscription also outlives the stream by [`LINGER`], which
+//! keeps a lone reader's reconnect whole where nothing else subscribes.
 //!
 //! `/` needs no token: it is a static page with no data in it. The page
 //! asks for the token (or reads it from the URL fragment, which browsers
@@ -28,7 +31,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -95,7 +98,17 @@ fn last_event_id(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+/// `/events?recent=N`: start with the last N events the ring holds.
+#[derive(serde::Deserialize)]
+struct EventsQuery {
+    recent: Option<usize>,
+}
+
+async fn events(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(query): Query<EventsQuery>,
+) -> Response {
     if !auth::origin_allowed(&headers) {
         let e = Error::Forbidden {
             reason: "requests from a non-loopback Origin are refused".into(),
@@ -113,9 +126,13 @@ async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         Err(e) => return auth::refuse(StatusCode::UNAUTHORIZED, &e),
     }
     let last = last_event_id(&headers);
-    let subscription = match last {
-        Some(last) => app.sched.subscribe_after(last),
-        None => app.sched.subscribe(),
+    // A reconnect resumes where it was; a first connection may ask for the
+    // recent past, which the ring keeps (the server records from its start).
+    let recent = query.recent;
+    let subscription = match (last, recent) {
+        (Some(last), _) => app.sched.subscribe_after(last),
+        (None, Some(recent)) => app.sched.subscribe_recent(recent),
+        (None, None) => app.sched.subscribe(),
     };
     let reader = Reader {
         kept: Lingering {

@@ -221,9 +221,10 @@ pub(crate) async fn reap(app: Arc<super::rpc::App>, poke: Arc<Notify>) {
         let (lapsed, next) = app.registry().lapsed(Instant::now());
         for lease in lapsed {
             if let Some((actors, holds)) = app.drop_lease(lease) {
-                tracing::info!(lease, actors, holds, "lease lapsed");
+                let lease = app.handle('l', lease);
+                tracing::info!(%lease, actors, holds, "lease lapsed");
                 app.sched.emit(|| crate::EventKind::LeaseExpired {
-                    lease: app.handle('l', lease),
+                    lease,
                     actors,
                     holds,
                 });

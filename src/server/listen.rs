@@ -42,7 +42,8 @@ fn router(app: Arc<App>) -> Router {
     let routes = Router::new()
         .route("/rpc", post(rpc))
         .route("/dump", get(dump))
-        .route("/health", get(health));
+        .route("/health", get(health))
+        .route("/metrics", get(metrics));
     if app.in_etcd() {
         // The event stream and the MCP file tools read the in-process
         // table, which a server on etcd leaves empty: refused, not faked.
@@ -150,6 +151,10 @@ pub(crate) async fn serve(
     discovery: Option<PathBuf>,
 ) {
     let reaper = tokio::spawn(super::lease::reap(app.clone(), app.poke()));
+    // Subscribed before the first connection is accepted: the log and the
+    // metrics see every event, and the ring keeps the recent past for a
+    // viewer who connects late.
+    let observer = tokio::spawn(super::observe::watch(app.clone(), app.sched.subscribe()));
     let router = router(app.clone());
     let tcp_router = router
         .clone()
@@ -174,6 +179,7 @@ pub(crate) async fn serve(
         tracing::warn!("requests still open after the drain deadline; closing");
     }
     reaper.abort();
+    observer.abort();
     // No new client can arrive through the socket's name from here on.
     drop(socket_file);
     let (actors, holds) = app.drop_all();
@@ -432,6 +438,33 @@ async fn dump(
             format!("unknown format '{other}' (json or table)"),
         )
             .into_response(),
+    }
+}
+
+/// `GET /metrics`: the Prometheus text format. The session token only:
+/// the counts describe every actor of the session, as `/events` does.
+async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    match admit_caller(&app, &headers).await {
+        Ok(Caller::Session) => {}
+        Ok(Caller::Actor(_)) => {
+            let e = Error::Forbidden {
+                reason: "the metrics count every actor's work: they take the session token".into(),
+            };
+            return json_response(StatusCode::FORBIDDEN, &error_body(&Value::Null, &e));
+        }
+        Err(response) => return *response,
+    }
+    match app.metrics.render(&app) {
+        Ok(text) => (
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, super::observe::CONTENT_TYPE),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            text,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
 

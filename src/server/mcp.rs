@@ -90,6 +90,7 @@ pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<A
     let sessions = Arc::new(sessions);
     let agents: Arc<Agents> = Arc::default();
     let mcp = Arc::new(Mcp {
+        app: Arc::downgrade(app),
         service: service(app, sessions.clone(), agents.clone())?,
         sessions,
         live: Mutex::default(),
@@ -112,6 +113,8 @@ type Service = StreamableHttpService<ToolServer, LocalSessionManager>;
 
 /// `/mcp`: rmcp's service, and what writ keeps of each of its sessions.
 struct Mcp {
+    /// The server: its metrics count sessions.
+    app: Weak<App>,
     service: Service,
     sessions: Arc<LocalSessionManager>,
     /// The open sessions, by session id.
@@ -217,6 +220,8 @@ struct Live {
     stream_lost: Option<Instant>,
     /// The named agent it acts as, if any.
     agent: Option<AgentKey>,
+    /// Who it acts as, for the log: the agent's name, else its actor's.
+    name: String,
     /// The `tools/call`s `/mcp` is answering, by request id: a
     /// `notifications/cancelled` naming one ends it. The number tells a
     /// call from a later one that reused its id.
@@ -310,9 +315,16 @@ fn service(
             None => actor,
         })
     });
-    let opts = ToolOptions::default()
+    let mut opts = ToolOptions::default()
         .call_wait(app.call_wait)
         .tools(app.mcp_tools);
+    let counted = Arc::downgrade(app);
+    opts.on_call = Some(crate::mcp::CallObserver(Arc::new(move |tool, outcome| {
+        tracing::debug!(tool, outcome, "tool call");
+        if let Some(app) = counted.upgrade() {
+            app.metrics.tool_call(tool, outcome);
+        }
+    })));
     // A comment on every open stream this often: a write to a dead peer
     // fails, the stream's body is dropped, and the session's clock starts
     // (well within the lease TTL).
@@ -722,6 +734,10 @@ impl Mcp {
                 Entry::Occupied(_) => (number, Some(stop)),
             }
         };
+        let mut stop = match self.app.upgrade() {
+            Some(app) => app.stopping(),
+            None => return Called::Closed,
+        };
         let outcome = tokio::select! {
             result = tools.call(call) => match result {
                 Some(result) => Called::Answered(result),
@@ -730,6 +746,10 @@ impl Mcp {
             // Cancelled, or the session ended (its entry, and so the
             // sender, is gone).
             _ = stopped => Called::Cancelled,
+            // A call waiting for a contested path must not hold up the
+            // server's stop (and a restart on the same folder): it is
+            // answered now, its wait dropped with nothing left behind.
+            _ = stop.wait_for(|s| *s) => Called::Answered(crate::mcp::stopping_result()),
         };
         let mut live = self.live.lock();
         if let Some(session) = live.get_mut(id) {
@@ -757,6 +777,15 @@ impl Mcp {
             return;
         };
         let id = String::from_utf8_lossy(id.as_bytes()).into_owned();
+        let tools = opening.opened();
+        let name = named
+            .clone()
+            .or_else(|| tools.as_ref().and_then(SessionTools::actor_name))
+            .unwrap_or_default();
+        tracing::info!(agent = %name, named = named.is_some(), "MCP session opened");
+        if let Some(app) = self.app.upgrade() {
+            app.metrics.mcp_session_opened();
+        }
         let agent = named.map(|name| (caller.clone(), name));
         if let Some(key) = &agent {
             if let Some(slot) = self.agents.lock().get_mut(key) {
@@ -768,12 +797,13 @@ impl Mcp {
             id,
             Live {
                 owner: caller,
-                tools: opening.opened(),
+                tools,
                 last: Instant::now(),
                 in_progress: 0,
                 streams: 0,
                 stream_lost: None,
                 agent,
+                name,
                 calls: HashMap::new(),
                 next_call: 0,
             },
@@ -784,6 +814,12 @@ impl Mcp {
     /// session fewer (and lives `--mcp-idle` past its last).
     fn end_session(&self, id: &str) {
         let ended = self.live.lock().remove(id);
+        if let Some(live) = &ended {
+            tracing::info!(agent = %live.name, "MCP session closed");
+            if let Some(app) = self.app.upgrade() {
+                app.metrics.mcp_session_closed();
+            }
+        }
         if let Some(key) = ended.and_then(|live| live.agent) {
             if let Some(slot) = self.agents.lock().get_mut(&key) {
                 slot.sessions = slot.sessions.saturating_sub(1);

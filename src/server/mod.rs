@@ -39,6 +39,7 @@ pub(crate) mod lease;
 mod listen;
 #[cfg(feature = "mcp")]
 mod mcp;
+mod observe;
 mod rpc;
 mod socket;
 

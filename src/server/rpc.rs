@@ -55,6 +55,8 @@ pub(crate) struct App {
     reg: Mutex<Registry>,
     /// Pokes the reaper when a lease appears or a long-poll ends.
     poke: Arc<Notify>,
+    /// The counts `/metrics` shows beside the table's own.
+    pub(crate) metrics: super::observe::Metrics,
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
     /// The session's table in etcd (`writ serve --etcd`): every method that
@@ -166,6 +168,14 @@ impl Drop for TicketClaim {
     }
 }
 
+/// An actor's file tools, inside `call` when a file method waited for one.
+fn within<'a>(actor: &'a Actor, call: Option<&'a mut crate::Reservation>) -> crate::Files<'a> {
+    match call {
+        Some(call) => actor.files().within(call),
+        None => actor.files(),
+    }
+}
+
 fn timeout(ms: Option<u64>) -> Option<Duration> {
     ms.map(Duration::from_millis)
 }
@@ -251,6 +261,7 @@ struct ReadParams {
     actor: String,
     path: String,
     lines: Option<(usize, Option<usize>)>,
+    timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -259,6 +270,7 @@ struct WriteParams {
     actor: String,
     path: String,
     content: Value,
+    timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -268,6 +280,7 @@ struct ReplaceParams {
     path: String,
     old: String,
     new: String,
+    timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -283,6 +296,15 @@ struct RenameParams {
     actor: String,
     from: String,
     to: String,
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteParams {
+    actor: String,
+    path: String,
+    timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -358,6 +380,7 @@ impl App {
             history_dir,
             reg: Mutex::new(Registry::default()),
             poke: Arc::new(Notify::new()),
+            metrics: super::observe::Metrics::default(),
             stop_tx,
             stop_rx,
             #[cfg(feature = "etcd")]
@@ -713,6 +736,7 @@ impl App {
             None => {
                 let l = reg.new_lease(self.ttl);
                 self.poke.notify_one();
+                tracing::info!(lease = %self.handle('l', l), actor = %name, "lease created");
                 l
             }
         };
@@ -803,6 +827,35 @@ impl App {
             });
         }
         Ok(resolved)
+    }
+
+    /// A file method's `timeout_ms`: a call reservation on its paths,
+    /// waited for that long (shared for a read), as MCP's tools wait
+    /// (`Actor::wait_call`); the lease cannot lapse meanwhile. `None` when
+    /// no timeout was asked for (the operation is then try-only) or when
+    /// the paths came free as the wait ended.
+    async fn file_wait(
+        self: &Arc<Self>,
+        actor: &Arc<Actor>,
+        lease: u64,
+        paths: &[&str],
+        shared: bool,
+        timeout_ms: Option<u64>,
+        verb: &str,
+    ) -> Result<Option<crate::Reservation>> {
+        let Some(ms) = timeout_ms else {
+            return Ok(None);
+        };
+        let targets = paths
+            .iter()
+            .map(|p| {
+                let target = Target::file(*p);
+                if shared { target.shared() } else { target }
+            })
+            .collect();
+        let label = format!("{verb} {}", paths.join(", "));
+        let wait = actor.wait_call(targets, label, Duration::from_millis(ms));
+        self.long_poll(lease, wait).await
     }
 
     async fn blocking<T: Send + 'static>(
@@ -1074,13 +1127,18 @@ impl App {
                     self.drop_lease(lease).ok_or_else(|| Error::UnknownLease {
                         lease: p.lease.clone(),
                     })?;
+                tracing::info!(lease = %p.lease, actors, holds, "lease revoked");
                 Ok(json!({"lease": p.lease, "actors": actors, "holds": holds}))
             }
             "files.read" => {
                 let p: ReadParams = params(p)?;
-                let (actor, _, _) = self.actor_for(caller, &p.actor)?;
+                let (actor, lease, _) = self.actor_for(caller, &p.actor)?;
+                let call = self
+                    .file_wait(&actor, lease, &[&p.path], true, p.timeout_ms, "read")
+                    .await?;
                 let (bytes, mark) = Self::blocking(move || {
-                    let files = actor.files();
+                    let mut call = call;
+                    let files = within(&actor, call.as_mut());
                     match p.lines {
                         None => files.read(&p.path),
                         Some((start, None)) => files.read_range(&p.path, start..),
@@ -1093,10 +1151,15 @@ impl App {
             "files.write" | "files.append" => {
                 let p: WriteParams = params(p)?;
                 let content = wire::content_from_wire(&p.content).map_err(invalid)?;
-                let (actor, _, _) = self.actor_for(caller, &p.actor)?;
+                let (actor, lease, _) = self.actor_for(caller, &p.actor)?;
                 let append = method == "files.append";
+                let verb = if append { "append" } else { "write" };
+                let call = self
+                    .file_wait(&actor, lease, &[&p.path], false, p.timeout_ms, verb)
+                    .await?;
                 let receipt = Self::blocking(move || {
-                    let files = actor.files();
+                    let mut call = call;
+                    let files = within(&actor, call.as_mut());
                     if append {
                         files.append(&p.path, content)
                     } else {
@@ -1108,21 +1171,48 @@ impl App {
             }
             "files.replace" => {
                 let p: ReplaceParams = params(p)?;
-                let (actor, _, _) = self.actor_for(caller, &p.actor)?;
-                let receipt =
-                    Self::blocking(move || actor.files().replace(&p.path, &p.old, &p.new)).await?;
+                let (actor, lease, _) = self.actor_for(caller, &p.actor)?;
+                let call = self
+                    .file_wait(&actor, lease, &[&p.path], false, p.timeout_ms, "replace")
+                    .await?;
+                let receipt = Self::blocking(move || {
+                    let mut call = call;
+                    within(&actor, call.as_mut()).replace(&p.path, &p.old, &p.new)
+                })
+                .await?;
                 Ok(json!(receipt))
             }
             "files.delete" => {
-                let p: PathParams = params(p)?;
-                let (actor, _, _) = self.actor_for(caller, &p.actor)?;
-                let receipt = Self::blocking(move || actor.files().delete(&p.path)).await?;
+                let p: DeleteParams = params(p)?;
+                let (actor, lease, _) = self.actor_for(caller, &p.actor)?;
+                let call = self
+                    .file_wait(&actor, lease, &[&p.path], false, p.timeout_ms, "delete")
+                    .await?;
+                let receipt = Self::blocking(move || {
+                    let mut call = call;
+                    within(&actor, call.as_mut()).delete(&p.path)
+                })
+                .await?;
                 Ok(json!(receipt))
             }
             "files.rename" => {
                 let p: RenameParams = params(p)?;
-                let (actor, _, _) = self.actor_for(caller, &p.actor)?;
-                let receipt = Self::blocking(move || actor.files().rename(&p.from, &p.to)).await?;
+                let (actor, lease, _) = self.actor_for(caller, &p.actor)?;
+                let call = self
+                    .file_wait(
+                        &actor,
+                        lease,
+                        &[&p.from, &p.to],
+                        false,
+                        p.timeout_ms,
+                        "rename",
+                    )
+                    .await?;
+                let receipt = Self::blocking(move || {
+                    let mut call = call;
+                    within(&actor, call.as_mut()).rename(&p.from, &p.to)
+                })
+                .await?;
                 Ok(json!(receipt))
             }
             "turn.set" => {

@@ -218,6 +218,34 @@ def test_file_operations(session: Session, server: Server) -> None:
     assert not (server.root / "notes" / "b.txt").exists()
 
 
+def test_file_operations_wait_with_a_timeout(session: Session, server: Server) -> None:
+    """With ``timeout=`` the server waits for the path instead of refusing."""
+    a = session.actor("a")
+    b = session.actor("b")
+    held = a.try_admit(["x.txt", "y.txt"])
+    with pytest.raises(writ_client.Busy):
+        b.write("x.txt", "b\n")  # no timeout: refused at once
+    done: List[Dict[str, Any]] = []
+    t = threading.Thread(target=lambda: done.append(b.write("x.txt", "b\n", timeout=20)))
+    t.start()
+    wait_until("b's write to wait", lambda: waiters_of(session, "b"))
+    assert not done and not (server.root / "x.txt").exists()
+    held.release()
+    t.join(20)
+    assert done and (server.root / "x.txt").read_text() == "b\n"
+    assert not waiters_of(session, "b"), "nothing is left waiting"
+    # Still contested when the timeout runs out: Busy, naming the holder.
+    again = a.try_admit(["y.txt"])
+    with pytest.raises(writ_client.Busy) as busy:
+        b.write("y.txt", "b\n", timeout=0.2)
+    assert busy.value.holder == "a"
+    assert not holds_of(session, "b"), "a timed-out write leaves nothing"
+    again.release()
+    b.read("x.txt", timeout=1)
+    b.edit("x.txt", "b", "B", timeout=1)
+    assert (server.root / "x.txt").read_text() == "B\n"
+
+
 def test_line_ranges_and_bytes(session: Session, server: Server) -> None:
     (server.root / "lines.txt").write_text("l1\nl2\nl3\nl4\n")
     a = session.actor("a")

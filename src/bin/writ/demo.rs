@@ -43,10 +43,12 @@ pub struct RunResult {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Admission {
     pub admitted: u64,
-    pub refused_and_retried: u64,
+    /// Try-only requests refused (the table's count).
+    pub refused: u64,
     /// Calls into a sibling's fence, refused (the agent chose another file).
     pub refused_by_fence: u64,
     pub waited: u64,
+    /// Calls that waited past the bound and gave up (the agent moved on).
     pub timed_out: u64,
     pub deadlocks_refused: u64,
     /// The deadlock message the scripted pair received.
@@ -147,6 +149,17 @@ fn pick(rng: &mut Rng, root: &Path, role: Role, agents: usize, call: usize) -> P
 /// Worker `w`'s generator: the same in both runs, so both make the same calls.
 fn worker_rng(seed: u64, w: usize) -> Rng {
     Rng::new(seed ^ (w as u64 + 1).wrapping_mul(0x9e37_79b9))
+}
+
+/// The longest a call waits for its file before the agent gives up on it:
+/// agents wait for each other with a bound, they never spin on `Busy`.
+const WAIT_BOUND: Duration = Duration::from_secs(10);
+
+/// Whether `pick` sent a call into a fenced neighbour's module: such a call
+/// is try-only (a fence stays for the run; a model told so picks another
+/// file), every other call waits for its file with [`WAIT_BOUND`].
+fn into_neighbours_fence(role: Role, agents: usize, call: usize) -> bool {
+    matches!(role, Role::Shared { agent } if call % 10 == 9 && agent + 1 < agents)
 }
 
 fn think_time(rng: &mut Rng) -> Duration {
@@ -306,9 +319,11 @@ fn run_with(
             Role::Sub { agent } => subs.get(agent).and_then(Option::as_ref),
         })
         .collect();
+    // The scripted deadlock first, so every count below, and the dump
+    // taken mid-run, include it: the summary and the dump agree.
+    let deadlock_message = scripted_deadlock(&lead, root);
     let fence_refusals = Arc::new(AtomicU64::new(0));
     let written = Arc::new(Mutex::new(Vec::new()));
-    let retried = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let total = (workers.len() * opts.calls) as u64;
     let snapshot: Arc<Mutex<Option<Snapshot>>> = Arc::new(Mutex::new(None));
@@ -316,9 +331,8 @@ fn run_with(
     let start = Instant::now();
     std::thread::scope(|scope| {
         for (w, (&role, actor)) in workers.iter().zip(&worker_actors).enumerate() {
-            let (written, retried, fence_refusals, done, barrier, bar, snapshot, sched) = (
+            let (written, fence_refusals, done, barrier, bar, snapshot, sched) = (
                 written.clone(),
-                retried.clone(),
                 fence_refusals.clone(),
                 done.clone(),
                 barrier.clone(),
@@ -337,36 +351,19 @@ fn run_with(
                         "edit {}",
                         path.strip_prefix(root).unwrap_or(&path).display()
                     );
-                    // Half the workers retry on Busy as a model would; the
-                    // others wait their turn.
-                    let reservation = if w % 2 == 0 {
-                        loop {
-                            match actor
-                                .request([path.as_path()])
-                                .label(label.clone())
-                                .try_admit()
+                    let request = actor.request([path.as_path()]).label(label);
+                    // An agent waits for a file another is writing, up to a
+                    // bound (the table counts a wait that gives up as a
+                    // timeout); a sibling's fence refuses at once.
+                    let reservation = if into_neighbours_fence(role, agents, call) {
+                        request.try_admit().inspect_err(|e| {
+                            if matches!(e, writ::Error::Busy(b) if b.kind == writ::HoldKind::Fence)
                             {
-                                Ok(r) => break Ok(r),
-                                // A fence is not going away soon: a model
-                                // would choose another file.
-                                Err(writ::Error::Busy(busy))
-                                    if busy.kind == writ::HoldKind::Fence =>
-                                {
-                                    fence_refusals.fetch_add(1, Ordering::Relaxed);
-                                    break Err(writ::Error::Busy(busy));
-                                }
-                                Err(writ::Error::Busy(_)) => {
-                                    retried.fetch_add(1, Ordering::Relaxed);
-                                    std::thread::sleep(Duration::from_micros(20 + rng.below(80)));
-                                }
-                                Err(e) => break Err(e),
+                                fence_refusals.fetch_add(1, Ordering::Relaxed);
                             }
-                        }
+                        })
                     } else {
-                        actor
-                            .request([path.as_path()])
-                            .label(label)
-                            .admit_blocking()
+                        request.admit_blocking_timeout(WAIT_BOUND)
                     };
                     if let Ok(reservation) = reservation {
                         if edit(&path, &record, think_time(&mut rng)).is_ok() {
@@ -394,12 +391,11 @@ fn run_with(
         }
     });
     let seconds = start.elapsed().as_secs_f64();
-    let deadlock_message = scripted_deadlock(&lead, root);
     let written = written.lock().map(|w| w.clone()).unwrap_or_default();
     let counters = sched.dump().counters;
     let admission = Admission {
         admitted: counters.admitted,
-        refused_and_retried: retried.load(Ordering::Relaxed),
+        refused: counters.refused,
         refused_by_fence: fence_refusals.load(Ordering::Relaxed),
         waited: counters.waited,
         timed_out: counters.timed_out,
@@ -480,12 +476,13 @@ impl std::fmt::Display for Outcome {
         let s = &self.admission;
         writeln!(
             f,
-            "admission: {} admitted, {} refused and retried, {} refused by a sibling's fence, {} waited, {} timed out, {} deadlock(s) refused",
+            "admission (the table's counters at the end): {} admitted, {} refused ({} by a sibling's fence), {} waited, {} gave up after {}s, {} deadlock(s) refused",
             s.admitted,
-            s.refused_and_retried,
+            s.refused,
             s.refused_by_fence,
             s.waited,
             s.timed_out,
+            WAIT_BOUND.as_secs(),
             s.deadlocks_refused
         )?;
         if let Some(message) = &s.deadlock_message {
@@ -495,7 +492,10 @@ impl std::fmt::Display for Outcome {
         writeln!(f, "{}", self.through_files)?;
         if let Some(table) = &self.dump_table {
             writeln!(f)?;
-            writeln!(f, "dump taken mid-run:")?;
+            writeln!(
+                f,
+                "dump taken mid-run (the scripted deadlock came first, so it counts it too):"
+            )?;
             writeln!(f, "{table}")?;
         }
         Ok(())

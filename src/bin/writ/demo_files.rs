@@ -6,7 +6,8 @@
 //! unique record to a shared log (`log.md`: read the tail, append). Between
 //! its read and its write other agents write too, so the version gate
 //! refuses stale writes (`Stale`, `NotRead`) and the agent re-reads and
-//! redoes its edit; a contested path is `Busy` and the agent retries. At the
+//! redoes its edit; a path another agent is writing is waited for, up to a
+//! bound (`Config::file_op_wait`), never spun on. At the
 //! end the files themselves are checked: the counter equals the number of
 //! increments that were acknowledged, and every acknowledged record is in the
 //! log exactly once.
@@ -43,8 +44,10 @@ pub struct FilesOutcome {
     pub stale_refusals: u64,
     /// Writes refused as `NotRead` and redone after a read.
     pub not_read_refusals: u64,
-    /// Calls refused as `Busy` and retried.
-    pub busy_retries: u64,
+    /// File operations that waited for another agent's write (the table's count).
+    pub waited: u64,
+    /// Edits given up after waiting past the bound (none land; none is lost).
+    pub gave_up: u64,
     /// The counter's final value, read from the file.
     pub counter_final: u64,
     /// Acknowledged records found exactly once in the log file.
@@ -77,7 +80,13 @@ impl fmt::Display for FilesOutcome {
             "  not-read refusals  {} (read and redone)",
             self.not_read_refusals
         )?;
-        writeln!(f, "  busy retries       {}", self.busy_retries)?;
+        writeln!(
+            f,
+            "  waited             {} (for another agent's write; {} gave up after {}s)",
+            self.waited,
+            self.gave_up,
+            WAIT_BOUND.as_secs()
+        )?;
         writeln!(
             f,
             "  counter in file    {} (expected {})",
@@ -98,8 +107,12 @@ struct Tally {
     appends: Vec<String>,
     stale: u64,
     not_read: u64,
-    busy: u64,
+    gave_up: u64,
 }
+
+/// How long a file operation waits for another agent's write before the
+/// agent gives the edit up.
+const WAIT_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn other(e: impl fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
@@ -113,40 +126,34 @@ fn parse_counter(bytes: &[u8]) -> io::Result<u64> {
         .ok_or_else(|| other(format!("the counter file is malformed: {text:?}")))
 }
 
-/// Runs one read-modify-write until it lands: `Stale`/`NotRead` re-read
-/// and redo the edit, `Busy` retries. `edit` gets the bytes read.
+/// Runs one read-modify-write until it lands (`true`): `Stale`/`NotRead`
+/// re-read and redo the edit. Each file operation waits for another
+/// agent's write up to [`WAIT_BOUND`]; past it the edit is given up
+/// (`false`). `edit` gets the bytes read.
 fn read_modify_write(
     files: &Files<'_>,
     tally: &mut Tally,
     read: impl Fn(&Files<'_>) -> writ::Result<Vec<u8>>,
     write: impl Fn(&Files<'_>, &[u8]) -> writ::Result<writ::Receipt>,
-) -> io::Result<()> {
-    let mut seen: Option<Vec<u8>> = None;
+) -> io::Result<bool> {
+    let gave_up = |tally: &mut Tally| {
+        tally.gave_up += 1;
+        Ok(false)
+    };
     for _ in 0..MAX_ATTEMPTS {
-        let bytes = match seen.take() {
-            Some(bytes) => bytes,
-            None => match read(files) {
-                Ok(bytes) => bytes,
-                Err(Error::Busy(_)) => {
-                    tally.busy += 1;
-                    std::thread::yield_now();
-                    continue;
-                }
-                Err(e) => return Err(other(e)),
-            },
+        let bytes = match read(files) {
+            Ok(bytes) => bytes,
+            Err(Error::Timeout { .. } | Error::Busy(_)) => return gave_up(tally),
+            Err(e) => return Err(other(e)),
         };
         // Give the others a chance to get in between the read and the write,
         // as a model's think time would.
         std::thread::yield_now();
         match write(files, &bytes) {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(true),
             Err(Error::Stale { .. }) => tally.stale += 1,
             Err(Error::NotRead { .. }) => tally.not_read += 1,
-            Err(Error::Busy(_)) => {
-                tally.busy += 1;
-                seen = Some(bytes);
-                std::thread::yield_now();
-            }
+            Err(Error::Timeout { .. } | Error::Busy(_)) => return gave_up(tally),
             Err(e) => return Err(other(e)),
         }
     }
@@ -159,7 +166,7 @@ fn agent(actor: &Actor, index: usize, calls: usize, seed: u64) -> io::Result<Tal
     let mut tally = Tally::default();
     for call in 0..calls {
         if rng.below(2) == 0 {
-            read_modify_write(
+            let landed = read_modify_write(
                 &files,
                 &mut tally,
                 |f| f.read(COUNTER).map(|(bytes, _)| bytes),
@@ -172,17 +179,19 @@ fn agent(actor: &Actor, index: usize, calls: usize, seed: u64) -> io::Result<Tal
                     f.write(COUNTER, format!("count: {}\n", n + 1))
                 },
             )?;
-            tally.increments += 1;
+            tally.increments += u64::from(landed);
         } else {
             let record = format!("agent-{index} call-{call}\n");
-            read_modify_write(
+            let landed = read_modify_write(
                 &files,
                 &mut tally,
                 // Any part is enough before an append: the mark covers the whole file.
                 |f| f.read_range(LOG, 0..1).map(|(bytes, _)| bytes),
                 |f, _| f.append(LOG, &record),
             )?;
-            tally.appends.push(record);
+            if landed {
+                tally.appends.push(record);
+            }
         }
     }
     Ok(tally)
@@ -196,7 +205,11 @@ pub fn run(agents: usize, calls: usize, seed: u64) -> io::Result<FilesOutcome> {
     std::fs::write(dir.path().join(COUNTER), "count: 0\n")?;
     std::fs::write(dir.path().join(LOG), "# log\n")?;
     // Process durability: the scenario is about lost updates, not power cuts.
-    let sched = Scheduler::new(Config::default().durability(Durability::Process));
+    let sched = Scheduler::new(
+        Config::default()
+            .durability(Durability::Process)
+            .file_op_wait(WAIT_BOUND),
+    );
     let lead = sched
         .actor("lead", Grant::workspace(dir.path()))
         .map_err(other)?;
@@ -240,7 +253,8 @@ pub fn run(agents: usize, calls: usize, seed: u64) -> io::Result<FilesOutcome> {
         appends,
         stale_refusals: tallies.iter().map(|t| t.stale).sum(),
         not_read_refusals: tallies.iter().map(|t| t.not_read).sum(),
-        busy_retries: tallies.iter().map(|t| t.busy).sum(),
+        waited: sched.dump().counters.waited,
+        gave_up: tallies.iter().map(|t| t.gave_up).sum(),
         counter_final,
         records_found,
         lost_updates,
@@ -259,7 +273,7 @@ mod tests {
         assert_eq!(outcome.lost_updates, 0, "{outcome}");
         assert_eq!(outcome.writes, 1600);
         assert!(
-            outcome.stale_refusals + outcome.busy_retries > 0,
+            outcome.stale_refusals + outcome.waited > 0,
             "no contention: {outcome}"
         );
         assert_eq!(outcome.counter_final, outcome.increments);

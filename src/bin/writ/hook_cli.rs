@@ -126,6 +126,13 @@ pub fn run(cmd: HookCmd) -> ExitCode {
     };
     match runtime.block_on(handle(&args, &event)) {
         Ok(Some(reason)) => {
+            tracing::info!(
+                tool = %event.tool_name,
+                path = event.tool_input["file_path"].as_str().unwrap_or_default(),
+                claude_session = %event.session_id,
+                %reason,
+                "hook denied"
+            );
             let out = json!({"hookSpecificOutput": {
                 "hookEventName": "PreToolUse",
                 "permissionDecision": "deny",

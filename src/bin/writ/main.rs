@@ -27,8 +27,40 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
+    /// How log lines on stderr look: text (one line each) or json (one
+    /// object each). RUST_LOG chooses which are written (default: info for
+    /// `writ serve`, warnings elsewhere).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The format of the log on stderr.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    /// One line of text per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Sends the library's `tracing` events to stderr, filtered by `RUST_LOG`
+/// (else `default`). Stdout is left alone: `writ mcp` speaks MCP on it,
+/// and `writ serve`'s first line there is its URL.
+fn init_logs(format: LogFormat, default: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // Set once, first thing: only a second call could fail, and there is none.
+    let _ = match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    };
 }
 
 #[derive(Debug, Subcommand)]
@@ -124,6 +156,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // `writ serve` runs for a person who wants to see it work; the other
+    // commands print their own answers and only warn.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    let default = match &cli.command {
+        Command::Serve(_) => "warn,writ=info",
+        _ => "warn",
+    };
+    #[cfg(not(all(feature = "server", feature = "remote")))]
+    let default = "warn";
+    init_logs(cli.log_format, default);
     match cli.command {
         Command::History(cmd) => history_cli::run(cmd),
         #[cfg(feature = "mcp")]

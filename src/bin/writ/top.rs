@@ -29,6 +29,10 @@ use crate::serve_cli::{TargetArgs, locate_http};
 /// How many log lines are kept.
 const LOG_LINES: usize = 500;
 
+/// How many past events a first connection asks for: started late,
+/// `writ top` still shows what happened.
+const RECENT: usize = 500;
+
 /// What the screen shows; the stream task writes it, the terminal loop reads it.
 #[derive(Debug, Default)]
 pub struct View {
@@ -38,8 +42,11 @@ pub struct View {
     pub status: String,
     /// The last dump (`None` before the first).
     pub dump: Option<Value>,
-    /// Refusals, deadlocks, timeouts, lapsed leases and gaps, oldest first.
+    /// Writes, refusals, deadlocks, timeouts, lapsed leases and gaps,
+    /// oldest first, each with its time.
     pub log: VecDeque<String>,
+    /// The server's ROOT: paths inside it are shown relative to it.
+    pub root: Option<String>,
     /// Bumped on every change, so the loop redraws only when needed.
     pub version: u64,
 }
@@ -49,21 +56,34 @@ impl View {
     /// need a fresh dump.
     pub fn take(&mut self, event: &Value) -> bool {
         let name = |key: &str| event[key].as_str().unwrap_or("?").to_string();
+        let sentence = |key: &str| self.rel_text(&name(key));
         let line = match event["kind"].as_str().unwrap_or("") {
             "refused" => Some(format!(
-                "{} refused: {}",
+                "{} refused ({}): {}",
                 name("actor_name"),
-                name("message")
+                name("error"),
+                sentence("message")
             )),
             "deadlock" => Some(format!(
                 "{} deadlock: {}",
                 name("actor_name"),
-                name("message")
+                sentence("message")
             )),
             "timed_out" => Some(format!(
-                "{} gave up after {} ms",
+                "{} gave up after {} ms{}",
                 name("actor_name"),
-                event["waited_ms"]
+                event["waited_ms"],
+                if event["cause"].is_object() {
+                    format!(" waiting for {}", self.cause(&event["cause"]))
+                } else {
+                    String::new()
+                }
+            )),
+            "file_written" => Some(format!(
+                "{} {} {}",
+                name("actor_name"),
+                name("op"),
+                self.rel(&name("path"))
             )),
             "lease_expired" => Some(format!(
                 "lease {} lapsed: {} actors, {} holds freed",
@@ -81,10 +101,64 @@ impl View {
             if self.log.len() == LOG_LINES {
                 self.log.pop_front();
             }
-            self.log.push_back(line);
+            let at = event["at_ms"].as_u64().map_or_else(String::new, clock);
+            self.log.push_back(format!("{at}  {line}"));
             self.version += 1;
         }
         true
+    }
+
+    /// A path inside ROOT relative to it (`.` for ROOT), else as it is.
+    pub fn rel(&self, path: &str) -> String {
+        match self.root.as_deref() {
+            Some(root) if path == root => ".".to_string(),
+            Some(root) => path
+                .strip_prefix(root)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .unwrap_or(path)
+                .to_string(),
+            None => path.to_string(),
+        }
+    }
+
+    /// A sentence with ROOT's prefix taken off the paths in it.
+    fn rel_text(&self, text: &str) -> String {
+        match self.root.as_deref() {
+            Some(root) => text.replace(&format!("{root}/"), ""),
+            None => text.to_string(),
+        }
+    }
+
+    fn paths(&self, v: &Value) -> String {
+        v.as_array()
+            .map(|list| {
+                list.iter()
+                    .map(|p| {
+                        let mut s = self.rel(&text(&p["path"]));
+                        if p["tree"].as_bool() == Some(true) {
+                            s.push('/');
+                        }
+                        if p["mode"] == "shared" {
+                            s.push_str(" (shared)");
+                        }
+                        s
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+    }
+
+    fn cause(&self, v: &Value) -> String {
+        match v["cause"].as_str() {
+            None => "granted, not picked up".into(),
+            Some("path") => format!(
+                "{} held by {}",
+                self.rel(&text(&v["path"])),
+                text(&v["holder"])
+            ),
+            Some(other) => other.to_string(),
+        }
     }
 
     fn set_status(&mut self, status: impl Into<String>) {
@@ -93,8 +167,33 @@ impl View {
     }
 }
 
+/// `HH:MM:SS` (UTC, marked `Z`) of a time in milliseconds since the epoch.
+pub fn clock(at_ms: u64) -> String {
+    let secs = at_ms / 1000 % 86_400;
+    format!("{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+/// Why `writ top` cannot draw here, if it cannot: it needs a terminal on
+/// its output and a controlling terminal to read keys from.
+fn no_terminal() -> Option<&'static str> {
+    use std::io::IsTerminal as _;
+    if !std::io::stdout().is_terminal() {
+        return Some("its output is not a terminal");
+    }
+    if std::fs::File::open("/dev/tty").is_err() {
+        return Some("this process has no terminal to read keys from");
+    }
+    None
+}
+
 /// Runs `writ top`.
 pub fn run(target: TargetArgs) -> ExitCode {
+    if let Some(why) = no_terminal() {
+        eprintln!(
+            "writ top: draws a live view on a terminal, but {why}; run it in one, or use `writ dump` for the table once."
+        );
+        return ExitCode::from(2);
+    }
     let (url, token) = match locate_http(target) {
         Ok(found) => found,
         Err(e) => {
@@ -171,6 +270,9 @@ async fn feed(url: String, token: String, view: Arc<parking_lot::Mutex<View>>) {
             return;
         }
     };
+    if let Ok(info) = session.info().await {
+        view.lock().root = info["root"].as_str().map(str::to_string);
+    }
     let refresh = Arc::new(tokio::sync::Notify::new());
     {
         // One dump at a time, at most five a second, always after the
@@ -193,7 +295,12 @@ async fn feed(url: String, token: String, view: Arc<parking_lot::Mutex<View>>) {
     }
     let mut last: Option<u64> = None;
     loop {
-        let mut request = hyper::Request::get(format!("{url}/events"))
+        // The first connection reads the recent past; a reconnect resumes.
+        let path = match last {
+            Some(_) => "/events".to_string(),
+            None => format!("/events?recent={RECENT}"),
+        };
+        let mut request = hyper::Request::get(format!("{url}{path}"))
             .header("authorization", format!("Bearer {token}"));
         if let Some(last) = last {
             request = request.header("last-event-id", last.to_string());
@@ -271,34 +378,6 @@ fn text(v: &Value) -> String {
     }
 }
 
-fn paths(v: &Value) -> String {
-    v.as_array()
-        .map(|list| {
-            list.iter()
-                .map(|p| {
-                    let mut s = text(&p["path"]);
-                    if p["tree"].as_bool() == Some(true) {
-                        s.push('/');
-                    }
-                    if p["mode"] == "shared" {
-                        s.push_str(" (shared)");
-                    }
-                    s
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default()
-}
-
-fn cause(v: &Value) -> String {
-    match v["cause"].as_str() {
-        None => "granted, not picked up".into(),
-        Some("path") => format!("{} held by {}", text(&v["path"]), text(&v["holder"])),
-        Some(other) => other.to_string(),
-    }
-}
-
 fn array(dump: &Value, key: &str) -> Vec<Value> {
     dump[key].as_array().cloned().unwrap_or_default()
 }
@@ -362,7 +441,7 @@ pub fn draw(frame: &mut Frame, view: &View) {
                 text(&h["id"]),
                 text(&h["actor"]),
                 text(&h["kind"]),
-                paths(&h["paths"]),
+                view.paths(&h["paths"]),
                 text(&h["label"]),
             ])
         })
@@ -393,8 +472,8 @@ pub fn draw(frame: &mut Frame, view: &View) {
             Row::new(vec![
                 text(&w["id"]),
                 text(&w["actor"]),
-                paths(&w["paths"]),
-                format!("{} [holds {}]", cause(&w["cause"]), blocked.join(", ")),
+                view.paths(&w["paths"]),
+                format!("{} [holds {}]", view.cause(&w["cause"]), blocked.join(", ")),
             ])
         })
         .collect();
@@ -424,7 +503,7 @@ pub fn draw(frame: &mut Frame, view: &View) {
         Paragraph::new(lines).wrap(Wrap { trim: false }).block(
             Block::new()
                 .borders(Borders::ALL)
-                .title(" refusals, deadlocks, timeouts "),
+                .title(" log: writes, refusals, deadlocks, timeouts "),
         ),
         log_area,
     );
@@ -464,8 +543,53 @@ fn actor_tree(dump: &Value) -> Vec<Line<'static>> {
     lines
 }
 
+/// Every waiter's edges to whoever is in its way, as (from, to, arrow):
+/// the dump's wait-for edges (fences, what deadlock detection sees), an
+/// edge to the holder of each hold that blocks it (call holds included)
+/// and to each request queued ahead of it. One edge per pair; the dump's
+/// kind wins.
+pub fn wait_edges(dump: &Value) -> Vec<(u64, u64, &'static str)> {
+    let mut edges: Vec<(u64, u64, &'static str)> = Vec::new();
+    let mut add = |from: Option<u64>, to: Option<u64>, arrow: &'static str| {
+        if let (Some(from), Some(to)) = (from, to) {
+            if from != to && !edges.iter().any(|e| (e.0, e.1) == (from, to)) {
+                edges.push((from, to, arrow));
+            }
+        }
+    };
+    for e in array(dump, "edges") {
+        let arrow = if e["hard"].as_bool() == Some(true) {
+            "==>"
+        } else {
+            "-->"
+        };
+        add(e["from"].as_u64(), e["to"].as_u64(), arrow);
+    }
+    let holds = array(dump, "holds");
+    let waiters = array(dump, "waiters");
+    let owner = |list: &[Value], id: &Value| {
+        list.iter()
+            .find(|x| x["id"] == *id)
+            .and_then(|x| x["actor_id"].as_u64().map(|a| (a, x["kind"].clone())))
+    };
+    for w in &waiters {
+        for id in w["blocked_by"]["holds"].as_array().into_iter().flatten() {
+            if let Some((holder, kind)) = owner(&holds, id) {
+                let arrow = if kind == "call" { "..>" } else { "==>" };
+                add(w["actor_id"].as_u64(), Some(holder), arrow);
+            }
+        }
+        for id in w["blocked_by"]["waiters"].as_array().into_iter().flatten() {
+            if let Some((ahead, _)) = owner(&waiters, id) {
+                add(w["actor_id"].as_u64(), Some(ahead), "-->");
+            }
+        }
+    }
+    edges
+}
+
 /// The wait-for graph as arrows between names: `==>` hard (a fence in the
-/// way), `-->` soft (queued ahead).
+/// way), `..>` a call in progress, `-->` soft (queued ahead).
 fn wait_for(dump: &Value) -> Vec<Line<'static>> {
     let mut names: BTreeMap<u64, String> = BTreeMap::new();
     for a in array(dump, "actors") {
@@ -488,20 +612,14 @@ fn wait_for(dump: &Value) -> Vec<Line<'static>> {
             .and_then(|id| names.get(&id).cloned())
             .unwrap_or_else(|| format!("#{}", text(v)))
     };
-    let edges = array(dump, "edges");
+    let name = |id: u64| name(&Value::from(id));
+    let edges = wait_edges(dump);
     if edges.is_empty() {
         return vec![Line::from("nobody waits for anyone")];
     }
     edges
         .iter()
-        .map(|e| {
-            let arrow = if e["hard"].as_bool() == Some(true) {
-                " ==> "
-            } else {
-                " --> "
-            };
-            Line::from(format!("{}{arrow}{}", name(&e["from"]), name(&e["to"])))
-        })
+        .map(|(from, to, arrow)| Line::from(format!("{} {arrow} {}", name(*from), name(*to))))
         .collect()
 }
 
@@ -539,24 +657,37 @@ mod tests {
         let kid = lead.child("kid", Grant::fenced(&root, ["src/"])).unwrap();
         let _call = kid.try_admit(["src/a.rs"]).unwrap();
         assert!(lead.try_admit(["src/a.rs"]).is_err());
-        let waiter = {
-            let lead = lead.clone();
-            tokio::spawn(async move { lead.admit(["src/b.rs"]).await.map(drop) })
-        };
+        kid.files().write("src/new.rs", "fn f() {}\n").unwrap();
+        // A call in progress blocks a second root actor: its edge is drawn
+        // too, though no deadlock can go through it.
+        let note = lead.try_admit(["notes.md"]).unwrap();
+        let third = Arc::new(sched.actor("third", Grant::workspace(&root)).unwrap());
+        let waiters = [
+            {
+                let lead = lead.clone();
+                tokio::spawn(async move { lead.admit(["src/b.rs"]).await.map(drop) })
+            },
+            {
+                let third = third.clone();
+                tokio::spawn(async move { third.admit(["notes.md"]).await.map(drop) })
+            },
+        ];
         let mut view = View {
             url: "http://127.0.0.1:1".into(),
             status: "live".into(),
+            root: Some(root.display().to_string()),
             ..View::default()
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
+        let mut waiting = 0;
+        while waiting < 2 {
             let event = tokio::time::timeout_at(deadline, events.next())
                 .await
                 .unwrap();
             let json = serde_json::to_value(&*event).unwrap();
             assert!(view.take(&json));
             if event.kind.name() == "waiting" {
-                break;
+                waiting += 1;
             }
         }
         view.dump = Some(serde_json::to_value(sched.dump()).unwrap());
@@ -572,17 +703,34 @@ mod tests {
             "the hard wait-for edge: {text}"
         );
         assert!(
+            text.contains("third ..> lead"),
+            "the edge to a call in progress: {text}"
+        );
+        assert!(
+            !text.contains(&root.display().to_string()),
+            "paths are relative to the root: {text}"
+        );
+        assert!(
             text.contains("grant fence"),
             "the fence in the holds: {text}"
         );
         assert!(text.contains("src/a.rs"), "the call's path: {text}");
         assert!(text.contains("src/b.rs"), "the waiter's path: {text}");
         assert!(text.contains("refused 1"), "the counters: {text}");
-        assert!(text.contains("waiting 1"), "{text}");
-        assert!(text.contains("lead refused:"), "the log: {text}");
+        assert!(text.contains("waiting 2"), "{text}");
+        assert!(text.contains("lead refused (busy):"), "the log: {text}");
+        assert!(text.contains("kid write src/new.rs"), "writes: {text}");
+        let stamped = view.log.iter().all(|line| {
+            let b = line.as_bytes();
+            b.len() > 10 && b[2] == b':' && b[5] == b':' && b[8] == b'Z'
+        });
+        assert!(stamped, "every log line has its time: {:?}", view.log);
         assert!(text.contains("q quits"), "{text}");
         drop(kid);
-        waiter.await.unwrap().unwrap();
+        drop(note);
+        for waiter in waiters {
+            waiter.await.unwrap().unwrap();
+        }
     }
 
     #[test]

@@ -792,53 +792,72 @@ class Actor:
 
     # -- files ----------------------------------------------------------------------
 
-    def read_with_mark(self, path: str, lines: Optional[Lines] = None) -> ReadResult:
+    def _file_call(self, method: str, params: Dict[str, Any], timeout: Optional[float]) -> Any:
+        """A file method; with ``timeout``, the server waits that long (seconds)
+        for a path another actor is writing or has reserved, then runs it, or
+        raises ``Busy`` naming who still holds the path. Without, a contested
+        path is ``Busy`` at once."""
+        if timeout is None:
+            return self._call(method, params)
+        params["timeout_ms"] = _millis(timeout)
+        return self._call(method, params, wait=timeout)
+
+    def read_with_mark(
+        self, path: str, lines: Optional[Lines] = None, *, timeout: Optional[float] = None
+    ) -> ReadResult:
         """Read a file and the mark the gate checks.
 
         ``lines=(start, end)`` returns only those lines, numbered from 0 with
         ``end`` excluded, as a Python slice (``end=None``: to the end); the
         mark still covers the whole file, so a tail is enough before an append.
+        ``timeout`` (seconds) waits for a write in progress instead of ``Busy``.
         """
         params: Dict[str, Any] = {"path": path}
         if lines is not None:
             params["lines"] = list(lines)
-        result = self._call("files.read", params)
+        result = self._file_call("files.read", params, timeout)
         if not isinstance(result, Mapping):
             raise Unavailable(f"files.read returned {result!r:.100}", {"kind": "unavailable"})
         mark = result.get("mark")
         return ReadResult(_content_from_wire(result.get("content")), dict(mark) if isinstance(mark, Mapping) else {})
 
-    def read(self, path: str, lines: Optional[Lines] = None) -> str:
+    def read(self, path: str, lines: Optional[Lines] = None, *, timeout: Optional[float] = None) -> str:
         """Read a text file; the read is what allows a later write (SPEC §6)."""
-        content = self.read_with_mark(path, lines).content
+        content = self.read_with_mark(path, lines, timeout=timeout).content
         if isinstance(content, bytes):
             return content.decode("utf-8")
         return content
 
-    def read_bytes(self, path: str, lines: Optional[Lines] = None) -> bytes:
+    def read_bytes(self, path: str, lines: Optional[Lines] = None, *, timeout: Optional[float] = None) -> bytes:
         """Read a file as bytes."""
-        content = self.read_with_mark(path, lines).content
+        content = self.read_with_mark(path, lines, timeout=timeout).content
         return content.encode("utf-8") if isinstance(content, str) else content
 
-    def write(self, path: str, content: Union[str, bytes]) -> Dict[str, Any]:
-        """Replace (or create) a file; ``NotRead``/``Stale`` unless read in its current version."""
-        return _dict(self._call("files.write", {"path": path, "content": _content_to_wire(content)}))
+    def write(self, path: str, content: Union[str, bytes], *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Replace (or create) a file; ``NotRead``/``Stale`` unless read in its current version.
 
-    def append(self, path: str, content: Union[str, bytes]) -> Dict[str, Any]:
+        ``timeout`` (seconds) waits for a contested path, then ``Busy``; every
+        file method takes it.
+        """
+        params = {"path": path, "content": _content_to_wire(content)}
+        return _dict(self._file_call("files.write", params, timeout))
+
+    def append(self, path: str, content: Union[str, bytes], *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Append to a file (creating it if missing)."""
-        return _dict(self._call("files.append", {"path": path, "content": _content_to_wire(content)}))
+        params = {"path": path, "content": _content_to_wire(content)}
+        return _dict(self._file_call("files.append", params, timeout))
 
-    def edit(self, path: str, old: str, new: str) -> Dict[str, Any]:
+    def edit(self, path: str, old: str, new: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Replace the one occurrence of ``old`` by ``new`` (``NoMatch``/``AmbiguousMatch``)."""
-        return _dict(self._call("files.replace", {"path": path, "old": old, "new": new}))
+        return _dict(self._file_call("files.replace", {"path": path, "old": old, "new": new}, timeout))
 
-    def delete(self, path: str) -> Dict[str, Any]:
+    def delete(self, path: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Delete a file (it must have been read in its current version)."""
-        return _dict(self._call("files.delete", {"path": path}))
+        return _dict(self._file_call("files.delete", {"path": path}, timeout))
 
-    def rename(self, source: str, destination: str) -> Dict[str, Any]:
+    def rename(self, source: str, destination: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Rename a file (the source, and an existing destination, must have been read)."""
-        return _dict(self._call("files.rename", {"from": source, "to": destination}))
+        return _dict(self._file_call("files.rename", {"from": source, "to": destination}, timeout))
 
     def set_turn(self, turn: str) -> None:
         """Group this actor's next writes under ``turn`` in history (for ``Session.rewind``)."""

@@ -196,37 +196,39 @@ class AsyncActor:
 
         return AsyncFence(await _wait(fence, _release))
 
-    async def read(self, path: str, lines: Optional[Lines] = None) -> str:
-        """Read a text file (recording the read mark)."""
-        return await _run(lambda: self.sync.read(path, lines))
+    async def read(self, path: str, lines: Optional[Lines] = None, *, timeout: Optional[float] = None) -> str:
+        """Read a text file (recording the read mark); ``timeout`` waits for a write in progress."""
+        return await _run(lambda: self.sync.read(path, lines, timeout=timeout))
 
-    async def read_bytes(self, path: str, lines: Optional[Lines] = None) -> bytes:
+    async def read_bytes(self, path: str, lines: Optional[Lines] = None, *, timeout: Optional[float] = None) -> bytes:
         """Read a file as bytes."""
-        return await _run(lambda: self.sync.read_bytes(path, lines))
+        return await _run(lambda: self.sync.read_bytes(path, lines, timeout=timeout))
 
-    async def read_with_mark(self, path: str, lines: Optional[Lines] = None) -> ReadResult:
+    async def read_with_mark(
+        self, path: str, lines: Optional[Lines] = None, *, timeout: Optional[float] = None
+    ) -> ReadResult:
         """Read a file and its mark."""
-        return await _run(lambda: self.sync.read_with_mark(path, lines))
+        return await _run(lambda: self.sync.read_with_mark(path, lines, timeout=timeout))
 
-    async def write(self, path: str, content: Union[str, bytes]) -> Dict[str, Any]:
-        """Replace or create a file."""
-        return await _run(lambda: self.sync.write(path, content))
+    async def write(self, path: str, content: Union[str, bytes], *, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Replace or create a file; ``timeout`` waits for a contested path, then ``Busy``."""
+        return await _run(lambda: self.sync.write(path, content, timeout=timeout))
 
-    async def append(self, path: str, content: Union[str, bytes]) -> Dict[str, Any]:
+    async def append(self, path: str, content: Union[str, bytes], *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Append to a file."""
-        return await _run(lambda: self.sync.append(path, content))
+        return await _run(lambda: self.sync.append(path, content, timeout=timeout))
 
-    async def edit(self, path: str, old: str, new: str) -> Dict[str, Any]:
+    async def edit(self, path: str, old: str, new: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Replace the one occurrence of ``old`` by ``new``."""
-        return await _run(lambda: self.sync.edit(path, old, new))
+        return await _run(lambda: self.sync.edit(path, old, new, timeout=timeout))
 
-    async def delete(self, path: str) -> Dict[str, Any]:
+    async def delete(self, path: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Delete a file."""
-        return await _run(lambda: self.sync.delete(path))
+        return await _run(lambda: self.sync.delete(path, timeout=timeout))
 
-    async def rename(self, source: str, destination: str) -> Dict[str, Any]:
+    async def rename(self, source: str, destination: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Rename a file."""
-        return await _run(lambda: self.sync.rename(source, destination))
+        return await _run(lambda: self.sync.rename(source, destination, timeout=timeout))
 
     async def set_turn(self, turn: str) -> None:
         """Group the next writes under ``turn``."""

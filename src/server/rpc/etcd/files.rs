@@ -40,7 +40,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use super::super::{
-    App, PathParams, ReadParams, RenameParams, ReplaceParams, WriteParams, invalid, params,
+    App, DeleteParams, ReadParams, RenameParams, ReplaceParams, WriteParams, invalid, params,
 };
 use super::EtcdBackend;
 use crate::core::key::{Area, Key};
@@ -250,7 +250,7 @@ impl App {
                 (p.actor, call)
             }
             "files.delete" => {
-                let p: PathParams = params(p)?;
+                let p: DeleteParams = params(p)?;
                 (p.actor, FileCall::Delete { path: p.path })
             }
             "files.rename" => {
