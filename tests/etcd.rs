@@ -1331,6 +1331,35 @@ fn an_etcd_restart_mid_run_fails_requests_clearly_and_grants_nothing_twice() {
     );
 }
 
+/// A try-only `admit` of `path` by `actor` through `url`.
+fn try_admit_via(
+    url: &str,
+    token: &str,
+    actor: &str,
+    path: &str,
+) -> Result<serde_json::Value, serde_json::Value> {
+    rpc(
+        url,
+        token,
+        "admit",
+        serde_json::json!({"actor": actor, "targets": [path], "wait": false}),
+    )
+}
+
+/// Releases the hold a grant answer names, through `url`.
+fn release_via(
+    url: &str,
+    token: &str,
+    grant: &serde_json::Value,
+) -> Result<serde_json::Value, serde_json::Value> {
+    rpc(
+        url,
+        token,
+        "release",
+        serde_json::json!({"hold": grant["hold"]}),
+    )
+}
+
 /// One try-only admit and its release through `url`: how long the admit
 /// took, and the error of the first that failed.
 fn admit_and_release(
@@ -1340,23 +1369,10 @@ fn admit_and_release(
     path: &str,
 ) -> (Duration, Option<serde_json::Value>) {
     let asked = Instant::now();
-    let answer = rpc(
-        url,
-        token,
-        "admit",
-        serde_json::json!({"actor": actor, "targets": [path], "wait": false}),
-    );
+    let answer = try_admit_via(url, token, actor, path);
     let took = asked.elapsed();
     match answer {
-        Ok(grant) => {
-            let released = rpc(
-                url,
-                token,
-                "release",
-                serde_json::json!({"hold": grant["hold"]}),
-            );
-            (took, released.err())
-        }
+        Ok(grant) => (took, release_via(url, token, &grant).err()),
         Err(e) => (took, Some(e)),
     }
 }
@@ -1416,20 +1432,8 @@ fn a_widened_fence_shows_the_token_of_the_grant_that_widened_it() {
     )
     .unwrap();
     // A later grant of y.rs, then the fence widened onto it.
-    let call = rpc(
-        &one.url,
-        &b_token,
-        "admit",
-        serde_json::json!({"actor": b, "targets": ["y.rs"], "wait": false}),
-    )
-    .unwrap();
-    rpc(
-        &one.url,
-        &b_token,
-        "release",
-        serde_json::json!({"hold": call["hold"]}),
-    )
-    .unwrap();
+    let call = try_admit_via(&one.url, &b_token, &b, "y.rs").unwrap();
+    release_via(&one.url, &b_token, &call).unwrap();
     let widened = rpc(
         &one.url,
         &a_token,
@@ -1496,19 +1500,8 @@ fn a_wait_ended_by_an_etcd_restart_leaves_no_waiter_behind() {
         "the ended wait's record gone",
         || waiters_through(&one.url) == 0,
     );
-    rpc(
-        &one.url,
-        &holder_token,
-        "release",
-        serde_json::json!({"hold": fence["hold"]}),
-    )
-    .unwrap();
-    let granted = rpc(
-        &one.url,
-        &other_token,
-        "admit",
-        serde_json::json!({"actor": other, "targets": ["x.rs"], "wait": false}),
-    );
+    release_via(&one.url, &holder_token, &fence).unwrap();
+    let granted = try_admit_via(&one.url, &other_token, &other, "x.rs");
     assert!(granted.is_ok(), "x.rs stayed blocked: {granted:?}");
 }
 

@@ -26,37 +26,58 @@ fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-fn healthy(port: u16) -> bool {
+/// The body of `GET path` from the member on `port`; empty if it did not
+/// answer.
+fn get(port: u16, path: &str) -> String {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
+        return String::new();
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return false;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return String::new();
     }
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
-    answer.contains("\"health\":\"true\"")
+    answer
+}
+
+fn healthy(port: u16) -> bool {
+    get(port, "/health").contains("\"health\":\"true\"")
+}
+
+/// The command line of one etcd member on loopback, logging to `log`.
+fn member_command(
+    name: &str,
+    data: &std::path::Path,
+    (client, peer): (u16, u16),
+    initial_cluster: &str,
+    state: &str,
+    log: std::fs::File,
+) -> Command {
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let mut command = Command::new("etcd");
+    command
+        .arg(format!("--name={name}"))
+        .arg(format!("--data-dir={}", data.display()))
+        .arg(format!("--listen-client-urls={client_url}"))
+        .arg(format!("--advertise-client-urls={client_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster={initial_cluster}"))
+        .arg(format!("--initial-cluster-state={state}"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    command
 }
 
 /// Whether the member answering on `port` is its cluster's leader.
 fn leads(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    if stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    answer.lines().any(|l| l == "etcd_server_is_leader 1")
+    get(port, "/metrics")
+        .lines()
+        .any(|l| l == "etcd_server_is_leader 1")
 }
 
 impl Etcd {
@@ -111,22 +132,16 @@ impl Etcd {
             .append(true)
             .open(dir.join("etcd.log"))
             .unwrap();
-        let client_url = &self.endpoint;
         let peer_url = format!("http://127.0.0.1:{}", self.peer);
-        let mut command = Command::new("etcd");
-        command
-            .arg("--name=writ-test")
-            .arg(format!("--data-dir={}", dir.join("data").display()))
-            .arg(format!("--listen-client-urls={client_url}"))
-            .arg(format!("--advertise-client-urls={client_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=writ-test={peer_url}"))
-            .arg(format!("--initial-cluster-state={state}"))
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
+        let mut command = member_command(
+            "writ-test",
+            &dir.join("data"),
+            (self.client, self.peer),
+            &format!("writ-test={peer_url}"),
+            state,
+            log,
+        );
+        command.args(&self.extra);
         let mut child = command.spawn().unwrap_or_else(|_| panic!("{NEED_ETCD}"));
         let deadline = Instant::now() + Duration::from_secs(30);
         while !healthy(self.client) {
@@ -243,23 +258,17 @@ impl Cluster {
             .append(true)
             .open(self.dir.path().join(format!("{}.log", member.name)))
             .unwrap();
-        let client_url = format!("http://127.0.0.1:{}", member.client);
-        let peer_url = format!("http://127.0.0.1:{}", member.peer);
-        let child = Command::new("etcd")
-            .arg(format!("--name={}", member.name))
-            .arg(format!("--data-dir={}", data.display()))
-            .arg(format!("--listen-client-urls={client_url}"))
-            .arg(format!("--advertise-client-urls={client_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster={}", self.initial))
-            .arg(format!("--initial-cluster-state={state}"))
-            .arg("--initial-cluster-token=writ-test-cluster")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|_| panic!("{NEED_ETCD}"));
+        let child = member_command(
+            &member.name,
+            &data,
+            (member.client, member.peer),
+            &self.initial,
+            state,
+            log,
+        )
+        .arg("--initial-cluster-token=writ-test-cluster")
+        .spawn()
+        .unwrap_or_else(|_| panic!("{NEED_ETCD}"));
         self.members[i].child = Some(child);
     }
 
