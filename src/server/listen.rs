@@ -147,14 +147,15 @@ pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     socket: Option<(SameUid, SocketFile)>,
     app: Arc<App>,
+    observed: crate::sched::events::Subscription,
     stop: watch::Receiver<bool>,
     discovery: Option<PathBuf>,
 ) {
     let reaper = tokio::spawn(super::lease::reap(app.clone(), app.poke()));
-    // Subscribed before the first connection is accepted: the log and the
-    // metrics see every event, and the ring keeps the recent past for a
-    // viewer who connects late.
-    let observer = tokio::spawn(super::observe::watch(app.clone(), app.sched.subscribe()));
+    // Subscribed (by `Server::start`) before the first connection is
+    // accepted: the log and the metrics see every event, and the ring keeps
+    // the recent past for a viewer who connects late.
+    let observer = tokio::spawn(super::observe::watch(app.clone(), observed));
     let router = router(app.clone());
     let tcp_router = router
         .clone()

@@ -489,10 +489,15 @@ impl Server {
                 },
             )?;
         }
+        // Subscribed before `start` returns, not in the spawned task: what
+        // the caller does next (even before that task first runs) is in the
+        // log, the metrics and the ring a late viewer reads.
+        let observed = app.sched.subscribe();
         let task = tokio::spawn(listen::serve(
             listener,
             socket,
             app.clone(),
+            observed,
             stop_rx,
             options.discovery.clone(),
         ));
