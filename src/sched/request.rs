@@ -151,6 +151,7 @@ impl Request {
     /// holder). Nothing is admitted, counted or recorded, so a caller that
     /// already reported a wait (a timeout) can say who blocked it without
     /// a second refusal in the counters and the event stream.
+    #[cfg_attr(not(any(feature = "server", feature = "mcp")), allow(dead_code))]
     pub(crate) fn probe(self, kind: HoldKind) -> Result<()> {
         let claim = self.meta.claim(self.targets, kind)?;
         let state = self.sched.shared.lock();
@@ -189,6 +190,7 @@ impl Actor {
     /// caller may go on without a reservation. The MCP tools and `/rpc`'s
     /// file methods with `timeout_ms` wait this way, so a contested call
     /// is one wait, never a refusal, a wait and another refusal.
+    #[cfg_attr(not(any(feature = "server", feature = "mcp")), allow(dead_code))]
     pub(crate) async fn wait_call(
         &self,
         targets: Vec<Target>,
