@@ -1331,6 +1331,29 @@ fn an_etcd_restart_mid_run_fails_requests_clearly_and_grants_nothing_twice() {
     );
 }
 
+/// `GET /metrics` through `url` with the session token: metric name (with
+/// its labels) → value, of the lines that are not comments.
+fn scrape(url: &str) -> std::collections::BTreeMap<String, f64> {
+    use std::io::{Read as _, Write as _};
+    let address = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    let request = format!(
+        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {SESSION_TOKEN}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or_default();
+    assert!(head.starts_with("HTTP/1.1 200"), "{answer}");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
 /// A try-only `admit` of `path` by `actor` through `url`.
 fn try_admit_via(
     url: &str,
@@ -1391,6 +1414,15 @@ fn a_cluster_serves_on_with_a_follower_killed_and_answers_in_bounds_with_one_pau
         .filter_map(|i| admit_and_release(&one.url, &actor, &token, &format!("k{i}.rs")).1)
         .collect();
     assert!(failed.is_empty(), "with a member killed: {failed:?}");
+    // The scrape reads the session's table in etcd, and counts the calls
+    // this server sent again.
+    let metrics = scrape(&one.url);
+    assert!(metrics["writ_admissions_total"] >= 30.0, "{metrics:?}");
+    assert_eq!(metrics["writ_holds"], 0.0, "{metrics:?}");
+    assert!(
+        metrics.contains_key("writ_etcd_resends_total"),
+        "{metrics:?}"
+    );
     cluster.restart(dead);
     // A follower paused: a call sent to it fails on the call bound (2 s)
     // and a read is asked again elsewhere, so an admit (a few calls) is

@@ -684,6 +684,8 @@ struct Inner {
     /// and making one needs no shared counter.
     instance: u64,
     next: AtomicU64,
+    /// Calls sent again by [`Table::resend_if`] (for `/metrics`).
+    resends: AtomicU64,
     /// The lease of this table's waiting requests (granted when the first
     /// one queues, renewed in the background while the table lives).
     waiter_lease: tokio::sync::Mutex<Option<LeaseId>>,
@@ -1101,6 +1103,7 @@ impl Table {
                 options,
                 instance,
                 next: AtomicU64::new(1),
+                resends: AtomicU64::new(0),
                 waiter_lease: tokio::sync::Mutex::new(None),
             }),
         };
@@ -1189,10 +1192,26 @@ impl Table {
         let mut tries = 1;
         loop {
             match call(self.client()).await {
-                Err(e) if tries < 8 && again(&e) => tries += 1,
+                Err(e) if tries < 8 && again(&e) => {
+                    tries += 1;
+                    // Relaxed: a count for the metrics, ordering nothing.
+                    self.inner.resends.fetch_add(1, Ordering::Relaxed);
+                }
                 answer => return answer,
             }
         }
+    }
+
+    /// How many calls this table sent again since it connected (they
+    /// reached no member, or a read timed out).
+    ///
+    /// ```no_run
+    /// # fn demo(table: writ::etcd::Table) {
+    /// println!("{} calls sent again", table.resends());
+    /// # }
+    /// ```
+    pub fn resends(&self) -> u64 {
+        self.inner.resends.load(Ordering::Relaxed)
     }
 
     /// A transaction, sent again while it reached no member.

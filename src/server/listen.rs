@@ -455,7 +455,16 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         }
         Err(response) => return *response,
     }
-    match app.metrics.render(&app) {
+    let table = match app.table_reading().await {
+        Ok(table) => table,
+        Err(e) => {
+            return json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &error_body(&Value::Null, &e),
+            );
+        }
+    };
+    match app.metrics.render(&app, &table) {
         Ok(text) => (
             StatusCode::OK,
             [

@@ -272,10 +272,13 @@ impl Metrics {
 
     /// The scrape: everything above, and what is read now from the table
     /// and the registry.
-    pub(crate) fn render(&self, app: &App) -> Result<String, std::fmt::Error> {
-        let dump = app.sched.dump();
+    pub(crate) fn render(
+        &self,
+        app: &App,
+        table: &TableReading,
+    ) -> Result<String, std::fmt::Error> {
         let leases = app.registry().leases.len();
-        let counters = dump.counters;
+        let counters = table.counters;
         let gauge = |n: usize| ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX));
         let mut registry = Registry::with_prefix("writ");
         registry.register(
@@ -313,13 +316,16 @@ impl Metrics {
             "Requests refused because waiting would close a wait-for cycle",
             ConstCounter::new(counters.deadlocks),
         );
-        registry.register("actors", "Live actors", gauge(dump.actors.len()));
-        registry.register(
-            "holds",
-            "Live holds (calls and fences)",
-            gauge(dump.holds.len()),
-        );
-        registry.register("waiters", "Requests waiting now", gauge(dump.waiters.len()));
+        registry.register("actors", "Live actors", gauge(table.actors));
+        registry.register("holds", "Live holds (calls and fences)", gauge(table.holds));
+        registry.register("waiters", "Requests waiting now", gauge(table.waiters));
+        if let Some(resends) = table.etcd_resends {
+            registry.register(
+                "etcd_resends",
+                "Calls to etcd sent again by this server (they reached no member, or a read timed out)",
+                ConstCounter::new(resends),
+            );
+        }
         registry.register("leases", "Live leases of wire clients", gauge(leases));
         registry.register(
             "mcp_sessions",
@@ -344,6 +350,30 @@ impl Metrics {
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)?;
         Ok(text)
+    }
+}
+
+/// What a scrape reads from the session's table when it is taken: the
+/// in-process scheduler's, or on `writ serve --etcd` the session's in etcd
+/// (every server's work), with this server's etcd resends.
+pub(crate) struct TableReading {
+    pub(crate) counters: crate::Counters,
+    pub(crate) actors: usize,
+    pub(crate) holds: usize,
+    pub(crate) waiters: usize,
+    pub(crate) etcd_resends: Option<u64>,
+}
+
+impl TableReading {
+    /// The in-process table's.
+    pub(crate) fn of(dump: &crate::Dump) -> TableReading {
+        TableReading {
+            counters: dump.counters,
+            actors: dump.actors.len(),
+            holds: dump.holds.len(),
+            waiters: dump.waiters.len(),
+            etcd_resends: None,
+        }
     }
 }
 

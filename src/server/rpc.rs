@@ -425,6 +425,17 @@ impl App {
         self.reg.lock()
     }
 
+    /// What `/metrics` reads from the session's table now: on etcd, the
+    /// session's counters and live records (every server's work), read in
+    /// one etcd revision.
+    pub(crate) async fn table_reading(&self) -> Result<super::observe::TableReading> {
+        #[cfg(feature = "etcd")]
+        if let Some(backend) = &self.etcd {
+            return backend.table_reading().await;
+        }
+        Ok(super::observe::TableReading::of(&self.sched.dump()))
+    }
+
     pub(crate) fn poke(&self) -> Arc<Notify> {
         self.poke.clone()
     }

@@ -153,6 +153,19 @@ impl EtcdBackend {
         )
     }
 
+    /// What `/metrics` reads: the session's counters and live records in
+    /// etcd, and how many calls this server sent again.
+    pub(crate) async fn table_reading(&self) -> Result<crate::server::observe::TableReading> {
+        let dump = self.table.dump().await?;
+        Ok(crate::server::observe::TableReading {
+            counters: dump.counters,
+            actors: dump.actors.len(),
+            holds: dump.holds.len(),
+            waiters: dump.waiters.len(),
+            etcd_resends: Some(self.table.resends()),
+        })
+    }
+
     /// An actor's scope as the core's rules take it.
     fn actor_scope(&self, actor: &ActorRef) -> Scope {
         actor_scope(&self.resolver(Path::new("/"), &[]), actor)
