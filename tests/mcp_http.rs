@@ -1214,16 +1214,18 @@ fn a_session_lives_as_long_as_its_client_not_its_call_rate() {
         assert_eq!(quiet.initialize("quiet").await.status, 200);
         let (error, text) = streamed.call("reserve", json!({"paths": ["a/"]})).await;
         assert!(!error, "{text}");
+        // The quiet session's idle time runs from its last request, which
+        // the server took no earlier than this instant.
+        let quiet_last = std::time::Instant::now();
         let (error, text) = quiet.call("reserve", json!({"paths": ["b/"]})).await;
         assert!(!error, "{text}");
         let (status, stream) = streamed.hold_stream().await;
         assert_eq!(status, 200);
         // The model thinks: three lease TTLs without a request. Both live.
-        let thinking = std::time::Instant::now();
         tokio::time::sleep(ttl * 3).await;
         let dump = server.scheduler().dump();
         assert!(
-            thinking.elapsed() >= idle || dump.holds.iter().any(|h| h.actor == "quiet"),
+            quiet_last.elapsed() >= idle || dump.holds.iter().any(|h| h.actor == "quiet"),
             "a quiet session ended before --mcp-idle:\n{dump}"
         );
         assert!(dump.holds.iter().any(|h| h.actor == "streamed"), "{dump}");
@@ -1232,7 +1234,7 @@ fn a_session_lives_as_long_as_its_client_not_its_call_rate() {
             d.holds.iter().all(|h| h.actor != "quiet")
         })
         .await;
-        assert!(thinking.elapsed() >= idle, "{:?}", thinking.elapsed());
+        assert!(quiet_last.elapsed() >= idle, "{:?}", quiet_last.elapsed());
         let dump = server.scheduler().dump();
         assert!(dump.holds.iter().any(|h| h.actor == "streamed"), "{dump}");
         let reply = quiet
