@@ -1426,8 +1426,7 @@ fn a_cluster_serves_on_with_a_follower_killed_and_answers_in_bounds_with_one_pau
     cluster.restart(dead);
     // A follower paused: a call sent to it fails on the call bound (2 s)
     // and a read is asked again elsewhere, so an admit (a few calls) is
-    // answered within a few bounds instead of waiting for the member; once
-    // it goes on everything is granted.
+    // answered within a few bounds instead of waiting for the member.
     let paused = cluster.follower();
     cluster.signal(paused, "STOP");
     let mut slowest = Duration::ZERO;
@@ -1440,13 +1439,6 @@ fn a_cluster_serves_on_with_a_follower_killed_and_answers_in_bounds_with_one_pau
         slowest < Duration::from_secs(10),
         "an admit took {slowest:?} with a member paused"
     );
-    let mut round = 0;
-    wait_until(Duration::from_secs(30), "every admit granted again", || {
-        round += 1;
-        admit_and_release(&one.url, &actor, &token, &format!("after{round}.rs"))
-            .1
-            .is_none()
-    });
 }
 
 #[test]
