@@ -468,7 +468,12 @@ impl Model {
     /// the fence's owner stops waiting (§3: a fence is held for its owner's
     /// life), so the earlier request gets that hard edge now.
     fn graph(&self) -> BTreeSet<(Node, Node)> {
-        let waiting: Vec<&MWaiter> = self.queue.iter().filter(|w| w.waiting()).collect();
+        self.graph_of(&self.queue)
+    }
+
+    /// The wait-for graph as it would be with the waiters in `queue`'s order.
+    fn graph_of(&self, queue: &[MWaiter]) -> BTreeSet<(Node, Node)> {
+        let waiting: Vec<&MWaiter> = queue.iter().filter(|w| w.waiting()).collect();
         let mut g = BTreeSet::new();
         for (i, w) in waiting.iter().enumerate() {
             let me = Node::Req(w.uid);
@@ -523,30 +528,110 @@ impl Model {
             .any(|n| colour.get(&n).copied().unwrap_or(0) == 0 && visit(n, g, &mut colour))
     }
 
-    /// Whether granting a fence of `owner` on `keys` now closes a cycle
-    /// through the waiters it blocks (each gains a hard edge to `owner`).
-    fn grant_closes_cycle(&self, owner: usize, keys: &Keys) -> bool {
+    /// Whether `to` can be reached from `from` in `g` (depth first).
+    fn reaches(g: &BTreeSet<(Node, Node)>, from: Node, to: Node) -> bool {
+        let mut seen = BTreeSet::from([from]);
+        let mut todo = vec![from];
+        while let Some(n) = todo.pop() {
+            if n == to {
+                return true;
+            }
+            for &(_, t) in g.range((n, Node::Actor(0))..).take_while(|(f, _)| *f == n) {
+                if seen.insert(t) {
+                    todo.push(t);
+                }
+            }
+        }
+        false
+    }
+
+    /// SPEC §4, soft cycles, with the search and its bound as the docs give
+    /// them (docs/DESIGN.md, "Soft cycles"): a move puts a waiting request
+    /// W just ahead of a waiting request V of the same priority that W
+    /// queues behind (they conflict and V does not yield to W: a soft edge
+    /// W -> V), when that edge, or W's edge to the owner of the fence V
+    /// asks for, lies on a cycle. Moves are tried latest W first, then
+    /// latest V; breadth first, up to two moves and 64 orders judged. The
+    /// first queue whose graph (plus `extra`) has no cycle is returned.
+    fn reordering(&self, extra: &BTreeSet<(Node, Node)>) -> Option<Vec<MWaiter>> {
+        let graph_of = |queue: &[MWaiter]| {
+            let mut g = self.graph_of(queue);
+            g.extend(extra.iter().copied());
+            g
+        };
+        let mut tries = 0;
+        let mut frontier = vec![self.queue.clone()];
+        for _ in 0..2 {
+            let mut next = Vec::new();
+            for queue in &frontier {
+                let g = graph_of(queue);
+                let mut moves: Vec<(usize, usize)> = Vec::new();
+                for j in 0..queue.len() {
+                    for i in 0..j {
+                        let (v, w) = (&queue[i], &queue[j]);
+                        if !v.waiting() || !w.waiting() || v.prio != w.prio {
+                            continue;
+                        }
+                        let (vc, wc) = (Self::waiter_claim(v), Self::waiter_claim(w));
+                        if !self.queued_behind(&wc, &vc) {
+                            continue;
+                        }
+                        let to_request = Self::reaches(&g, Node::Req(v.uid), Node::Req(w.uid));
+                        let to_owner = v.kind == HoldKind::Fence
+                            && v.owner != w.owner
+                            && Self::reaches(&g, Node::Actor(v.owner), Node::Req(w.uid));
+                        if to_request || to_owner {
+                            moves.push((j, i));
+                        }
+                    }
+                }
+                moves.sort_by(|a, b| b.cmp(a));
+                for (j, i) in moves {
+                    if tries == 64 {
+                        return None;
+                    }
+                    tries += 1;
+                    let mut moved = queue.clone();
+                    let w = moved.remove(j);
+                    moved.insert(i, w);
+                    if !Self::cyclic(&graph_of(&moved)) {
+                        return Some(moved);
+                    }
+                    next.push(moved);
+                }
+            }
+            frontier = next;
+        }
+        None
+    }
+
+    /// What granting a fence of `owner` on `keys` now does: each waiter it
+    /// blocks gains a hard edge to `owner`. `Ok(None)`: no cycle;
+    /// `Ok(Some(queue))`: a cycle this reordering removes; `Err(())`: a
+    /// cycle no reordering removes.
+    fn grant_verdict(&self, owner: usize, keys: &Keys) -> Result<Option<Vec<MWaiter>>, ()> {
         let claim = MClaim {
             owner,
             kind: HoldKind::Fence,
             keys,
         };
-        let blocked: Vec<u64> = self
+        let extra: BTreeSet<(Node, Node)> = self
             .queue
             .iter()
             .filter(|w| {
                 w.waiting() && w.owner != owner && self.conflict(&Self::waiter_claim(w), &claim)
             })
-            .map(|w| w.uid)
+            .map(|w| (Node::Req(w.uid), Node::Actor(owner)))
             .collect();
-        if blocked.is_empty() {
-            return false;
+        if extra.is_empty() {
+            return Ok(None);
         }
         let mut g = self.graph();
-        for uid in blocked {
-            g.insert((Node::Req(uid), Node::Actor(owner)));
+        g.extend(extra.iter().copied());
+        if !Self::cyclic(&g) {
+            return Ok(None);
         }
-        Self::cyclic(&g)
+        self.reordering(&extra).map(Some).ok_or(())
     }
 
     fn enqueue(&mut self, owner: usize, kind: HoldKind, keys: Keys, prio: i32) -> u64 {
@@ -567,14 +652,22 @@ impl Model {
         uid
     }
 
-    /// Whether queuing this request closes a cycle in the wait-for graph
-    /// (its own edges, and those of lower-priority waiters it jumps ahead of).
-    fn closes_cycle(&mut self, actor: usize, kind: HoldKind, keys: Keys, prio: i32) -> bool {
+    /// Queues a request about to wait, unless that closes a cycle in the
+    /// wait-for graph (its own edges, and those of lower-priority waiters
+    /// it jumps ahead of) that no reordering removes. Returns its uid, and
+    /// whether the queue was reordered.
+    fn wait(&mut self, actor: usize, kind: HoldKind, keys: Keys, prio: i32) -> Option<(u64, bool)> {
         let uid = self.enqueue(actor, kind, keys, prio);
-        let cycle = Self::cyclic(&self.graph());
+        if !Self::cyclic(&self.graph()) {
+            return Some((uid, false));
+        }
+        if let Some(queue) = self.reordering(&BTreeSet::new()) {
+            self.queue = queue;
+            return Some((uid, true));
+        }
         let pos = self.queue.iter().position(|w| w.uid == uid).unwrap();
         self.queue.remove(pos);
-        cycle
+        None
     }
 
     /// The wake-up rule: in queue order, grant each waiting request that
@@ -697,6 +790,8 @@ struct Stats {
     narrowed: AtomicU64,
     priority_jumps: AtomicU64,
     precedence_passes: AtomicU64,
+    reordered: AtomicU64,
+    drained: AtomicU64,
 }
 
 fn stats() -> &'static Stats {
@@ -978,14 +1073,20 @@ impl Harness {
                             .any(|(hk, hm)| overlap(k, hk) && clash((kind, *m), (h.kind, *hm)))
                     })
             });
+        let verdict = match (&blocked, kind) {
+            (None, HoldKind::Fence) => self.model.grant_verdict(actor, &keys),
+            _ => Ok(None),
+        };
         match (blocked, wait) {
-            (None, _) if kind == HoldKind::Fence && self.model.grant_closes_cycle(actor, &keys) => {
-                match real {
-                    Ok(Err(e)) => self.expect_err(&e, &Expect::Deadlock, &keys, actor),
-                    _ => panic!("model: the fence grant closes a cycle; real did not refuse"),
-                }
-            }
+            (None, _) if verdict.is_err() => match real {
+                Ok(Err(e)) => self.expect_err(&e, &Expect::Deadlock, &keys, actor),
+                _ => panic!("model: the fence grant closes a cycle; real did not refuse"),
+            },
             (None, _) => {
+                if let Ok(Some(queue)) = verdict {
+                    self.model.queue = queue;
+                    bump(&stats().reordered);
+                }
                 let hold = self.model.insert_hold(actor, kind, keys.clone());
                 match real {
                     Ok(Ok(real)) => {
@@ -1011,16 +1112,18 @@ impl Harness {
             (Some(_), true) => {
                 // About to wait: refused if one of its own edges leads
                 // back to its actor in the wait-for graph with it queued.
-                let cycle = self.model.closes_cycle(actor, kind, keys.clone(), prio);
-                if cycle {
+                let Some((waiter, reordered)) = self.model.wait(actor, kind, keys.clone(), prio)
+                else {
                     match real {
                         Ok(Err(e)) => self.expect_err(&e, &Expect::Deadlock, &keys, actor),
                         Ok(Ok(_)) => panic!("model: deadlock; real admitted"),
                         Err(_) => panic!("model: deadlock; real waits"),
                     }
                     return;
+                };
+                if reordered {
+                    bump(&stats().reordered);
                 }
-                let waiter = self.model.enqueue(actor, kind, keys, prio);
                 match real {
                     Err(fut) => {
                         self.pending.push(Pending {
@@ -1043,11 +1146,21 @@ impl Harness {
     /// SPEC §4: every request that can be granted is; and a wait-for cycle
     /// is never left standing — when an event other than a new wait closes
     /// one (a fence granted or released changes the owner's precedence),
-    /// the newest waiting request on it is refused with `Deadlock`.
+    /// the queue is reordered if that removes every cycle, and otherwise
+    /// the newest waiting request on one is refused with `Deadlock`.
     fn model_wake(&mut self) {
         self.model.wake();
         loop {
             let g = self.model.graph();
+            if !Model::cyclic(&g) {
+                break;
+            }
+            if let Some(queue) = self.model.reordering(&BTreeSet::new()) {
+                self.model.queue = queue;
+                bump(&stats().reordered);
+                self.model.wake();
+                continue;
+            }
             let on_cycle = |uid: u64| {
                 let start = Node::Req(uid);
                 let mut seen = BTreeSet::new();
@@ -1259,13 +1372,19 @@ impl Harness {
                 let e = real.expect_err("model refuses the extension");
                 self.expect_err(&e, &busy, &grown, owner);
             }
-            None if kind == HoldKind::Fence && self.model.grant_closes_cycle(owner, &grown) => {
+            None if kind == HoldKind::Fence && self.model.grant_verdict(owner, &grown).is_err() => {
                 let e = real.expect_err("model: widening closes a cycle");
                 self.expect_err(&e, &Expect::Deadlock, &grown, owner);
             }
             None => {
                 if let Err(e) = real {
                     panic!("model extends to {grown:?}, real: {}", describe(&e));
+                }
+                if kind == HoldKind::Fence {
+                    if let Ok(Some(queue)) = self.model.grant_verdict(owner, &grown) {
+                        self.model.queue = queue;
+                        bump(&stats().reordered);
+                    }
                 }
                 self.model
                     .holds
@@ -1469,6 +1588,50 @@ impl Harness {
         assert_eq!(real_edges, model_edges, "wait-for edges differ\n{dump}");
     }
 
+    /// SPEC §4, no starvation: once the holds go, every waiter is answered.
+    /// Rounds of "release every guard, then poll every pending future"
+    /// (the model and the scheduler compared after each event) must answer
+    /// at least one waiter each while any is left; when a round answers
+    /// none, the actors go too (a fenced actor's grant fence lives as long
+    /// as it does), and after that every round must answer one. A waiter
+    /// left hanging by a reordering that broke the queue, or one refused
+    /// while nothing is held, fails here.
+    fn drain(&mut self) {
+        let mut actors_dropped = false;
+        while !self.pending.is_empty() {
+            let before = self.pending.len();
+            while !self.guards.is_empty() {
+                self.drop_guard(0);
+                self.model_wake();
+                self.check();
+            }
+            for i in (0..self.pending.len()).rev() {
+                self.poll(i);
+                self.model_wake();
+                self.check();
+            }
+            let answered = before - self.pending.len();
+            stats()
+                .drained
+                .fetch_add(answered as u64, Ordering::Relaxed);
+            if answered > 0 {
+                continue;
+            }
+            assert!(
+                !actors_dropped,
+                "{} waiter(s) starve with nothing held\n{}",
+                self.pending.len(),
+                self.sched.dump()
+            );
+            for actor in self.alive() {
+                self.drop_actor(actor);
+                self.model_wake();
+                self.check();
+            }
+            actors_dropped = true;
+        }
+    }
+
     /// Drops everything; the scheduler must end idle.
     fn finish(mut self) {
         self.pending.clear();
@@ -1487,6 +1650,7 @@ fn run_case(ops: &[Op]) {
     for op in ops {
         h.step(op);
     }
+    h.drain();
     h.finish();
 }
 
@@ -1545,6 +1709,8 @@ fn scheduler_matches_reference_model() {
             "passed an earlier waiter by precedence",
             get(&s.precedence_passes),
         ),
+        ("soft cycles removed by reordering", get(&s.reordered)),
+        ("waiters granted in the final drain", get(&s.drained)),
     ];
     eprintln!("model run statistics:");
     for (name, n) in report {

@@ -19,15 +19,27 @@
 //! behind each other's neighbours, are not mistaken for a cycle (a call
 //! request granted is released without waiting for anything).
 //!
-//! The graph is kept acyclic: a request about to wait is refused if queuing
-//! it would close a cycle (its own edges, and the edges of lower-priority
-//! waiters it jumps ahead of), and a fence granted past lower-priority
-//! waiters is refused if their new hard edges would close one. Every other
-//! event (grants in the wake-up scan, releases, cancellations) only removes
-//! edges or turns a soft edge to a fence request into the hard edge it
-//! already stood for — except that a fence granted or released changes whom
-//! the owner's precedence passes, so after those [`closed_cycle`] is asked
-//! and the newest waiting request on a cycle is refused.
+//! The graph is kept acyclic. A cycle is looked for when a request is about
+//! to wait (its own edges, and the edges of lower-priority waiters it jumps
+//! ahead of) and when a fence is granted past lower-priority waiters (their
+//! new hard edges). Every other event (grants in the wake-up scan, releases,
+//! cancellations) only removes edges or turns a soft edge to a fence request
+//! into the hard edge it already stood for — except that a fence granted or
+//! released changes whom the owner's precedence passes, so after those
+//! [`closed_cycle`] is asked.
+//!
+//! A cycle found is first handed to the reordering search ([`Orders`]), as
+//! PostgreSQL's `deadlock.c` does with soft edges (`FindLockCycle`,
+//! `ExpandConstraints`, `TopoSort`): soft edges are queue order, and a
+//! different order may leave no cycle at all. A move puts a waiting request
+//! just ahead of a request of the same priority it queues behind on a
+//! cycle (never across priorities; a `child_wait` is never moved); the
+//! search tries moves breadth first, up to [`MAX_MOVES`] moves and
+//! [`MAX_TRIES`] orders judged, and the first order with no cycle is applied
+//! ([`Verdict::Reorder`], then the wake-up scan over every waiter). Only a
+//! cycle that no such order removes is refused: the new request, the fence
+//! grant, or the newest waiting request on the cycle. The search runs only
+//! once a cycle was found, so the common path never pays for it.
 //!
 //! The dump shows the graph folded onto actors ([`WaitEdge`]).
 
@@ -60,6 +72,7 @@ enum Node {
 }
 
 /// A request as the graph sees it.
+#[derive(Clone, Copy)]
 struct Req<'a> {
     node: Node,
     requester: ActorId,
@@ -195,6 +208,11 @@ fn find_cycle(graph: &Graph, state: &State) -> Option<Vec<ActorId>> {
     let scc = petgraph::algo::tarjan_scc(graph)
         .into_iter()
         .find(|component| component.len() > 1)?;
+    cycle_in(graph, state, &scc)
+}
+
+/// A cycle inside the strongly connected component `scc`, as actor ids.
+fn cycle_in(graph: &Graph, state: &State, scc: &[Node]) -> Option<Vec<ActorId>> {
     let members: HashSet<Node> = scc.iter().copied().collect();
     // Walk inside the component until a node repeats: that loop is a cycle.
     let start = *scc.iter().min()?;
@@ -248,15 +266,18 @@ fn starting_with(mut cycle: Vec<ActorId>, first: ActorId) -> Vec<ActorId> {
     }
 }
 
-/// The cycle (actor ids, requester first) that queuing this request would
-/// close, or `None`.
+/// What queuing this request does to the wait-for graph: nothing cyclic
+/// ([`Verdict::Free`]); a cycle that the moves of [`Verdict::Reorder`]
+/// remove (the request queues, then the moves are applied with the
+/// request as [`Who::New`]); or a cycle no reordering within the bound
+/// removes ([`Verdict::Deadlock`], actor ids, requester first).
 pub(crate) fn cycle_if_waiting(
     state: &State,
     requester: ActorId,
     claim: &Claim,
     need: &Need,
     priority: i32,
-) -> Option<Vec<ActorId>> {
+) -> Verdict {
     let new = Req {
         node: Node::New,
         requester,
@@ -267,7 +288,7 @@ pub(crate) fn cycle_if_waiting(
     let graph = build(state, Some((new, at)));
     if let Some(slot) = state.slot_wait(claim, need, at) {
         if let Some(cycle) = slot_cycle(state, &graph, requester, slot) {
-            return Some(cycle);
+            return Verdict::Deadlock(cycle);
         }
     }
     // A holder of a slot that starts waiting may catch a slot wait queued
@@ -276,15 +297,23 @@ pub(crate) fn cycle_if_waiting(
         if let Some(slot) = state.slot_wait(&waiter.claim, &waiter.need, pos) {
             if slot_holders(state, slot).contains(&requester) {
                 if let Some(cycle) = slot_cycle(state, &graph, waiter.requester, slot) {
-                    return Some(starting_with(cycle, requester));
+                    return Verdict::Deadlock(starting_with(cycle, requester));
                 }
             }
         }
     }
     if !petgraph::algo::is_cyclic_directed(&graph) {
-        return None;
+        return Verdict::Free;
     }
-    find_cycle(&graph, state).map(|cycle| starting_with(cycle, requester))
+    let movable = matches!(need, Need::Hold);
+    let (orders, order) = Orders::of(state, Some((new, priority, movable)), &[]);
+    if let Some(moves) = orders.search(order) {
+        return Verdict::Reorder(moves);
+    }
+    match find_cycle(&graph, state) {
+        Some(cycle) => Verdict::Deadlock(starting_with(cycle, requester)),
+        None => Verdict::Deadlock(vec![requester]),
+    }
 }
 
 /// A slot wait that can never end (§11): the new request (a `child_wait`
@@ -338,34 +367,54 @@ fn slot_holders(state: &State, slot: Blocker) -> Vec<ActorId> {
         .collect()
 }
 
-/// The cycle that granting `claim` (a fence of `claim.owner`) now would
-/// close through the waiters it would block, or `None`.
-pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Option<Vec<ActorId>> {
+/// What granting `claim` (a fence of `claim.owner`) now does to the graph
+/// through the waiters it would block (each gains a hard edge to the
+/// owner): nothing cyclic; a cycle the moves remove (apply them, then
+/// grant); or a cycle no reordering removes (actor ids, owner first).
+pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Verdict {
     if claim.kind != HoldKind::Fence {
-        return None;
+        return Verdict::Free;
     }
-    let blocked: Vec<Node> = waiting(state)
+    let blocked: Vec<(Node, Node)> = waiting(state)
         .iter()
         .filter(|(_, w)| w.requester != claim.owner && conflict(w.claim, claim).is_some())
-        .map(|(_, w)| w.node)
+        .map(|(_, w)| (w.node, Node::Actor(claim.owner)))
         .collect();
     if blocked.is_empty() {
-        return None;
+        return Verdict::Free;
     }
     let mut graph = build(state, None);
-    for node in blocked {
-        graph.add_edge(node, Node::Actor(claim.owner), ());
+    for &(from, to) in &blocked {
+        graph.add_edge(from, to, ());
     }
     if !petgraph::algo::is_cyclic_directed(&graph) {
-        return None;
+        return Verdict::Free;
     }
-    find_cycle(&graph, state).map(|cycle| starting_with(cycle, claim.owner))
+    let (orders, order) = Orders::of(state, None, &blocked);
+    if let Some(moves) = orders.search(order) {
+        return Verdict::Reorder(moves);
+    }
+    match find_cycle(&graph, state) {
+        Some(cycle) => Verdict::Deadlock(starting_with(cycle, claim.owner)),
+        None => Verdict::Deadlock(vec![claim.owner]),
+    }
 }
 
 /// A cycle in the current wait-for graph (which a fence granted or
-/// released may have closed): the newest waiting request on it and the
-/// cycle as actor ids, that request's actor first.
-pub(crate) fn closed_cycle(state: &State) -> Option<(WaiterId, Vec<ActorId>)> {
+/// released may have closed), if any.
+pub(crate) struct Closed {
+    /// The newest waiting request on a cycle (on any, when several stand):
+    /// the one refused when no reordering removes every cycle.
+    pub(crate) newest: WaiterId,
+    /// The cycle as actor ids, `newest`'s actor first.
+    pub(crate) cycle: Vec<ActorId>,
+    /// Moves that leave the graph acyclic, when the search found some.
+    pub(crate) moves: Option<Vec<Move>>,
+}
+
+/// A cycle in the current wait-for graph, with the moves that remove every
+/// cycle if the bounded search finds them.
+pub(crate) fn closed_cycle(state: &State) -> Option<Closed> {
     if !state.queue.has_waiting() {
         return None;
     }
@@ -373,21 +422,323 @@ pub(crate) fn closed_cycle(state: &State) -> Option<(WaiterId, Vec<ActorId>)> {
     if !petgraph::algo::is_cyclic_directed(&graph) {
         return None;
     }
-    let scc = petgraph::algo::tarjan_scc(&graph)
+    // The newest waiting request on any cycle: a node is on a cycle exactly
+    // when its strongly connected component has more than one node. Taking
+    // the newest of every such component, not of the first one the search
+    // returns, keeps the choice independent of the order components are
+    // found in (several cycles can stand when no order within the search's
+    // bound removes them all, though each alone could be). Every component
+    // with an edge holds a request: actors only point at requests.
+    let (newest, scc) = petgraph::algo::tarjan_scc(&graph)
         .into_iter()
-        .find(|component| component.len() > 1)?;
-    // Every component with an edge holds a request: actors only point at
-    // requests.
-    let newest = scc
-        .iter()
-        .filter_map(|node| match node {
-            Node::Request(id) => Some(*id),
-            Node::Actor(_) | Node::New => None,
+        .filter(|component| component.len() > 1)
+        .filter_map(|component| {
+            let newest = component
+                .iter()
+                .filter_map(|node| match node {
+                    Node::Request(id) => Some(*id),
+                    Node::Actor(_) | Node::New => None,
+                })
+                .max()?;
+            Some((newest, component))
         })
-        .max()?;
+        .max_by_key(|(newest, _)| *newest)?;
     let requester = state.queue.get(newest)?.requester;
-    let cycle = find_cycle(&graph, state)?;
-    Some((newest, starting_with(cycle, requester)))
+    let cycle = cycle_in(&graph, state, &scc)?;
+    let (orders, order) = Orders::of(state, None, &[]);
+    Some(Closed {
+        newest,
+        cycle: starting_with(cycle, requester),
+        moves: orders.search(order),
+    })
+}
+
+/// Who a move of the reordering search moves, or moves ahead of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Who {
+    /// A request in the queue.
+    Queued(WaiterId),
+    /// The request being decided, once it is queued.
+    New,
+}
+
+/// One move of the reordering search: `waiter` goes just ahead of `of`, a
+/// request of the same priority queued ahead of it (PostgreSQL's
+/// constraint "waiter before blocker", applied as its `TopoSort` applies a
+/// single constraint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Move {
+    pub(crate) waiter: Who,
+    pub(crate) of: Who,
+}
+
+/// What an event does to the wait-for graph.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// No cycle.
+    Free,
+    /// A cycle that these moves of the queue remove; apply them in order.
+    Reorder(Vec<Move>),
+    /// A cycle that no reordering within the bound removes.
+    Deadlock(Vec<ActorId>),
+}
+
+/// The most moves one reordering may make.
+const MAX_MOVES: usize = 2;
+
+/// The most reorderings one search judges.
+const MAX_TRIES: usize = 64;
+
+/// A request of the reordering search.
+struct Item<'a> {
+    req: Req<'a>,
+    priority: i32,
+    /// Only a request that asks for keys alone may be moved: a
+    /// `child_wait` keeps its place, since the slots it reserves depend on
+    /// it (§11).
+    movable: bool,
+}
+
+/// Two requests that conflict, `a` and `b` (indices of items), and
+/// whether each passes the other by the owner's precedence when behind it.
+struct Pair {
+    a: usize,
+    b: usize,
+    b_passes_a: bool,
+    a_passes_b: bool,
+}
+
+/// The wait-for graph as a function of queue order, for the reordering
+/// search: the edges no order changes (actor to request, hard edges, and
+/// `extra`), and the conflicting pairs whose edges follow from which of
+/// the two is ahead.
+struct Orders<'a> {
+    items: Vec<Item<'a>>,
+    fixed: Vec<(Node, Node)>,
+    pairs: Vec<Pair>,
+}
+
+impl<'a> Orders<'a> {
+    /// The waiting requests, plus `new` (with its priority and whether it
+    /// may move) queued behind its priority; and the current order.
+    fn of(
+        state: &'a State,
+        new: Option<(Req<'a>, i32, bool)>,
+        extra: &[(Node, Node)],
+    ) -> (Orders<'a>, Vec<usize>) {
+        let mut items: Vec<Item<'a>> = Vec::new();
+        let mut index: HashMap<WaiterId, usize> = HashMap::new();
+        for w in state.queue.entries().filter(|w| w.is_waiting()) {
+            index.insert(w.id, items.len());
+            items.push(Item {
+                req: Req {
+                    node: Node::Request(w.id),
+                    requester: w.requester,
+                    claim: &w.claim,
+                    fence_owner: fence_owner(&w.claim, &w.need),
+                },
+                priority: w.priority,
+                movable: matches!(w.need, Need::Hold),
+            });
+        }
+        let queued = items.len();
+        let mut order: Vec<usize> = (0..queued).collect();
+        let mut pairs = Vec::new();
+        let passes = |earlier: &Claim, claim: &Claim| state.passes(earlier, claim);
+        for (a, item) in items.iter().enumerate() {
+            let all = Pos::end_of(i32::MIN);
+            for id in state.queue.conflicts_ahead(item.req.claim, all, &|_| false) {
+                let Some(&b) = index.get(&id) else { continue };
+                if b > a {
+                    pairs.push(Pair {
+                        a,
+                        b,
+                        b_passes_a: passes(item.req.claim, items[b].req.claim),
+                        a_passes_b: passes(items[b].req.claim, item.req.claim),
+                    });
+                }
+            }
+        }
+        if let Some((req, priority, movable)) = new {
+            let b = items.len();
+            for (a, item) in items.iter().enumerate() {
+                if conflict(item.req.claim, req.claim).is_some() {
+                    pairs.push(Pair {
+                        a,
+                        b,
+                        b_passes_a: passes(item.req.claim, req.claim),
+                        a_passes_b: passes(req.claim, item.req.claim),
+                    });
+                }
+            }
+            let at = items.iter().take_while(|i| i.priority >= priority).count();
+            order.insert(at, b);
+            items.push(Item {
+                req,
+                priority,
+                movable,
+            });
+        }
+        let mut fixed: Vec<(Node, Node)> = extra.to_vec();
+        for item in &items {
+            let req = &item.req;
+            fixed.push((Node::Actor(req.requester), req.node));
+            for blocking in state.table.conflicts(req.claim, None) {
+                if let Some(hold) = state.table.get(blocking.hold) {
+                    if hold.claim.kind == HoldKind::Fence && hold.claim.owner != req.requester {
+                        fixed.push((req.node, Node::Actor(hold.claim.owner)));
+                    }
+                }
+            }
+        }
+        (
+            Orders {
+                items,
+                fixed,
+                pairs,
+            },
+            order,
+        )
+    }
+
+    /// Each item's place in `order`.
+    fn places(&self, order: &[usize]) -> Vec<usize> {
+        let mut at = vec![0; self.items.len()];
+        for (place, &item) in order.iter().enumerate() {
+            at[item] = place;
+        }
+        at
+    }
+
+    /// A pair as `order` puts it: (ahead, behind, behind passes ahead).
+    fn arranged(pair: &Pair, at: &[usize]) -> (usize, usize, bool) {
+        if at[pair.a] < at[pair.b] {
+            (pair.a, pair.b, pair.b_passes_a)
+        } else {
+            (pair.b, pair.a, pair.a_passes_b)
+        }
+    }
+
+    /// The graph under `order`, with the edges [`build`] draws.
+    fn graph(&self, order: &[usize]) -> Graph {
+        let at = self.places(order);
+        let mut graph = Graph::new();
+        for &(from, to) in &self.fixed {
+            graph.add_edge(from, to, ());
+        }
+        for pair in &self.pairs {
+            let (ahead, behind, passes) = Self::arranged(pair, &at);
+            let (ahead, behind) = (&self.items[ahead].req, &self.items[behind].req);
+            if passes {
+                // As `add_passed`: the fence the passing request asks for
+                // will be in the passed waiter's way.
+                if let Some(owner) = behind.fence_owner {
+                    if owner != ahead.requester {
+                        graph.add_edge(ahead.node, Node::Actor(owner), ());
+                    }
+                }
+                continue;
+            }
+            graph.add_edge(behind.node, ahead.node, ());
+            if let Some(owner) = ahead.fence_owner {
+                if owner != behind.requester {
+                    graph.add_edge(behind.node, Node::Actor(owner), ());
+                }
+            }
+        }
+        graph
+    }
+
+    /// The moves worth trying under `order`: (waiter, ahead of) for every
+    /// soft edge on a cycle of `graph` — a waiter queued behind a
+    /// conflicting request of its priority that it does not pass, where
+    /// the edge to that request (or to the owner of the fence it asks for)
+    /// lies on a cycle. The latest waiter first, then the shortest move.
+    fn candidates(&self, order: &[usize], graph: &Graph) -> Vec<(usize, usize)> {
+        let mut component: HashMap<Node, usize> = HashMap::new();
+        for (c, nodes) in petgraph::algo::tarjan_scc(graph).into_iter().enumerate() {
+            if nodes.len() > 1 {
+                component.extend(nodes.into_iter().map(|n| (n, c)));
+            }
+        }
+        let on_cycle = |from: Node, to: Node| {
+            component
+                .get(&from)
+                .is_some_and(|c| component.get(&to) == Some(c))
+        };
+        let at = self.places(order);
+        let mut found: Vec<(usize, usize)> = Vec::new();
+        for pair in &self.pairs {
+            let (ahead, behind, passes) = Self::arranged(pair, &at);
+            let (a, b) = (&self.items[ahead], &self.items[behind]);
+            if passes || a.priority != b.priority || !b.movable {
+                continue;
+            }
+            let soft_owner = a
+                .req
+                .fence_owner
+                .filter(|&owner| owner != b.req.requester)
+                .is_some_and(|owner| on_cycle(b.req.node, Node::Actor(owner)));
+            if on_cycle(b.req.node, a.req.node) || soft_owner {
+                found.push((behind, ahead));
+            }
+        }
+        found.sort_by_key(|&(w, v)| (std::cmp::Reverse(at[w]), std::cmp::Reverse(at[v])));
+        found
+    }
+
+    /// Breadth first over moves from `order`: every candidate move, then
+    /// every candidate move after each of those, up to [`MAX_MOVES`] moves
+    /// and [`MAX_TRIES`] orders judged; the first order whose graph has no
+    /// cycle wins. The search runs only when a cycle was found, so the
+    /// common path never pays for it.
+    fn search(&self, order: Vec<usize>) -> Option<Vec<Move>> {
+        debug_assert!(
+            petgraph::algo::is_cyclic_directed(&self.graph(&order)),
+            "the search's graph lost the cycle the queue's graph has"
+        );
+        let mut tries = 0;
+        // Each order reached, with the moves (waiter, ahead of) that made it.
+        type Reached = (Vec<usize>, Vec<(usize, usize)>);
+        let mut frontier: Vec<Reached> = vec![(order, Vec::new())];
+        for _ in 0..MAX_MOVES {
+            let mut next = Vec::new();
+            for (order, moves) in &frontier {
+                let graph = self.graph(order);
+                for (waiter, of) in self.candidates(order, &graph) {
+                    if tries == MAX_TRIES {
+                        return None;
+                    }
+                    tries += 1;
+                    let mut moved: Vec<usize> =
+                        order.iter().copied().filter(|&i| i != waiter).collect();
+                    let Some(at) = moved.iter().position(|&i| i == of) else {
+                        continue;
+                    };
+                    moved.insert(at, waiter);
+                    let mut moves = moves.clone();
+                    moves.push((waiter, of));
+                    if !petgraph::algo::is_cyclic_directed(&self.graph(&moved)) {
+                        return Some(moves.into_iter().map(|m| self.to_move(m)).collect());
+                    }
+                    next.push((moved, moves));
+                }
+            }
+            frontier = next;
+        }
+        None
+    }
+
+    fn to_move(&self, (waiter, of): (usize, usize)) -> Move {
+        let who = |i: usize| match self.items[i].req.node {
+            Node::Request(id) => Who::Queued(id),
+            Node::Actor(_) | Node::New => Who::New,
+        };
+        Move {
+            waiter: who(waiter),
+            of: who(of),
+        }
+    }
 }
 
 /// Every edge of the current wait-for graph, folded onto actors.

@@ -11,10 +11,10 @@
 //! | [`key`] | targets and keys: case folding, overlap, containment, merging |
 //! | [`index`] | the path index beneath the table and the queue |
 //! | [`table`] | holds, the kind/mode matrix, the *covers* rule; actor records |
-//! | [`queue`] | waiting requests in priority-then-arrival order; wait causes |
+//! | [`queue`] | waiting requests in priority-then-arrival order (a soft cycle may move a waiter ahead within its priority); wait causes |
 //! | [`scope`] | what a grant lets an actor hold; what widening and narrowing a hold may change |
 //! | [`state`] | table + queue + actors + slots + counters: the grant and wake-up rules |
-//! | [`deadlock`] | the wait-for graph over the state, and cycle refusal |
+//! | [`deadlock`] | the wait-for graph over the state; soft cycles reordered away, other cycles refused |
 
 pub(crate) mod deadlock;
 pub(crate) mod index;

@@ -1,7 +1,8 @@
 //! The wait queue: requests that could not be granted yet.
 //!
-//! Pure data, kept in queue order: higher priority first, then arrival, and
-//! indexed by path like the table. The wake-up rule that walks it lives in
+//! Pure data, kept in queue order: higher priority first, then arrival
+//! (unless a soft cycle moved a waiter ahead, see [`Queue::place_ahead`]),
+//! and indexed by path like the table. The wake-up rule that walks it lives in
 //! [`crate::core::state`], beside the table it consults. Wakers are plain `std::task::Waker`s, stored and taken only
 //! while the scheduler's mutex is held, and woken after it is released.
 
@@ -64,7 +65,6 @@ pub(crate) struct Waiter {
     pub(crate) claim: Claim,
     pub(crate) need: Need,
     pub(crate) priority: i32,
-    pub(crate) seq: u64,
     pub(crate) label: Option<Arc<str>>,
     pub(crate) since: Instant,
     pub(crate) waker: Option<Waker>,
@@ -86,20 +86,32 @@ pub(crate) struct Granting {
     pub(crate) label: Option<Arc<str>>,
 }
 
-/// A request's place in queue order: higher priority first, then arrival.
+/// A request's place in queue order: higher priority first, then `place`.
+///
+/// Arrivals take places [`GAP`] apart, in arrival order, so that a waiter
+/// can be moved just ahead of another of the same priority by taking a
+/// place between that waiter and the one before it
+/// ([`Queue::place_ahead`]); when no place is left between two neighbours,
+/// the places are numbered again in queue order. A move never changes a
+/// waiter's priority, so it never crosses into another priority's part of
+/// the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Pos {
     rank: Reverse<i32>,
-    seq: u64,
+    place: u64,
 }
+
+/// The distance between the places of two successive arrivals: room for
+/// about twenty moves into one gap before the queue is numbered again.
+const GAP: u64 = 1 << 20;
 
 impl Pos {
     /// The place of a request of `priority` that is not queued yet: behind
-    /// every entry of equal or higher priority (seqs are below `u64::MAX`).
+    /// every entry of equal or higher priority (places are below `u64::MAX`).
     pub(crate) fn end_of(priority: i32) -> Pos {
         Pos {
             rank: Reverse(priority),
-            seq: u64::MAX,
+            place: u64::MAX,
         }
     }
 }
@@ -126,7 +138,8 @@ struct Slot {
 /// queue, and inserting or removing an entry costs O(log n).
 ///
 /// Invariants (checked by [`Queue::assert_invariants`]):
-/// - `order` = {(slot.pos, s) | slots[s] is Some}; seqs are unique;
+/// - `order` = {(slot.pos, s) | slots[s] is Some}; each entry's pos has its
+///   priority's rank, and places are below `next_place` and `u64::MAX`;
 /// - `ids[w.id]` = the slot of `w`, for every entry and no other id;
 /// - `free` lists exactly the `None` slots;
 /// - `waiting` = number of entries in state `Waiting`;
@@ -142,7 +155,8 @@ pub(crate) struct Queue {
     index: Index<u32>,
     children: BTreeMap<Pos, u32>,
     waiting: usize,
-    next_seq: u64,
+    /// The place of the last arrival.
+    next_place: u64,
     next_id: u64,
 }
 
@@ -152,16 +166,24 @@ fn class_of(claim: &Claim, mode: crate::core::key::Mode) -> Class {
 
 impl Queue {
     /// Allocates an id; the caller builds the waiter and calls [`Queue::insert`].
-    pub(crate) fn next_id(&mut self) -> (WaiterId, u64) {
+    pub(crate) fn next_id(&mut self) -> WaiterId {
         self.next_id += 1;
-        self.next_seq += 1;
-        (WaiterId(self.next_id), self.next_seq)
+        WaiterId(self.next_id)
     }
 
+    /// Queues `waiter` behind every entry of its priority or higher.
     pub(crate) fn insert(&mut self, waiter: Waiter) {
+        let place = match self.next_place.checked_add(GAP) {
+            Some(place) if place < u64::MAX => place,
+            _ => {
+                self.renumber();
+                self.next_place + GAP
+            }
+        };
+        self.next_place = place;
         let pos = Pos {
             rank: Reverse(waiter.priority),
-            seq: waiter.seq,
+            place,
         };
         let slot = crate::core::table::free_slot(&mut self.free, &mut self.slots, "waiters");
         let mut nodes = NodeList::default();
@@ -180,6 +202,77 @@ impl Queue {
         self.order.insert(pos, slot);
         self.ids.insert(waiter.id, slot);
         self.slots[slot as usize] = Some(Slot { waiter, pos, nodes });
+    }
+
+    /// Moves the waiting entry `id` to just ahead of `of`, an entry of the
+    /// same priority queued ahead of it; the entries between keep their
+    /// order. This is how a soft cycle is resolved (see
+    /// [`crate::core::deadlock`]). Index entries name slots, not places, so
+    /// only `order` and `children` change. Returns false, changing nothing,
+    /// if the move is not one of that kind.
+    pub(crate) fn place_ahead(&mut self, id: WaiterId, of: WaiterId) -> bool {
+        let (Some(&slot), Some(target)) = (self.ids.get(&id), self.pos_of(of)) else {
+            return false;
+        };
+        let Some(from) = self.slot(slot).map(|s| s.pos) else {
+            return false;
+        };
+        if from.rank != target.rank || from <= target {
+            return false;
+        }
+        let before = |queue: &Queue, target: Pos| {
+            queue
+                .order
+                .range(..target)
+                .next_back()
+                .filter(|(pos, _)| pos.rank == target.rank)
+                .map_or(0, |(pos, _)| pos.place)
+        };
+        self.order.remove(&from);
+        let child = self.children.remove(&from).is_some();
+        let mut target = target;
+        let mut low = before(self, target);
+        if target.place - low < 2 {
+            self.renumber();
+            target = self.pos_of(of).unwrap_or(target);
+            low = before(self, target);
+        }
+        let pos = Pos {
+            rank: target.rank,
+            place: low + (target.place - low) / 2,
+        };
+        self.order.insert(pos, slot);
+        if child {
+            self.children.insert(pos, slot);
+        }
+        if let Some(s) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
+            s.pos = pos;
+        }
+        true
+    }
+
+    /// Numbers every place again, [`GAP`] apart in queue order, when two
+    /// neighbours have no place left between them (or arrivals ran out of
+    /// places).
+    fn renumber(&mut self) {
+        let order = std::mem::take(&mut self.order);
+        self.children.clear();
+        let mut place = 0;
+        for (old, slot) in order {
+            place += GAP;
+            let pos = Pos {
+                rank: old.rank,
+                place,
+            };
+            self.order.insert(pos, slot);
+            if let Some(s) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
+                s.pos = pos;
+                if s.waiter.is_waiting() && matches!(s.waiter.need, Need::Child(_)) {
+                    self.children.insert(pos, slot);
+                }
+            }
+        }
+        self.next_place = place;
     }
 
     /// Takes a waiting entry out of the index and the slot list.
@@ -458,13 +551,10 @@ impl Queue {
         for (slot, s) in &live {
             let w = &s.waiter;
             assert_eq!(self.ids.get(&w.id), Some(slot), "ids[{:?}]", w.id);
-            assert_eq!(
-                s.pos,
-                Pos {
-                    rank: Reverse(w.priority),
-                    seq: w.seq
-                },
-                "pos of {:?}",
+            assert_eq!(s.pos.rank, Reverse(w.priority), "rank of {:?}", w.id);
+            assert!(
+                s.pos.place <= self.next_place && s.pos.place < u64::MAX,
+                "place of {:?}",
                 w.id
             );
         }
@@ -550,6 +640,76 @@ impl std::fmt::Display for WaitCause {
             WaitCause::Path { path, holder } => {
                 write!(f, "waiting for '{holder}' to release {}", path.display())
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::table::HoldKind;
+    use crate::core::table::strategies::lineage_of;
+
+    fn waiter(queue: &mut Queue, priority: i32) -> WaiterId {
+        let id = queue.next_id();
+        queue.insert(Waiter {
+            id,
+            requester: ActorId(1),
+            requester_name: "a".into(),
+            claim: Claim {
+                owner: ActorId(1),
+                lineage: lineage_of(1).into(),
+                kind: HoldKind::Call,
+                keys: Vec::new(),
+            },
+            need: Need::Hold,
+            priority,
+            label: None,
+            since: Instant::now(),
+            waker: None,
+            state: WaiterState::Waiting,
+        });
+        id
+    }
+
+    fn ids(queue: &Queue) -> Vec<u64> {
+        queue.entries().map(|w| w.id.0).collect()
+    }
+
+    /// Moves keep every other entry's order, never cross priorities or go
+    /// backwards, and survive running out of places between two
+    /// neighbours (the queue is numbered again).
+    #[test]
+    fn a_waiter_moves_just_ahead_of_another_of_its_priority() {
+        let mut queue = Queue::default();
+        let high = waiter(&mut queue, 1);
+        let first = waiter(&mut queue, 0);
+        let second = waiter(&mut queue, 0);
+        assert_eq!(ids(&queue), [high.0, first.0, second.0]);
+        assert!(!queue.place_ahead(second, high), "across priorities");
+        assert!(!queue.place_ahead(first, second), "backwards");
+        assert_eq!(ids(&queue), [high.0, first.0, second.0]);
+        // Each new arrival goes just ahead of `second`: the gap between
+        // the entry before it and `second` halves every time.
+        let mut expected = vec![high.0, first.0];
+        for _ in 0..3 * 64 {
+            let new = waiter(&mut queue, 0);
+            assert!(queue.place_ahead(new, second));
+            expected.push(new.0);
+            let mut want = expected.clone();
+            want.push(second.0);
+            assert_eq!(ids(&queue), want);
+            queue.assert_invariants();
+        }
+        // And to the front of its priority, over and over.
+        for _ in 0..64 {
+            let new = waiter(&mut queue, 0);
+            assert!(queue.place_ahead(new, WaiterId(expected[1])));
+            expected.insert(1, new.0);
+            let mut want = expected.clone();
+            want.push(second.0);
+            assert_eq!(ids(&queue), want);
+            queue.assert_invariants();
         }
     }
 }

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::core::deadlock::{Move, Who};
 use crate::core::key::{Key, Mode};
 use crate::core::queue::{Need, Pos, Queue, WaitCause, Waiter, WaiterId, WaiterState};
 use crate::core::table::{
@@ -301,7 +302,7 @@ impl State {
         now: Instant,
         waker: Waker,
     ) -> (WaiterId, Vec<Waker>) {
-        let (id, seq) = self.queue.next_id();
+        let id = self.queue.next_id();
         self.queue.insert(Waiter {
             id,
             requester,
@@ -309,7 +310,6 @@ impl State {
             claim,
             need,
             priority,
-            seq,
             label,
             since: now,
             waker: Some(waker),
@@ -366,8 +366,14 @@ impl State {
     ///    also unblock by paths, through the precedence rule (a waiter it
     ///    now blocks stops blocking the owner's line), so a scan that grants
     ///    a fence judges every waiting request again
-    ///    ([`State::wake_after_fence`]). So no request outside the
-    ///    candidates stays grantable after the scan.
+    ///    ([`State::wake_after_fence`]). Releasing or narrowing a fence
+    ///    unblocks nothing by paths outside its keys, but it changes whom
+    ///    its owner's line passes: a `child_wait` of that line that passed
+    ///    an earlier waiter may now queue behind it, its paths blocked, and
+    ///    so stop reserving its slot — which can unblock a slot wait that
+    ///    overlaps nothing released. So a fence released or narrowed judges
+    ///    the slot waits too. So no request outside the candidates stays
+    ///    grantable after the scan.
     /// 4. The candidates are judged in queue order against the current
     ///    state, as the full scan judges them, so each is granted iff the
     ///    full scan would grant it.
@@ -420,17 +426,28 @@ impl State {
         wakers
     }
 
-    /// Refuses waiting requests, newest first, while the wait-for graph has
-    /// a cycle. A new wait is checked before it queues, but a fence granted
-    /// or released changes whom the fence owner's precedence (§4) passes:
-    /// a released fence no longer blocks the waiter its line passed, so
-    /// that line queues behind it again, and a granted one draws hard edges
-    /// and passes of its own. Either can close a cycle no new wait closed;
-    /// left in place it would hang every request on it, so one of them is
-    /// refused with `Deadlock` as if it had just asked.
+    /// Removes every cycle of the wait-for graph. A new wait is checked
+    /// before it queues, but a fence granted or released changes whom the
+    /// fence owner's precedence (§4) passes: a released fence no longer
+    /// blocks the waiter its line passed, so that line queues behind it
+    /// again, and a granted one draws hard edges and passes of its own.
+    /// Either can close a cycle no new wait closed. When the reordering
+    /// search finds moves that leave no cycle, the queue is reordered and
+    /// judged again (a waiter moved ahead may now be grantable); otherwise
+    /// the newest waiting request on a cycle is refused with `Deadlock`, as
+    /// if it had just asked — left in place the cycle would hang every
+    /// request on it.
     fn refuse_cycles(&mut self, now: Instant) -> Vec<Waker> {
         let mut wakers = Vec::new();
-        while let Some((id, cycle)) = crate::core::deadlock::closed_cycle(self) {
+        while let Some(closed) = crate::core::deadlock::closed_cycle(self) {
+            if let Some(moves) = &closed.moves {
+                if self.reorder(moves, None) {
+                    let candidates: Vec<(Pos, u32)> = self.queue.waiting_slots().collect();
+                    wakers.extend(self.wake_candidates(candidates, now));
+                    continue;
+                }
+            }
+            let id = closed.newest;
             let slots = self
                 .queue
                 .get(id)
@@ -439,12 +456,35 @@ impl State {
                 break;
             };
             self.counters.deadlocks += 1;
-            self.refused.insert(id, cycle);
+            self.refused.insert(id, closed.cycle);
             wakers.extend(waker);
             // It may have been soft-blocking requests behind it.
             wakers.extend(self.wake_after(now, &keys, slots));
         }
         wakers
+    }
+
+    /// Applies the moves of a reordering ([`crate::core::deadlock::Move`]),
+    /// `new` standing for [`Who::New`]. The caller runs the wake-up scan
+    /// over every waiter afterwards (or grants a fence, which does): a
+    /// waiter moved ahead may have become grantable. Returns false if a
+    /// move could not be made (the queue changed under the plan); the
+    /// moves made before it stay.
+    pub(crate) fn reorder(&mut self, moves: &[Move], new: Option<WaiterId>) -> bool {
+        let id = |who: Who| match who {
+            Who::Queued(id) => Some(id),
+            Who::New => new,
+        };
+        moves.iter().all(|m| match (id(m.waiter), id(m.of)) {
+            (Some(waiter), Some(of)) => self.queue.place_ahead(waiter, of),
+            _ => false,
+        })
+    }
+
+    /// The wake-up scan over every waiting request, after a reordering
+    /// that came with a new wait.
+    pub(crate) fn wake_after_reorder(&mut self, now: Instant) -> Vec<Waker> {
+        self.wake_after_fence(now)
     }
 
     /// Picks up a refusal of a request that was waiting: removes its queue
@@ -571,7 +611,9 @@ impl State {
             .get(hold)
             .is_some_and(|h| h.claim.kind == HoldKind::Fence);
         self.table.set_keys(hold, kept);
-        let mut wakers = self.wake_after(now, &old, false);
+        // A fence narrowed can stop a child_wait's slot reservation (see
+        // `wake_after`, 3): the slot waits are judged again.
+        let mut wakers = self.wake_after(now, &old, fence);
         if fence {
             wakers.extend(self.refuse_cycles(now));
         }
@@ -583,8 +625,11 @@ impl State {
         let Some(hold) = self.table.remove(hold) else {
             return Vec::new();
         };
-        let mut wakers = self.wake_after(now, &hold.claim.keys, false);
-        if hold.claim.kind == HoldKind::Fence {
+        // A fence released can stop a child_wait's slot reservation (see
+        // `wake_after`, 3): the slot waits are judged again.
+        let fence = hold.claim.kind == HoldKind::Fence;
+        let mut wakers = self.wake_after(now, &hold.claim.keys, fence);
+        if fence {
             wakers.extend(self.refuse_cycles(now));
         }
         wakers
@@ -611,7 +656,7 @@ impl State {
                 released.extend(hold.claim.keys);
             }
         }
-        let mut wakers = self.wake_after(now, &released, slots);
+        let mut wakers = self.wake_after(now, &released, slots || !released.is_empty());
         if !released.is_empty() {
             wakers.extend(self.refuse_cycles(now));
         }
@@ -796,6 +841,7 @@ mod model {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::core::deadlock::Verdict;
     use crate::core::table::ScopeKind;
     use crate::core::table::strategies::{claim, keys, lineage_of};
 
@@ -869,18 +915,20 @@ mod model {
                 ),
                 Some(_) if *try_only => 0,
                 Some(_) => {
-                    let cycle = crate::core::deadlock::cycle_if_waiting(
+                    let verdict = crate::core::deadlock::cycle_if_waiting(
                         state,
                         claim.owner,
                         claim,
                         &Need::Hold,
                         *priority,
                     );
-                    if cycle.is_some() {
-                        return 0;
-                    }
+                    let moves = match verdict {
+                        Verdict::Deadlock(_) => return 0,
+                        Verdict::Free => None,
+                        Verdict::Reorder(moves) => Some(moves),
+                    };
                     let w = Waker::noop().clone();
-                    let (_, wakers) = state.enqueue(
+                    let (id, mut wakers) = state.enqueue(
                         claim.owner,
                         "r".into(),
                         claim.clone(),
@@ -890,6 +938,10 @@ mod model {
                         now,
                         w,
                     );
+                    if let Some(moves) = moves {
+                        assert!(state.reorder(&moves, Some(id)));
+                        wakers.extend(state.wake_after_reorder(now));
+                    }
                     woken(wakers)
                 }
             },

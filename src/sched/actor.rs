@@ -142,25 +142,53 @@ impl ActorMeta {
     /// Resolves a request's targets and asks the core's scope rules
     /// ([`Scope::claim_keys`]) for the claim of `kind`.
     pub(crate) fn claim(&self, targets: Vec<Target>, kind: HoldKind) -> Result<Claim> {
-        let mut wanted = Vec::with_capacity(targets.len());
-        for target in &targets {
-            self.scope
-                .check_mode(&self.name, target.mode(), target.path())?;
-            wanted.push(if target.is_workspace() {
-                Wanted::Workspace(target.mode())
-            } else {
-                let (key, area) = self.resolver.resolve(target)?;
-                Wanted::Key(key, target.mode(), area)
-            });
-        }
-        let root = self.resolver.key_for(self.resolver.root.clone(), true);
         Ok(Claim {
             owner: self.id,
             lineage: self.lineage.clone(),
             kind,
-            keys: self.scope.claim_keys(&self.name, &root, kind, wanted)?,
+            keys: scoped_keys(&self.scope, &self.name, &self.resolver, &targets, kind)?,
         })
     }
+}
+
+/// The keys `targets` take for a hold of `kind` by the actor `name` with
+/// `scope`: resolved as the OS resolves them (`resolver`), then judged by
+/// the core's scope rules ([`Scope::claim_keys`]). Both tables take an
+/// actor's targets through here: the in-process actor and the server on
+/// etcd.
+pub(crate) fn scoped_keys(
+    scope: &Scope,
+    name: &str,
+    resolver: &Resolver,
+    targets: &[Target],
+    kind: HoldKind,
+) -> Result<Vec<(Key, Mode)>> {
+    let mut wanted = Vec::with_capacity(targets.len());
+    for target in targets {
+        scope.check_mode(name, target.mode(), target.path())?;
+        wanted.push(if target.is_workspace() {
+            Wanted::Workspace(target.mode())
+        } else {
+            let (key, area) = resolver.resolve(target)?;
+            Wanted::Key(key, target.mode(), area)
+        });
+    }
+    let root = resolver.key_for(resolver.root.clone(), true);
+    scope.claim_keys(name, &root, kind, wanted)
+}
+
+/// A child's root lies in its parent's writable area (SPEC §3: a child's
+/// write scope never exceeds its parent's; a read-only root is not the
+/// parent's to hand on): `parent` is the parent's resolver.
+pub(crate) fn check_child_root(parent: &Resolver, root: &Path) -> Result<()> {
+    let root_key = parent.key_for(root.to_path_buf(), true);
+    if parent.area(&root_key) == Some(Area::Writable) {
+        return Ok(());
+    }
+    Err(Error::OutsideGrant {
+        path: root.to_path_buf(),
+        root: parent.root.clone(),
+    })
 }
 
 /// One agent of the session. Not `Clone`: dropping it releases its fences
@@ -230,13 +258,7 @@ impl Actor {
         let resolver = Resolver::new(root.clone(), read_roots, case, config.portable_names);
         let read_only = matches!(grant.scope, GrantScope::ReadOnly);
         if let Some(parent) = parent {
-            let root_key = parent.resolver.key_for(root.clone(), true);
-            if parent.resolver.area(&root_key) != Some(Area::Writable) {
-                return Err(Error::OutsideGrant {
-                    path: root,
-                    root: parent.resolver.root.clone(),
-                });
-            }
+            check_child_root(&parent.resolver, &root)?;
         }
         let id = sched.shared.next_actor_id();
         let lineage: Lineage = match parent {

@@ -71,7 +71,13 @@ fn grow(
                 (Err(err), Vec::new())
             }
             None => {
-                if let Some(cycle) = crate::core::deadlock::cycle_if_granted(state, &added) {
+                let verdict = crate::core::deadlock::cycle_if_granted(state, &added);
+                if let crate::core::deadlock::Verdict::Reorder(moves) = &verdict {
+                    // The wake-up scan after the widening judges every
+                    // waiter, the moved ones too.
+                    state.reorder(moves, None);
+                }
+                if let crate::core::deadlock::Verdict::Deadlock(cycle) = verdict {
                     state.counters.deadlocks += 1;
                     let cycle: Vec<String> =
                         cycle.into_iter().map(|a| state.actor_name(a)).collect();

@@ -26,9 +26,10 @@ use crate::core::state::State;
 use crate::core::table::{Claim, HoldId, HoldKind};
 use crate::error::{Error, Result};
 use crate::sched::actor::{Actor, ActorMeta, Prepared, refusal};
-use crate::sched::events::{self, EventKind};
+use crate::sched::events::{self, EventKind, Events};
 use crate::sched::guard::{Fence, Reservation};
 use crate::sched::scheduler::{Scheduler, wake_all};
+use crate::sched::sync::MutexGuard;
 
 type OnQueued = Box<dyn FnOnce(&WaitCause) + Send + 'static>;
 
@@ -304,14 +305,14 @@ impl<T> Acquire<T> {
         let Some(blocker) = state.blocker(&ask.claim, &ask.need, ask.priority, None) else {
             // A fence granted past lower-priority waiters gives them hard
             // edges to its owner, which may close a cycle.
-            if let Some(cycle) = deadlock::cycle_if_granted(&state, &ask.claim) {
-                state.counters.deadlocks += 1;
-                let cycle: Vec<String> = cycle.into_iter().map(|a| state.actor_name(a)).collect();
-                events.record(|| deadlock_event(&self.requester, None, &cycle));
-                drop(state);
-                events.publish();
-                tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused");
-                return Poll::Ready(Err(Error::Deadlock { cycle }));
+            let verdict = deadlock::cycle_if_granted(&state, &ask.claim);
+            if let deadlock::Verdict::Reorder(moves) = &verdict {
+                // The waiters the fence passes are moved first; granting
+                // the fence then runs the wake-up scan over every waiter.
+                state.reorder(moves, None);
+            }
+            if let deadlock::Verdict::Deadlock(cycle) = verdict {
+                return Poll::Ready(Err(refuse_deadlock(&self.requester, events, state, cycle)));
             }
             if let Need::Child(record) = &ask.need {
                 events.record(|| events::created(record));
@@ -335,21 +336,20 @@ impl<T> Acquire<T> {
             tracing::debug!(actor = %self.requester.name, error = %err, "refused");
             return Poll::Ready(Err(err));
         }
-        if let Some(cycle) = deadlock::cycle_if_waiting(
+        let verdict = deadlock::cycle_if_waiting(
             &state,
             self.requester.id,
             &ask.claim,
             &ask.need,
             ask.priority,
-        ) {
-            state.counters.deadlocks += 1;
-            let cycle: Vec<String> = cycle.into_iter().map(|a| state.actor_name(a)).collect();
-            events.record(|| deadlock_event(&self.requester, None, &cycle));
-            drop(state);
-            events.publish();
-            tracing::debug!(actor = %self.requester.name, ?cycle, "deadlock refused");
-            return Poll::Ready(Err(Error::Deadlock { cycle }));
-        }
+        );
+        let moves = match verdict {
+            deadlock::Verdict::Free => None,
+            deadlock::Verdict::Reorder(moves) => Some(moves),
+            deadlock::Verdict::Deadlock(cycle) => {
+                return Poll::Ready(Err(refuse_deadlock(&self.requester, events, state, cycle)));
+            }
+        };
         let cause = state.cause(&ask.claim, blocker);
         let waiting = events.listening().then(|| {
             (
@@ -358,7 +358,7 @@ impl<T> Acquire<T> {
                 ask.priority,
             )
         });
-        let (id, wakers) = state.enqueue(
+        let (id, mut wakers) = state.enqueue(
             self.requester.id,
             self.requester.name.clone(),
             ask.claim,
@@ -378,6 +378,13 @@ impl<T> Acquire<T> {
                 priority,
                 cause: cause.clone(),
             });
+        }
+        if let Some(moves) = moves {
+            // A soft cycle: the queue is reordered instead (§4), and a
+            // waiter moved ahead (this one, say) may be grantable now.
+            state.reorder(&moves, Some(id));
+            wakers.extend(state.wake_after_reorder(now));
+            tracing::debug!(actor = %self.requester.name, ?moves, "queue reordered");
         }
         drop(state);
         crate::sched::scheduler::wake_all(wakers);
@@ -561,6 +568,24 @@ impl Acquire<Actor> {
             None,
         )
     }
+}
+
+/// A new request refused because it would close `cycle`: counted,
+/// recorded and published (after the table's lock is let go), as the
+/// error its caller gets.
+fn refuse_deadlock(
+    requester: &ActorMeta,
+    events: &Events,
+    mut state: MutexGuard<'_, State>,
+    cycle: Vec<crate::core::table::ActorId>,
+) -> Error {
+    state.counters.deadlocks += 1;
+    let cycle: Vec<String> = cycle.into_iter().map(|a| state.actor_name(a)).collect();
+    events.record(|| deadlock_event(requester, None, &cycle));
+    drop(state);
+    events.publish();
+    tracing::debug!(actor = %requester.name, ?cycle, "deadlock refused");
+    Error::Deadlock { cycle }
 }
 
 fn deadlock_event(meta: &ActorMeta, waiter: Option<WaiterId>, cycle: &[String]) -> EventKind {
