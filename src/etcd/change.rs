@@ -4,12 +4,11 @@
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
+use super::actors::ActorRef;
+use super::admission::{Admission, Grant, Replace, Wait, entry_puts, key_records, keys_of};
 use super::decide::ClaimRecord;
 use super::layout::Owner;
-use super::{
-    ActorRef, Admission, Grant, Replace, Table, Wait, key_records, keys_of, to_json, unavailable,
-    with_lease,
-};
+use super::store::{Table, revision_of, to_json, unavailable, with_lease};
 use crate::Target;
 use crate::core::key::{Key, merge};
 use crate::core::scope;
@@ -123,7 +122,7 @@ impl Table {
                 writes.push(TxnOp::delete(layout.entry(key, Owner::Hold(hold.0)), None));
             }
         }
-        writes.extend(super::entry_puts(
+        writes.extend(entry_puts(
             layout,
             &narrowed.meta,
             &keys,
@@ -148,10 +147,10 @@ impl Table {
         // narrow waits for that, within one deadlock-check period (a
         // waiter whose table died must not stall it).
         let settled = tokio::time::Instant::now() + self.inner.options.deadlock_check;
-        self.until_nothing_is_due(settled).await?;
+        self.until_nothing_is_due(settled).await;
         Ok(Grant {
             hold,
-            revision: super::revision_of(&done),
+            revision: revision_of(&done),
             kind: record.meta.kind.into(),
             paths: keys.iter().map(|(k, _)| k.path.clone()).collect(),
         })
@@ -161,30 +160,35 @@ impl Table {
 impl Table {
     /// Returns once no waiter is left that nothing blocks any more (each
     /// such one is about to be granted by the table serving it), or at
-    /// `deadline`.
-    async fn until_nothing_is_due(&self, deadline: tokio::time::Instant) -> Result<()> {
-        loop {
-            let dump = self.dump().await?;
-            if dump.waiters.iter().all(|w| w.cause.is_some()) {
-                return Ok(());
-            }
-            let options = etcd_client::WatchOptions::new()
-                .with_prefix()
-                .with_start_revision(dump.revision + 1);
-            let mut client = self.client();
-            let mut stream = client
-                .watch(self.layout().waiters(), Some(options))
-                .await
-                .map_err(unavailable)?;
+    /// `deadline`. Best effort: the narrow has committed, so its answer
+    /// says so; if etcd does not answer this wait (a read or a watch that
+    /// fails, or takes past the deadline), it ends early.
+    async fn until_nothing_is_due(&self, deadline: tokio::time::Instant) {
+        let settling = async {
             loop {
-                match tokio::time::timeout_at(deadline, stream.message()).await {
-                    Err(_) => return Ok(()),
-                    Ok(Ok(Some(m))) if m.canceled() || !m.events().is_empty() => break,
-                    Ok(Ok(Some(_))) => {}
-                    Ok(Ok(None)) => break,
-                    Ok(Err(e)) => return Err(unavailable(e)),
+                let dump = self.dump().await.ok()?;
+                if dump.table.waiters.iter().all(|w| w.cause.is_some()) {
+                    return Some(());
+                }
+                let options = etcd_client::WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(dump.revision + 1);
+                let waiters = self.layout().waiters();
+                let mut stream = self
+                    .call_once(
+                        |mut client| async move { client.watch(waiters, Some(options)).await },
+                    )
+                    .await
+                    .ok()?;
+                loop {
+                    match stream.message().await.ok()? {
+                        Some(m) if m.canceled() || !m.events().is_empty() => break,
+                        Some(_) => {}
+                        None => break,
+                    }
                 }
             }
-        }
+        };
+        let _ = tokio::time::timeout_at(deadline, settling).await;
     }
 }

@@ -132,6 +132,11 @@ pub(crate) struct ClaimRecord {
     /// conflict and cover as that child's fence will), this the parent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) child_of: Option<ChildOf>,
+    /// For a waiting request taken over by a resume (`Table::resume`):
+    /// that takeover's own id, so that each write of the record is told
+    /// apart by its value (a clean-up compares on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) taken_over: Option<u64>,
 }
 
 /// The parent of a waiting `child_wait`, and what the child would count

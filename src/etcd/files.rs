@@ -24,12 +24,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use etcd_client::{Compare, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    ActorRef, Table, etcd_error, now_ms, ranges_of, still, to_json, unavailable, with_lease,
-};
+use super::actors::ActorRef;
+use super::store::{Table, etcd_error, now_ms, ranges_of, still, to_json, unavailable, with_lease};
 use crate::core::table::HoldId;
 use crate::error::{Error, Result};
 use crate::files::Known;
@@ -81,10 +80,7 @@ impl Table {
             reads.push(TxnOp::get(layout.mark(actor.id.0, norm), None));
             reads.push(TxnOp::get(layout.writer(norm), None));
         }
-        let read = self
-            .txn(Txn::new().and_then(reads))
-            .await
-            .map_err(unavailable)?;
+        let read = self.read(reads).await.map_err(unavailable)?;
         let ranges = ranges_of(&read);
         let now = now_ms();
         Ok(ranges
@@ -130,7 +126,19 @@ impl Table {
         records: GateRecords,
     ) -> Result<()> {
         let layout = self.layout();
-        let (key, record, created) = self.held(hold).await?;
+        let key = layout.hold(hold.0);
+        // A file op's hold is never widened: the revision this table wrote
+        // it at is still its record's, and no read is needed first.
+        let (record, unchanged) = match self.forget(hold) {
+            Some((record, written)) => (
+                record,
+                Compare::mod_revision(key.clone(), CompareOp::Equal, written),
+            ),
+            None => {
+                let (_, record, created) = self.held(hold).await?;
+                (record, still(key, created))
+            }
+        };
         let deletes = self.release_ops(hold, &record);
         let mut writes = deletes.clone();
         for (norm, mark) in &records.marks {
@@ -157,10 +165,8 @@ impl Table {
             });
         }
         let ops = writes.len();
-        let compares: Vec<Compare> = vec![
-            still(key, created),
-            still(layout.actor(actor.id.0), actor.revision),
-        ];
+        let compares: Vec<Compare> =
+            vec![unchanged, still(layout.actor(actor.id.0), actor.revision)];
         // Deleting the hold's keys when they are gone already is harmless
         // (ids are never reused), so the fallback needs no compare.
         let txn = Txn::new().when(compares).and_then(writes).or_else(deletes);

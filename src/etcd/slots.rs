@@ -36,13 +36,17 @@ use std::time::Duration;
 use etcd_client::{Compare, GetOptions, KeyValue, Txn, TxnOp};
 use tokio::sync::oneshot;
 
+use super::actors::{ActorRecord, ActorRef, GrantRecord, actor_record};
+use super::admission::{Wait, entry_puts, key_records, keys_of};
+use super::counters::Counter;
 use super::deadlock::{self, Edges, SlotKind};
 use super::decide::{self, ChildOf, ClaimRecord, Meta, Place};
 use super::layout::{Layout, Owner};
-use super::{
-    ActorRecord, ActorRef, Counter, DumpWaiter, GrantRecord, Table, Wait, WaitEnded, actor_record,
-    etcd_error, id_in, key_records, keys_of, now_ms, prefix_get, ranges_of, revision_of, still,
-    to_json, unavailable, unchanged_since, with_lease,
+use super::queue::Mine;
+use super::queue::WaitEnded;
+use super::store::{
+    LeaseId, Table, etcd_error, id_in, now_ms, prefix_get, ranges_of, revision_of, still, to_json,
+    unavailable, unchanged_since, with_lease,
 };
 use crate::core::key::{Key, Mode};
 use crate::core::table::{ActorId, Claim};
@@ -55,6 +59,30 @@ pub(crate) type Limits = (Option<usize>, Option<usize>);
 
 /// Stands for the request being decided before it has a waiter id.
 const NEW: u64 = u64::MAX;
+
+/// What the dump shows of one waiting `child_wait`: the child waits, but
+/// the parent is the actor that asked, as in process.
+pub(crate) struct ChildWaitShown {
+    /// The waiter's id.
+    pub(crate) id: u64,
+    /// Why it waits: slots first, then a path.
+    pub(crate) cause: Option<WaitCause>,
+    /// The parent that asked for the child.
+    pub(crate) parent: ActorId,
+    pub(crate) parent_name: String,
+}
+
+/// The session's slot limits as its limits record (one read) says them.
+pub(super) fn limits_in(kvs: &[KeyValue]) -> Limits {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        max_actors: Option<usize>,
+        max_writers: Option<usize>,
+    }
+    kvs.first()
+        .and_then(|kv| serde_json::from_slice::<Stored>(kv.value()).ok())
+        .map_or((None, None), |s| (s.max_actors, s.max_writers))
+}
 
 /// A `child_wait` as a server asks it of the table.
 #[derive(Debug, Clone)]
@@ -115,16 +143,12 @@ impl ChildWait {
                 parent_name: self.parent.name.clone(),
                 read_only: self.grant.read_only,
             }),
+            taken_over: None,
         }
     }
 
-    fn entry_puts(
-        &self,
-        layout: &Layout,
-        owner: Owner,
-        lease: super::LeaseId,
-    ) -> Result<Vec<TxnOp>> {
-        super::entry_puts(layout, &self.meta(), &self.keys, owner, lease)
+    fn entry_puts(&self, layout: &Layout, owner: Owner, lease: LeaseId) -> Result<Vec<TxnOp>> {
+        entry_puts(layout, &self.meta(), &self.keys, owner, lease)
     }
 
     fn edges(&self, queued: i64) -> Edges {
@@ -416,10 +440,7 @@ impl Table {
             prefix_get(&layout.all_fences()),
         ];
         reads.extend(extra);
-        let read = self
-            .txn(Txn::new().and_then(reads))
-            .await
-            .map_err(unavailable)?;
+        let read = self.read(reads).await.map_err(unavailable)?;
         let revision = revision_of(&read);
         let mut ranges = ranges_of(&read).into_iter();
         let actors = ranges.next().unwrap_or_default();
@@ -452,10 +473,7 @@ impl Table {
         if reads.is_empty() {
             return Ok(());
         }
-        let read = self
-            .txn(Txn::new().and_then(reads))
-            .await
-            .map_err(unavailable)?;
+        let read = self.read(reads).await.map_err(unavailable)?;
         let mut answers = ranges_of(&read).into_iter();
         for (who, ranges) in wanted {
             let found = world.entries.entry(*who).or_default();
@@ -637,17 +655,9 @@ impl Table {
         // Counted as `Table::run` counts: a timeout or deadlock before the
         // caller hears of it; a queued wait's count goes with its dequeue.
         let counted = outcome.as_ref().err().and_then(Counter::of_refusal);
-        match (&outcome, waiter) {
-            (Err(_), Some((id, _))) => {
-                // Best effort: the waiter lease deletes the keys if this fails.
-                let _ = self.dequeue(id, &wait.keys, counted).await;
-            }
-            (Err(_), None) => {
-                if let Some(counter) = counted {
-                    self.bump(counter).await;
-                }
-            }
-            (Ok(_), _) => {}
+        if outcome.is_err() {
+            let queued = waiter.map(|(id, written)| (id, Mine::Written(written)));
+            self.leave_queue(queued, &wait.keys, counted).await;
         }
         if matches!(outcome, Err(Error::Unavailable { .. })) {
             // A commit whose answer was lost may still have made the child.
@@ -850,12 +860,9 @@ impl Table {
         let id = self.next_id()?;
         let waiter_lease = self.waiter_lease().await?;
         let lease = with_lease(waiter_lease);
+        let record = to_json(&wait.record(true))?;
         let mut writes = vec![
-            TxnOp::put(
-                layout.waiter(id),
-                to_json(&wait.record(true))?,
-                lease.clone(),
-            ),
+            TxnOp::put(layout.waiter(id), record.clone(), lease.clone()),
             TxnOp::put(layout.slot_waiter(id), "", lease.clone()),
             TxnOp::put(layout.edges(id), to_json(edges)?, lease.clone()),
             self.count(Counter::Waited),
@@ -871,19 +878,9 @@ impl Table {
         let txn = Txn::new()
             .when([still(layout.actor(wait.parent.id.0), wait.parent.revision)])
             .and_then(writes);
-        let done = match self.txn(txn).await {
-            Ok(done) => done,
-            Err(e) => {
-                let e = etcd_error(e, Some(waiter_lease), 0, limit);
-                if let Error::UnknownLease { .. } = e {
-                    *self.inner.waiter_lease.lock().await = None;
-                    return Err(Error::Unavailable {
-                        reason: "this server's queue lease in etcd lapsed; ask again".into(),
-                    });
-                }
-                return Err(e);
-            }
-        };
+        let done = self
+            .queue_txn(txn, waiter_lease, (id, record), &wait.keys, (0, limit))
+            .await?;
         if !done.succeeded() {
             return Err(Error::UnknownActor {
                 actor: wait.parent.id.0.to_string(),
@@ -925,29 +922,29 @@ impl Table {
         Ok(None)
     }
 
-    /// Fills in the dump's `child_wait`s (read at `revision`): the parent
-    /// as the actor, the child's name, and the cause, judged as in process
-    /// — `Slots`, `Writers` (the live children and the slots reserved
-    /// ahead), then the path and its holder.
+    /// What the dump shows of each `child_wait` (read at `revision`): the
+    /// parent as the actor, and the cause, judged as in process — `Slots`,
+    /// `Writers` (the live children and the slots reserved ahead), then
+    /// the path and its holder.
     pub(crate) async fn dump_child_waits(
         &self,
         revision: i64,
+        limits: Limits,
         actors: &[KeyValue],
         waiters: &[KeyValue],
         fences: &[KeyValue],
-        dumped: &mut [DumpWaiter],
-    ) -> Result<()> {
+    ) -> Result<Vec<ChildWaitShown>> {
         // Most dumps have no child_wait: find that out without decoding
         // the session's records a second time (a dump may be read in a
         // loop by a monitor).
         let marked = |kv: &KeyValue| kv.value().windows(10).any(|w| w == b"\"child_of\"");
         if !waiters.iter().any(marked) {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let layout = self.layout();
         let mut world = World::parse(revision, actors, waiters, fences);
         if world.slot_waiters.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let wanted: Vec<(u64, Vec<Vec<u8>>)> = world
             .slot_waiters
@@ -961,47 +958,28 @@ impl Table {
             })
             .collect();
         self.read_entries(&mut world, &wanted).await?;
-        let limits = self.session_limits(revision).await?;
-        for w in &world.slot_waiters {
-            let Some(entry) = dumped.iter_mut().find(|d| d.id == w.id) else {
-                continue;
-            };
-            let reserved = world.reserved_ahead(layout, w.place());
-            entry.cause = world
-                .slot_blocker(w.child.read_only, limits, reserved)
-                .map(slot_cause)
-                .or_else(|| {
-                    world
-                        .path_verdict(layout, w.id, &w.claim, w.place())
-                        .blocker
-                });
-            entry.child = Some(std::mem::take(&mut entry.actor_name));
-            entry.actor = ActorId(w.child.parent);
-            entry.actor_name = w.child.parent_name.clone();
-        }
-        Ok(())
-    }
-
-    /// The session's slot limits as its first server stored them (`P l`),
-    /// at `revision`; none if it stored none.
-    async fn session_limits(&self, revision: i64) -> Result<Limits> {
-        #[derive(serde::Deserialize)]
-        struct Stored {
-            max_actors: Option<usize>,
-            max_writers: Option<usize>,
-        }
-        let got = self
-            .get(
-                self.layout().limits(),
-                Some(GetOptions::new().with_revision(revision)),
-            )
-            .await
-            .map_err(unavailable)?;
-        Ok(got
-            .kvs()
-            .first()
-            .and_then(|kv| serde_json::from_slice::<Stored>(kv.value()).ok())
-            .map_or((None, None), |s| (s.max_actors, s.max_writers)))
+        let shown = world
+            .slot_waiters
+            .iter()
+            .map(|w| {
+                let reserved = world.reserved_ahead(layout, w.place());
+                let cause = world
+                    .slot_blocker(w.child.read_only, limits, reserved)
+                    .map(slot_cause)
+                    .or_else(|| {
+                        world
+                            .path_verdict(layout, w.id, &w.claim, w.place())
+                            .blocker
+                    });
+                ChildWaitShown {
+                    id: w.id,
+                    cause,
+                    parent: ActorId(w.child.parent),
+                    parent_name: w.child.parent_name.clone(),
+                }
+            })
+            .collect();
+        Ok(shown)
     }
 }
 

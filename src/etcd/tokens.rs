@@ -5,13 +5,13 @@
 
 use std::path::Path;
 
-use etcd_client::{Compare, CompareOp, GetOptions, LeaseTimeToLiveOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, LeaseTimeToLiveOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    ActorRef, GrantRecord, LeaseId, Table, etcd_error, id_in, ranges_of, to_json, unavailable,
-    with_lease,
-};
+use super::actors::{ActorRef, GrantRecord};
+use super::counters::Counter;
+use super::decide::ClaimRecord;
+use super::store::{LeaseId, Table, etcd_error, ranges_of, to_json, unavailable, with_lease};
 use crate::core::table::{ActorId, HoldId};
 use crate::error::{Error, Result};
 use crate::kinds::HoldKind;
@@ -54,7 +54,7 @@ impl Table {
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.clone(), hash, None)])
             .or_else([TxnOp::get(key, None)]);
-        let done = self.txn(txn).await.map_err(unavailable)?;
+        let done = self.idempotent_txn(txn).await.map_err(unavailable)?;
         if done.succeeded() {
             return Ok(true);
         }
@@ -119,7 +119,7 @@ impl Table {
                 .await?;
             if let Some(limit) = refused {
                 // Refused for a slot: counted as in process.
-                self.bump(super::Counter::Refused).await;
+                self.bump(Counter::Refused).await;
                 let max = match limit {
                     crate::SlotLimit::MaxActors => max_actors,
                     crate::SlotLimit::MaxWriters => max_writers,
@@ -174,11 +174,11 @@ impl Table {
         id: ActorId,
     ) -> Result<Option<(ActorId, LeaseId)>> {
         let layout = self.layout();
-        let read = Txn::new().and_then([
+        let read = vec![
             TxnOp::get(layout.token(hash), None),
             TxnOp::get(layout.actor(id.0), None),
-        ]);
-        let done = self.txn(read).await.map_err(unavailable)?;
+        ];
+        let done = self.read(read).await.map_err(unavailable)?;
         let mut ranges = ranges_of(&done).into_iter();
         let (Some(token), Some(actor)) = (ranges.next(), ranges.next()) else {
             return Ok(None);
@@ -199,12 +199,20 @@ impl Table {
         let unknown = || Error::UnknownHold {
             hold: hold.0.to_string(),
         };
-        let (record, _): (super::ClaimRecord, i64) =
-            self.record(self.layout().hold(hold.0), unknown).await?;
-        if record.meta.file_op {
+        // An owner's lineage and a hold's kind never change: what this
+        // table granted it need not read again.
+        let meta = match self.remembered(hold) {
+            Some(meta) => meta,
+            None => {
+                let (record, _): (ClaimRecord, i64) =
+                    self.record(self.layout().hold(hold.0), unknown).await?;
+                record.meta
+            }
+        };
+        if meta.file_op {
             return Err(unknown());
         }
-        Ok((record.meta.lineage, record.meta.kind.into()))
+        Ok((meta.lineage, meta.kind.into()))
     }
 
     /// How many actors and holds are attached to `lease` (what revoking it
@@ -240,19 +248,11 @@ impl Table {
     /// such a fence later is harmless, as releasing a `Fence` guard of a
     /// dropped actor is in process (SPEC §3).
     pub(crate) async fn drop_actor_marking(&self, actor: &ActorRef) -> Result<()> {
-        let fences = self
-            .get(
-                self.layout().fences_of(actor.id.0),
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            )
-            .await
-            .map_err(unavailable)?;
+        let fences = self.fence_ids(actor).await?;
         let lineage = to_json(&actor.lineage.to_vec())?;
         let marks: Vec<TxnOp> = fences
-            .kvs()
             .iter()
-            .filter_map(|kv| id_in(kv.key()))
-            .map(|id| {
+            .map(|&id| {
                 TxnOp::put(
                     self.layout().dropped(id),
                     lineage.clone(),
@@ -265,7 +265,7 @@ impl Table {
                 .await
                 .map_err(|e| etcd_error(e, Some(actor.lease), 0, 0))?;
         }
-        self.drop_actor(actor).await
+        self.drop_with_fences(actor, &fences).await
     }
 
     /// The lineage of the owner of a fence released by its owner's drop,

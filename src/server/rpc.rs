@@ -226,6 +226,9 @@ struct AdmitParams {
     priority: i32,
     label: Option<String>,
     ticket: Option<String>,
+    /// Ask again for the request `ticket` named (see PROTOCOL.md, Tickets).
+    #[serde(default)]
+    resume: bool,
 }
 
 #[derive(Deserialize)]
@@ -688,6 +691,42 @@ impl App {
         })
     }
 
+    /// A resumed request (`resume` with its `ticket`) of actor `n`: the
+    /// answer its grant had, if it was granted; `None` to ask for it now.
+    /// A wait this server serves ends with its connection, so there is no
+    /// wait to take over here: only a grant is found.
+    fn resumed(&self, n: u64, ticket: Option<&str>) -> Result<Option<Value>> {
+        let ticket = ticket.ok_or_else(|| {
+            invalid("resume names the request by its ticket: give the ticket it was asked with")
+        })?;
+        let reg = self.reg.lock();
+        match reg.tickets.get(&(n, ticket.to_string())) {
+            Some((Ticket::Granted(hold), _)) => {
+                let slot = reg.holds.get(hold).ok_or_else(|| Error::UnknownHold {
+                    hold: self.handle('h', *hold),
+                })?;
+                let kind = match &slot.guard {
+                    Guard::Reservation(_) => "call",
+                    Guard::Fence(_) => "fence",
+                };
+                Ok(Some(json!({
+                    "hold": self.handle('h', *hold),
+                    "kind": kind,
+                    "paths": slot.guard.paths(),
+                })))
+            }
+            Some((Ticket::Abandoned, _)) => Err(Error::Unavailable {
+                reason: "the caller gave this request up".into(),
+            }),
+            // Its first request is still being served (its connection's
+            // end not noticed yet): asked again, it will have an answer.
+            Some((Ticket::Waiting, _)) => Err(Error::Unavailable {
+                reason: "the ticket's first request is still being answered; resume again".into(),
+            }),
+            None => Ok(None),
+        }
+    }
+
     /// The hold a ticket was granted as, or `None` after marking the ticket
     /// abandoned, so that a grant still on its way is released on arrival.
     fn release_ticket(&self, caller: &Caller, actor: &str, ticket: &str) -> Result<Option<u64>> {
@@ -1010,6 +1049,11 @@ impl App {
                 let p: AdmitParams = params(p)?;
                 let targets = targets(&p.targets, self.max_targets)?;
                 let (actor, lease, lineage) = self.actor_for(caller, &p.actor)?;
+                if p.resume {
+                    if let Some(granted) = self.resumed(actor.id().0, p.ticket.as_deref())? {
+                        return Ok(granted);
+                    }
+                }
                 let claim = match p.ticket {
                     Some(ticket) => Some(self.claim_ticket(actor.id().0, ticket, lease)?),
                     None => None,

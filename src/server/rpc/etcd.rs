@@ -33,11 +33,12 @@ use super::{
     LeaseParams, TokenClaim, invalid, params, targets, timeout, unknown_token,
 };
 use crate::core::key::{self, Key};
-use crate::core::scope::{Scope, Wanted};
+use crate::core::scope::Scope;
 use crate::etcd::tokens::token_hash;
 use crate::etcd::{
     ActorRef, AdmitRequest, ChildAsk, GrantRecord, LeaseId, Table, TableDump, TableOptions,
 };
+use crate::sched::actor::{check_child_root, scoped_keys};
 use crate::sched::resolve::Resolver;
 use crate::server::auth::{self, Caller};
 use crate::wire::PROTOCOL_VERSION;
@@ -158,10 +159,10 @@ impl EtcdBackend {
     pub(crate) async fn table_reading(&self) -> Result<crate::server::observe::TableReading> {
         let dump = self.table.dump().await?;
         Ok(crate::server::observe::TableReading {
-            counters: dump.counters,
-            actors: dump.actors.len(),
-            holds: dump.holds.len(),
-            waiters: dump.waiters.len(),
+            counters: dump.table.counters,
+            actors: dump.table.actors.len(),
+            holds: dump.table.holds.len(),
+            waiters: dump.table.waiters.len(),
             etcd_resends: Some(self.table.resends()),
         })
     }
@@ -202,18 +203,6 @@ fn key_target((key, mode): (Key, Mode)) -> Target {
     match mode {
         Mode::Shared => target.shared().resolved(),
         Mode::Exclusive => target.resolved(),
-    }
-}
-
-/// A resolved target, `workspace()` spelled as the tree of `root`.
-fn resolved_path(target: &Target, root: &Path) -> Target {
-    if !target.is_workspace() {
-        return target.clone();
-    }
-    let tree = Target::tree(root);
-    match target.mode() {
-        crate::Mode::Shared => tree.shared(),
-        crate::Mode::Exclusive => tree,
     }
 }
 
@@ -398,15 +387,20 @@ impl App {
         // A fenced grant's targets, resolved against its root: the fence
         // the new actor takes (all-or-nothing) and the keys its writes
         // must lie inside.
+        // Judged as in process: a grant fence is the new actor's first
+        // fence, taken with a workspace scope (so not exclusive under a
+        // read-only root).
         let fence_targets = match grant.fenced_targets() {
             Some(targets) => {
                 let resolver = backend.resolver(&root, &read_roots);
-                Some(
-                    targets
-                        .iter()
-                        .map(|t| Ok(resolved_path(&resolver.resolve_target(t)?, &root)))
-                        .collect::<Result<Vec<Target>>>()?,
-                )
+                let keys = scoped_keys(
+                    &Scope::Workspace,
+                    &p.name,
+                    &resolver,
+                    targets,
+                    HoldKind::Fence,
+                )?;
+                Some(keys.into_iter().map(key_target).collect::<Vec<Target>>())
             }
             None => None,
         };
@@ -455,12 +449,7 @@ impl App {
             (Some(parent), None) => {
                 let limited = backend.limits != (None, None);
                 let parent = self.etcd_actor(backend, caller, parent).await?;
-                if !root.starts_with(parent.root()) {
-                    return Err(Error::OutsideGrant {
-                        path: root,
-                        root: parent.root().to_path_buf(),
-                    });
-                }
+                check_child_root(&backend.resolver(parent.root(), parent.read_roots()), &root)?;
                 // The core's rule for a child's scope (SPEC §3).
                 let keys = backend.resolver(Path::new("/"), &[]);
                 actor_scope(&keys, &parent).check_child(
@@ -554,20 +543,9 @@ impl App {
         targets: &[Target],
         kind: HoldKind,
     ) -> Result<Vec<Target>> {
-        let scope = backend.actor_scope(actor);
         let resolver = backend.resolver(actor.root(), actor.read_roots());
-        let mut wanted = Vec::with_capacity(targets.len());
-        for target in targets {
-            scope.check_mode(actor.name(), target.mode(), target.path())?;
-            wanted.push(if target.is_workspace() {
-                Wanted::Workspace(target.mode())
-            } else {
-                let (key, area) = resolver.resolve(target)?;
-                Wanted::Key(key, target.mode(), area)
-            });
-        }
-        let root = resolver.key_for(actor.root().to_path_buf(), true);
-        let keys = scope.claim_keys(actor.name(), &root, kind, wanted)?;
+        let scope = backend.actor_scope(actor);
+        let keys = scoped_keys(&scope, actor.name(), &resolver, targets, kind)?;
         Ok(keys.into_iter().map(key_target).collect())
     }
 
@@ -599,6 +577,9 @@ impl App {
         }
         if let Some(ticket) = &p.ticket {
             request = request.ticket(ticket.clone());
+        }
+        if p.resume {
+            request = request.resume();
         }
         let wait = p.wait.unwrap_or(!fence);
         if wait {
@@ -700,11 +681,10 @@ impl App {
     async fn etcd_dump(&self, backend: &EtcdBackend, p: Value) -> Result<Value> {
         let p: DumpParams = params(p)?;
         let dump = backend.table.dump().await?;
-        let shaped = session_dump(backend, &dump);
         match p.format.as_deref() {
-            None | Some("json") => self.dump_json(&dump, &shaped),
+            None | Some("json") => self.dump_json(&dump),
             Some("table") => Ok(json!({
-                "table": format!("{shaped}\netcd revision {}", dump.revision)
+                "table": format!("{}\netcd revision {}", dump.table, dump.revision)
             })),
             Some(other) => Err(invalid(format!(
                 "unknown dump format '{other}' (json or table)"
@@ -716,21 +696,21 @@ impl App {
     /// session in etcd has: the revision it was read at, each actor's
     /// lease and each waiter's queue revision (holds carry their fencing
     /// token as `revision`).
-    fn dump_json(&self, dump: &TableDump, shaped: &crate::Dump) -> Result<Value> {
-        let mut value = serde_json::to_value(shaped).map_err(|e| Error::Protocol {
+    fn dump_json(&self, dump: &TableDump) -> Result<Value> {
+        let mut value = serde_json::to_value(&dump.table).map_err(|e| Error::Protocol {
             kind: crate::ProtocolError::Internal,
             detail: format!("the dump did not encode: {e}"),
         })?;
         value["backend"] = json!("etcd");
         value["revision"] = json!(dump.revision);
         if let Some(actors) = value["actors"].as_array_mut() {
-            for (entry, actor) in actors.iter_mut().zip(&dump.actors) {
-                entry["lease"] = json!(self.lease_handle(actor.lease));
+            for (entry, lease) in actors.iter_mut().zip(&dump.leases) {
+                entry["lease"] = json!(self.lease_handle(*lease));
             }
         }
         if let Some(waiters) = value["waiters"].as_array_mut() {
-            for (entry, waiter) in waiters.iter_mut().zip(&dump.waiters) {
-                entry["revision"] = json!(waiter.revision);
+            for (entry, queued) in waiters.iter_mut().zip(&dump.queued) {
+                entry["revision"] = json!(queued);
             }
         }
         Ok(value)
@@ -763,89 +743,5 @@ impl App {
         let (actors, holds) = backend.table.lease_contents(lease).await?;
         backend.table.revoke(lease).await?;
         Ok(json!({"lease": p.lease, "actors": actors, "holds": holds}))
-    }
-}
-
-/// The table's dump in the shape of SPEC §5's (`crate::Dump`), so both
-/// backends print and encode it alike.
-fn session_dump(backend: &EtcdBackend, dump: &TableDump) -> crate::Dump {
-    let paths = |ps: &[crate::etcd::DumpPath]| {
-        ps.iter()
-            .map(|p| crate::PathEntry {
-                path: p.path.clone(),
-                tree: p.tree,
-                mode: p.mode,
-            })
-            .collect::<Vec<_>>()
-    };
-    let children = dump.actors.iter().filter(|a| a.parent.is_some());
-    let writers = children.clone().filter(|a| !a.read_only).count();
-    crate::Dump {
-        session: backend.table.session().to_string(),
-        actors: dump
-            .actors
-            .iter()
-            .map(|a| crate::ActorEntry {
-                id: a.id,
-                name: a.name.clone(),
-                parent: a.parent,
-                root: a.root.clone(),
-                scope: if a.read_only {
-                    crate::ScopeKind::ReadOnly
-                } else if a.fenced {
-                    crate::ScopeKind::Fenced
-                } else {
-                    crate::ScopeKind::Workspace
-                },
-                age: a.age,
-            })
-            .collect(),
-        holds: dump
-            .holds
-            .iter()
-            .map(|h| crate::HoldEntry {
-                id: h.id,
-                actor: h.actor_name.clone(),
-                actor_id: h.actor,
-                kind: h.kind,
-                paths: paths(&h.paths),
-                label: h.label.clone(),
-                age: h.age,
-                revision: Some(h.revision),
-            })
-            .collect(),
-        waiters: dump
-            .waiters
-            .iter()
-            .map(|w| crate::WaiterEntry {
-                id: crate::WaiterId(w.id),
-                actor: w.actor_name.clone(),
-                actor_id: w.actor,
-                kind: w.kind,
-                child: w.child.clone(),
-                paths: paths(&w.paths),
-                priority: w.priority,
-                cause: w.cause.clone(),
-                label: w.label.clone(),
-                waited: w.waited,
-                blocked_by: crate::BlockedBy {
-                    holds: w.blocked_by.holds.clone(),
-                    waiters: w
-                        .blocked_by
-                        .waiters
-                        .iter()
-                        .map(|&q| crate::WaiterId(q))
-                        .collect(),
-                },
-            })
-            .collect(),
-        edges: dump.edges.clone(),
-        slots: crate::Slots {
-            actors: children.count(),
-            max_actors: backend.limits.0,
-            writers,
-            max_writers: backend.limits.1,
-        },
-        counters: dump.counters,
     }
 }

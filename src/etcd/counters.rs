@@ -1,0 +1,92 @@
+//! The session's admission counters in etcd: one key per table and counter,
+//! whose version is the count, put in the transaction of the event counted.
+
+use etcd_client::{KeyValue, Txn, TxnOp};
+
+use crate::error::Error;
+
+use super::store::Table;
+
+/// One of the session's admission counters (SPEC §5, as
+/// `core::state::Counters` counts them in process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counter {
+    Admitted,
+    Refused,
+    Waited,
+    TimedOut,
+    Deadlocks,
+}
+
+impl Counter {
+    const ALL: [Counter; 5] = [
+        Counter::Admitted,
+        Counter::Refused,
+        Counter::Waited,
+        Counter::TimedOut,
+        Counter::Deadlocks,
+    ];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Counter::Admitted => "admitted",
+            Counter::Refused => "refused",
+            Counter::Waited => "waited",
+            Counter::TimedOut => "timed_out",
+            Counter::Deadlocks => "deadlocks",
+        }
+    }
+
+    /// The counter an admission that ended in `outcome` counts, if any.
+    pub(super) fn of_refusal(outcome: &Error) -> Option<Counter> {
+        match outcome {
+            Error::Busy(_) | Error::NoSlot { .. } => Some(Counter::Refused),
+            Error::Timeout { .. } => Some(Counter::TimedOut),
+            Error::Deadlock { .. } => Some(Counter::Deadlocks),
+            _ => None,
+        }
+    }
+}
+
+/// The session's counters: each table's counter keys at one revision,
+/// each key's version being its count, summed by counter.
+pub(super) fn sum_counters(counts: &[KeyValue]) -> crate::Counters {
+    let mut sum = crate::Counters::default();
+    for kv in counts {
+        let name = kv.key().rsplit(|&b| b == b'/').next().unwrap_or_default();
+        let n = u64::try_from(kv.version()).unwrap_or(0);
+        let slot = match Counter::ALL.iter().find(|c| c.name().as_bytes() == name) {
+            Some(Counter::Admitted) => &mut sum.admitted,
+            Some(Counter::Refused) => &mut sum.refused,
+            Some(Counter::Waited) => &mut sum.waited,
+            Some(Counter::TimedOut) => &mut sum.timed_out,
+            Some(Counter::Deadlocks) => &mut sum.deadlocks,
+            None => continue,
+        };
+        *slot += n;
+    }
+    sum
+}
+
+impl Table {
+    /// The write that counts one `counter` event: a put of this table's
+    /// key for it, whose etcd version is the count. It goes into the
+    /// transaction that makes the event, so the event and its count land
+    /// together (one more operation, no round trip, and no compare: two
+    /// admissions counting at once never make each other retry).
+    pub(crate) fn count(&self, counter: Counter) -> TxnOp {
+        TxnOp::put(
+            self.layout().counter(self.inner.instance, counter.name()),
+            "",
+            None,
+        )
+    }
+
+    /// Counts an event that commits nothing else (a refusal, a deadlock
+    /// found before queuing), before the caller hears of it, so a dump
+    /// read after the answer shows it. If etcd cannot be reached the count
+    /// is lost, and the refusal still stands.
+    pub(crate) async fn bump(&self, counter: Counter) {
+        let _ = self.txn(Txn::new().and_then([self.count(counter)])).await;
+    }
+}

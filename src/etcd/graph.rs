@@ -1,0 +1,211 @@
+//! The wait-for graph as one read sees it: every waiter's edges judged at
+//! that revision, and the cycle a grant past waiters would close. The cycle search
+//! itself is pure (`deadlock`).
+
+use etcd_client::KeyValue;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::core::table::{ActorId, Claim};
+use crate::error::Result;
+
+use super::deadlock::{self, Edges};
+use super::decide::{self, ClaimRecord, Other, Place};
+use super::layout::Owner;
+use super::store::{Table, id_in};
+
+/// The claims of one read's waiters (queue order: priority, then the
+/// revision each queued at) or fences (grant order), as `decide` takes them.
+pub(super) fn others(
+    kvs: &[KeyValue],
+    owner: fn(u64) -> Owner,
+    revision: fn(&KeyValue) -> i64,
+) -> Vec<(ClaimRecord, Other)> {
+    let mut found: Vec<(ClaimRecord, Other)> = kvs
+        .iter()
+        .filter_map(|kv| {
+            let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
+            let other = Other {
+                owner: owner(id_in(kv.key())?),
+                meta: record.meta.clone(),
+                claim: record.claim(),
+                revision: revision(kv),
+            };
+            Some((record, other))
+        })
+        .collect();
+    found.sort_by_key(|(_, o)| (std::cmp::Reverse(o.meta.priority), o.revision, o.owner));
+    found
+}
+
+/// Every waiting request's edges at one read (`waiters`, their `edges`
+/// records and the live `fences`), judged there as the dump's
+/// `blocked_by` is (SPEC §4): a hard edge to the owner of each live fence
+/// in its way, a soft edge to each earlier waiter in its way that no fence
+/// of its line lets it pass. A waiter's record says only that it waits
+/// and, for a `child_wait`, on which slot limit; what it waits for is read
+/// afresh, so a fence granted, released or narrowed since it last looked
+/// counts at once.
+pub(super) fn edges_at(
+    waiters: &[KeyValue],
+    edges: &[KeyValue],
+    fences: &[KeyValue],
+) -> BTreeMap<u64, Edges> {
+    let queued: Vec<Other> = others(waiters, Owner::Waiter, KeyValue::create_revision)
+        .into_iter()
+        .map(|(_, o)| o)
+        .collect();
+    let held: Vec<Other> = others(fences, Owner::Hold, KeyValue::mod_revision)
+        .into_iter()
+        .map(|(_, o)| o)
+        .collect();
+    let mut out = BTreeMap::new();
+    for kv in edges {
+        let Some(id) = id_in(kv.key()) else { continue };
+        let Ok(mut found) = serde_json::from_slice::<Edges>(kv.value()) else {
+            continue;
+        };
+        let Some(me) = queued.iter().find(|w| w.owner == Owner::Waiter(id)) else {
+            continue;
+        };
+        let place = Place::Queued {
+            priority: me.meta.priority,
+            waiter: id,
+            revision: me.revision,
+        };
+        let blockers = decide::blockers(&me.claim, place, &held, &queued);
+        let mut hard: Vec<(u64, String)> = blockers
+            .holds
+            .iter()
+            .map(|h| (h.meta.owner, h.meta.name.clone()))
+            .collect();
+        hard.sort();
+        hard.dedup();
+        found.hard = hard;
+        found.soft = blockers
+            .waiters
+            .iter()
+            .filter_map(|w| match w.owner {
+                Owner::Waiter(v) => Some(v),
+                Owner::Hold(_) => None,
+            })
+            .collect();
+        // The queue position is the edge record's creation (with the waiter).
+        found.queued = kv.create_revision();
+        out.insert(id, found);
+    }
+    out
+}
+
+/// The wait-for edges between actors at one read ([`edges_at`]), folded
+/// onto actors, without self-edges, each once.
+pub(super) fn dump_edges(
+    waiters: &[KeyValue],
+    edges: &[KeyValue],
+    fences: &[KeyValue],
+) -> Vec<crate::WaitEdge> {
+    let actor_of: HashMap<u64, u64> = others(waiters, Owner::Waiter, KeyValue::create_revision)
+        .into_iter()
+        .filter_map(|(_, w)| match w.owner {
+            Owner::Waiter(id) => Some((id, w.meta.owner)),
+            Owner::Hold(_) => None,
+        })
+        .collect();
+    let mut out = BTreeSet::new();
+    for found in edges_at(waiters, edges, fences).values() {
+        for (owner, _) in &found.hard {
+            out.insert((found.actor, *owner, true));
+        }
+        for earlier in &found.soft {
+            if let Some(&actor) = actor_of.get(earlier) {
+                out.insert((found.actor, actor, false));
+            }
+        }
+    }
+    out.into_iter()
+        .filter(|(from, to, _)| from != to)
+        .map(|(from, to, hard)| crate::WaitEdge {
+            from: ActorId(from),
+            to: ActorId(to),
+            hard,
+        })
+        .collect()
+}
+
+/// Keeps the edges of a request (whole claim `claim`) that are true: a
+/// hard edge while its owner holds a fence in the way, a soft one while the
+/// earlier request still waits (`waiting`; `None` keeps every soft edge).
+pub(super) fn true_edges(
+    fences_of: &std::collections::HashMap<u64, Vec<Claim>>,
+    waiting: Option<&std::collections::HashMap<u64, Claim>>,
+    claim: &Claim,
+    edges: &mut Edges,
+) {
+    edges.hard.retain(|(owner, _)| {
+        fences_of.get(owner).is_some_and(|fs| {
+            fs.iter()
+                .any(|f| crate::core::table::conflict(claim, f).is_some())
+        })
+    });
+    if let Some(waiting) = waiting {
+        edges.soft.retain(|v| waiting.contains_key(v));
+    }
+}
+
+impl Table {
+    /// Every waiting request's edges that are true at one revision.
+    pub(super) async fn wait_for_graph(&self) -> Result<std::collections::BTreeMap<u64, Edges>> {
+        Ok(self.graph_and_fences().await?.0)
+    }
+
+    /// The edges true at one revision (a hard edge while its owner holds a
+    /// fence that conflicts with the request, a soft one while the earlier
+    /// request still waits), and the live fences by owner.
+    #[allow(clippy::type_complexity)]
+    pub(super) async fn graph_and_fences(
+        &self,
+    ) -> Result<(
+        std::collections::BTreeMap<u64, Edges>,
+        std::collections::HashMap<u64, Vec<Claim>>,
+    )> {
+        let layout = self.layout();
+        let (_, [edges, waiters, fences]) = self
+            .read_prefixes([layout.all_edges(), layout.waiters(), layout.all_fences()])
+            .await?;
+        let mut fences_of: HashMap<u64, Vec<Claim>> = HashMap::new();
+        for kv in &fences {
+            if let Ok(record) = serde_json::from_slice::<ClaimRecord>(kv.value()) {
+                fences_of
+                    .entry(record.meta.owner)
+                    .or_default()
+                    .push(record.claim());
+            }
+        }
+        let others = edges_at(&waiters, &edges, &fences);
+        Ok((others, fences_of))
+    }
+
+    /// The cycle that granting a fence to `owner` (its id and name) would
+    /// close: each waiter in `passed` gains a hard edge to the owner.
+    pub(super) async fn cycle_by_granting(
+        &self,
+        owner: (u64, String),
+        passed: &[u64],
+    ) -> Result<Option<Vec<String>>> {
+        let others = self.wait_for_graph().await?;
+        for &w in passed {
+            let Some(mut edges) = others.get(&w).cloned() else {
+                continue;
+            };
+            edges.hard.push(owner.clone());
+            if let Some(mut cycle) = deadlock::cycle_through(w, &edges, &others) {
+                // Named from the requester, as a refused wait is.
+                if let Some(at) = cycle.iter().position(|n| *n == owner.1) {
+                    cycle.rotate_left(at);
+                }
+                return Ok(Some(cycle));
+            }
+        }
+        Ok(None)
+    }
+}
