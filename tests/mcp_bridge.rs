@@ -2,8 +2,9 @@
 //! "Lifetime"): its session outlives a model's pause of several lease
 //! TTLs, survives a restart of the server (the next call works, and is told
 //! to read again), and a bridge killed with SIGKILL frees what its session
-//! held within the lease TTL. Driven with raw JSON-RPC lines, as any stdio
-//! client speaks.
+//! held within the lease TTL; a call whose answer is lost on the way is
+//! neither left holding nor made twice. Driven with raw JSON-RPC lines, as
+//! any stdio client speaks.
 
 #![cfg(all(feature = "mcp", feature = "server"))]
 
@@ -12,10 +13,12 @@ mod http_client;
 #[path = "common/scratch.rs"]
 mod scratch;
 
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use scratch::workspace;
@@ -25,10 +28,15 @@ const TTL: Duration = Duration::from_secs(1);
 
 /// `writ serve ROOT` until it has written its discovery file.
 fn serve(root: &Path, state: &Path) -> Child {
+    serve_with_ttl(root, state, "1")
+}
+
+/// `writ serve ROOT --lease-ttl TTL` (seconds).
+fn serve_with_ttl(root: &Path, state: &Path, ttl: &str) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
         .args(["serve"])
         .arg(root)
-        .args(["--no-history", "--lease-ttl", "1"])
+        .args(["--no-history", "--lease-ttl", ttl])
         .env("XDG_STATE_HOME", state)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -60,9 +68,14 @@ struct StdioClient {
 
 impl StdioClient {
     fn start(root: &Path) -> Self {
+        Self::start_with(root, &[])
+    }
+
+    fn start_with(root: &Path, args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
             .arg("mcp")
             .arg(root)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -135,16 +148,21 @@ impl StdioClient {
     }
 }
 
-/// The holds of the server running for `root`, by actor name.
-fn holders(root: &Path) -> Vec<String> {
+/// The URL and token of the server running for `root`.
+fn discovered(root: &Path) -> (String, String) {
     let found: Value = serde_json::from_str(
         &std::fs::read_to_string(root.join(".writ/serve.json")).unwrap_or_default(),
     )
     .unwrap_or(Value::Null);
-    let (url, token) = (
+    (
         found["url"].as_str().unwrap_or_default().to_string(),
         found["token"].as_str().unwrap_or_default().to_string(),
-    );
+    )
+}
+
+/// The holds of the server running for `root`, by actor name.
+fn holders(root: &Path) -> Vec<String> {
+    let (url, token) = discovered(root);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -215,5 +233,140 @@ fn the_bridge_outlives_pauses_and_restarts_and_dies_with_its_client() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    stop(server);
+}
+
+/// A TCP link in front of the server that loses one answer on purpose:
+/// once armed with a needle, it passes on the next request carrying it and
+/// cuts that connection when the server's answer comes, so the call is
+/// served and its answer never arrives.
+struct CuttingLink {
+    addr: String,
+    needle: Arc<Mutex<Option<&'static [u8]>>>,
+    cuts: Arc<AtomicUsize>,
+}
+
+impl CuttingLink {
+    fn start(server_url: &str) -> CuttingLink {
+        let server = server_url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .to_string();
+        let needle: Arc<Mutex<Option<&'static [u8]>>> = Arc::new(Mutex::new(None));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (shared_needle, shared_cuts) = (needle.clone(), cuts.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                let Ok(upstream) = TcpStream::connect(&server) else {
+                    continue;
+                };
+                Self::pipe(client, upstream, shared_needle.clone(), shared_cuts.clone());
+            }
+        });
+        CuttingLink { addr, needle, cuts }
+    }
+
+    /// Relays one connection both ways.
+    fn pipe(
+        client: TcpStream,
+        upstream: TcpStream,
+        needle: Arc<Mutex<Option<&'static [u8]>>>,
+        cuts: Arc<AtomicUsize>,
+    ) {
+        let armed = Arc::new(AtomicBool::new(false));
+        let (Ok(mut from_client), Ok(mut to_upstream)) = (client.try_clone(), upstream.try_clone())
+        else {
+            return;
+        };
+        let armed_here = armed.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 16384];
+            while let Ok(n @ 1..) = from_client.read(&mut buf) {
+                let chunk = &buf[..n];
+                {
+                    let mut wanted = needle.lock().unwrap_or_else(|e| e.into_inner());
+                    if wanted.is_some_and(|w| chunk.windows(w.len()).any(|x| x == w)) {
+                        // Armed before the request goes on, so its answer
+                        // is the next thing this connection carries back.
+                        *wanted = None;
+                        armed_here.store(true, Ordering::SeqCst);
+                    }
+                }
+                if to_upstream.write_all(chunk).is_err() {
+                    break;
+                }
+            }
+            let _ = to_upstream.shutdown(Shutdown::Write);
+        });
+        std::thread::spawn(move || {
+            let (mut from_upstream, mut to_client) = (upstream, client);
+            let mut buf = [0u8; 16384];
+            while let Ok(n @ 1..) = from_upstream.read(&mut buf) {
+                if armed.load(Ordering::SeqCst) {
+                    cuts.fetch_add(1, Ordering::SeqCst);
+                    let _ = to_client.shutdown(Shutdown::Both);
+                    let _ = from_upstream.shutdown(Shutdown::Both);
+                    return;
+                }
+                if to_client.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            let _ = to_client.shutdown(Shutdown::Write);
+        });
+    }
+
+    /// Loses the answer to the next request that carries `needle`.
+    fn arm(&self, needle: &'static [u8]) {
+        *self.needle.lock().unwrap_or_else(|e| e.into_inner()) = Some(needle);
+    }
+}
+
+#[test]
+fn a_call_whose_answer_is_lost_is_neither_left_holding_nor_made_twice() {
+    let (_dir, root) = workspace();
+    let (_state, state) = workspace();
+    std::fs::write(root.join("log.txt"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+    // Sessions outlive the test unless ended: what the lost call left
+    // behind would otherwise go when its session idles out.
+    let server = serve_with_ttl(&root, &state, "60");
+    let (url, token) = discovered(&root);
+    let link = CuttingLink::start(&url);
+    let proxied = format!("http://{}", link.addr);
+    let mut client = StdioClient::start_with(&root, &["--url", &proxied, "--token", &token]);
+    // A reservation served, its answer lost: the bridge sends it again on
+    // a new session, after ending the one that holds the first.
+    link.arm(b"\"reserve\"");
+    let (error, text) = client.call("reserve", json!({"paths": ["src/"]}));
+    assert_eq!(link.cuts.load(Ordering::SeqCst), 1, "no answer was lost");
+    assert!(!error, "the reservation sent again: {text}");
+    let held = holders(&root);
+    assert_eq!(held.len(), 1, "holds after one lost answer: {held:?}");
+    let (error, text) = client.call("release", json!({}));
+    assert!(!error && text.contains("Released"), "{text}");
+    assert!(holders(&root).is_empty(), "{:?}", holders(&root));
+    // An append served, its answer lost: sent again on a new session that
+    // has read nothing, it is refused, never appended twice.
+    let (error, text) = client.call("read_file", json!({"path": "log.txt"}));
+    assert!(!error, "{text}");
+    link.arm(b"\"append_file\"");
+    let (error, text) = client.call(
+        "append_file",
+        json!({"path": "log.txt", "content": "two\n"}),
+    );
+    assert_eq!(link.cuts.load(Ordering::SeqCst), 2, "no answer was lost");
+    assert!(
+        error && text.contains("read"),
+        "the append sent again: {text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("log.txt")).unwrap_or_default(),
+        "one\ntwo\n"
+    );
     stop(server);
 }

@@ -10,7 +10,12 @@
 //! session gone (404, or no server): the bridge finds the server again the
 //! way it found it first, opens a new session with the client's own
 //! `initialize`, and sends the call there. The client sees its call
-//! answered; its read marks are gone, so writ tells it to read again.
+//! answered; its read marks are gone, so writ tells it to read again. A
+//! call whose answer was lost on the way is sent again the same way, on a
+//! new session, after the old one is ended: whatever the lost call
+//! reserved goes with it, and a write it made cannot be made twice (the
+//! new session has read nothing, so the write sent again is refused until
+//! the client reads the file).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -224,6 +229,7 @@ impl Link {
         }
         let (initialize, initialized) = self.opening.lock().clone();
         let mut initialize = initialize.ok_or("the client has not initialized")?;
+        self.end_lost_session().await;
         let (url, token) = (self.discover)()
             .ok_or("no writ serve is running for this workspace any more; start it and retry")?;
         *self.target.lock() = target(&url, &token, &self.query)?;
@@ -266,6 +272,22 @@ impl Link {
         Ok(())
     }
 
+    /// Ends the session a call was lost on, if the server still knows it.
+    ///
+    /// The call may have been served before its answer was lost: a
+    /// reservation it made would live on in that session, where the client
+    /// can never release it, and refuse the same call sent again on the new
+    /// session. Ending the session releases it, as a ticket given up does.
+    /// A server that restarted answers 404; one that does not answer within
+    /// the bound lets the session end by itself, when it idles out.
+    async fn end_lost_session(&self) {
+        if self.session.lock().0.is_none() {
+            return;
+        }
+        let ended = self.send(Method::DELETE, Bytes::new());
+        let _ = tokio::time::timeout(Duration::from_secs(2), ended).await;
+    }
+
     /// Holds the session's GET stream open, reopening it when it drops
     /// while the session lives, and relays what the server sends on it.
     fn listen(self: &Arc<Self>) {
@@ -273,7 +295,9 @@ impl Link {
         let task = tokio::spawn(async move {
             loop {
                 match link.send(Method::GET, Bytes::new()).await {
-                    Sent::Answered(r) if r.status().is_success() => link.relay_events(r).await,
+                    Sent::Answered(r) if r.status().is_success() => {
+                        link.relay_events(r, None).await;
+                    }
                     // The server does not offer a stream, or the session is
                     // gone: the next call opens a new one.
                     Sent::Answered(_) | Sent::Lost(_) => return,
@@ -288,34 +312,42 @@ impl Link {
         }
     }
 
-    /// Sends one message and writes every message of the answer to stdout;
-    /// a session lost on the way is opened again and the message resent.
+    /// Sends one message and writes every message of the answer to stdout.
+    /// A message lost on the way — the session gone, the server
+    /// unreachable, or the answer broken off before it came — is sent once
+    /// more, on a new session ([`Link::reopen`]).
     async fn forward(self: Arc<Self>, message: Value, line: String) {
         let id = message.get("id").cloned();
-        let fail = |reason: String| {
-            id.as_ref().map(|id| {
-                json!({"jsonrpc": "2.0", "id": id,
-                    "error": {"code": -32603, "message": reason}})
-                .to_string()
-            })
-        };
         let is_initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
-        let seen = self.generation.load(Ordering::SeqCst);
-        let mut sent = self.send(Method::POST, Bytes::from(line.clone())).await;
-        if let (Sent::Lost(_), false) = (&sent, is_initialize) {
-            sent = match self.reopen(seen).await {
-                Ok(()) => self.send(Method::POST, Bytes::from(line)).await,
-                Err(why) => Sent::Lost(why),
+        let mut again = !is_initialize;
+        let reason = loop {
+            let seen = self.generation.load(Ordering::SeqCst);
+            let sent = self.send(Method::POST, Bytes::from(line.clone())).await;
+            let lost = match self.deliver(sent, id.as_ref()).await {
+                Ok(()) => return,
+                Err(lost) => lost,
             };
+            if !again {
+                break lost;
+            }
+            again = false;
+            if let Err(why) = self.reopen(seen).await {
+                break why;
+            }
+        };
+        if let Some(id) = id {
+            let error = json!({"jsonrpc": "2.0", "id": id,
+                "error": {"code": -32603, "message": reason}});
+            self.emit(&error.to_string()).await;
         }
+    }
+
+    /// Writes every message of one answer to stdout; why it was lost if
+    /// the answer to request `id` did not come.
+    async fn deliver(&self, sent: Sent, id: Option<&Value>) -> Result<(), String> {
         let response = match sent {
             Sent::Answered(r) => r,
-            Sent::Lost(reason) => {
-                if let Some(e) = fail(reason) {
-                    self.emit(&e).await;
-                }
-                return;
-            }
+            Sent::Lost(reason) => return Err(reason),
         };
         if let Some(session) = response
             .headers()
@@ -331,42 +363,47 @@ impl Link {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if sse {
-            self.relay_events(response).await;
-            return;
+            let answered = self.relay_events(response, id).await;
+            return match (answered, id) {
+                (false, Some(_)) => Err("the answer broke off before it came".into()),
+                _ => Ok(()),
+            };
         }
         let body = match response.into_body().collect().await {
             Ok(b) => b.to_bytes(),
-            Err(e) => {
-                if let Some(e) = fail(format!("the answer broke off: {e}")) {
-                    self.emit(&e).await;
-                }
-                return;
-            }
+            Err(e) if id.is_some() => return Err(format!("the answer broke off: {e}")),
+            Err(_) => return Ok(()),
         };
         if body.is_empty() {
-            return; // 202 for a notification or a response.
+            return Ok(()); // 202 for a notification or a response.
         }
-        match serde_json::from_slice::<Value>(&body) {
-            Ok(answer) if answer.get("jsonrpc").is_some() => {
-                let answer = match (&id, answer.get("id")) {
-                    // A refusal before the session (401, 403) names no id: give it the request's.
-                    (Some(id), Some(Value::Null)) => {
-                        let mut a = answer.clone();
-                        a["id"] = id.clone();
-                        a
-                    }
-                    _ => answer,
-                };
-                self.learn_version(&answer);
-                self.emit(&answer.to_string()).await;
-            }
+        let answer = match serde_json::from_slice::<Value>(&body) {
+            Ok(answer) if answer.get("jsonrpc").is_some() => answer,
             _ => {
                 let text = String::from_utf8_lossy(&body);
-                if let Some(e) = fail(format!("writ serve answered HTTP {status}: {text}")) {
-                    self.emit(&e).await;
-                }
+                return match id {
+                    Some(id) => {
+                        let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603,
+                            "message": format!("writ serve answered HTTP {status}: {text}")}});
+                        self.emit(&error.to_string()).await;
+                        Ok(())
+                    }
+                    None => Ok(()),
+                };
             }
-        }
+        };
+        let answer = match (id, answer.get("id")) {
+            // A refusal before the session (401, 403) names no id: give it the request's.
+            (Some(id), Some(Value::Null)) => {
+                let mut a = answer.clone();
+                a["id"] = id.clone();
+                a
+            }
+            _ => answer,
+        };
+        self.learn_version(&answer);
+        self.emit(&answer.to_string()).await;
+        Ok(())
     }
 
     /// Remembers the protocol version `initialize` agreed on.
@@ -380,10 +417,12 @@ impl Link {
         }
     }
 
-    /// Forwards each `data:` event of a server-sent event stream.
-    async fn relay_events(&self, response: Response<Incoming>) {
+    /// Forwards each `data:` event of a server-sent event stream; whether
+    /// one of them answered request `id`.
+    async fn relay_events(&self, response: Response<Incoming>, id: Option<&Value>) -> bool {
         let mut body = response.into_body();
         let mut pending = Vec::new();
+        let mut answered = false;
         while let Some(frame) = body.frame().await {
             let Ok(frame) = frame else { break };
             let Ok(data) = frame.into_data() else {
@@ -395,11 +434,13 @@ impl Link {
                 if let Some(message) = event_data(&event[..end.0]) {
                     if let Ok(value) = serde_json::from_str::<Value>(&message) {
                         self.learn_version(&value);
+                        answered |= id.is_some_and(|id| value.get("id") == Some(id));
                     }
                     self.emit(&message).await;
                 }
             }
         }
+        answered
     }
 
     /// Ends the MCP session (HTTP DELETE), which frees an unnamed

@@ -695,6 +695,44 @@ class Actor:
         params["actor"] = self.id
         return self._transport.call(method, params, wait, cancel)
 
+    def _ask_hold(
+        self,
+        method: str,
+        params: Dict[str, Any],
+        wait: Optional[float] = 0.0,
+        cancel: Optional[Cancel] = None,
+    ) -> Any:
+        """Asks for a hold with a ticket (SPEC §13).
+
+        An answer that says what happened ends the ticket. One that does not
+        (``Unavailable``: the server or its etcd did not answer, the reply
+        broke off, the call was cancelled; or an interrupt mid-call) may hide
+        a grant made meanwhile: the ticket is then given up, which releases
+        such a grant, or makes sure a grant still on its way never lands.
+        """
+        ticket = self._transport.ticket()
+        params["ticket"] = ticket
+        try:
+            return self._call(method, params, wait, cancel)
+        except BaseException as err:
+            if isinstance(err, Unavailable) or not isinstance(err, WritError):
+                self._give_up(ticket)
+            raise
+
+    def _give_up(self, ticket: str) -> None:
+        """Gives ``ticket`` up in the background: the caller has its answer
+        already, and a server that did not answer may take a while to refuse
+        this call too. If it never arrives, the lease frees the hold."""
+        params = {"actor": self.id, "ticket": ticket}
+
+        def give_up() -> None:
+            try:
+                self._transport.call("release", params)
+            except WritError:
+                pass
+
+        threading.Thread(target=give_up, name="writ-give-up", daemon=True).start()
+
     # -- children -----------------------------------------------------------------
 
     def child(
@@ -753,7 +791,7 @@ class Actor:
         if timeout is not None:
             params["timeout_ms"] = _millis(timeout)
         _request_options(params, priority, label)
-        return self._hold(self._call("admit", params, wait=timeout, cancel=cancel), "call", Hold)
+        return self._hold(self._ask_hold("admit", params, wait=timeout, cancel=cancel), "call", Hold)
 
     def try_admit(
         self,
@@ -765,7 +803,7 @@ class Actor:
         """Reserve every path now or raise ``Busy`` (nothing reserved)."""
         params: Dict[str, Any] = {"targets": _targets(paths), "wait": False}
         _request_options(params, priority, label)
-        return self._hold(self._call("admit", params), "call", Hold)
+        return self._hold(self._ask_hold("admit", params), "call", Hold)
 
     def fence(
         self,
@@ -780,7 +818,7 @@ class Actor:
         if timeout is not None:
             params["timeout_ms"] = _millis(timeout)
         waited: Optional[float] = timeout if wait else 0.0
-        fence = self._hold(self._call("fence", params, wait=waited, cancel=cancel), "fence", Fence)
+        fence = self._hold(self._ask_hold("fence", params, wait=waited, cancel=cancel), "fence", Fence)
         assert isinstance(fence, Fence)
         return fence
 

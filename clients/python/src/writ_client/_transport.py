@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import secrets
 import socket
 import threading
 import urllib.parse
@@ -118,10 +119,19 @@ class Transport:
         self.token = token
         self._ids = itertools.count(1)
         self._ids_lock = threading.Lock()
+        # Tickets are unique per actor on the server; another client acting
+        # for the same actor (a token handed on) must not pick the same.
+        self._ticket_prefix = "py-" + secrets.token_hex(6)
+        self._tickets = itertools.count(1)
 
     def _next_id(self) -> int:
         with self._ids_lock:
             return next(self._ids)
+
+    def ticket(self) -> str:
+        """A fresh ticket: this client's name for one request of a hold."""
+        with self._ids_lock:
+            return f"{self._ticket_prefix}-{next(self._tickets)}"
 
     def call(
         self,
