@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use writ::etcd::{ActorRef, AdmitRequest, Grant, LeaseId, Table, TableDump, TableOptions};
@@ -18,7 +19,10 @@ use writ::{Error, HoldKind, Mode, Target};
 
 #[path = "common/etcd_server.rs"]
 mod etcd_server;
-use etcd_server::{Cluster, Etcd};
+use etcd_server::{Cluster, Etcd, with_etcd};
+#[path = "common/etcd_serve.rs"]
+mod etcd_serve;
+use etcd_serve::{SESSION_TOKEN, ServeProcess};
 
 /// Tables on a test's etcd: two of them stand for two servers.
 trait Tables {
@@ -124,7 +128,7 @@ async fn the_conflict_matrix_holds_between_unrelated_actors_on_two_tables() {
         }
     }
     let dump = one.dump().await.unwrap();
-    assert!(dump.holds.is_empty(), "{dump:?}");
+    assert!(dump.table.holds.is_empty(), "{dump:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,7 +159,7 @@ async fn trees_overlap_what_lies_beneath_them_and_nothing_else() {
         .admit(&b, AdmitRequest::call(["/ws/a/b"]))
         .await
         .unwrap();
-    assert_eq!(table.dump().await.unwrap().holds.len(), 2);
+    assert_eq!(table.dump().await.unwrap().table.holds.len(), 2);
     table.release(file.hold()).await.unwrap();
     table.release(beneath.hold()).await.unwrap();
 }
@@ -209,10 +213,10 @@ async fn a_fence_covers_its_owner_and_descendants_but_not_upwards() {
     one.drop_actor(&parent).await.unwrap();
     let dump = one.dump().await.unwrap();
     assert!(
-        dump.holds.iter().any(|h| h.id == own.hold()),
+        dump.table.holds.iter().any(|h| h.id == own.hold()),
         "calls survive their actor's drop: {dump:?}"
     );
-    assert!(!dump.holds.iter().any(|h| h.id == fence.hold()));
+    assert!(!dump.table.holds.iter().any(|h| h.id == fence.hold()));
     let now = two
         .admit(&stranger, AdmitRequest::call(["/ws/src/b.rs"]))
         .await
@@ -240,8 +244,8 @@ async fn a_request_with_one_contested_path_leaves_nothing_behind() {
         .await;
     assert_eq!(busy_path(refused), PathBuf::from("/ws/b"));
     let dump = table.dump().await.unwrap();
-    assert_eq!(dump.holds.len(), 1, "{dump:?}");
-    assert!(dump.waiters.is_empty());
+    assert_eq!(dump.table.holds.len(), 1, "{dump:?}");
+    assert!(dump.table.waiters.is_empty());
     let free = table
         .admit(&c, AdmitRequest::call(["/ws/a", "/ws/c/x"]))
         .await
@@ -304,8 +308,13 @@ async fn fencing_tokens_increase_per_path_and_show_in_the_dump() {
         assert!(grant.revision() > last, "{} after {last}", grant.revision());
         last = grant.revision();
         let dump = tables[(i + 1) % 2].dump().await.unwrap();
-        let shown = dump.holds.iter().find(|h| h.id == grant.hold()).unwrap();
-        assert_eq!(shown.revision, grant.revision());
+        let shown = dump
+            .table
+            .holds
+            .iter()
+            .find(|h| h.id == grant.hold())
+            .unwrap();
+        assert_eq!(shown.revision, Some(grant.revision()));
         table.release(grant.hold()).await.unwrap();
     }
 }
@@ -371,9 +380,12 @@ async fn a_lease_not_renewed_frees_its_holds_within_the_ttl() {
     };
     two.keep_alive(kept).await.unwrap();
     let dump = two.dump().await.unwrap();
-    assert!(!dump.actors.iter().any(|a| a.id == dying.id()), "{dump:?}");
     assert!(
-        dump.holds.iter().any(|h| h.id == kept_fence.hold()),
+        !dump.table.actors.iter().any(|a| a.id == dying.id()),
+        "{dump:?}"
+    );
+    assert!(
+        dump.table.holds.iter().any(|h| h.id == kept_fence.hold()),
         "{dump:?}"
     );
     assert!(matches!(
@@ -390,7 +402,7 @@ async fn a_lease_not_renewed_frees_its_holds_within_the_ttl() {
     poll_until(Duration::from_secs(5), "revoked holds gone", || async {
         one.dump()
             .await
-            .is_ok_and(|d| !d.holds.iter().any(|h| h.id == kept_fence.hold()))
+            .is_ok_and(|d| !d.table.holds.iter().any(|h| h.id == kept_fence.hold()))
     })
     .await;
 }
@@ -425,7 +437,10 @@ async fn a_request_too_large_for_one_transaction_is_refused_whole() {
         other => panic!("{other:?}"),
     }
     let dump = told.dump().await.unwrap();
-    assert!(dump.holds.is_empty() && dump.waiters.is_empty(), "{dump:?}");
+    assert!(
+        dump.table.holds.is_empty() && dump.table.waiters.is_empty(),
+        "{dump:?}"
+    );
     // Every path is free for another: nothing was left behind.
     let grant = told
         .admit(
@@ -456,6 +471,7 @@ fn holds_conflict(a: &Held, b: &Held) -> bool {
 
 fn dump_conflicts(dump: &TableDump) -> Option<String> {
     let held: Vec<Held> = dump
+        .table
         .holds
         .iter()
         .map(|h| {
@@ -489,6 +505,215 @@ impl Dice {
         self.0 ^= self.0 << 17;
         (self.0 % n as u64) as usize
     }
+}
+
+/// The round trips of an admission (DISTRIBUTED.md): a request on paths
+/// nobody holds or waits for commits in the round trip that would read
+/// them, and the table that granted a hold releases it without reading it
+/// first; a request whose ranges hold anything reads, then commits.
+#[tokio::test]
+async fn an_uncontested_admit_and_its_release_take_one_round_trip_each() {
+    let etcd = Etcd::start();
+    let table = etcd.table("trips").await;
+    let other = etcd.table("trips").await;
+    let (a, b) = (actor(&table, "a").await, actor(&table, "b").await);
+    let trips = |before: u64| table.calls() - before;
+    let exclusive = || request(HoldKind::Call, vec![target("/ws/a.rs", Mode::Exclusive)]);
+    let before = table.calls();
+    let grant = table.admit(&a, exclusive()).await.unwrap();
+    assert_eq!(trips(before), 1, "an uncontested admission");
+    let before = table.calls();
+    table.release(grant.hold()).await.unwrap();
+    assert_eq!(trips(before), 1, "the release of a hold this table granted");
+    assert!(table.dump().await.unwrap().table.holds.is_empty());
+    // Shared reads of one file: the second finds the first in its range.
+    let read = || request(HoldKind::Call, vec![target("/ws/r.rs", Mode::Shared)]);
+    let first = table.admit(&a, read()).await.unwrap();
+    let before = table.calls();
+    let second = table.admit(&b, read()).await.unwrap();
+    assert_eq!(trips(before), 2, "a read, then the commit");
+    // A hold released through a table that did not grant it is read first.
+    let before = other.calls();
+    other.release(first.hold()).await.unwrap();
+    assert_eq!(other.calls() - before, 2);
+    // Its granting table finds it gone without a second trip.
+    let before = table.calls();
+    assert!(matches!(
+        table.release(first.hold()).await,
+        Err(Error::UnknownHold { .. })
+    ));
+    assert_eq!(trips(before), 1);
+    table.release(second.hold()).await.unwrap();
+    let dump = table.dump().await.unwrap();
+    assert!(dump.table.holds.is_empty(), "{dump:?}");
+    assert_eq!(dump.table.counters.admitted, 5, "two actors, three grants");
+}
+
+/// A TCP link to etcd that can lose one answer: armed, it passes the
+/// client's bytes on, and once the client has sent a write large enough to
+/// be a transaction (pings and window updates are a few dozen bytes), it
+/// cuts both connections at etcd's next bytes instead of passing them on.
+/// etcd has then received the request, and the client never hears back.
+struct LossyLink {
+    url: String,
+    armed: Arc<AtomicBool>,
+    cuts: Arc<AtomicUsize>,
+}
+
+impl LossyLink {
+    const LARGE: usize = 300;
+
+    fn to(endpoint: &str) -> LossyLink {
+        let target = endpoint.trim_start_matches("http://").to_string();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let armed = Arc::new(AtomicBool::new(false));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (armed2, cuts2) = (armed.clone(), cuts.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(&target) else {
+                    continue;
+                };
+                let sent_large = Arc::new(AtomicBool::new(false));
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (armed_up, large_up) = (armed2.clone(), sent_large.clone());
+                std::thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 || s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        if n >= Self::LARGE && armed_up.load(Ordering::SeqCst) {
+                            large_up.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    let _ = s_out.shutdown(std::net::Shutdown::Both);
+                });
+                let (armed_down, cuts_down) = (armed2.clone(), cuts2.clone());
+                std::thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let (mut s_in, mut c_out) = (server, client);
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = s_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        if sent_large.load(Ordering::SeqCst)
+                            && armed_down.swap(false, Ordering::SeqCst)
+                        {
+                            cuts_down.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        if c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                    let _ = s_in.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        LossyLink { url, armed, cuts }
+    }
+
+    fn lose_the_next_answer(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    fn cuts(&self) -> usize {
+        self.cuts.load(Ordering::SeqCst)
+    }
+}
+
+/// Two tables of `session`: one through a [`LossyLink`] (with a 1 s call
+/// bound), one straight to etcd.
+async fn lossy_tables(etcd: &Etcd, session: &str) -> (LossyLink, Table, Table) {
+    let link = LossyLink::to(&etcd.endpoint);
+    let options = TableOptions::default().call_timeout(Duration::from_secs(1));
+    let table = Table::connect(&[link.url.as_str()], session, options)
+        .await
+        .unwrap();
+    let direct = etcd.table(session).await;
+    (link, table, direct)
+}
+
+/// A commit whose answer is lost (the connection to etcd cut after etcd
+/// received it) is found by its own entries in the next round and
+/// answered as the grant it was, with its token; nothing is left held
+/// twice, and a waiting request's queue entry is not left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_whose_commit_answer_was_lost_is_granted_once() {
+    let etcd = Etcd::start();
+    let (link, table, direct) = lossy_tables(&etcd, "lossy").await;
+    let me = actor(&table, "a").await;
+    for (round, wait) in [(0, false), (1, true)] {
+        let path = format!("/ws/lost{round}.rs");
+        let mut asked = request(HoldKind::Call, vec![target(&path, Mode::Exclusive)]);
+        if wait {
+            asked = asked.wait_timeout(Duration::from_secs(20));
+        }
+        link.lose_the_next_answer();
+        let grant = table
+            .admit(&me, asked)
+            .await
+            .expect("granted despite the lost answer");
+        assert_eq!(link.cuts(), round + 1, "the answer was lost");
+        let dump = direct.dump().await.unwrap();
+        assert_eq!(dump.table.holds.len(), 1, "{dump:?}");
+        assert_eq!(dump.table.holds[0].revision, Some(grant.revision()));
+        assert!(dump.table.waiters.is_empty(), "{dump:?}");
+        table.release(grant.hold()).await.unwrap();
+        assert!(direct.dump().await.unwrap().table.holds.is_empty());
+    }
+}
+
+/// A grant asked for with a ticket, whose answer was lost and whose
+/// caller then left, is the ticket's: the table that granted it does not
+/// release it, so a resume through another table is handed a hold that
+/// stays. (It once released it on the caller's leaving: the resumed
+/// caller then wrote under a hold that was gone.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticketed_grant_whose_caller_left_is_kept_for_its_resume() {
+    let etcd = Etcd::start();
+    let (link, table, direct) = lossy_tables(&etcd, "lossy-ticket").await;
+    let me = actor(&table, "a").await;
+    let asked = || {
+        request(HoldKind::Call, vec![target("/ws/t.rs", Mode::Exclusive)])
+            .wait_timeout(Duration::from_secs(20))
+            .ticket("t1")
+    };
+    link.lose_the_next_answer();
+    let first = tokio::spawn({
+        let (table, me) = (table.clone(), me.clone());
+        async move { table.admit(&me, asked()).await }
+    });
+    // The commit lands, its answer is lost, and the caller leaves.
+    while link.cuts() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.abort();
+    let resumed = direct
+        .admit(&me, asked().resume())
+        .await
+        .expect("the grant found by its ticket");
+    // The granting table's round after the loss (a 200 ms pause, a 1 s
+    // call bound) is long over by then.
+    let gone = tokio::time::timeout(Duration::from_secs(3), async {
+        while !direct.dump().await.unwrap().table.holds.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        gone.is_err(),
+        "the resumed grant was released under its caller"
+    );
+    direct.release(resumed.hold()).await.unwrap();
+    assert!(direct.dump().await.unwrap().table.holds.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -592,7 +817,10 @@ async fn three_tables_and_32_clients_never_hold_conflicting_paths_at_once() {
     assert!(total > 32, "only {total} grants in {secs} s");
     assert!(snapshots > 0);
     let dump = tables[1].dump().await.unwrap();
-    assert!(dump.holds.is_empty() && dump.waiters.is_empty(), "{dump:?}");
+    assert!(
+        dump.table.holds.is_empty() && dump.table.waiters.is_empty(),
+        "{dump:?}"
+    );
     eprintln!("{total} grants and {snapshots} snapshots in {secs} s");
 }
 
@@ -651,7 +879,7 @@ async fn grant_of(task: tokio::task::JoinHandle<Result<Grant, Error>>) -> Grant 
 }
 
 async fn waiters_in(table: &Table) -> usize {
-    table.dump().await.map_or(0, |d| d.waiters.len())
+    table.dump().await.map_or(0, |d| d.table.waiters.len())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -669,13 +897,13 @@ async fn a_waiter_is_admitted_when_the_holder_releases_through_another_table() {
     })
     .await;
     let dump = one.dump().await.unwrap();
-    assert_eq!(dump.waiters[0].actor_name, "b");
+    assert_eq!(dump.table.waiters[0].actor, "b");
     one.release(held.hold()).await.unwrap();
     let granted = grant_of(waiting).await;
     assert!(granted.revision() > held.revision());
     let dump = one.dump().await.unwrap();
-    assert!(dump.waiters.is_empty(), "{dump:?}");
-    assert_eq!(dump.holds.len(), 1);
+    assert!(dump.table.waiters.is_empty(), "{dump:?}");
+    assert_eq!(dump.table.holds.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -849,8 +1077,8 @@ async fn timeouts_and_cancellation_leave_no_waiter_and_wake_those_behind() {
     one.release(held.hold()).await.unwrap();
     let granted = grant_of(behind).await;
     let dump = one.dump().await.unwrap();
-    assert_eq!(dump.holds.len(), 1, "{dump:?}");
-    assert_eq!(dump.holds[0].actor_name, "c");
+    assert_eq!(dump.table.holds.len(), 1, "{dump:?}");
+    assert_eq!(dump.table.holds[0].actor, "c");
     one.release(granted.hold()).await.unwrap();
 }
 
@@ -967,90 +1195,11 @@ async fn a_cycle_formed_by_a_race_between_tables_is_refused_within_the_check_per
         let granted = grant_of(survivor).await;
         one.release(granted.hold()).await.unwrap();
         one.release(survivor_fence).await.unwrap();
-        assert!(one.dump().await.unwrap().holds.is_empty());
+        assert!(one.dump().await.unwrap().table.holds.is_empty());
     }
 }
 
 // ---- `writ serve --etcd`: processes killed mid-run ----
-
-/// The session token every server of these tests shares.
-const SESSION_TOKEN: &str = "0123456789abcdef0123456789abcdef";
-
-/// A `writ serve --etcd` process of this test's own, killed on drop.
-struct ServeProcess {
-    child: std::process::Child,
-    url: String,
-    _state: tempfile::TempDir,
-}
-
-impl ServeProcess {
-    /// Starts a server of session `session` for `root` with a lease TTL of
-    /// `ttl` seconds, and waits (polled, with a deadline) for its discovery
-    /// file to name its URL.
-    fn start(etcd: &Etcd, root: &Path, session: &str, ttl: &str) -> ServeProcess {
-        ServeProcess::start_at(&etcd.endpoint, root, session, ttl)
-    }
-
-    /// As [`ServeProcess::start`], on the etcd members at `endpoints`
-    /// (comma-separated).
-    fn start_at(endpoints: &str, root: &Path, session: &str, ttl: &str) -> ServeProcess {
-        let state = tempfile::tempdir().unwrap();
-        let token_file = state.path().join("token");
-        std::fs::write(&token_file, SESSION_TOKEN).unwrap();
-        let log = std::fs::File::create(state.path().join("serve.log")).unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
-            .arg("serve")
-            .arg(root)
-            .args(["--etcd", endpoints, "--session", session])
-            .args(["--lease-ttl", ttl, "--no-history"])
-            .arg("--token-file")
-            .arg(&token_file)
-            .arg("--state-dir")
-            .arg(state.path())
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut server = ServeProcess {
-            child,
-            url: String::new(),
-            _state: state,
-        };
-        let discovery = server._state.path().join("serve.json");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let found = std::fs::read_to_string(&discovery)
-                .ok()
-                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
-            if let Some(url) = found.as_ref().and_then(|f| f["url"].as_str()) {
-                server.url = url.to_string();
-                return server;
-            }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                let log = std::fs::read_to_string(server._state.path().join("serve.log"));
-                panic!("writ serve exited ({status}): {}", log.unwrap_or_default());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "writ serve did not start in 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGKILL, and wait until it is gone.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 /// One JSON-RPC call over plain HTTP: the result, or the error object.
 fn rpc(
@@ -1141,8 +1290,8 @@ fn root_actor(url: &str, name: &str) -> (String, String) {
 fn a_client_killed_with_sigkill_frees_its_holds_within_the_ttl() {
     let etcd = Etcd::start();
     let (_dir, root) = workspace_root();
-    let one = ServeProcess::start(&etcd, &root, "kill-client", "2");
-    let two = ServeProcess::start(&etcd, &root, "kill-client", "2");
+    let one = ServeProcess::start_at(&etcd.endpoint, &root, "kill-client", "2");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "kill-client", "2");
     let path = root.join("x.rs");
     // The client: another process, fencing x.rs through server one and
     // renewing its lease in the background.
@@ -1190,17 +1339,11 @@ fn a_client_killed_with_sigkill_frees_its_holds_within_the_ttl() {
 fn a_server_killed_mid_run_loses_no_holds_and_grants_nothing_twice() {
     let etcd = Etcd::start();
     let (_dir, root) = workspace_root();
-    let mut one = ServeProcess::start(&etcd, &root, "kill-server", "2");
-    let two = ServeProcess::start(&etcd, &root, "kill-server", "2");
+    let mut one = ServeProcess::start_at(&etcd.endpoint, &root, "kill-server", "2");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "kill-server", "2");
     let path = root.join("x.rs");
     let (holder, holder_token) = root_actor(&one.url, "holder");
-    let fence = rpc(
-        &one.url,
-        &holder_token,
-        "fence",
-        serde_json::json!({"actor": holder, "targets": ["x.rs"]}),
-    )
-    .unwrap();
+    let fence = fence_via(&one.url, &holder_token, &holder, "x.rs").unwrap();
     // A waiter whose wait runs on server one, when server one dies.
     let (waiter, waiter_token) = root_actor(&one.url, "waiter");
     let ask = |url: String| {
@@ -1277,18 +1420,12 @@ fn fence_lease(url: &str, actor: &str) -> String {
 fn an_etcd_restart_mid_run_fails_requests_clearly_and_grants_nothing_twice() {
     let mut etcd = Etcd::start();
     let (_dir, root) = workspace_root();
-    let one = ServeProcess::start(&etcd, &root, "restart", "10");
-    let two = ServeProcess::start(&etcd, &root, "restart", "10");
+    let one = ServeProcess::start_at(&etcd.endpoint, &root, "restart", "10");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "restart", "10");
     let path = root.join("x.rs");
     let (holder, holder_token) = root_actor(&one.url, "holder");
     let (other, _) = root_actor(&two.url, "other");
-    let fence = rpc(
-        &one.url,
-        &holder_token,
-        "fence",
-        serde_json::json!({"actor": holder, "targets": ["x.rs"]}),
-    )
-    .unwrap();
+    let fence = fence_via(&one.url, &holder_token, &holder, "x.rs").unwrap();
     let try_x = |url: &str| {
         rpc(
             url,
@@ -1354,8 +1491,10 @@ fn scrape(url: &str) -> std::collections::BTreeMap<String, f64> {
         .collect()
 }
 
-/// A try-only `admit` of `path` by `actor` through `url`.
-fn try_admit_via(
+/// A try-only `method` (`admit` or `fence`) of `path` by `actor` through
+/// `url`.
+fn try_via(
+    method: &str,
     url: &str,
     token: &str,
     actor: &str,
@@ -1364,9 +1503,27 @@ fn try_admit_via(
     rpc(
         url,
         token,
-        "admit",
+        method,
         serde_json::json!({"actor": actor, "targets": [path], "wait": false}),
     )
+}
+
+fn try_admit_via(
+    url: &str,
+    token: &str,
+    actor: &str,
+    path: &str,
+) -> Result<serde_json::Value, serde_json::Value> {
+    try_via("admit", url, token, actor, path)
+}
+
+fn fence_via(
+    url: &str,
+    token: &str,
+    actor: &str,
+    path: &str,
+) -> Result<serde_json::Value, serde_json::Value> {
+    try_via("fence", url, token, actor, path)
 }
 
 /// Releases the hold a grant answer names, through `url`.
@@ -1445,7 +1602,7 @@ fn a_cluster_serves_on_with_a_follower_killed_and_answers_in_bounds_with_one_pau
 fn a_widened_fence_shows_the_token_of_the_grant_that_widened_it() {
     let etcd = Etcd::start();
     let (_dir, root) = workspace_root();
-    let one = ServeProcess::start(&etcd, &root, "widen", "10");
+    let one = ServeProcess::start_at(&etcd.endpoint, &root, "widen", "10");
     let (a, a_token) = root_actor(&one.url, "a");
     let (b, b_token) = root_actor(&one.url, "b");
     let fence = rpc(
@@ -1485,17 +1642,11 @@ fn a_widened_fence_shows_the_token_of_the_grant_that_widened_it() {
 fn a_wait_ended_by_an_etcd_restart_leaves_no_waiter_behind() {
     let mut etcd = Etcd::start();
     let (_dir, root) = workspace_root();
-    let one = ServeProcess::start(&etcd, &root, "ghost", "10");
+    let one = ServeProcess::start_at(&etcd.endpoint, &root, "ghost", "10");
     let (holder, holder_token) = root_actor(&one.url, "holder");
     let (waiter, waiter_token) = root_actor(&one.url, "waiter");
     let (other, other_token) = root_actor(&one.url, "other");
-    let fence = rpc(
-        &one.url,
-        &holder_token,
-        "fence",
-        serde_json::json!({"actor": holder, "targets": ["x.rs"]}),
-    )
-    .unwrap();
+    let fence = fence_via(&one.url, &holder_token, &holder, "x.rs").unwrap();
     let url = one.url.clone();
     let waiting = std::thread::spawn(move || {
         let asked = serde_json::json!({"actor": waiter, "targets": ["x.rs"], "timeout_ms": 60_000});
@@ -1533,8 +1684,8 @@ fn a_wait_ended_by_an_etcd_restart_leaves_no_waiter_behind() {
 fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_table_cannot_do() {
     let etcd = Etcd::start();
     let (_dir, root) = workspace_root();
-    let one = ServeProcess::start(&etcd, &root, "refusals", "10");
-    let two = ServeProcess::start(&etcd, &root, "refusals", "10");
+    let one = ServeProcess::start_at(&etcd.endpoint, &root, "refusals", "10");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "refusals", "10");
     let (actor, token) = root_actor(&one.url, "lead");
     // The actor's token works on the other server, and names its actor.
     let info = rpc(&two.url, &token, "session.info", serde_json::json!({})).unwrap();
@@ -1674,7 +1825,7 @@ async fn three_servers_and_32_clients_never_grant_conflicting_calls() {
     // Who holds what: (client, path, tree, mode).
     type Granted = Vec<(usize, PathBuf, bool, Mode)>;
     let held: Arc<std::sync::Mutex<Granted>> = Default::default();
-    let granted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let granted = Arc::new(AtomicUsize::new(0));
     let until = Instant::now() + Duration::from_secs(secs);
     let mut clients = Vec::new();
     for n in 0..32usize {
@@ -1775,26 +1926,29 @@ async fn the_dump_shows_ages_waiter_ids_labels_and_the_wait_for_edges() {
         })
     };
     poll_until(Duration::from_secs(10), "the waiter's edge", || async {
-        !one.dump().await.unwrap().edges.is_empty()
+        !one.dump().await.unwrap().table.edges.is_empty()
     })
     .await;
     let dump = one.dump().await.unwrap();
     assert_eq!(
-        dump.edges,
+        dump.table.edges,
         vec![writ::WaitEdge {
             from: b.id(),
             to: a.id(),
             hard: true
         }]
     );
-    assert_eq!(dump.waiters.len(), 1);
-    assert_eq!(dump.waiters[0].label.as_deref(), Some("edit"));
-    assert!(dump.waiters[0].waited < Duration::from_secs(60));
-    assert!(dump.holds[0].age < Duration::from_secs(60));
+    assert_eq!(dump.table.waiters.len(), 1);
+    assert_eq!(dump.table.waiters[0].label.as_deref(), Some("edit"));
+    assert!(dump.table.waiters[0].waited < Duration::from_secs(60));
+    assert!(dump.table.holds[0].age < Duration::from_secs(60));
     one.release(fence.hold()).await.unwrap();
     let grant = grant_of(waiting).await;
     let dump = two.dump().await.unwrap();
-    assert!(dump.edges.is_empty() && dump.waiters.is_empty(), "{dump:?}");
+    assert!(
+        dump.table.edges.is_empty() && dump.table.waiters.is_empty(),
+        "{dump:?}"
+    );
     two.release(grant.hold()).await.unwrap();
 }
 
@@ -2032,7 +2186,7 @@ async fn counted(tables: [&Table; 2], want: (u64, u64, u64, u64, u64), after: &s
     for (n, table) in tables.iter().enumerate() {
         let dump = table.dump().await.unwrap();
         assert_eq!(
-            counts(&dump.counters),
+            counts(&dump.table.counters),
             want,
             "through table {n} after {after}"
         );
@@ -2193,6 +2347,7 @@ async fn a_session_that_folds_case_compares_folded_keys_and_dumps_the_spelling()
         .unwrap();
     let dump = two.dump().await.unwrap();
     let spelled: Vec<&Path> = dump
+        .table
         .holds
         .iter()
         .map(|h| h.paths[0].path.as_path())
@@ -2243,8 +2398,8 @@ fn read_roots_are_shared_only_on_every_server() {
     let (_dir, root) = workspace_root();
     std::fs::create_dir_all(root.join("ws")).unwrap();
     std::fs::create_dir_all(root.join("refs")).unwrap();
-    let one = ServeProcess::start(&etcd, &root, "read-roots", "10");
-    let two = ServeProcess::start(&etcd, &root, "read-roots", "10");
+    let one = ServeProcess::start_at(&etcd.endpoint, &root, "read-roots", "10");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "read-roots", "10");
     let refs = root.join("refs");
     let made = rpc(
         &one.url,
@@ -2310,8 +2465,8 @@ fn a_fenced_actor_counts_once_through_a_server() {
     let etcd = Etcd::start();
     let (_dir, root) = workspace_root();
     std::fs::create_dir_all(root.join("src")).unwrap();
-    let one = ServeProcess::start(&etcd, &root, "fenced-counts", "10");
-    let two = ServeProcess::start(&etcd, &root, "fenced-counts", "10");
+    let one = ServeProcess::start_at(&etcd.endpoint, &root, "fenced-counts", "10");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "fenced-counts", "10");
     let counters = |url: &str| {
         let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
         let c = &dump["counters"];
@@ -2353,7 +2508,7 @@ async fn a_ticket_given_up_through_another_table_is_never_granted_or_is_released
         })
     };
     poll_until(Duration::from_secs(10), "the wait to queue", || async {
-        one.dump().await.unwrap().waiters.len() == 1
+        one.dump().await.unwrap().table.waiters.len() == 1
     })
     .await;
     assert_eq!(two.give_up(&caller, "w-1").await.unwrap(), None);
@@ -2363,7 +2518,10 @@ async fn a_ticket_given_up_through_another_table_is_never_granted_or_is_released
         other => panic!("a wait given up must not be granted: {other:?}"),
     }
     let dump = two.dump().await.unwrap();
-    assert!(dump.holds.is_empty() && dump.waiters.is_empty(), "{dump:?}");
+    assert!(
+        dump.table.holds.is_empty() && dump.table.waiters.is_empty(),
+        "{dump:?}"
+    );
     assert_eq!(
         etcd_keys(&etcd, "tickets", "g/").await,
         Vec::<String>::new()
@@ -2381,7 +2539,7 @@ async fn a_ticket_given_up_through_another_table_is_never_granted_or_is_released
         two.give_up(&caller, "w-2").await.unwrap(),
         Some(grant.hold())
     );
-    assert!(two.dump().await.unwrap().holds.is_empty());
+    assert!(two.dump().await.unwrap().table.holds.is_empty());
     assert_eq!(
         etcd_keys(&etcd, "tickets", "g/").await,
         Vec::<String>::new()
@@ -2849,4 +3007,251 @@ async fn with_file_op_wait_a_contested_op_waits_for_the_other_servers_holder() {
     for server in servers {
         server.shutdown().await;
     }
+}
+
+/// The waiting records of `session` in etcd: each one's key and the lease
+/// it hangs on.
+fn waiter_leases(endpoint: &str, session: &str) -> Vec<(Vec<u8>, i64)> {
+    with_etcd(endpoint, async |client| {
+        let prefix = format!("/writ/{session}/q/");
+        let got = client
+            .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+            .await
+            .unwrap();
+        got.kvs()
+            .iter()
+            .map(|kv| (kv.key().to_vec(), kv.lease()))
+            .collect()
+    })
+}
+
+/// Whether etcd still keeps `lease`.
+fn lease_alive(endpoint: &str, lease: i64) -> bool {
+    with_etcd(endpoint, async |client| {
+        client
+            .lease_time_to_live(lease, None)
+            .await
+            .is_ok_and(|answer| answer.ttl() > 0)
+    })
+}
+
+/// A wait whose server dies is asked again by its ticket (`resume`)
+/// through another server: it goes on there in its place in the queue,
+/// ahead of a request that queued after it, past the end of the dead
+/// server's queue lease; and a grant whose answer was lost is answered
+/// again, the same hold.
+#[test]
+fn a_wait_resumed_through_another_server_keeps_its_place_and_finds_its_grant() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let mut one = ServeProcess::start_at(&etcd.endpoint, &root, "resume", "20");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "resume", "20");
+    let (holder, holder_token) = root_actor(&two.url, "holder");
+    let fence = fence_via(&two.url, &holder_token, &holder, "x.rs").unwrap();
+    let (first, first_token) = root_actor(&two.url, "first");
+    let (second, second_token) = root_actor(&two.url, "second");
+    let ask = |url: &str, actor: &str, token: &str, extra: serde_json::Value| {
+        let (url, token) = (url.to_string(), token.to_string());
+        let mut asked =
+            serde_json::json!({"actor": actor, "targets": ["x.rs"], "timeout_ms": 60_000});
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            asked[k] = v;
+        }
+        std::thread::spawn(move || rpc(&url, &token, "admit", asked))
+    };
+    let first_wait = ask(
+        &one.url,
+        &first,
+        &first_token,
+        serde_json::json!({"ticket": "t1"}),
+    );
+    wait_until(Duration::from_secs(10), "the first waiter", || {
+        waiters_through(&two.url) == 1
+    });
+    let second_wait = ask(&two.url, &second, &second_token, serde_json::json!({}));
+    wait_until(Duration::from_secs(10), "the second waiter", || {
+        waiters_through(&two.url) == 2
+    });
+    let before = waiter_leases(&etcd.endpoint, "resume");
+    let mut leases: Vec<i64> = before.iter().map(|(_, l)| *l).collect();
+    leases.sort_unstable();
+    leases.dedup();
+    assert_eq!(leases.len(), 2, "one queue lease per server: {before:?}");
+    one.kill();
+    assert!(
+        first_wait.join().unwrap().is_err(),
+        "a wait on a killed server cannot have been granted"
+    );
+    let resumed = ask(
+        &two.url,
+        &first,
+        &first_token,
+        serde_json::json!({"ticket": "t1", "resume": true}),
+    );
+    // The first wait moves onto server two's queue lease, its key kept;
+    // server one's queue lease then ends.
+    wait_until(
+        Duration::from_secs(20),
+        "the wait to move and the dead lease to end",
+        || {
+            let now = waiter_leases(&etcd.endpoint, "resume");
+            let Some(&(_, kept)) = now.first() else {
+                return false;
+            };
+            now.iter().all(|(_, lease)| *lease == kept)
+                && now.iter().map(|(k, _)| k).eq(before.iter().map(|(k, _)| k))
+                && leases
+                    .iter()
+                    .all(|&l| l == kept || !lease_alive(&etcd.endpoint, l))
+        },
+    );
+    release_via(&two.url, &holder_token, &fence).unwrap();
+    let granted = resumed
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the resumed wait was refused: {e}"));
+    assert!(
+        !second_wait.is_finished(),
+        "the later request was granted first"
+    );
+    // Its answer lost, the grant is asked for again by its ticket.
+    let again = rpc(
+        &two.url,
+        &first_token,
+        "admit",
+        serde_json::json!({"actor": first, "targets": ["x.rs"], "wait": false, "ticket": "t1", "resume": true}),
+    )
+    .unwrap();
+    assert_eq!(again["hold"], granted["hold"], "{again}");
+    assert_eq!(holds_on(&two.url, &root.join("x.rs")), 1);
+    release_via(&two.url, &first_token, &granted).unwrap();
+    let later = second_wait
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the later request was refused: {e}"));
+    release_via(&two.url, &second_token, &later).unwrap();
+    assert_eq!(waiters_through(&two.url), 0);
+}
+
+/// A server paused while it serves a wait, which its client then resumes
+/// through another server and is granted: when the paused server goes on,
+/// its side of the wait ends (`unavailable`) and leaves the grant's answer
+/// alone, so the grant is still found by its ticket. (The paused server
+/// once deleted that answer as if it were a give-up's mark.)
+#[test]
+fn a_server_that_wakes_after_its_wait_was_resumed_elsewhere_leaves_the_answer() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start_at(&etcd.endpoint, &root, "resume-pause", "20");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "resume-pause", "20");
+    let (holder, holder_token) = root_actor(&two.url, "holder");
+    let fence = fence_via(&two.url, &holder_token, &holder, "x.rs").unwrap();
+    let (waiter, token) = root_actor(&two.url, "waiter");
+    let asked = serde_json::json!({"actor": waiter, "targets": ["x.rs"], "timeout_ms": 60_000, "ticket": "t1"});
+    let first = {
+        let (url, token, asked) = (one.url.clone(), token.clone(), asked.clone());
+        std::thread::spawn(move || rpc(&url, &token, "admit", asked))
+    };
+    wait_until(Duration::from_secs(10), "the waiter", || {
+        waiters_through(&two.url) == 1
+    });
+    one.signal(rustix::process::Signal::STOP);
+    release_via(&two.url, &holder_token, &fence).unwrap();
+    let mut again = asked.clone();
+    again["resume"] = serde_json::json!(true);
+    let granted = rpc(&two.url, &token, "admit", again.clone())
+        .unwrap_or_else(|e| panic!("the resumed wait: {e}"));
+    one.signal(rustix::process::Signal::CONT);
+    let ended = first.join().unwrap();
+    assert_eq!(
+        ended.as_ref().err().map(|e| e["data"]["kind"].clone()),
+        Some(serde_json::json!("unavailable")),
+        "the paused server's side of the wait: {ended:?}"
+    );
+    again["wait"] = serde_json::json!(false);
+    let found = rpc(&two.url, &token, "admit", again)
+        .unwrap_or_else(|e| panic!("the grant asked for again by its ticket: {e}"));
+    assert_eq!(found["hold"], granted["hold"]);
+    release_via(&two.url, &token, &granted).unwrap();
+    assert_eq!(holds_on(&two.url, &root.join("x.rs")), 0);
+}
+
+/// A waiting request watches through the etcd member its server calls;
+/// when that member dies the watch breaks, and the wait reads again from
+/// another member and goes on in its place, instead of ending
+/// `unavailable` (which would lose its place to one member's death).
+#[test]
+fn a_wait_goes_on_when_the_etcd_member_it_watches_through_dies() {
+    let mut cluster = Cluster::start(3);
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start_at(&cluster.endpoints(), &root, "watch-member", "20");
+    let (holder, holder_token) = root_actor(&one.url, "holder");
+    let fence = fence_via(&one.url, &holder_token, &holder, "x.rs").unwrap();
+    let (waiter, token) = root_actor(&one.url, "waiter");
+    let waiting = {
+        let url = one.url.clone();
+        let asked = serde_json::json!({"actor": waiter, "targets": ["x.rs"], "timeout_ms": 60_000});
+        std::thread::spawn(move || rpc(&url, &token, "admit", asked))
+    };
+    wait_until(Duration::from_secs(10), "the waiter", || {
+        waiters_through(&one.url) == 1
+    });
+    // The server calls the first endpoint until a call to it fails.
+    cluster.kill(0);
+    assert_eq!(
+        waiters_through(&one.url),
+        1,
+        "the wait ended with the member"
+    );
+    release_via(&one.url, &holder_token, &fence).unwrap();
+    let granted = waiting
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the wait ended with the member: {e}"));
+    assert_eq!(granted["paths"][0].as_str(), root.join("x.rs").to_str());
+}
+
+/// Attack, on etcd: an actor resumes another actor's granted ticket.
+/// Tickets are per actor (their answer keys and the waiter records `find`
+/// matches are the owner's), so it finds nothing: its request is asked
+/// afresh and meets the other's hold (`busy`); it is never handed it.
+#[test]
+fn an_actor_cannot_take_another_actors_grant_by_resuming_its_ticket() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start_at(&etcd.endpoint, &root, "resume-steal", "20");
+    let (a, a_token) = root_actor(&one.url, "a");
+    let (b, b_token) = root_actor(&one.url, "b");
+    let ask = |actor: &str, path: &str, extra: serde_json::Value| {
+        let mut asked = serde_json::json!({"actor": actor, "targets": [path], "ticket": "T1"});
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            asked[k] = v;
+        }
+        asked
+    };
+    let granted = rpc(
+        &one.url,
+        &a_token,
+        "admit",
+        ask(&a, "x.rs", serde_json::json!({"wait": false})),
+    )
+    .unwrap();
+    let stolen = rpc(
+        &one.url,
+        &b_token,
+        "admit",
+        ask(
+            &b,
+            "x.rs",
+            serde_json::json!({"wait": false, "resume": true}),
+        ),
+    );
+    assert_eq!(
+        stolen.as_ref().err().map(|e| e["data"]["kind"].clone()),
+        Some(serde_json::json!("busy")),
+        "{stolen:?}"
+    );
+    assert_eq!(holds_on(&one.url, &root.join("x.rs")), 1);
+    release_via(&one.url, &a_token, &granted).unwrap();
+    assert_eq!(holds_on(&one.url, &root.join("x.rs")), 0);
 }

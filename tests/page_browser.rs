@@ -59,6 +59,12 @@ struct Browser {
 /// How long one DevTools command may take.
 const COMMAND_WAIT: Duration = Duration::from_secs(30);
 
+/// How long a freshly started Chromium may take to open its first tab.
+const START_WAIT: Duration = Duration::from_secs(20);
+
+/// How many times Chromium is started before the test gives up on it.
+const STARTS: usize = 3;
+
 impl Browser {
     fn launch(log: PathBuf) -> Browser {
         let profile = tempfile::tempdir().unwrap();
@@ -122,11 +128,48 @@ impl Browser {
         }
     }
 
+    /// A Chromium with `url` open in a tab it is attached to. A browser
+    /// that does not open its first tab within [`START_WAIT`] (seen once on
+    /// a loaded machine: `Target.createTarget` never answered) is killed
+    /// and started afresh, [`STARTS`] times at most; what it logged is
+    /// printed each time.
+    fn open_at(log: PathBuf, url: &str) -> Browser {
+        for start in 1..=STARTS {
+            let mut browser = Browser::launch(log.clone());
+            match browser.send(
+                "Target.createTarget",
+                json!({"url": "about:blank"}),
+                START_WAIT,
+            ) {
+                Ok(Ok(target)) => {
+                    browser.attach(&target, url);
+                    return browser;
+                }
+                Ok(Err(error)) => panic!("Target.createTarget: {error}{}", browser.log_tail()),
+                Err(why) => {
+                    eprintln!(
+                        "Chromium start {start} of {STARTS}: Target.createTarget: {why}{}",
+                        browser.log_tail()
+                    );
+                }
+            }
+        }
+        panic!("Chromium never opened a tab in {STARTS} starts")
+    }
+
+    /// The end of what Chromium wrote to its log, to show with a failure.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+        format!("\nChromium's log ({}) ends:\n{tail}", self.log.display())
+    }
+
     /// Sends one command (to the attached page, once there is one) and
     /// returns its result, or its error as `Err`.
     fn call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         self.send(method, params, COMMAND_WAIT)
-            .unwrap_or_else(|why| panic!("{method}: {why}; see {}", self.log.display()))
+            .unwrap_or_else(|why| panic!("{method}: {why}{}", self.log_tail()))
     }
 
     /// [`Browser::call`], saying why when no answer came within `wait`.
@@ -164,11 +207,8 @@ impl Browser {
         }
     }
 
-    /// Opens `url` in a new tab and attaches to it.
-    fn open(&mut self, url: &str) {
-        let target = self
-            .call("Target.createTarget", json!({"url": "about:blank"}))
-            .unwrap();
+    /// Attaches to the new tab `target` and opens `url` in it.
+    fn attach(&mut self, target: &Value, url: &str) {
         let attached = self
             .call(
                 "Target.attachToTarget",
@@ -415,9 +455,11 @@ fn the_page_shows_the_table_in_a_browser_and_follows_the_stream() {
     });
 
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let mut browser = Browser::launch(shots.join("page_browser-chromium.log"));
     // The token goes in the fragment, which the browser never sends.
-    browser.open(&format!("{}/#token={}", serve.url, serve.token));
+    let mut browser = Browser::open_at(
+        shots.join("page_browser-chromium.log"),
+        &format!("{}/#token={}", serve.url, serve.token),
+    );
     let shown = browser.evaluate(&wait_for(
         r#"s.status === "live" && ["lead", "parser", "reviewer"].every((n) => s.actors.includes(n))
            && s.holds.includes("edit the docs") && s.waiters.includes("reviewer") && s.graph.includes("<svg")

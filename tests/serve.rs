@@ -69,6 +69,21 @@ async fn rpc(server: &Server, token: &str, method: &str, params: Value) -> (u16,
     .await
 }
 
+/// A root actor made over `/rpc` with the session's token: its handle.
+async fn root_actor(server: &Server, name: &str) -> String {
+    let (_, made) = rpc(
+        server,
+        server.token(),
+        "actor.create",
+        json!({"name": name, "grant": {"workspace": true}}),
+    )
+    .await;
+    made["result"]["actor"]
+        .as_str()
+        .unwrap_or_else(|| panic!("actor.create: {made}"))
+        .to_string()
+}
+
 fn kind(answer: &Value) -> &str {
     answer["error"]["data"]["kind"].as_str().unwrap_or("<none>")
 }
@@ -536,8 +551,13 @@ async fn a_lapsed_lease_frees_everything_and_a_waiter_elsewhere_is_admitted() {
         .await
         .expect("the lapsed lease's fence was not freed")
         .unwrap();
+    // The lapsed lease's guards go first (which admits the waiter), then
+    // its actors, as a client's own scope would drop them.
+    until(&server, "the silent actor to go", |d| {
+        d.actors.iter().all(|a| a.name != "silent")
+    })
+    .await;
     let dump = server.scheduler().dump();
-    assert!(dump.actors.iter().all(|a| a.name != "silent"));
     assert_eq!(dump.holds.len(), 1);
     assert_eq!(dump.holds[0].actor, "waiter");
     // The lapsed lease is gone for its owner too.
@@ -1000,22 +1020,8 @@ async fn a_ticket_given_up_before_its_grant_releases_the_grant_on_arrival() {
     let (_dir, root) = workspace();
     let server = start(&root, Duration::from_secs(30)).await;
     let token = server.token().to_string();
-    let (_, made) = rpc(
-        &server,
-        &token,
-        "actor.create",
-        json!({"name": "holder", "grant": {"workspace": true}}),
-    )
-    .await;
-    let holder = made["result"]["actor"].as_str().unwrap().to_string();
-    let (_, made) = rpc(
-        &server,
-        &token,
-        "actor.create",
-        json!({"name": "w", "grant": {"workspace": true}}),
-    )
-    .await;
-    let w = made["result"]["actor"].as_str().unwrap().to_string();
+    let holder = root_actor(&server, "holder").await;
+    let w = root_actor(&server, "w").await;
     let (_, held) = rpc(
         &server,
         &token,
@@ -1126,5 +1132,68 @@ async fn a_grant_whose_answer_was_lost_is_given_back_by_its_ticket() {
     // The client gives its ticket up, which releases the grant: the live
     // actor's lease would otherwise keep it as long as the client runs.
     until(&server, "the lost grant released", |d| d.holds.is_empty()).await;
+    server.shutdown().await;
+}
+
+/// `resume` asks again for the request a ticket named: a grant is answered
+/// as it was (the same hold, nothing granted twice), a ticket never seen is
+/// asked for now, and a ticket given up stays given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_ticket_finds_its_grant_and_asks_afresh_otherwise() {
+    let (_dir, root) = workspace();
+    let server = start(&root, Duration::from_secs(30)).await;
+    let token = server.token().to_string();
+    let a = root_actor(&server, "a").await;
+    let admit = |ticket: &str, resume: bool| json!({"actor": a, "targets": ["t.rs"], "wait": false, "ticket": ticket, "resume": resume});
+    let (_, first) = rpc(&server, &token, "admit", admit("T1", false)).await;
+    let (_, again) = rpc(&server, &token, "admit", admit("T1", true)).await;
+    assert_eq!(first["result"]["hold"], again["result"]["hold"], "{again}");
+    assert_eq!(again["result"]["paths"], first["result"]["paths"]);
+    assert_eq!(server.scheduler().dump().holds.len(), 1);
+    // Without `resume`, the live ticket is refused, as before.
+    let (_, refused) = rpc(&server, &token, "admit", admit("T1", false)).await;
+    assert_eq!(kind(&refused), "invalid_params", "{refused}");
+    let (_, released) = rpc(
+        &server,
+        &token,
+        "release",
+        json!({"hold": first["result"]["hold"]}),
+    )
+    .await;
+    assert!(released["result"]["released"].is_string(), "{released}");
+    // A ticket never seen: asked for now.
+    let (_, fresh) = rpc(&server, &token, "admit", admit("T2", true)).await;
+    assert!(fresh["result"]["hold"].is_string(), "{fresh}");
+    // A ticket given up: never granted.
+    let (_, gave_up) = rpc(
+        &server,
+        &token,
+        "release",
+        json!({"actor": a, "ticket": "T3"}),
+    )
+    .await;
+    assert!(gave_up["result"]["released"].is_null(), "{gave_up}");
+    let (_, refused) = rpc(&server, &token, "admit", admit("T3", true)).await;
+    assert_eq!(kind(&refused), "unavailable", "{refused}");
+    assert_eq!(server.scheduler().dump().holds.len(), 1);
+    server.shutdown().await;
+}
+
+/// Attack: an actor resumes another actor's ticket. Tickets are per actor,
+/// so it finds nothing of the other's: its request is asked afresh and
+/// meets the other's hold (`busy`); it is never handed that hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_cannot_take_another_actors_grant_by_resuming_its_ticket() {
+    let (_dir, root) = workspace();
+    let server = start(&root, Duration::from_secs(30)).await;
+    let token = server.token().to_string();
+    let a = root_actor(&server, "a").await;
+    let b = root_actor(&server, "b").await;
+    let admit = |actor: &str, resume: bool| json!({"actor": actor, "targets": ["t.rs"], "wait": false, "ticket": "T1", "resume": resume});
+    let (_, granted) = rpc(&server, &token, "admit", admit(&a, false)).await;
+    assert!(granted["result"]["hold"].is_string(), "{granted}");
+    let (_, stolen) = rpc(&server, &token, "admit", admit(&b, true)).await;
+    assert_eq!(kind(&stolen), "busy", "{stolen}");
+    assert_eq!(server.scheduler().dump().holds.len(), 1);
     server.shutdown().await;
 }

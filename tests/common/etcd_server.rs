@@ -305,6 +305,19 @@ impl Cluster {
         }
     }
 
+    /// The member that leads, waiting for one to be elected (etcd's
+    /// `etcd_server_is_leader` metric; a stopped member does not answer).
+    pub fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(i) = self.members.iter().position(|m| leads(m.client)) {
+                return i;
+            }
+            assert!(Instant::now() < deadline, "no etcd leader within 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Kills member `i` (SIGKILL) and waits for it to be gone.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.members[i].child.take() {
@@ -339,4 +352,19 @@ impl Drop for Cluster {
             self.kill(i);
         }
     }
+}
+
+/// Runs `f` with a client of the etcd at `endpoint`, on a runtime of its
+/// own: for a test that looks at etcd's keys and leases itself.
+pub fn with_etcd<T>(endpoint: &str, f: impl AsyncFnOnce(&mut etcd_client::Client) -> T) -> T {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("a runtime: {e}"));
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect([endpoint], None)
+            .await
+            .unwrap_or_else(|e| panic!("etcd at {endpoint}: {e}"));
+        f(&mut client).await
+    })
 }
