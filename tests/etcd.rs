@@ -1583,7 +1583,8 @@ fn a_cluster_serves_on_with_a_follower_killed_and_answers_in_bounds_with_one_pau
     cluster.restart(dead);
     // A follower paused: a call sent to it fails on the call bound (2 s)
     // and a read is asked again elsewhere, so an admit (a few calls) is
-    // answered within a few bounds instead of waiting for the member.
+    // answered within a few bounds instead of waiting for the member; once
+    // it goes on everything is granted.
     let paused = cluster.follower();
     cluster.signal(paused, "STOP");
     let mut slowest = Duration::ZERO;
@@ -1596,6 +1597,13 @@ fn a_cluster_serves_on_with_a_follower_killed_and_answers_in_bounds_with_one_pau
         slowest < Duration::from_secs(10),
         "an admit took {slowest:?} with a member paused"
     );
+    let mut round = 0;
+    wait_until(Duration::from_secs(30), "every admit granted again", || {
+        round += 1;
+        admit_and_release(&one.url, &actor, &token, &format!("after{round}.rs"))
+            .1
+            .is_none()
+    });
 }
 
 #[test]
