@@ -3366,8 +3366,7 @@ async fn a_slot_wait_is_a_deadlock_only_if_every_holder_of_its_limit_waits_on_th
 /// Runs under `max_actors(1)`. SPEC §11: a slot wait is a deadlock when the
 /// slot's holder waits on the requester "directly or through others"; §4:
 /// `Deadlock { cycle }` names "the actors in the cycle" — here the one
-/// between the holder and the requester too (a known drift on every
-/// backend: both tables name the requester and the slot holders only).
+/// between the holder and the requester too.
 async fn a_slot_wait_deadlock_through_another_actor_names_the_whole_cycle<B: Backend>(b: &B) {
     let root = b.root();
     let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
@@ -4235,10 +4234,6 @@ conformance_on_etcd!(
     releasing_a_fence_puts_its_lines_waiters_back_behind_the_waiter_it_blocked,
     a_fence_past_a_waiter_closes_no_cycle_through_an_edge_precedence_removed,
     narrowing_a_fence_off_a_waiters_path_puts_its_lines_waiters_back_behind_it,
-    // KNOWN DRIFT: behaviours that fail on this backend today; each stays
-    // in the list, ignored, until the backend follows the SPEC sentence its
-    // doc comment quotes (`cargo test -- --ignored` runs them).
-    #[ignore = "drift: every backend names the requester and the slot holders only"]
     a_slot_wait_deadlock_through_another_actor_names_the_whole_cycle(config().max_actors(1)),
 );
 
@@ -4360,7 +4355,5 @@ conformance!(
     a_fenced_grant_fences_a_read_root_only_shared,
     file_writes_keep_to_the_writers_scope,
     an_empty_fenced_grant_is_an_invalid_path,
-    // KNOWN DRIFT: fails in process and over one server too (see above).
-    #[ignore = "drift: every backend names the requester and the slot holders only"]
     a_slot_wait_deadlock_through_another_actor_names_the_whole_cycle(config().max_actors(1)),
 );

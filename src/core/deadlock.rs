@@ -322,8 +322,10 @@ pub(crate) fn cycle_if_waiting(
 /// so none of them can give a slot back before the requester stops
 /// waiting. A slot wait is an "any of them" wait, so it is a deadlock only
 /// when *every* holder is caught; one holder on its own is not a cycle.
-/// Returns the requester followed by the holders (`slot` is the limit the
-/// requester waits on).
+/// Returns the actors of the cycle (§4 names them all): the requester,
+/// then each holder followed by the actors its wait passes through on its
+/// way back to the requester, each once (`slot` is the limit the requester
+/// waits on).
 fn slot_cycle(
     state: &State,
     graph: &Graph,
@@ -334,22 +336,51 @@ fn slot_cycle(
     if holders.is_empty() {
         return None;
     }
-    let caught = |holder: ActorId| {
-        holder == requester
-            || (graph.contains_node(Node::Actor(holder))
-                && petgraph::algo::has_path_connecting(
-                    graph,
-                    Node::Actor(holder),
-                    Node::Actor(requester),
-                    None,
-                ))
-    };
-    if !holders.iter().all(|&h| caught(h)) {
+    let mut cycle = vec![requester];
+    for holder in holders {
+        if holder == requester {
+            continue;
+        }
+        for actor in actors_on_path(graph, holder, requester)? {
+            if !cycle.contains(&actor) {
+                cycle.push(actor);
+            }
+        }
+    }
+    Some(cycle)
+}
+
+/// The actors on a shortest path from actor `from` to actor `to`, `from`
+/// first and `to` left out; `None` when `from` does not wait on `to`.
+fn actors_on_path(graph: &Graph, from: ActorId, to: ActorId) -> Option<Vec<ActorId>> {
+    let (start, goal) = (Node::Actor(from), Node::Actor(to));
+    if !graph.contains_node(start) {
         return None;
     }
-    let mut cycle = vec![requester];
-    cycle.extend(holders.into_iter().filter(|&h| h != requester));
-    Some(cycle)
+    let mut parent: HashMap<Node, Node> = HashMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(node) = queue.pop_front() {
+        if node == goal {
+            break;
+        }
+        for next in graph.neighbors(node) {
+            if next != start && !parent.contains_key(&next) {
+                parent.insert(next, node);
+                queue.push_back(next);
+            }
+        }
+    }
+    let mut path = Vec::new();
+    let mut node = *parent.get(&goal)?;
+    while node != start {
+        if let Node::Actor(actor) = node {
+            path.push(actor);
+        }
+        node = *parent.get(&node)?;
+    }
+    path.push(from);
+    path.reverse();
+    Some(path)
 }
 
 /// The live children holding a slot of the limit `slot` names.

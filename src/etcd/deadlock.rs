@@ -159,6 +159,37 @@ impl<'a> View<'a> {
         false
     }
 
+    /// The actors on a shortest path from actor `from` to actor `to`,
+    /// `from` first and `to` left out; `None` when `from` does not wait on
+    /// `to`.
+    fn actors_on_path(&self, from: u64, to: u64) -> Option<Vec<u64>> {
+        let (start, goal) = (Node::Actor(from), Node::Actor(to));
+        let mut parent: HashMap<Node, Node> = HashMap::new();
+        let mut queue = VecDeque::from([start]);
+        while let Some(node) = queue.pop_front() {
+            if node == goal {
+                break;
+            }
+            for next in self.next(node) {
+                if next != start && !parent.contains_key(&next) {
+                    parent.insert(next, node);
+                    queue.push_back(next);
+                }
+            }
+        }
+        let mut path = Vec::new();
+        let mut node = *parent.get(&goal)?;
+        while node != start {
+            if let Node::Actor(actor) = node {
+                path.push(actor);
+            }
+            node = *parent.get(&node)?;
+        }
+        path.push(from);
+        path.reverse();
+        Some(path)
+    }
+
     fn name(&self, actor: u64) -> String {
         self.names
             .get(&actor)
@@ -176,7 +207,8 @@ impl<'a> View<'a> {
 /// Of the requests that make it (the slot wait, and the holders' waiting
 /// requests on a path back to the requester) the newest is refused — the
 /// one that closed it, as for an ordinary cycle — so `Some` only when that
-/// is `me`: the requester's and the holders' names, `me`'s actor first.
+/// is `me`: the names of every actor on the cycle (the requester, each
+/// holder and the actors between it and the requester), `me`'s actor first.
 pub(crate) fn slot_deadlock(
     me: u64,
     mine: &Edges,
@@ -207,16 +239,23 @@ pub(crate) fn slot_deadlock(
     if newest.1 != me {
         return None;
     }
-    let mut cycle = vec![wait.name.clone()];
-    for (h, name) in holders {
-        if *h != wait.actor {
-            cycle.push(name.clone());
+    // Every actor of the cycle (SPEC §4): each holder, then the actors its
+    // wait passes through on its way back to the requester.
+    let mut actors = vec![wait.actor];
+    for &(h, _) in holders {
+        if h == wait.actor {
+            continue;
+        }
+        for actor in view.actors_on_path(h, wait.actor)? {
+            if !actors.contains(&actor) {
+                actors.push(actor);
+            }
         }
     }
-    if let Some(at) = cycle.iter().position(|n| *n == mine.name) {
-        cycle.rotate_left(at);
+    if let Some(at) = actors.iter().position(|&a| a == mine.actor) {
+        actors.rotate_left(at);
     }
-    Some(cycle)
+    Some(actors.into_iter().map(|a| view.name(a)).collect())
 }
 
 fn find_cycle(
