@@ -353,32 +353,47 @@ fn slot_cycle(
 /// The actors on a shortest path from actor `from` to actor `to`, `from`
 /// first and `to` left out; `None` when `from` does not wait on `to`.
 fn actors_on_path(graph: &Graph, from: ActorId, to: ActorId) -> Option<Vec<ActorId>> {
-    let (start, goal) = (Node::Actor(from), Node::Actor(to));
-    if !graph.contains_node(start) {
+    if !graph.contains_node(Node::Actor(from)) {
         return None;
     }
-    let mut parent: HashMap<Node, Node> = HashMap::new();
+    let path = shortest_path(Node::Actor(from), Node::Actor(to), |n| graph.neighbors(n))?;
+    Some(
+        path.into_iter()
+            .filter_map(|node| match node {
+                Node::Actor(actor) if actor != to => Some(actor),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// A shortest path from `start` to `goal` (both included) in the graph
+/// whose successors `next` gives, or `None` when `goal` cannot be reached.
+/// Both tables name a slot deadlock's actors with it.
+pub(crate) fn shortest_path<N, I>(start: N, goal: N, mut next: impl FnMut(N) -> I) -> Option<Vec<N>>
+where
+    N: Copy + Eq + std::hash::Hash,
+    I: IntoIterator<Item = N>,
+{
+    let mut parent: HashMap<N, N> = HashMap::new();
     let mut queue = std::collections::VecDeque::from([start]);
     while let Some(node) = queue.pop_front() {
         if node == goal {
             break;
         }
-        for next in graph.neighbors(node) {
-            if next != start && !parent.contains_key(&next) {
-                parent.insert(next, node);
-                queue.push_back(next);
+        for after in next(node) {
+            if after != start && !parent.contains_key(&after) {
+                parent.insert(after, node);
+                queue.push_back(after);
             }
         }
     }
-    let mut path = Vec::new();
-    let mut node = *parent.get(&goal)?;
+    let mut path = vec![goal];
+    let mut node = goal;
     while node != start {
-        if let Node::Actor(actor) = node {
-            path.push(actor);
-        }
         node = *parent.get(&node)?;
+        path.push(node);
     }
-    path.push(from);
     path.reverse();
     Some(path)
 }
@@ -802,4 +817,25 @@ pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
     edges.sort_by_key(|e| (e.from, e.to, !e.hard));
     edges.dedup_by_key(|e| (e.from, e.to));
     edges
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shortest_path;
+
+    #[test]
+    fn shortest_path_takes_the_fewest_steps_and_is_none_without_a_way() {
+        // 1 -> 2 -> 3 -> 4 and 1 -> 4 -> 5; 6 is reached from nowhere.
+        let next = |n: u32| match n {
+            1 => vec![2, 4],
+            2 => vec![3],
+            3 => vec![4],
+            4 => vec![5],
+            _ => vec![],
+        };
+        assert_eq!(shortest_path(1, 5, next), Some(vec![1, 4, 5]));
+        assert_eq!(shortest_path(2, 5, next), Some(vec![2, 3, 4, 5]));
+        assert_eq!(shortest_path(1, 6, next), None);
+        assert_eq!(shortest_path(5, 1, next), None);
+    }
 }

@@ -16,6 +16,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::deadlock::shortest_path;
+
 /// A waiting request's edges, as its record holds them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Edges {
@@ -163,31 +165,15 @@ impl<'a> View<'a> {
     /// `from` first and `to` left out; `None` when `from` does not wait on
     /// `to`.
     fn actors_on_path(&self, from: u64, to: u64) -> Option<Vec<u64>> {
-        let (start, goal) = (Node::Actor(from), Node::Actor(to));
-        let mut parent: HashMap<Node, Node> = HashMap::new();
-        let mut queue = VecDeque::from([start]);
-        while let Some(node) = queue.pop_front() {
-            if node == goal {
-                break;
-            }
-            for next in self.next(node) {
-                if next != start && !parent.contains_key(&next) {
-                    parent.insert(next, node);
-                    queue.push_back(next);
-                }
-            }
-        }
-        let mut path = Vec::new();
-        let mut node = *parent.get(&goal)?;
-        while node != start {
-            if let Node::Actor(actor) = node {
-                path.push(actor);
-            }
-            node = *parent.get(&node)?;
-        }
-        path.push(from);
-        path.reverse();
-        Some(path)
+        let path = shortest_path(Node::Actor(from), Node::Actor(to), |n| self.next(n))?;
+        Some(
+            path.into_iter()
+                .filter_map(|node| match node {
+                    Node::Actor(actor) if actor != to => Some(actor),
+                    Node::Actor(_) | Node::Request(_) => None,
+                })
+                .collect(),
+        )
     }
 
     fn name(&self, actor: u64) -> String {
