@@ -182,25 +182,33 @@ fn build(state: &State, new: Option<(Req<'_>, Pos)>) -> Graph {
             if conflict(behind.claim, new.claim).is_none() {
                 continue;
             }
-            if state.passes(new.claim, behind.claim) {
-                // `behind` passes the new request; a fence it asks for
-                // will be in the new request's way.
-                if let Some(owner) = behind.fence_owner {
-                    if owner != new.requester {
-                        graph.add_edge(new.node, Node::Actor(owner), ());
-                    }
-                }
-                continue;
-            }
-            graph.add_edge(behind.node, new.node, ());
-            if let Some(owner) = new.fence_owner {
-                if owner != behind.requester {
-                    graph.add_edge(behind.node, Node::Actor(owner), ());
-                }
-            }
+            let passes = state.passes(new.claim, behind.claim);
+            add_pair(&mut graph, &new, behind, passes);
         }
     }
     graph
+}
+
+/// The edges between two conflicting waiting requests, `ahead` queued
+/// before `behind`: `behind` queues behind `ahead` (an edge to it, and one
+/// to the owner of the fence `ahead` asks for) — unless `behind` passes it
+/// by the fence owner's precedence (`passes`), when the fence `behind`
+/// asks for will be in `ahead`'s way instead (as [`add_passed`]).
+fn add_pair(graph: &mut Graph, ahead: &Req<'_>, behind: &Req<'_>, passes: bool) {
+    if passes {
+        if let Some(owner) = behind.fence_owner {
+            if owner != ahead.requester {
+                graph.add_edge(ahead.node, Node::Actor(owner), ());
+            }
+        }
+        return;
+    }
+    graph.add_edge(behind.node, ahead.node, ());
+    if let Some(owner) = ahead.fence_owner {
+        if owner != behind.requester {
+            graph.add_edge(behind.node, Node::Actor(owner), ());
+        }
+    }
 }
 
 /// A cycle in an acyclic-but-for-new-edges graph, as actor ids.
@@ -675,22 +683,7 @@ impl<'a> Orders<'a> {
         for pair in &self.pairs {
             let (ahead, behind, passes) = Self::arranged(pair, &at);
             let (ahead, behind) = (&self.items[ahead].req, &self.items[behind].req);
-            if passes {
-                // As `add_passed`: the fence the passing request asks for
-                // will be in the passed waiter's way.
-                if let Some(owner) = behind.fence_owner {
-                    if owner != ahead.requester {
-                        graph.add_edge(ahead.node, Node::Actor(owner), ());
-                    }
-                }
-                continue;
-            }
-            graph.add_edge(behind.node, ahead.node, ());
-            if let Some(owner) = ahead.fence_owner {
-                if owner != behind.requester {
-                    graph.add_edge(behind.node, Node::Actor(owner), ());
-                }
-            }
+            add_pair(&mut graph, ahead, behind, passes);
         }
         graph
     }
