@@ -12,12 +12,14 @@
 //! | [`index`] | the path index beneath the table and the queue |
 //! | [`table`] | holds, the kind/mode matrix, the *covers* rule; actor records |
 //! | [`queue`] | waiting requests in priority-then-arrival order (a soft cycle may move a waiter ahead within its priority); wait causes |
+//! | [`judge`] | the grant rule's judgement over a read-only view: blockers, precedence, slot reservation — one rule set for the in-process table and the table in etcd |
 //! | [`scope`] | what a grant lets an actor hold; what widening and narrowing a hold may change |
 //! | [`state`] | table + queue + actors + slots + counters: the grant and wake-up rules |
 //! | [`deadlock`] | the wait-for graph over the state; soft cycles reordered away, other cycles refused |
 
 pub(crate) mod deadlock;
 pub(crate) mod index;
+pub(crate) mod judge;
 pub(crate) mod key;
 pub(crate) mod queue;
 pub(crate) mod scope;

@@ -459,7 +459,7 @@ impl Queue {
     /// than once, in no particular order), except those `claim` passes:
     /// `passes(waiter's claim)` is the precedence rule, asked only of
     /// entries that conflict. Stops when `f` breaks.
-    fn scan<B>(
+    pub(crate) fn scan<B>(
         &self,
         claim: &Claim,
         limit: Pos,
@@ -486,36 +486,6 @@ impl Queue {
             })?;
         }
         ControlFlow::Continue(())
-    }
-
-    /// Whether a waiting entry before `limit` conflicts with `claim`.
-    pub(crate) fn any_conflict_ahead(
-        &self,
-        claim: &Claim,
-        limit: Pos,
-        passes: &dyn Fn(&Claim) -> bool,
-    ) -> bool {
-        self.scan(claim, limit, passes, |_, _, _| ControlFlow::Break(()))
-            .is_break()
-    }
-
-    /// The first waiting entry (in queue order) before `limit` that
-    /// conflicts with `claim`, and the first key of `claim` in its way —
-    /// what a scan of the queue in order would find.
-    pub(crate) fn first_conflict_ahead(
-        &self,
-        claim: &Claim,
-        limit: Pos,
-        passes: &dyn Fn(&Claim) -> bool,
-    ) -> Option<(WaiterId, usize)> {
-        let mut first: Option<(Pos, WaiterId, usize)> = None;
-        let _ = self.scan(claim, limit, passes, |pos, w, key| {
-            if first.is_none_or(|(p, _, k)| (pos, key) < (p, k)) {
-                first = Some((pos, w.id, key));
-            }
-            ControlFlow::<()>::Continue(())
-        });
-        first.map(|(_, id, key)| (id, key))
     }
 
     /// Every waiting entry before `limit` that conflicts with `claim`, in

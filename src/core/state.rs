@@ -6,6 +6,7 @@
 //! See `docs/DESIGN.md` for the numbered grant and wake-up rules.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::task::Waker;
@@ -14,11 +15,13 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::core::deadlock::{Move, Who};
+use crate::core::judge::{self, Seats, Slots, View};
 use crate::core::key::{Key, Mode};
 use crate::core::queue::{Need, Pos, Queue, WaitCause, Waiter, WaiterId, WaiterState};
 use crate::core::table::{
     ActorId, Blocking, ChildRecord, Claim, Hold, HoldId, HoldKind, Table, conflict, covers,
 };
+use crate::error::SlotLimit;
 
 /// Admission counters since the scheduler was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -58,6 +61,84 @@ pub(crate) enum Blocker {
     Writers,
     Hold(Blocking),
     Waiter { waiter: WaiterId, key: usize },
+}
+
+impl From<judge::Blocker<HoldId, WaiterId>> for Blocker {
+    fn from(blocker: judge::Blocker<HoldId, WaiterId>) -> Self {
+        match blocker {
+            judge::Blocker::Slot(SlotLimit::MaxActors) => Blocker::Slots,
+            judge::Blocker::Slot(SlotLimit::MaxWriters) => Blocker::Writers,
+            judge::Blocker::Hold(hold, key) => Blocker::Hold(Blocking { hold, key }),
+            judge::Blocker::Waiter(waiter, key) => Blocker::Waiter { waiter, key },
+        }
+    }
+}
+
+/// The seats a request takes: a new child's, none for a hold.
+fn seats(need: &Need) -> Option<Seats> {
+    match need {
+        Need::Child(child) => Some(Seats {
+            actor: child.counts_actor,
+            writer: child.counts_writer,
+        }),
+        Need::Hold => None,
+    }
+}
+
+/// The in-process state as [`judge`] sees it: the table's and the queue's
+/// indexes answer the visits.
+pub(crate) struct LiveView<'a> {
+    state: &'a State,
+    except: Option<HoldId>,
+}
+
+impl View for LiveView<'_> {
+    type Hold = HoldId;
+    type Waiter = WaiterId;
+    type Place = Pos;
+
+    fn visit_holds<B>(
+        &self,
+        claim: &Claim,
+        each: impl FnMut(HoldId, &Claim, usize) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
+        self.state.table.scan(claim, self.except, each)
+    }
+
+    fn visit_waiters<B>(
+        &self,
+        claim: &Claim,
+        at: Pos,
+        mut each: impl FnMut(Pos, WaiterId, &Claim, usize) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
+        self.state
+            .queue
+            .scan(claim, at, &|_| false, |pos, waiter, key| {
+                each(pos, waiter.id, &waiter.claim, key)
+            })
+    }
+
+    fn visit_children<B>(
+        &self,
+        at: Pos,
+        mut each: impl FnMut(Pos, &Claim, Seats) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
+        for (pos, waiter) in self.state.queue.children_ahead(at) {
+            if let Some(seats) = seats(&waiter.need) {
+                each(pos, &waiter.claim, seats)?;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn slots(&self) -> Slots {
+        Slots {
+            children: self.state.live_children,
+            writers: self.state.live_writers,
+            max_actors: self.state.max_actors,
+            max_writers: self.state.max_writers,
+        }
+    }
 }
 
 /// A copy of whatever blocks a request, for messages.
@@ -116,34 +197,27 @@ impl State {
         }
     }
 
-    /// Would a child find a slot, with `reserved_*` slots promised to
-    /// children queued ahead of it?
-    fn slot_blocker(
-        &self,
-        child: &ChildRecord,
-        reserved_actors: usize,
-        reserved_writers: usize,
-    ) -> Option<Blocker> {
-        if child.counts_actor
-            && self
-                .max_actors
-                .is_some_and(|max| self.live_children + reserved_actors >= max)
-        {
-            return Some(Blocker::Slots);
+    /// The state as the judgement sees it, `except` (a hold being widened)
+    /// left out of the table.
+    ///
+    /// Only a call hold is left out: a fence never conflicts with a claim of
+    /// its owner (it covers it), and a fence being widened still lets its
+    /// owner pass the waiters it blocks (the precedence asks every fence).
+    pub(crate) fn view(&self, except: Option<HoldId>) -> LiveView<'_> {
+        let except = except.filter(|id| {
+            self.table
+                .get(*id)
+                .is_some_and(|h| h.claim.kind == HoldKind::Call)
+        });
+        LiveView {
+            state: self,
+            except,
         }
-        if child.counts_writer
-            && self
-                .max_writers
-                .is_some_and(|max| self.live_writers + reserved_writers >= max)
-        {
-            return Some(Blocker::Writers);
-        }
-        None
     }
 
     /// Grant rule 1–3 for a request not yet queued: slots, then live holds
     /// (except `except`, the request's own hold when it grows), then every
-    /// waiting request ahead of `priority`.
+    /// waiting request ahead of `priority` ([`judge::judge`]).
     pub(crate) fn blocker(
         &self,
         claim: &Claim,
@@ -151,65 +225,26 @@ impl State {
         priority: i32,
         except: Option<HoldId>,
     ) -> Option<Blocker> {
-        let limit = Pos::end_of(priority);
-        if let Need::Child(child) = need {
-            let (reserved_actors, reserved_writers) = self.reserved_ahead(limit);
-            if let Some(blocker) = self.slot_blocker(child, reserved_actors, reserved_writers) {
-                return Some(blocker);
-            }
-        }
-        if let Some(blocking) = self.table.first_conflict(claim, except) {
-            return Some(Blocker::Hold(blocking));
-        }
-        self.queue
-            .first_conflict_ahead(claim, limit, &|earlier| self.passes(earlier, claim))
-            .map(|(waiter, key)| Blocker::Waiter { waiter, key })
+        judge::judge(
+            &self.view(except),
+            claim,
+            seats(need),
+            Pos::end_of(priority),
+        )
+        .map(Blocker::from)
     }
 
-    /// Precedence of a fence's owner (§4): a request passes an earlier
-    /// waiting `earlier` that a live fence covering the request blocks —
-    /// that waiter cannot be granted before the fence goes anyway. Asked
-    /// only of earlier requests that conflict with `claim`.
+    /// Precedence of a fence's owner (§4, [`judge::passing_fence`]).
     pub(crate) fn passes(&self, earlier: &Claim, claim: &Claim) -> bool {
-        self.table.blocked_by_fence_covering(earlier, claim)
-    }
-
-    /// Whether a waiting request at `pos` has its paths free: no live hold
-    /// and no earlier waiting request it does not pass is in its way.
-    fn paths_free(&self, claim: &Claim, pos: Pos) -> bool {
-        !self.table.any_conflict(claim, None)
-            && !self
-                .queue
-                .any_conflict_ahead(claim, pos, &|earlier| self.passes(earlier, claim))
-    }
-
-    /// How many actor and writer slots the `child_wait`s queued before
-    /// `limit` reserve: only those whose paths are free wait for a slot
-    /// (§11); one still waiting for a path reserves nothing.
-    pub(crate) fn reserved_ahead(&self, limit: Pos) -> (usize, usize) {
-        let (mut actors, mut writers) = (0, 0);
-        for (pos, waiter) in self.queue.children_ahead(limit) {
-            if let Need::Child(child) = &waiter.need {
-                if self.paths_free(&waiter.claim, pos) {
-                    actors += usize::from(child.counts_actor);
-                    writers += usize::from(child.counts_writer);
-                }
-            }
-        }
-        (actors, writers)
+        judge::passing_fence(&self.view(None), earlier, claim).is_some()
     }
 
     /// The slot limit a `child_wait` at `pos` waits on, if it waits for a
     /// slot: only once its paths are free (§11).
     pub(crate) fn slot_wait(&self, claim: &Claim, need: &Need, pos: Pos) -> Option<Blocker> {
-        let Need::Child(child) = need else {
-            return None;
-        };
-        if !self.paths_free(claim, pos) {
-            return None;
-        }
-        let (reserved_actors, reserved_writers) = self.reserved_ahead(pos);
-        self.slot_blocker(child, reserved_actors, reserved_writers)
+        let seats = seats(need)?;
+        judge::slot_wait(&self.view(None), claim, seats, pos)
+            .map(|limit| Blocker::from(judge::Blocker::Slot(limit)))
     }
 
     /// Inserts the hold a request becomes (if it has keys) and registers a
@@ -271,7 +306,7 @@ impl State {
 
     /// Judges the queued slot waits again after something may have taken a
     /// reservation away from a `child_wait` ahead of them (see
-    /// [`State::reserved_ahead`]). Free when no slot wait is queued.
+    /// [`judge::reserved_ahead`]). Free when no slot wait is queued.
     fn wake_slot_waits(&mut self, now: Instant) -> Vec<Waker> {
         let limited = self.max_actors.is_some() || self.max_writers.is_some();
         if !limited || !self.queue.has_slot_waiters() {
@@ -511,15 +546,8 @@ impl State {
             let Some(waiter) = self.queue.waiting_at(slot) else {
                 continue;
             };
-            let slot_free = match &waiter.need {
-                Need::Child(child) => {
-                    let (reserved_actors, reserved_writers) = self.reserved_ahead(pos);
-                    self.slot_blocker(child, reserved_actors, reserved_writers)
-                        .is_none()
-                }
-                Need::Hold => true,
-            };
-            let grantable = slot_free && self.paths_free(&waiter.claim, pos);
+            let grantable =
+                judge::judge(&self.view(None), &waiter.claim, seats(&waiter.need), pos).is_none();
             if !grantable {
                 continue;
             }
@@ -744,7 +772,8 @@ impl State {
         }
     }
 
-    /// What blocks a queued request now, judged as the wake-up scan would.
+    /// What blocks a queued request now, judged as the wake-up scan would
+    /// ([`judge::explain`]).
     pub(crate) fn blockers_of(
         &self,
         id: WaiterId,
@@ -752,32 +781,15 @@ impl State {
         let (Some(waiter), Some(pos)) = (self.queue.get(id), self.queue.pos_of(id)) else {
             return (Vec::new(), Vec::new(), None);
         };
-        let holds: Vec<HoldId> = self
-            .table
-            .conflicts(&waiter.claim, None)
-            .map(|b| b.hold)
-            .collect();
-        let passes = |earlier: &Claim| self.passes(earlier, &waiter.claim);
-        let waiters = self.queue.conflicts_ahead(&waiter.claim, pos, &passes);
-        let cause = match &waiter.need {
-            Need::Child(child) => {
-                let (ra, rw) = self.reserved_ahead(pos);
-                self.slot_blocker(child, ra, rw)
-            }
-            Need::Hold => None,
-        }
-        .or_else(|| {
-            self.table
-                .first_conflict(&waiter.claim, None)
-                .map(Blocker::Hold)
-        })
-        .or_else(|| {
-            self.queue
-                .first_conflict_ahead(&waiter.claim, pos, &passes)
-                .map(|(waiter, key)| Blocker::Waiter { waiter, key })
-        })
-        .map(|b| self.cause(&waiter.claim, b));
-        (holds, waiters, cause)
+        let found = judge::explain(&self.view(None), &waiter.claim, seats(&waiter.need), pos);
+        let cause = found
+            .first
+            .map(|b| self.cause(&waiter.claim, Blocker::from(b)));
+        (
+            found.holds.into_iter().map(|(hold, _)| hold).collect(),
+            found.waiters.into_iter().map(|(w, _)| w).collect(),
+            cause,
+        )
     }
 
     /// Panics when an invariant is broken (tests and models call this).
@@ -809,7 +821,9 @@ impl State {
         };
         for waiter in self.queue.entries().filter(|w| w.is_waiting()) {
             let slot_free = match &waiter.need {
-                Need::Child(child) => self.slot_blocker(child, ra, rw).is_none(),
+                Need::Child(_) => seats(&waiter.need).is_none_or(|seats| {
+                    judge::slot_limit(self.view(None).slots(), seats, (ra, rw)).is_none()
+                }),
                 Need::Hold => true,
             };
             let paths_free = holds

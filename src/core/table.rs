@@ -410,14 +410,15 @@ impl Table {
         live.into_iter().map(|l| (l.id, &l.hold))
     }
 
-    /// Calls `f(hold, i)` for every live hold (but `except`) that conflicts
-    /// with `claim` through `claim.keys[i]`; a hold may be reported more
-    /// than once, in no particular order. Stops when `f` breaks.
-    fn scan<B>(
+    /// Calls `f(hold, its claim, i)` for every live hold (but `except`)
+    /// that conflicts with `claim` through `claim.keys[i]`; a hold may be
+    /// reported more than once, in no particular order. Stops when `f`
+    /// breaks.
+    pub(crate) fn scan<B>(
         &self,
         claim: &Claim,
         except: Option<HoldId>,
-        mut f: impl FnMut(HoldId, usize) -> ControlFlow<B>,
+        mut f: impl FnMut(HoldId, &Claim, usize) -> ControlFlow<B>,
     ) -> ControlFlow<B> {
         if self.index.is_empty() {
             return ControlFlow::Continue(());
@@ -437,7 +438,7 @@ impl Table {
                 {
                     return ControlFlow::Continue(());
                 }
-                f(live.id, i)
+                f(live.id, &live.hold.claim, i)
             })?;
         }
         ControlFlow::Continue(())
@@ -445,24 +446,10 @@ impl Table {
 
     /// Whether any live hold (but `except`) conflicts with `claim`; stops at
     /// the first one found.
+    #[cfg(test)]
     pub(crate) fn any_conflict(&self, claim: &Claim, except: Option<HoldId>) -> bool {
-        self.scan(claim, except, |_, _| ControlFlow::Break(()))
+        self.scan(claim, except, |_, _, _| ControlFlow::Break(()))
             .is_break()
-    }
-
-    /// Whether a live fence that `claim` conflicts with covers `other`:
-    /// the precedence rule's test (§4) for a waiting `claim` and a newer
-    /// request `other`.
-    pub(crate) fn blocked_by_fence_covering(&self, claim: &Claim, other: &Claim) -> bool {
-        self.scan(claim, None, |hold, _| {
-            let covering = self.get(hold).is_some_and(|h| covers(&h.claim, other));
-            if covering {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        })
-        .is_break()
     }
 
     /// The first live hold (in grant order) `claim` conflicts with, skipping
@@ -470,7 +457,7 @@ impl Table {
     /// the holds in grant order would find.
     pub(crate) fn first_conflict(&self, claim: &Claim, except: Option<HoldId>) -> Option<Blocking> {
         let mut first: Option<(HoldId, usize)> = None;
-        let _ = self.scan(claim, except, |hold, key| {
+        let _ = self.scan(claim, except, |hold, _, key| {
             if first.is_none_or(|best| (hold, key) < best) {
                 first = Some((hold, key));
             }
@@ -487,7 +474,7 @@ impl Table {
         except: Option<HoldId>,
     ) -> impl Iterator<Item = Blocking> + 'a {
         let mut found: Vec<(HoldId, usize)> = Vec::new();
-        let _ = self.scan(claim, except, |hold, key| {
+        let _ = self.scan(claim, except, |hold, _, key| {
             found.push((hold, key));
             ControlFlow::<()>::Continue(())
         });

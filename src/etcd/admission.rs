@@ -1,6 +1,7 @@
 //! Admission: a request's keys, the read–decide–commit round, queuing, the
 //! deadlock check before a wait, and tickets.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,13 +17,15 @@ use crate::kinds::{HoldKind, Mode};
 use super::actors::ActorRef;
 use super::counters::Counter;
 use super::deadlock::{self, Edges};
-use super::decide::{self, ClaimRecord, EntryValue, KeyRecord, Meta, Other, Place};
+use super::decide::{
+    self, Blocked, ClaimRecord, EntryValue, KeyRecord, Meta, Other, Place, Snapshot, others,
+};
 use super::graph::true_edges;
 use super::layout::{self, Layout, Owner};
 use super::queue::{Mine, WaitEnded};
 use super::store::{
-    LeaseId, Table, empty, etcd_error, id_in, now_ms, prefix_get, ranges_of, revision_of, still,
-    to_json, unavailable, unchanged_since, with_lease,
+    LeaseId, Table, empty, etcd_error, now_ms, prefix_get, ranges_of, revision_of, still, to_json,
+    unavailable, unchanged_since, with_lease,
 };
 use super::tokens;
 
@@ -261,12 +264,6 @@ pub(super) fn entry_puts(
         .collect()
 }
 
-/// What blocks a request, as read at one revision.
-pub(super) enum Blocker<'a> {
-    Hold(&'a Other, usize),
-    Waiter(&'a Other, usize),
-}
-
 /// One request on its way through the table.
 pub(super) struct Admission {
     pub(super) actor: ActorRef,
@@ -343,11 +340,9 @@ impl Admission {
         entry_puts(layout, &self.meta(), &self.keys, owner, lease)
     }
 
-    fn busy(&self, blocker: &Blocker<'_>) -> Error {
-        let (other, key, queued) = match *blocker {
-            Blocker::Hold(o, k) => (o, k, false),
-            Blocker::Waiter(o, k) => (o, k, true),
-        };
+    /// The `Busy` of a request blocked by `other` (a waiter ahead when
+    /// `queued`) through its key `key`.
+    fn busy(&self, other: &Other, key: usize, queued: bool) -> Error {
         let requested = &self.claim.keys[key].0;
         let mode = other
             .claim
@@ -514,14 +509,8 @@ impl Table {
         let limit = self.inner.options.max_txn_ops;
         let ops = admission.ops_needed();
         let mut place = match queued {
-            Some(q) => Place::Queued {
-                priority: admission.priority,
-                waiter: q.waiter,
-                revision: q.place,
-            },
-            None => Place::New {
-                priority: admission.priority,
-            },
+            Some(q) => Place::queued(admission.priority, q.waiter, q.place),
+            None => Place::new(admission.priority),
         };
         let mut waiter: Option<u64> = queued.map(|q| q.waiter);
         // The revision this task last wrote its waiter record at: another
@@ -606,11 +595,7 @@ impl Table {
                     Ok((id, at)) => {
                         waiter = Some(id);
                         written = at;
-                        place = Place::Queued {
-                            priority: admission.priority,
-                            waiter: id,
-                            revision: at,
-                        };
+                        place = Place::queued(admission.priority, id, at);
                         continue;
                     }
                     Err(e) => break Err(e),
@@ -799,57 +784,41 @@ impl Table {
             holds.retain(|h| h.owner != Owner::Hold(admission.hold));
         }
         let waiting = admission.wait != Wait::Never;
-        let hold_in_the_way = decide::blocking_hold(&admission.claim, &holds);
-        let mut waiter_in_the_way = None;
-        let mut soft = Vec::new();
-        let mut relied: Vec<(u64, i64)> = Vec::new();
-        let in_the_way = decide::waiters_in_the_way(&admission.claim, place, &waiters);
-        // A try-only request blocked by a hold needs nothing more; a
-        // waiting one needs every edge for the deadlock check.
-        if !in_the_way.is_empty() && (hold_in_the_way.is_none() || waiting) {
-            let fences = self.lineage_fences(&admission.actor).await?;
-            for (earlier, key) in in_the_way {
-                let Owner::Waiter(id) = earlier.owner else {
-                    continue;
-                };
-                let whole = match self.waiter_claim(id).await? {
-                    Some(claim) => claim,
-                    // Gone since the read: it blocks nobody any more.
-                    None => continue,
-                };
-                match decide::passing_fence(&whole, &admission.claim, &fences) {
-                    Some((fence, at, _)) => relied.push((*fence, *at)),
-                    None => {
-                        soft.push(id);
-                        waiter_in_the_way.get_or_insert((earlier, key));
-                        if !waiting {
-                            break;
-                        }
-                    }
+        let mut snapshot = Snapshot::new(holds, waiters);
+        let in_the_way = snapshot.waiters_in_the_way(&admission.claim, place);
+        // The fence owner's precedence needs the waiters in the way whole,
+        // and the fences of the requester's lineage; a try-only request
+        // blocked by a hold needs neither (a waiting one needs every edge
+        // for the deadlock check).
+        if !in_the_way.is_empty() && (waiting || !snapshot.hold_in_the_way(&admission.claim)) {
+            let mut whole = HashMap::new();
+            for id in in_the_way {
+                // Gone since the read: it blocks nobody any more.
+                if let Some(claim) = self.waiter_claim(id).await? {
+                    whole.insert(id, claim);
                 }
             }
+            let fences = self.lineage_fences(&admission.actor).await?;
+            snapshot = snapshot.with_whole(whole).with_fences(fences);
         }
-        let blocker = match (hold_in_the_way, waiter_in_the_way) {
-            (Some((hold, key)), _) => Some(Blocker::Hold(hold, key)),
-            (None, Some((earlier, key))) => Some(Blocker::Waiter(earlier, key)),
-            (None, None) => None,
-        };
-        if let Some(blocker) = blocker {
-            let mut hard: Vec<(u64, String)> = decide::fences_in_the_way(&admission.claim, &holds)
-                .map(|h| (h.meta.owner, h.meta.name.clone()))
-                .collect();
-            hard.sort();
-            hard.dedup();
+        let verdict = snapshot.explain(&admission.claim, None, place);
+        if let Some(Blocked::Path(other, key, queued)) = verdict.first {
             let edges = Edges {
                 actor: admission.actor.id.0,
                 name: admission.actor.name.clone(),
                 queued: i64::MAX,
-                hard,
-                soft,
+                hard: verdict.hard.clone(),
+                soft: verdict.soft(),
                 slot: None,
             };
-            return Ok(Step::Blocked(admission.busy(&blocker), revision, edges));
+            return Ok(Step::Blocked(
+                admission.busy(other, key, queued),
+                revision,
+                edges,
+            ));
         }
+        let relied = verdict.relied;
+        let waiters = snapshot.waiters();
         if admission.kind == HoldKind::Fence {
             // The waiters this fence passes (by priority or by its owner's
             // precedence) will wait on it: refuse it if that closes a cycle.
@@ -881,22 +850,18 @@ impl Table {
 
     /// The live fences of `actor`'s lineage (each with its id and commit
     /// revision): the only fences that can let it pass a waiter.
-    pub(super) async fn lineage_fences(&self, actor: &ActorRef) -> Result<Vec<(u64, i64, Claim)>> {
+    pub(super) async fn lineage_fences(&self, actor: &ActorRef) -> Result<Vec<Other>> {
         let reads: Vec<TxnOp> = actor
             .lineage
             .iter()
             .map(|&a| prefix_get(&self.layout().fences_of(a)))
             .collect();
         let read = self.read(reads).await.map_err(unavailable)?;
-        let mut out = Vec::new();
-        for kv in ranges_of(&read).iter().flatten() {
-            let id = id_in(kv.key());
-            if let (Some(id), Ok(record)) = (id, serde_json::from_slice::<ClaimRecord>(kv.value()))
-            {
-                out.push((id, kv.create_revision(), record.claim()));
-            }
-        }
-        Ok(out)
+        let fences: Vec<KeyValue> = ranges_of(&read).into_iter().flatten().collect();
+        Ok(others(&fences, Owner::Hold, KeyValue::create_revision)
+            .into_iter()
+            .map(|(_, fence)| fence)
+            .collect())
     }
 
     pub(super) async fn waiter_claim(&self, id: u64) -> Result<Option<Claim>> {

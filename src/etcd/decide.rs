@@ -1,26 +1,37 @@
 //! What the table read from etcd means, decided by the core's rules.
 //!
 //! Pure: the records of one read go in, a verdict comes out. The rules are
-//! the core's own — [`conflict`] (the kind/mode matrix and the *covers*
-//! rule) and [`covers`] — applied to claims rebuilt from the index entries;
-//! nothing here restates the matrix.
+//! the core's own: a read becomes a [`Snapshot`], which answers the visits
+//! of the core's [`View`], and [`judge`] decides — grant rules, the fence
+//! owner's precedence, slot reservation, the blockers a wait-for edge
+//! stands for. Nothing here restates a rule; it only rebuilds claims from
+//! records and names the core's answers in the records' terms.
 //!
 //! A claim rebuilt from a read holds only the keys the read found, which
 //! are exactly its keys that can overlap the request's (the ranges of
 //! [`Layout::conflict_ranges`](super::layout::Layout::conflict_ranges)), so
-//! `conflict` answers for it as for the whole hold.
+//! `conflict` answers for it as for the whole hold. The precedence needs a
+//! waiter's whole claim and the fences of the requester's lineage whole
+//! ([`Snapshot::with_whole`], [`Snapshot::with_fences`]).
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::judge::{self, Seats, Slots, View};
 use crate::core::key::Key;
-use crate::core::table::{ActorId, Claim, conflict, covers};
+use crate::core::queue::WaitCause;
+use crate::core::table::{ActorId, Claim, conflict};
+use crate::error::SlotLimit;
 use crate::kinds::{HoldKind, Mode};
 
-use super::layout::{Layout, Owner};
+use etcd_client::KeyValue;
+
+use super::layout::{Layout, Owner, id_in};
 
 /// `HoldKind` as the records spell it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,130 +248,304 @@ pub(crate) fn group<'a>(
     (holds, waiters)
 }
 
-/// Where the request stands in the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Place {
-    /// Not queued: every waiter of at least its priority is ahead of it.
-    New { priority: i32 },
-    /// Queued as `waiter` at `revision`.
-    Queued {
-        priority: i32,
-        waiter: u64,
-        revision: i64,
-    },
+/// The claims of one read's waiters (queue order: priority, then the
+/// revision each queued at) or fences (grant order), as `decide` takes them.
+pub(crate) fn others(
+    kvs: &[KeyValue],
+    owner: fn(u64) -> Owner,
+    revision: fn(&KeyValue) -> i64,
+) -> Vec<(ClaimRecord, Other)> {
+    let mut found: Vec<(ClaimRecord, Other)> = kvs
+        .iter()
+        .filter_map(|kv| {
+            let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
+            let other = Other {
+                owner: owner(id_in(kv.key())?),
+                meta: record.meta.clone(),
+                claim: record.claim(),
+                revision: revision(kv),
+            };
+            Some((record, other))
+        })
+        .collect();
+    found.sort_by_key(|(_, o)| (std::cmp::Reverse(o.meta.priority), o.revision, o.owner));
+    found
+}
+
+/// A place in the queue, ordered front to back (SPEC §4): higher priority
+/// first, then the earlier revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Place {
+    rank: Reverse<i32>,
+    revision: i64,
+    waiter: u64,
 }
 
 impl Place {
-    /// Whether `other` (a waiter) is ahead of this request in the queue.
-    pub(crate) fn behind(&self, other: &Other) -> bool {
-        let p = other.meta.priority;
-        match *self {
-            Place::New { priority } => p >= priority,
-            Place::Queued {
-                priority,
-                waiter,
-                revision,
-            } => {
-                other.owner != Owner::Waiter(waiter)
-                    && (p > priority || (p == priority && other.revision < revision))
+    /// A request not queued yet: behind every waiter of at least its
+    /// priority.
+    pub(crate) fn new(priority: i32) -> Place {
+        Place {
+            rank: Reverse(priority),
+            revision: i64::MAX,
+            waiter: u64::MAX,
+        }
+    }
+
+    /// The place of `waiter`, queued at `revision`.
+    pub(crate) fn queued(priority: i32, waiter: u64, revision: i64) -> Place {
+        Place {
+            rank: Reverse(priority),
+            revision,
+            waiter,
+        }
+    }
+}
+
+impl Other {
+    /// Its place, when it is a waiter.
+    pub(crate) fn place(&self) -> Option<Place> {
+        match self.owner {
+            Owner::Waiter(id) => Some(Place::queued(self.meta.priority, id, self.revision)),
+            Owner::Hold(_) => None,
+        }
+    }
+
+    /// Its hold's or waiter's id.
+    pub(crate) fn id(&self) -> u64 {
+        match self.owner {
+            Owner::Hold(id) | Owner::Waiter(id) => id,
+        }
+    }
+}
+
+/// A `child_wait` queued in one read: its place, its claim, its seats.
+#[derive(Debug, Clone)]
+pub(crate) struct QueuedChild {
+    pub(crate) place: Place,
+    pub(crate) claim: Claim,
+    pub(crate) seats: Seats,
+}
+
+/// One read of the table, as the core's judgement ([`judge`]) sees it: the
+/// live holds the read found (grant order), the waiting requests (queue
+/// order), and what the fence owner's precedence and slot reservation
+/// need. The rules are the core's; this only answers its visits.
+#[derive(Debug, Default)]
+pub(crate) struct Snapshot {
+    holds: Vec<Other>,
+    waiters: Vec<Other>,
+    /// The waiters' whole claims, where the read found only their keys in
+    /// the request's ranges; a waiter missing here left since the read and
+    /// blocks nobody. `None`: the read found every waiter whole.
+    whole: Option<HashMap<u64, Claim>>,
+    children: Vec<QueuedChild>,
+    slots: Slots,
+}
+
+impl Snapshot {
+    /// The holds (grant order) and waiters (queue order) of one read.
+    pub(crate) fn new(holds: Vec<Other>, waiters: Vec<Other>) -> Self {
+        Snapshot {
+            holds,
+            waiters,
+            ..Snapshot::default()
+        }
+    }
+
+    /// Adds live fences read whole (those of the requester's lineage: the
+    /// only ones whose precedence can let it pass a waiter).
+    pub(crate) fn with_fences(mut self, fences: Vec<Other>) -> Self {
+        for fence in fences {
+            match self.holds.iter_mut().find(|h| h.owner == fence.owner) {
+                Some(found) => *found = fence,
+                None => self.holds.push(fence),
             }
         }
+        self.holds.sort_by_key(|h| (h.revision, h.owner));
+        self
+    }
+
+    /// Sets the waiters' whole claims (see [`Snapshot::whole`]).
+    pub(crate) fn with_whole(mut self, whole: HashMap<u64, Claim>) -> Self {
+        self.whole = Some(whole);
+        self
+    }
+
+    /// Adds the queued `child_wait`s and the slot counts.
+    pub(crate) fn with_children(mut self, children: Vec<QueuedChild>, slots: Slots) -> Self {
+        self.children = children;
+        self.slots = slots;
+        self
+    }
+
+    /// The waiters, in queue order.
+    pub(crate) fn waiters(&self) -> &[Other] {
+        &self.waiters
+    }
+
+    /// The ids of the waiters ahead of `at` in `claim`'s way: those whose
+    /// whole claims the precedence needs.
+    pub(crate) fn waiters_in_the_way(&self, claim: &Claim, at: Place) -> Vec<u64> {
+        let mut found = Vec::new();
+        let _ = self.visit_waiters(claim, at, |_, w, _, _| {
+            found.push(self.waiters[w].id());
+            ControlFlow::<()>::Continue(())
+        });
+        found
+    }
+
+    /// Whether a live hold is in `claim`'s way.
+    pub(crate) fn hold_in_the_way(&self, claim: &Claim) -> bool {
+        judge::first_hold(self, claim).is_some()
+    }
+
+    /// Every blocker of `claim` at `at` (a new child's `seats` given), by
+    /// the core's [`judge::explain`], in the records' terms.
+    pub(crate) fn explain(&self, claim: &Claim, seats: Option<Seats>, at: Place) -> Verdict<'_> {
+        let found = judge::explain(self, claim, seats, at);
+        let mut hard: Vec<(u64, String)> = found
+            .holds
+            .iter()
+            .map(|&(h, _)| &self.holds[h])
+            .filter(|h| h.claim.kind == HoldKind::Fence)
+            .map(|h| (h.meta.owner, h.meta.name.clone()))
+            .collect();
+        hard.sort();
+        hard.dedup();
+        Verdict {
+            first: found.first.map(|b| match b {
+                judge::Blocker::Slot(limit) => Blocked::Slot(limit),
+                judge::Blocker::Hold(h, key) => Blocked::Path(&self.holds[h], key, false),
+                judge::Blocker::Waiter(w, key) => Blocked::Path(&self.waiters[w], key, true),
+            }),
+            holds: found.holds.iter().map(|&(h, _)| &self.holds[h]).collect(),
+            waiters: found
+                .waiters
+                .iter()
+                .map(|&(w, _)| &self.waiters[w])
+                .collect(),
+            hard,
+            relied: found
+                .relied
+                .iter()
+                .map(|&h| (self.holds[h].id(), self.holds[h].revision))
+                .collect(),
+        }
+    }
+
+    /// The slot limit that leaves a new child taking `seats` (queued at
+    /// `at`) without a slot ([`judge::judge`]'s first rule).
+    pub(crate) fn slot_limit(&self, seats: Seats, at: Place) -> Option<SlotLimit> {
+        judge::slot_limit(self.slots, seats, judge::reserved_ahead(self, at))
     }
 }
 
-/// The first live hold `mine` conflicts with, and the key of `mine` in its
-/// way (SPEC §3).
-pub(crate) fn blocking_hold<'a>(mine: &Claim, holds: &'a [Other]) -> Option<(&'a Other, usize)> {
-    holds
-        .iter()
-        .find_map(|h| conflict(mine, &h.claim).map(|key| (h, key)))
+impl View for Snapshot {
+    /// An index into the holds, which are in grant order.
+    type Hold = usize;
+    /// An index into the waiters.
+    type Waiter = usize;
+    type Place = Place;
+
+    fn visit_holds<B>(
+        &self,
+        claim: &Claim,
+        mut each: impl FnMut(usize, &Claim, usize) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
+        for (i, hold) in self.holds.iter().enumerate() {
+            if let Some(key) = conflict(claim, &hold.claim) {
+                each(i, &hold.claim, key)?;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn visit_waiters<B>(
+        &self,
+        claim: &Claim,
+        at: Place,
+        mut each: impl FnMut(Place, usize, &Claim, usize) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
+        for (i, waiter) in self.waiters.iter().enumerate() {
+            let Some(place) = waiter.place().filter(|p| *p < at) else {
+                continue;
+            };
+            let whole = match &self.whole {
+                None => &waiter.claim,
+                Some(whole) => match whole.get(&waiter.id()) {
+                    Some(claim) => claim,
+                    None => continue,
+                },
+            };
+            if let Some(key) = conflict(claim, whole) {
+                each(place, i, whole, key)?;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn visit_children<B>(
+        &self,
+        at: Place,
+        mut each: impl FnMut(Place, &Claim, Seats) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
+        for child in self.children.iter().filter(|c| c.place < at) {
+            each(child.place, &child.claim, child.seats)?;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn slots(&self) -> Slots {
+        self.slots
+    }
 }
 
-/// The live fences `mine` conflicts with: their owners are the hard edges
-/// of a waiting request (SPEC §4; call holds make none).
-pub(crate) fn fences_in_the_way<'a>(
-    mine: &'a Claim,
-    holds: &'a [Other],
-) -> impl Iterator<Item = &'a Other> + 'a {
-    holds
-        .iter()
-        .filter(move |h| h.claim.kind == HoldKind::Fence && conflict(mine, &h.claim).is_some())
+/// What stands in a request's way at one read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Blocked<'a> {
+    /// A slot limit.
+    Slot(SlotLimit),
+    /// A live hold (`false`) or a waiter ahead (`true`), and the index of
+    /// the request's key in its way.
+    Path(&'a Other, usize, bool),
 }
 
-/// The waiters ahead of `place` that `mine` conflicts with, in queue order,
-/// each with the key of `mine` in its way: the candidates of the fairness
-/// rule (SPEC §4), before the fence owner's precedence is asked.
-pub(crate) fn waiters_in_the_way<'a>(
-    mine: &Claim,
-    place: Place,
-    waiters: &'a [Other],
-) -> Vec<(&'a Other, usize)> {
-    waiters
-        .iter()
-        .filter(|w| place.behind(w))
-        .filter_map(|w| conflict(mine, &w.claim).map(|key| (w, key)))
-        .collect()
-}
-
-/// The fence owner's precedence (SPEC §4): `mine` passes an earlier waiter
-/// (whole claim `earlier`) when a live fence that blocks the waiter covers
-/// `mine`. Such fences are owned by `mine`'s lineage, so `fences` — the
-/// live fences of that lineage — are all that need asking. Returns the
-/// fence that lets it pass.
-pub(crate) fn passing_fence<'a>(
-    earlier: &Claim,
-    mine: &Claim,
-    fences: &'a [(u64, i64, Claim)],
-) -> Option<&'a (u64, i64, Claim)> {
-    fences
-        .iter()
-        .find(|(_, _, fence)| covers(fence, mine) && conflict(earlier, fence).is_some())
-}
-
-/// What blocks a waiting request at one read (SPEC §5's `blocked_by`
-/// and §11's path cause), judged as an admission would judge it.
-#[derive(Debug, Default)]
-pub(crate) struct Blockers<'a> {
-    /// The live holds it conflicts with, in grant order.
+/// Everything in a request's way at one read ([`Snapshot::explain`]).
+#[derive(Debug)]
+pub(crate) struct Verdict<'a> {
+    /// What it waits for.
+    pub(crate) first: Option<Blocked<'a>>,
+    /// The live holds in its way, in grant order.
     pub(crate) holds: Vec<&'a Other>,
-    /// The waiters ahead of it that it conflicts with and that no fence of
-    /// its lineage lets it pass, in queue order.
+    /// The waiters ahead in its way that it does not pass, in queue order:
+    /// its soft edges.
     pub(crate) waiters: Vec<&'a Other>,
-    /// The first of them (holds before waiters) and the key of `mine` in
-    /// its way: what the request waits for.
-    pub(crate) first: Option<(&'a Other, usize)>,
+    /// The owners (id, name) of the live fences in its way: its hard edges.
+    pub(crate) hard: Vec<(u64, String)>,
+    /// The fences (id, revision) whose owner's precedence let it pass a
+    /// waiter: a commit compares them.
+    pub(crate) relied: Vec<(u64, i64)>,
 }
 
-/// The [`Blockers`] of `mine`, queued at `place`, among `holds` (grant
-/// order) and `waiters` (queue order), the live fences among `holds`
-/// deciding the fence owner's precedence.
-pub(crate) fn blockers<'a>(
-    mine: &Claim,
-    place: Place,
-    holds: &'a [Other],
-    waiters: &'a [Other],
-) -> Blockers<'a> {
-    let mut found = Blockers::default();
-    for hold in holds {
-        if let Some(key) = conflict(mine, &hold.claim) {
-            found.first.get_or_insert((hold, key));
-            found.holds.push(hold);
-        }
-    }
-    let passes = |earlier: &Claim| {
-        holds.iter().any(|h| {
-            h.claim.kind == HoldKind::Fence
-                && covers(&h.claim, mine)
-                && conflict(earlier, &h.claim).is_some()
+impl Verdict<'_> {
+    /// What the request waits for, as a dump shows it (`claim` is the
+    /// request's).
+    pub(crate) fn cause(&self, claim: &Claim) -> Option<WaitCause> {
+        Some(match self.first? {
+            Blocked::Slot(SlotLimit::MaxActors) => WaitCause::Slots,
+            Blocked::Slot(SlotLimit::MaxWriters) => WaitCause::Writers,
+            Blocked::Path(other, key, _) => WaitCause::Path {
+                path: claim.keys.get(key)?.0.path.clone(),
+                holder: other.meta.name.clone(),
+            },
         })
-    };
-    for (waiter, key) in waiters_in_the_way(mine, place, waiters) {
-        if !passes(&waiter.claim) {
-            found.first.get_or_insert((waiter, key));
-            found.waiters.push(waiter);
-        }
     }
-    found
+
+    /// The ids of its soft edges.
+    pub(crate) fn soft(&self) -> Vec<u64> {
+        self.waiters.iter().map(|w| w.id()).collect()
+    }
 }
 
 #[cfg(test)]
@@ -467,15 +652,15 @@ mod tests {
             [Owner::Waiter(6), Owner::Waiter(5)],
             "priority first, then revision"
         );
-        let queued = Place::Queued {
-            priority: 0,
-            waiter: 5,
-            revision: 10,
-        };
-        assert!(queued.behind(&waiters[0]));
-        assert!(!queued.behind(&waiters[1]), "a waiter is not behind itself");
-        assert!(Place::New { priority: 0 }.behind(&waiters[1]));
-        assert!(!Place::New { priority: 6 }.behind(&waiters[0]));
+        let queued = Place::queued(0, 5, 10);
+        let ahead = |place: Place, w: &Other| w.place().is_some_and(|p| p < place);
+        assert!(ahead(queued, &waiters[0]));
+        assert!(
+            !ahead(queued, &waiters[1]),
+            "a waiter is not ahead of itself"
+        );
+        assert!(ahead(Place::new(0), &waiters[1]));
+        assert!(!ahead(Place::new(6), &waiters[0]));
     }
 
     #[test]
@@ -496,9 +681,18 @@ mod tests {
             &meta(3, &[3], KindRecord::Call, 0),
             vec![(Key::exact("/ws/src/a", false), Mode::Exclusive)],
         );
-        let fences = [(11, 5, parent_fence)];
-        assert!(passing_fence(&sibling_waiting, &child_call, &fences).is_some());
-        assert!(passing_fence(&sibling_waiting, &stranger_call, &fences).is_none());
+        let fence = Other {
+            owner: Owner::Hold(11),
+            meta: meta(1, &[1], KindRecord::Fence, 0),
+            claim: parent_fence,
+            revision: 5,
+        };
+        let snapshot = Snapshot::new(Vec::new(), Vec::new()).with_fences(vec![fence]);
+        assert_eq!(
+            judge::passing_fence(&snapshot, &sibling_waiting, &child_call),
+            Some(0)
+        );
+        assert!(judge::passing_fence(&snapshot, &sibling_waiting, &stranger_call).is_none());
     }
 
     #[test]
@@ -551,7 +745,8 @@ mod tests {
                 (Key::exact("/ws/b", false), Mode::Exclusive),
             ],
         );
-        let found = blockers(&child, Place::New { priority: 0 }, &holds, &waiters);
+        let snapshot = Snapshot::new(holds.to_vec(), waiters.to_vec());
+        let found = snapshot.explain(&child, None, Place::new(0));
         let owners = |os: &[&Other]| os.iter().map(|o| o.owner).collect::<Vec<_>>();
         assert_eq!(
             owners(&found.holds),
@@ -563,20 +758,23 @@ mod tests {
             [Owner::Waiter(4)],
             "it passes waiter 3"
         );
-        let (first, key) = found.first.expect("something is in the way");
+        let Some(Blocked::Path(first, key, false)) = found.first else {
+            panic!("a hold is in the way: {:?}", found.first);
+        };
         assert_eq!((first.owner, key), (Owner::Hold(2), 1));
+        assert_eq!(found.hard, [], "no fence is in its way");
 
         let stranger = claim_of(
             &meta(5, &[5], KindRecord::Call, 0),
             vec![(Key::exact("/ws/src/a", false), Mode::Exclusive)],
         );
-        let queued = Place::Queued {
-            priority: 0,
-            waiter: 3,
-            revision: 7,
-        };
-        let found = blockers(&stranger, queued, &holds, &waiters);
+        let found = snapshot.explain(&stranger, None, Place::queued(0, 3, 7));
         assert_eq!(owners(&found.holds), [Owner::Hold(1)]);
+        assert_eq!(
+            found.hard,
+            [(1, "a1".to_string())],
+            "the fence is a hard edge"
+        );
         assert!(
             found.waiters.is_empty(),
             "nothing conflicting is ahead of waiter 3"

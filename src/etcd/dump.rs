@@ -12,8 +12,8 @@ use crate::sched::dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slot
 
 use super::actors::ActorRecord;
 use super::counters::sum_counters;
-use super::decide::{self, ClaimRecord, Other, Place};
-use super::graph::{dump_edges, others};
+use super::decide::{Blocked, ClaimRecord, Other, Place, Snapshot, others};
+use super::graph::dump_edges;
 use super::layout::Owner;
 use super::slots::limits_in;
 use super::store::{
@@ -129,8 +129,10 @@ impl Table {
         holds.sort_by_key(|(_, h)| (h.revision, h.owner));
         // A waiter's place is the revision it queued at (in queue order).
         let waiters = others(&waiter_kvs, Owner::Waiter, KeyValue::create_revision);
-        let held: Vec<Other> = holds.iter().map(|(_, h)| h.clone()).collect();
-        let in_queue: Vec<Other> = waiters.iter().map(|(_, w)| w.clone()).collect();
+        let snapshot = Snapshot::new(
+            holds.iter().map(|(_, h)| h.clone()).collect(),
+            waiters.iter().map(|(_, w)| w.clone()).collect(),
+        );
         let id_of = |o: &Other| match o.owner {
             Owner::Hold(id) | Owner::Waiter(id) => id,
         };
@@ -143,12 +145,8 @@ impl Table {
         let waiters: Vec<WaiterEntry> = waiters
             .iter()
             .map(|(record, w)| {
-                let place = Place::Queued {
-                    priority: w.meta.priority,
-                    waiter: id_of(w),
-                    revision: w.revision,
-                };
-                let blockers = decide::blockers(&w.claim, place, &held, &in_queue);
+                let place = w.place().unwrap_or(Place::new(w.meta.priority));
+                let blockers = snapshot.explain(&w.claim, None, place);
                 let mut entry = WaiterEntry {
                     id: WaiterId(id_of(w)),
                     actor: record.meta.name.clone(),
@@ -157,15 +155,21 @@ impl Table {
                     child: None,
                     paths: paths_of(record),
                     priority: record.meta.priority,
-                    cause: blockers.first.map(|(other, key)| crate::WaitCause::Path {
-                        path: w
-                            .claim
-                            .keys
-                            .get(key)
-                            .map(|(k, _)| k.path.clone())
-                            .unwrap_or_default(),
-                        holder: other.meta.name.clone(),
-                    }),
+                    cause: blockers
+                        .first
+                        .and_then(|b| match b {
+                            Blocked::Path(other, key, _) => Some((other, key)),
+                            Blocked::Slot(_) => None,
+                        })
+                        .map(|(other, key)| crate::WaitCause::Path {
+                            path: w
+                                .claim
+                                .keys
+                                .get(key)
+                                .map(|(k, _)| k.path.clone())
+                                .unwrap_or_default(),
+                            holder: other.meta.name.clone(),
+                        }),
                     label: record.meta.label.clone(),
                     waited: age(record.meta.since_ms),
                     blocked_by: BlockedBy {

@@ -10,33 +10,9 @@ use crate::core::table::{ActorId, Claim};
 use crate::error::Result;
 
 use super::deadlock::{self, Edges};
-use super::decide::{self, ClaimRecord, Other, Place};
+use super::decide::{ClaimRecord, Other, Place, Snapshot, others};
 use super::layout::Owner;
 use super::store::{Table, id_in};
-
-/// The claims of one read's waiters (queue order: priority, then the
-/// revision each queued at) or fences (grant order), as `decide` takes them.
-pub(super) fn others(
-    kvs: &[KeyValue],
-    owner: fn(u64) -> Owner,
-    revision: fn(&KeyValue) -> i64,
-) -> Vec<(ClaimRecord, Other)> {
-    let mut found: Vec<(ClaimRecord, Other)> = kvs
-        .iter()
-        .filter_map(|kv| {
-            let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
-            let other = Other {
-                owner: owner(id_in(kv.key())?),
-                meta: record.meta.clone(),
-                claim: record.claim(),
-                revision: revision(kv),
-            };
-            Some((record, other))
-        })
-        .collect();
-    found.sort_by_key(|(_, o)| (std::cmp::Reverse(o.meta.priority), o.revision, o.owner));
-    found
-}
 
 /// Every waiting request's edges at one read (`waiters`, their `edges`
 /// records and the live `fences`), judged there as the dump's
@@ -59,37 +35,26 @@ pub(super) fn edges_at(
         .into_iter()
         .map(|(_, o)| o)
         .collect();
+    // Only fences make edges (SPEC §4): the live fences are all the holds
+    // this judgement needs.
+    let snapshot = Snapshot::new(held, queued);
     let mut out = BTreeMap::new();
     for kv in edges {
         let Some(id) = id_in(kv.key()) else { continue };
         let Ok(mut found) = serde_json::from_slice::<Edges>(kv.value()) else {
             continue;
         };
-        let Some(me) = queued.iter().find(|w| w.owner == Owner::Waiter(id)) else {
+        let Some(me) = snapshot
+            .waiters()
+            .iter()
+            .find(|w| w.owner == Owner::Waiter(id))
+        else {
             continue;
         };
-        let place = Place::Queued {
-            priority: me.meta.priority,
-            waiter: id,
-            revision: me.revision,
-        };
-        let blockers = decide::blockers(&me.claim, place, &held, &queued);
-        let mut hard: Vec<(u64, String)> = blockers
-            .holds
-            .iter()
-            .map(|h| (h.meta.owner, h.meta.name.clone()))
-            .collect();
-        hard.sort();
-        hard.dedup();
-        found.hard = hard;
-        found.soft = blockers
-            .waiters
-            .iter()
-            .filter_map(|w| match w.owner {
-                Owner::Waiter(v) => Some(v),
-                Owner::Hold(_) => None,
-            })
-            .collect();
+        let place = me.place().unwrap_or(Place::new(me.meta.priority));
+        let blockers = snapshot.explain(&me.claim, None, place);
+        found.hard = blockers.hard.clone();
+        found.soft = blockers.soft();
         // The queue position is the edge record's creation (with the waiter).
         found.queued = kv.create_revision();
         out.insert(id, found);

@@ -48,7 +48,7 @@
 //! | `layout` | the key schema: every key of a session, and the ranges a key can conflict in |
 //! | `options` | [`TableOptions`] |
 //! | `deadlock` | the cycle search over edge records (pure) |
-//! | `decide` | records as stored, and the judgement of one read: holds and waiters in the way, the owner's precedence, blockers |
+//! | `decide` | records as stored, and one read as a `Snapshot` that `core::judge` decides on: holds and waiters in the way, the owner's precedence, slot reservations, blockers and edges |
 //! | `store` | [`Table`] and its connection: bounded calls, sent again when they reached no member; record and compare helpers; [`LeaseId`] |
 //! | `counters` | the admission counters, counted in the transaction of their event |
 //! | `holds` | reading a hold back, releasing it |

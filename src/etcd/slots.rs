@@ -40,7 +40,9 @@ use super::actors::{ActorRecord, ActorRef, GrantRecord, actor_record};
 use super::admission::{Wait, entry_puts, key_records, keys_of};
 use super::counters::Counter;
 use super::deadlock::{self, Edges, SlotKind};
-use super::decide::{self, ChildOf, ClaimRecord, Meta, Place};
+use super::decide::{
+    self, ChildOf, ClaimRecord, Meta, Other, Place, QueuedChild, Snapshot, others,
+};
 use super::layout::{Layout, Owner};
 use super::queue::Mine;
 use super::queue::WaitEnded;
@@ -48,6 +50,7 @@ use super::store::{
     LeaseId, Table, etcd_error, id_in, now_ms, prefix_get, ranges_of, revision_of, still, to_json,
     unavailable, unchanged_since, with_lease,
 };
+use crate::core::judge::{Seats, Slots};
 use crate::core::key::{Key, Mode};
 use crate::core::table::{ActorId, Claim};
 use crate::error::{Error, Result, SlotLimit};
@@ -176,39 +179,21 @@ struct SlotWaiter {
 
 impl SlotWaiter {
     fn place(&self) -> Place {
-        Place::Queued {
-            priority: self.priority,
-            waiter: self.id,
-            revision: self.revision,
-        }
+        Place::queued(self.priority, self.id, self.revision)
+    }
+
+    fn seats(&self) -> Seats {
+        seats(self.child.read_only)
     }
 }
 
-/// Whether a `child_wait` (`id`, `priority`, `revision`) is ahead of
-/// `place` in the queue.
-fn ahead(place: Place, id: u64, priority: i32, revision: i64) -> bool {
-    match place {
-        Place::New { priority: p } => priority >= p,
-        Place::Queued {
-            priority: p,
-            waiter,
-            revision: r,
-        } => id != waiter && (priority > p || (priority == p && revision < r)),
+/// The slots a child takes (SPEC §11): every child an actor slot, a
+/// writable one a writer slot.
+fn seats(read_only: bool) -> Seats {
+    Seats {
+        actor: true,
+        writer: !read_only,
     }
-}
-
-/// What stands in a claim's way on its paths, as one read saw it.
-#[derive(Debug, Default)]
-struct PathVerdict {
-    /// The first blocker: the requested key and who holds or asks for it.
-    blocker: Option<WaitCause>,
-    /// Owners of live fences in the way (hard edges).
-    hard: Vec<(u64, String)>,
-    /// Earlier waiters in the way it does not pass (soft edges).
-    soft: Vec<u64>,
-    /// The fences whose owner's precedence let it pass an earlier waiter
-    /// (compared at a commit).
-    relied: Vec<(u64, i64)>,
 }
 
 /// One index entry as read: key, value, create revision.
@@ -225,8 +210,8 @@ struct World {
     /// Every waiting request's whole claim (for the fence owner's
     /// precedence).
     claims: HashMap<u64, Claim>,
-    /// Every live fence: id, commit revision, claim.
-    fences: Vec<(u64, i64, Claim)>,
+    /// Every live fence, whole.
+    fences: Vec<Other>,
     /// The index entries in the conflict ranges of some claims (by waiter
     /// id, [`NEW`] for the request being decided), read at `revision`.
     entries: HashMap<u64, Vec<Entry>>,
@@ -276,16 +261,10 @@ impl World {
         world
             .slot_waiters
             .sort_by_key(|w| (std::cmp::Reverse(w.priority), w.revision, w.id));
-        for kv in fences {
-            if let (Some(id), Ok(record)) = (
-                id_in(kv.key()),
-                serde_json::from_slice::<ClaimRecord>(kv.value()),
-            ) {
-                world
-                    .fences
-                    .push((id, kv.create_revision(), record.claim()));
-            }
-        }
+        world.fences = others(fences, Owner::Hold, KeyValue::create_revision)
+            .into_iter()
+            .map(|(_, fence)| fence)
+            .collect();
         world
     }
 
@@ -294,96 +273,41 @@ impl World {
     fn fenced_ahead(&self, place: Place) -> Vec<&SlotWaiter> {
         self.slot_waiters
             .iter()
-            .filter(|w| !w.claim.keys.is_empty() && ahead(place, w.id, w.priority, w.revision))
+            .filter(|w| !w.claim.keys.is_empty() && w.place() < place)
             .collect()
     }
 
-    /// What blocks `claim` (whose range entries are `entries[who]`) at
-    /// `place`, by the rules of `Table::step`: a live hold, else an
-    /// earlier waiter it does not pass.
-    fn path_verdict(&self, layout: &Layout, who: u64, claim: &Claim, place: Place) -> PathVerdict {
-        if claim.keys.is_empty() {
-            return PathVerdict::default();
-        }
-        let entries = self.entries.get(&who).map_or(&[][..], Vec::as_slice);
-        let (holds, waiters) = decide::group(
-            layout,
-            entries
-                .iter()
-                .map(|(k, v, r)| (k.as_slice(), v.as_slice(), *r)),
-        );
-        let cause = |other: &decide::Other, key: usize| WaitCause::Path {
-            path: claim.keys[key].0.path.clone(),
-            holder: other.meta.name.clone(),
-        };
-        let mut verdict = PathVerdict {
-            blocker: decide::blocking_hold(claim, &holds).map(|(h, k)| cause(h, k)),
-            ..PathVerdict::default()
-        };
-        for (earlier, key) in decide::waiters_in_the_way(claim, place, &waiters) {
-            let Owner::Waiter(id) = earlier.owner else {
-                continue;
-            };
-            // Gone since the read's view of its entries: blocks nobody.
-            let Some(whole) = self.claims.get(&id) else {
-                continue;
-            };
-            match decide::passing_fence(whole, claim, &self.fences) {
-                Some((fence, at, _)) => verdict.relied.push((*fence, *at)),
-                None => {
-                    verdict.soft.push(id);
-                    if verdict.blocker.is_none() {
-                        verdict.blocker = Some(cause(earlier, key));
-                    }
-                }
-            }
-        }
-        let mut hard: Vec<(u64, String)> = decide::fences_in_the_way(claim, &holds)
-            .map(|h| (h.meta.owner, h.meta.name.clone()))
+    /// The read as the core's judgement sees it: every index entry read
+    /// (at one revision, so the claims' ranges agree), the waiters' and
+    /// fences' whole claims, the queued `child_wait`s and the slots.
+    fn snapshot(&self, layout: &Layout, limits: Limits) -> Snapshot {
+        let entries: BTreeMap<&[u8], (&[u8], i64)> = self
+            .entries
+            .values()
+            .flatten()
+            .map(|(k, v, r)| (k.as_slice(), (v.as_slice(), *r)))
             .collect();
-        hard.sort();
-        hard.dedup();
-        verdict.hard = hard;
-        verdict
-    }
-
-    /// The actor and writer slots reserved by the `child_wait`s ahead of
-    /// `place` whose paths are free (SPEC §11).
-    fn reserved_ahead(&self, layout: &Layout, place: Place) -> (usize, usize) {
-        let (mut actors, mut writers) = (0, 0);
-        for w in &self.slot_waiters {
-            if !ahead(place, w.id, w.priority, w.revision) {
-                continue;
-            }
-            if self
-                .path_verdict(layout, w.id, &w.claim, w.place())
-                .blocker
-                .is_none()
-            {
-                actors += 1;
-                writers += usize::from(!w.child.read_only);
-            }
-        }
-        (actors, writers)
-    }
-
-    /// The limit that leaves a child (`read_only` or not) no slot, with
-    /// `reserved` slots promised to `child_wait`s ahead: actors first.
-    fn slot_blocker(
-        &self,
-        read_only: bool,
-        limits: Limits,
-        reserved: (usize, usize),
-    ) -> Option<SlotLimit> {
-        let children = self.children.len();
-        let writers = self.children.iter().filter(|c| !c.2).count();
-        if limits.0.is_some_and(|max| children + reserved.0 >= max) {
-            return Some(SlotLimit::MaxActors);
-        }
-        if !read_only && limits.1.is_some_and(|max| writers + reserved.1 >= max) {
-            return Some(SlotLimit::MaxWriters);
-        }
-        None
+        let (holds, waiters) =
+            decide::group(layout, entries.iter().map(|(k, (v, r))| (*k, *v, *r)));
+        let children = self
+            .slot_waiters
+            .iter()
+            .map(|w| QueuedChild {
+                place: w.place(),
+                claim: w.claim.clone(),
+                seats: w.seats(),
+            })
+            .collect();
+        let slots = Slots {
+            children: self.children.len(),
+            writers: self.children.iter().filter(|c| !c.2).count(),
+            max_actors: limits.0,
+            max_writers: limits.1,
+        };
+        Snapshot::new(holds, waiters)
+            .with_whole(self.claims.clone())
+            .with_fences(self.fences.clone())
+            .with_children(children, slots)
     }
 
     /// The live children holding a slot of `kind`.
@@ -400,13 +324,6 @@ fn slot_kind(limit: SlotLimit) -> SlotKind {
     match limit {
         SlotLimit::MaxActors => SlotKind::Actors,
         SlotLimit::MaxWriters => SlotKind::Writers,
-    }
-}
-
-fn slot_cause(limit: SlotLimit) -> WaitCause {
-    match limit {
-        SlotLimit::MaxActors => WaitCause::Slots,
-        SlotLimit::MaxWriters => WaitCause::Writers,
     }
 }
 
@@ -497,7 +414,7 @@ impl Table {
         limits: Limits,
     ) -> Result<(Option<SlotLimit>, Vec<Compare>)> {
         let layout = self.layout();
-        let place = Place::New { priority: 0 };
+        let place = Place::new(0);
         let (world, _, wanted) = self
             .read_world(Vec::new(), |world| {
                 world
@@ -512,8 +429,9 @@ impl Table {
                     .collect()
             })
             .await?;
-        let reserved = world.reserved_ahead(layout, place);
-        let refused = world.slot_blocker(read_only, limits, reserved);
+        let refused = world
+            .snapshot(layout, limits)
+            .slot_limit(seats(read_only), place);
         let mut compares = vec![
             unchanged_since(&layout.actors(), world.revision),
             unchanged_since(&layout.slot_waiters(), world.revision),
@@ -695,12 +613,8 @@ impl Table {
             ));
         }
         let place = match waiter {
-            None => Place::New { priority: 0 },
-            Some((id, revision)) => Place::Queued {
-                priority: 0,
-                waiter: id,
-                revision,
-            },
+            None => Place::new(0),
+            Some((id, revision)) => Place::queued(0, id, revision),
         };
         let me = waiter.map_or(NEW, |w| w.0);
         let (world, found, wanted) = self
@@ -736,19 +650,19 @@ impl Table {
         watch.push(parent_key);
         // Paths first: a child_wait waiting for a path holds and reserves
         // no slot (SPEC §11).
-        let verdict = world.path_verdict(layout, me, &wait.claim, place);
-        if verdict.blocker.is_some() {
+        let snapshot = world.snapshot(layout, wait.limits);
+        let verdict = snapshot.explain(&wait.claim, None, place);
+        if verdict.first.is_some() {
             let mut edges = wait.edges(queued);
+            edges.soft = verdict.soft();
             edges.hard = verdict.hard;
-            edges.soft = verdict.soft;
             return Ok(ChildStep::Blocked {
                 revision,
                 edges,
                 watch,
             });
         }
-        let reserved = world.reserved_ahead(layout, place);
-        if let Some(limit) = world.slot_blocker(wait.grant.read_only, wait.limits, reserved) {
+        if let Some(limit) = snapshot.slot_limit(seats(wait.grant.read_only), place) {
             // A slot is given back by a drop (the actors), or by a
             // child_wait ahead leaving or stopping to reserve one.
             watch.push(layout.actors());
@@ -958,25 +872,17 @@ impl Table {
             })
             .collect();
         self.read_entries(&mut world, &wanted).await?;
+        let snapshot = world.snapshot(layout, limits);
         let shown = world
             .slot_waiters
             .iter()
-            .map(|w| {
-                let reserved = world.reserved_ahead(layout, w.place());
-                let cause = world
-                    .slot_blocker(w.child.read_only, limits, reserved)
-                    .map(slot_cause)
-                    .or_else(|| {
-                        world
-                            .path_verdict(layout, w.id, &w.claim, w.place())
-                            .blocker
-                    });
-                ChildWaitShown {
-                    id: w.id,
-                    cause,
-                    parent: ActorId(w.child.parent),
-                    parent_name: w.child.parent_name.clone(),
-                }
+            .map(|w| ChildWaitShown {
+                id: w.id,
+                cause: snapshot
+                    .explain(&w.claim, Some(w.seats()), w.place())
+                    .cause(&w.claim),
+                parent: ActorId(w.child.parent),
+                parent_name: w.child.parent_name.clone(),
             })
             .collect();
         Ok(shown)
@@ -986,6 +892,7 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::judge;
 
     fn waiter(id: u64, priority: i32, revision: i64) -> SlotWaiter {
         SlotWaiter {
@@ -1015,27 +922,24 @@ mod tests {
             ..World::default()
         };
         world.slot_waiters[1].child.read_only = true;
+        let limits = (Some(3), Some(1));
+        let snapshot = world.snapshot(&layout, limits);
         // A new child (priority 0) is behind both.
-        let new = Place::New { priority: 0 };
-        assert_eq!(world.reserved_ahead(&layout, new), (2, 1));
+        let new = Place::new(0);
+        assert_eq!(judge::reserved_ahead(&snapshot, new), (2, 1));
         assert_eq!(
-            world.slot_blocker(true, (Some(3), None), (2, 1)),
+            snapshot.slot_limit(seats(true), new),
             Some(SlotLimit::MaxActors)
         );
         // The first queued one has nobody ahead; the second has the first.
+        let (first, second) = (world.slot_waiters[0].place(), world.slot_waiters[1].place());
+        assert_eq!(judge::reserved_ahead(&snapshot, first), (0, 0));
+        assert_eq!(judge::reserved_ahead(&snapshot, second), (1, 1));
         assert_eq!(
-            world.reserved_ahead(&layout, world.slot_waiters[0].place()),
-            (0, 0)
-        );
-        assert_eq!(
-            world.reserved_ahead(&layout, world.slot_waiters[1].place()),
-            (1, 1)
-        );
-        assert_eq!(
-            world.slot_blocker(false, (Some(3), Some(1)), (0, 0)),
+            snapshot.slot_limit(seats(false), first),
             Some(SlotLimit::MaxWriters)
         );
-        assert_eq!(world.slot_blocker(true, (Some(3), Some(1)), (0, 0)), None);
+        assert_eq!(snapshot.slot_limit(seats(true), first), None);
         assert_eq!(world.holders(SlotKind::Writers), vec![(7, "k".to_string())]);
     }
 }
