@@ -1659,6 +1659,70 @@ async fn a_fence_taken_by_precedence_may_not_close_a_cycle<B: Backend>(b: &B) {
     kid.release_fence(f).await;
 }
 
+/// A request queued behind a waiting fence request waits, through it, on
+/// the fence's owner (SPEC §4: once granted, that fence is held until its
+/// owner's waits are over). `x` would queue behind `y`'s fence request on
+/// a.rs while `y` waits on `x`'s fence: refused at once, not found only
+/// when `z`'s call goes and `y`'s fence is granted. `x` asks at a lower
+/// priority, so no reordering of the queue removes the cycle.
+async fn a_request_behind_a_fence_request_waits_on_its_owner<B: Backend>(b: &B) {
+    let root = b.root();
+    let x = b.actor("x", Grant::workspace(root)).await.unwrap();
+    let y = b.actor("y", Grant::workspace(root)).await.unwrap();
+    let z = b.actor("z", Grant::workspace(root)).await.unwrap();
+    let zc = z.try_admit(t(&["a.rs"])).await.unwrap();
+    let fx = x.fence(t(&["b/"])).await.unwrap();
+    let mut y_fence = Box::pin(y.fence_wait(t(&["a.rs"])));
+    queued(b, &mut y_fence, 1).await;
+    let mut y_waits = Box::pin(y.admit(t(&["b/1"])));
+    queued(b, &mut y_waits, 2).await;
+    let cycle = deadlock(within("x's admit", x.admit_with(t(&["a.rs"]), at(-1))).await);
+    assert_eq!(cycle, ["x", "y"]);
+    assert_eq!(b.dump().await["counters"]["deadlocks"], 1);
+    x.release_fence(fx).await;
+    let got = within("y's admit", y_waits).await.unwrap();
+    y.release(got).await;
+    z.release(zc).await;
+    let got = within("y's fence", y_fence).await.unwrap();
+    y.release_fence(got).await;
+    assert!(idle(&b.dump().await));
+    b.check();
+}
+
+/// A fence request that passes an earlier waiter by its owner's precedence
+/// gives that waiter an edge to the fence's owner (SPEC §4): once
+/// granted, that fence is in the waiter's way too. `kid`'s fence request
+/// on src/a.rs waits for `kid2`'s call and passes `sib`'s waiting request
+/// (`lead`'s fence covers `kid` and blocks `sib`); `kid` then asking for a
+/// path under `sib`'s fence closes kid -> sib -> kid and is refused at
+/// once.
+async fn a_waiter_passed_by_a_fence_request_waits_on_its_owner<B: Backend>(b: &B) {
+    let root = b.root();
+    let lead = b.actor("lead", Grant::workspace(root)).await.unwrap();
+    let sib = b.actor("sib", Grant::workspace(root)).await.unwrap();
+    let kid = lead.child("kid", Grant::workspace(root)).await.unwrap();
+    let kid2 = lead.child("kid2", Grant::workspace(root)).await.unwrap();
+    let fl = lead.fence(t(&["src/"])).await.unwrap();
+    let fs = sib.fence(t(&["docs/"])).await.unwrap();
+    let k2 = kid2.try_admit(t(&["src/a.rs"])).await.unwrap();
+    let mut sib_waits = Box::pin(sib.admit(t(&["src/a.rs"])));
+    queued(b, &mut sib_waits, 1).await;
+    let mut kid_fence = Box::pin(kid.fence_wait(t(&["src/a.rs"])));
+    queued(b, &mut kid_fence, 2).await;
+    let cycle = deadlock(within("kid's admit", kid.admit(t(&["docs/d.md"]))).await);
+    assert_eq!(cycle, ["kid", "sib"]);
+    assert_eq!(b.dump().await["counters"]["deadlocks"], 1);
+    kid2.release(k2).await;
+    let got = within("kid's fence", kid_fence).await.unwrap();
+    kid.release_fence(got).await;
+    lead.release_fence(fl).await;
+    let got = within("sib's admit", sib_waits).await.unwrap();
+    sib.release(got).await;
+    sib.release_fence(fs).await;
+    assert!(idle(&b.dump().await));
+    b.check();
+}
+
 /// The owner's precedence passes only a waiter its fence blocks: a shared
 /// call queued behind that waiter passes through the fence and still
 /// blocks the owner's exclusive request, and queuing there would close the
@@ -4163,6 +4227,8 @@ conformance_on_etcd!(
     a_cycle_of_hard_edges_is_refused_whatever_the_queue,
     calls_never_create_wait_edges,
     a_fence_taken_by_precedence_may_not_close_a_cycle,
+    a_request_behind_a_fence_request_waits_on_its_owner,
+    a_waiter_passed_by_a_fence_request_waits_on_its_owner,
     a_fence_granted_past_waiters_may_not_close_a_cycle,
     extend_is_judged_at_the_requests_own_priority,
     reservation_extend_is_all_or_nothing,
@@ -4284,6 +4350,8 @@ conformance!(
     postgres_deadlock_soft_2_refuses_nothing,
     a_fence_owner_and_its_children_pass_a_waiter_their_fence_blocks,
     a_fence_taken_by_precedence_may_not_close_a_cycle,
+    a_request_behind_a_fence_request_waits_on_its_owner,
+    a_waiter_passed_by_a_fence_request_waits_on_its_owner,
     a_fence_owner_behind_a_shared_call_behind_its_blocked_waiter_goes_ahead,
     a_cycle_closed_by_releasing_a_fence_refuses_a_waiting_request,
     a_cycle_closed_by_releasing_a_fence_is_reordered_away,

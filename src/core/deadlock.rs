@@ -48,6 +48,7 @@ use std::collections::{HashMap, HashSet};
 use petgraph::graphmap::DiGraphMap;
 use serde::Serialize;
 
+use crate::core::judge;
 use crate::core::queue::{Need, Pos, WaiterId};
 use crate::core::state::{Blocker, State};
 use crate::core::table::{ActorId, Claim, HoldKind, conflict};
@@ -81,32 +82,22 @@ struct Req<'a> {
     fence_owner: Option<ActorId>,
 }
 
-fn fence_owner(claim: &Claim, need: &Need) -> Option<ActorId> {
-    match need {
-        Need::Child(_) => Some(claim.owner),
-        Need::Hold if claim.kind == HoldKind::Fence => Some(claim.owner),
-        Need::Hold => None,
-    }
-}
-
 type Graph = DiGraphMap<Node, ()>;
 
-/// Adds the edges of `req`, whose conflicting earlier waiters are `ahead`.
-fn add_request(graph: &mut Graph, state: &State, req: &Req<'_>, ahead: &[WaiterId]) {
+/// Adds the edges of `req`, queued at `at`, as the core's judgement draws
+/// them ([`judge::wait_edges`]).
+fn add_request(graph: &mut Graph, state: &State, req: &Req<'_>, at: Pos) {
+    let edges = judge::wait_edges(&state.view(None), req.requester, req.claim, at);
     graph.add_edge(Node::Actor(req.requester), req.node, ());
-    for blocking in state.table.conflicts(req.claim, None) {
-        if let Some(hold) = state.table.get(blocking.hold) {
-            if hold.claim.kind == HoldKind::Fence && hold.claim.owner != req.requester {
-                graph.add_edge(req.node, Node::Actor(hold.claim.owner), ());
-            }
-        }
+    for &owner in edges.fences.iter().chain(&edges.asked) {
+        graph.add_edge(req.node, Node::Actor(owner), ());
     }
-    for earlier in ahead.iter().filter_map(|&id| state.queue.get(id)) {
-        graph.add_edge(req.node, Node::Request(earlier.id), ());
-        if let Some(owner) = fence_owner(&earlier.claim, &earlier.need) {
-            if owner != req.requester {
-                graph.add_edge(req.node, Node::Actor(owner), ());
-            }
+    for earlier in edges.earlier {
+        graph.add_edge(req.node, Node::Request(earlier), ());
+    }
+    if let Some(owner) = req.fence_owner {
+        for passed in edges.passed {
+            graph.add_edge(Node::Request(passed), Node::Actor(owner), ());
         }
     }
 }
@@ -125,42 +116,11 @@ fn waiting(state: &State) -> Vec<(Pos, Req<'_>)> {
                     node: Node::Request(w.id),
                     requester: w.requester,
                     claim: &w.claim,
-                    fence_owner: fence_owner(&w.claim, &w.need),
+                    fence_owner: judge::fence_owner(&w.claim),
                 },
             ))
         })
         .collect()
-}
-
-/// The conflicting waiters before `at`, split into those `req` queues
-/// behind and those it passes by the fence owner's precedence (§4).
-fn ahead_of(state: &State, claim: &Claim, at: Pos) -> (Vec<WaiterId>, Vec<WaiterId>) {
-    state
-        .queue
-        .conflicts_ahead(claim, at, &|_| false)
-        .into_iter()
-        .partition(|&id| {
-            state
-                .queue
-                .get(id)
-                .is_none_or(|earlier| !state.passes(&earlier.claim, claim))
-        })
-}
-
-/// A request that passes an earlier waiter gives it no edge; but when the
-/// passing request asks for a fence, that fence, once granted, is in the
-/// waiter's way until its owner's waits are over: the waiter's hard edge
-/// to the owner is drawn now, as a soft edge to a fence request stands for
-/// the hard edge it will become.
-fn add_passed(graph: &mut Graph, state: &State, req: &Req<'_>, passed: &[WaiterId]) {
-    let Some(owner) = req.fence_owner else {
-        return;
-    };
-    for earlier in passed.iter().filter_map(|&id| state.queue.get(id)) {
-        if earlier.requester != owner {
-            graph.add_edge(Node::Request(earlier.id), Node::Actor(owner), ());
-        }
-    }
 }
 
 /// The graph of the current queue, plus `new` (if any) as if queued at
@@ -170,14 +130,10 @@ fn build(state: &State, new: Option<(Req<'_>, Pos)>) -> Graph {
     let reqs = waiting(state);
     let mut graph = Graph::new();
     for (pos, req) in &reqs {
-        let (blocking, passed) = ahead_of(state, req.claim, *pos);
-        add_request(&mut graph, state, req, &blocking);
-        add_passed(&mut graph, state, req, &passed);
+        add_request(&mut graph, state, req, *pos);
     }
     if let Some((new, at)) = new {
-        let (blocking, passed) = ahead_of(state, new.claim, at);
-        add_request(&mut graph, state, &new, &blocking);
-        add_passed(&mut graph, state, &new, &passed);
+        add_request(&mut graph, state, &new, at);
         for (_, behind) in reqs.iter().filter(|(pos, _)| *pos > at) {
             if conflict(behind.claim, new.claim).is_none() {
                 continue;
@@ -193,7 +149,8 @@ fn build(state: &State, new: Option<(Req<'_>, Pos)>) -> Graph {
 /// before `behind`: `behind` queues behind `ahead` (an edge to it, and one
 /// to the owner of the fence `ahead` asks for) — unless `behind` passes it
 /// by the fence owner's precedence (`passes`), when the fence `behind`
-/// asks for will be in `ahead`'s way instead (as [`add_passed`]).
+/// asks for will be in `ahead`'s way instead (as [`judge::wait_edges`]'s
+/// `passed`).
 fn add_pair(graph: &mut Graph, ahead: &Req<'_>, behind: &Req<'_>, passes: bool) {
     if passes {
         if let Some(owner) = behind.fence_owner {
@@ -290,7 +247,7 @@ pub(crate) fn cycle_if_waiting(
         node: Node::New,
         requester,
         claim,
-        fence_owner: fence_owner(claim, need),
+        fence_owner: judge::fence_owner(claim),
     };
     let at = Pos::end_of(priority);
     let graph = build(state, Some((new, at)));
@@ -589,7 +546,7 @@ impl<'a> Orders<'a> {
                     node: Node::Request(w.id),
                     requester: w.requester,
                     claim: &w.claim,
-                    fence_owner: fence_owner(&w.claim, &w.need),
+                    fence_owner: judge::fence_owner(&w.claim),
                 },
                 priority: w.priority,
                 movable: matches!(w.need, Need::Hold),
@@ -800,7 +757,7 @@ pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
             if let Some(earlier) = state.queue.get(earlier) {
                 edges.push(WaitEdge {
                     from: req.requester,
-                    to: fence_owner(&earlier.claim, &earlier.need).unwrap_or(earlier.requester),
+                    to: judge::fence_owner(&earlier.claim).unwrap_or(earlier.requester),
                     hard: false,
                 });
             }

@@ -21,7 +21,7 @@
 
 use std::ops::ControlFlow;
 
-use crate::core::table::{Claim, covers};
+use crate::core::table::{ActorId, Claim, HoldKind, covers};
 use crate::error::SlotLimit;
 
 /// The slots of SPEC §11 a new child takes.
@@ -83,6 +83,10 @@ pub(crate) trait View {
 
     /// The live children, the live writers and the limits.
     fn slots(&self) -> Slots;
+
+    /// The actor that asked for a waiting request (for a `child_wait`, the
+    /// parent, not the child its claim is for).
+    fn requester(&self, waiter: Self::Waiter) -> ActorId;
 }
 
 /// What stands in a request's way.
@@ -237,6 +241,9 @@ pub(crate) struct Explained<V: View> {
     /// queue order, each with its key.
     pub(crate) waiters: Vec<(V::Waiter, usize)>,
     /// The fences whose owner's precedence let it pass a request ahead.
+    /// The in-process state needs none of them (its mutex keeps them);
+    /// the table in etcd commits on their being unchanged.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) relied: Vec<V::Hold>,
     /// What it waits for: the first blocker, as [`judge`] finds it.
     pub(crate) first: Option<Blocker<V::Hold, V::Waiter>>,
@@ -283,5 +290,79 @@ pub(crate) fn explain<V: View>(
         waiters: waiters.into_iter().map(|(_, k, w)| (w, k)).collect(),
         relied,
         first,
+    }
+}
+
+/// The owner of the fence a request asks for, if it asks for one: a fence
+/// request's actor, or a `child_wait`'s child (its grant fence).
+pub(crate) fn fence_owner(claim: &Claim) -> Option<ActorId> {
+    (claim.kind == HoldKind::Fence).then_some(claim.owner)
+}
+
+/// A waiting request's edges in the wait-for graph (SPEC §4's
+/// refinement), judged as [`explain`] judges. Call holds draw none: a call
+/// is admitted once for its whole set and never holds while it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WaitEdges<W> {
+    /// Hard: owners of the live fences in its way.
+    pub(crate) fences: Vec<ActorId>,
+    /// Soft: the requests queued ahead in its way that it does not pass,
+    /// in queue order.
+    pub(crate) earlier: Vec<W>,
+    /// Owners of the fences those earlier requests ask for: once granted,
+    /// such a fence is held until its owner's waits are over, so the
+    /// request waits on the owner too.
+    pub(crate) asked: Vec<ActorId>,
+    /// The requests queued ahead that it passes by the fence owner's
+    /// precedence, when it asks for a fence: once granted, that fence is in
+    /// their way, so each of them waits on [`fence_owner`] of the request.
+    pub(crate) passed: Vec<W>,
+}
+
+/// The wait-for edges of a request by `requester` for `claim`, queued at
+/// `at`. Edges back to the requester itself are left out (its own fences
+/// never block it; its own requests are no wait on itself).
+pub(crate) fn wait_edges<V: View>(
+    view: &V,
+    requester: ActorId,
+    claim: &Claim,
+    at: V::Place,
+) -> WaitEdges<V::Waiter> {
+    let mut fences = Vec::new();
+    let _ = view.visit_holds(claim, |_, hold, _| {
+        if hold.kind == HoldKind::Fence && hold.owner != requester {
+            fences.push(hold.owner);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    let owner = fence_owner(claim);
+    let mut earlier: Vec<(V::Place, V::Waiter)> = Vec::new();
+    let mut passed: Vec<(V::Place, V::Waiter)> = Vec::new();
+    let mut asked = Vec::new();
+    let _ = view.visit_waiters(claim, at, |place, waiter, ahead, _| {
+        if passing_fence(view, ahead, claim).is_none() {
+            earlier.push((place, waiter));
+            if let Some(o) = fence_owner(ahead).filter(|&o| o != requester) {
+                asked.push(o);
+            }
+        } else if owner.is_some_and(|o| view.requester(waiter) != o) {
+            passed.push((place, waiter));
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    let in_order = |mut found: Vec<(V::Place, V::Waiter)>| {
+        found.sort_by_key(|&(place, _)| place);
+        found.dedup_by(|a, b| a.0 == b.0);
+        found.into_iter().map(|(_, w)| w).collect()
+    };
+    fences.sort_unstable();
+    fences.dedup();
+    asked.sort_unstable();
+    asked.dedup();
+    WaitEdges {
+        fences,
+        earlier: in_order(earlier),
+        asked,
+        passed: in_order(passed),
     }
 }

@@ -131,6 +131,13 @@ impl View for LiveView<'_> {
         ControlFlow::Continue(())
     }
 
+    fn requester(&self, waiter: WaiterId) -> ActorId {
+        self.state
+            .queue
+            .get(waiter)
+            .map_or(ActorId(u64::MAX), |w| w.requester)
+    }
+
     fn slots(&self) -> Slots {
         Slots {
             children: self.state.live_children,

@@ -18,9 +18,9 @@ use super::actors::ActorRef;
 use super::counters::Counter;
 use super::deadlock::{self, Edges};
 use super::decide::{
-    self, Blocked, ClaimRecord, EntryValue, KeyRecord, Meta, Other, Place, Snapshot, others,
+    self, Blocked, ClaimRecord, EntryValue, KeyRecord, Meta, Other, Place, Snapshot,
 };
-use super::graph::true_edges;
+use super::graph::{others, true_edges};
 use super::layout::{self, Layout, Owner};
 use super::queue::{Mine, WaitEnded};
 use super::store::{
@@ -803,14 +803,13 @@ impl Table {
         }
         let verdict = snapshot.explain(&admission.claim, None, place);
         if let Some(Blocked::Path(other, key, queued)) = verdict.first {
-            let edges = Edges {
+            let mut edges = Edges {
                 actor: admission.actor.id.0,
                 name: admission.actor.name.clone(),
                 queued: i64::MAX,
-                hard: verdict.hard.clone(),
-                soft: verdict.soft(),
-                slot: None,
+                ..Edges::default()
             };
+            snapshot.wait_edges(admission.actor.id.0, &admission.claim, place, &mut edges);
             return Ok(Step::Blocked(
                 admission.busy(other, key, queued),
                 revision,

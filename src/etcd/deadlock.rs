@@ -2,12 +2,15 @@
 //! a cycle.
 //!
 //! Pure. Each waiting request keeps one edge record (`P e/<waiter>`): its
-//! actor, its queue revision, the owners of the fences in its way (hard
-//! edges) and the earlier requests in its way that it does not pass (soft
-//! edges). The graph's nodes are actors and waiting requests, as in the
-//! core (SPEC §4's refinement): actor → each of its waiting requests,
-//! request → owners of fences in its way, request → earlier requests in its
-//! way. A cycle through a request is refused on that request only if it is
+//! actor, its queue revision, and the edges the core's judgement drew for
+//! it (`core::judge::wait_edges`): the owners of the fences in its way
+//! (hard edges), the earlier requests in its way that it does not pass
+//! (soft edges) and the owners of the fences those ask for, and the earlier
+//! requests it passes. The graph's nodes are actors and waiting requests,
+//! as in the core (SPEC §4's refinement): actor → each of its waiting
+//! requests, request → owners of fences in its way, request → earlier
+//! requests in its way and the owners of the fences they ask for, and a
+//! request passed by a fence request → that fence's owner. A cycle through a request is refused on that request only if it is
 //! the newest request of the cycle — the one that closed it — so that of
 //! the tables that see one cycle, exactly one request is refused, whichever
 //! table looks first.
@@ -19,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::deadlock::shortest_path;
 
 /// A waiting request's edges, as its record holds them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Edges {
     pub(crate) actor: u64,
     pub(crate) name: String,
@@ -34,6 +37,18 @@ pub(crate) struct Edges {
     /// *any* live child holding a slot of that limit ([`slot_deadlock`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) slot: Option<SlotKind>,
+    /// Owners of the fences that the earlier requests in its way ask for:
+    /// once granted, such a fence is held until its owner's waits are
+    /// over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) asked: Vec<u64>,
+    /// The earlier requests it passes by its owner's precedence, when it
+    /// asks for a fence: each waits on that fence's owner.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) passed: Vec<u64>,
+    /// The owner of the fence it asks for, if it asks for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fence_owner: Option<u64>,
 }
 
 /// The slot limit a `child_wait` waits on.
@@ -82,6 +97,8 @@ struct View<'a> {
     mine: &'a Edges,
     others: &'a BTreeMap<u64, Edges>,
     requests_of: HashMap<u64, Vec<u64>>,
+    /// For each request, the owners of the fence requests that pass it.
+    passed_by: HashMap<u64, Vec<u64>>,
     names: HashMap<u64, &'a str>,
 }
 
@@ -92,6 +109,19 @@ impl<'a> View<'a> {
         for (&w, edges) in others {
             if w != me {
                 requests_of.entry(edges.actor).or_default().push(w);
+            }
+        }
+        // A request passed by a fence request waits on that fence's owner.
+        let mut passed_by: HashMap<u64, Vec<u64>> = HashMap::new();
+        let records = others
+            .iter()
+            .filter(|(w, _)| **w != me)
+            .chain(std::iter::once((&me, mine)));
+        for (_, edges) in records {
+            if let Some(owner) = edges.fence_owner {
+                for &w in &edges.passed {
+                    passed_by.entry(w).or_default().push(owner);
+                }
             }
         }
         let mut names: HashMap<u64, &str> = HashMap::new();
@@ -106,6 +136,7 @@ impl<'a> View<'a> {
             mine,
             others,
             requests_of,
+            passed_by,
             names,
         }
     }
@@ -137,6 +168,14 @@ impl<'a> View<'a> {
                             .iter()
                             .filter(|&&v| self.record(v).is_some())
                             .map(|&v| Node::Request(v)),
+                    )
+                    .chain(
+                        edges
+                            .asked
+                            .iter()
+                            .chain(self.passed_by.get(&w).into_iter().flatten())
+                            .filter(|&&owner| owner != edges.actor)
+                            .map(|&owner| Node::Actor(owner)),
                     )
                     .collect(),
                 None => Vec::new(),
@@ -315,7 +354,7 @@ mod tests {
             queued,
             hard: hard.iter().map(|&h| (h, format!("a{h}"))).collect(),
             soft: soft.to_vec(),
-            slot: None,
+            ..Edges::default()
         }
     }
 
@@ -353,6 +392,39 @@ mod tests {
         // No holder, no deadlock: a slot will not come, but nobody waits on
         // anybody (a limit of 0 is refused elsewhere).
         assert_eq!(slot_deadlock(30, &slot_wait, &others, 30, &[]), None);
+    }
+
+    #[test]
+    fn fence_requests_draw_edges_to_their_owners_ahead_and_past() {
+        // Actor 2's request 10 waits on actor 1's fence; actor 3's fence
+        // request 20 passes it (a fence of 3's line blocks it), so 10 waits
+        // on 3 too. Actor 3's request 30 then waits on actor 2's fence.
+        let passed = edges(2, 5, &[1], &[]);
+        let mut fence_request = edges(3, 7, &[], &[]);
+        fence_request.passed = vec![10];
+        fence_request.fence_owner = Some(3);
+        let arriving = edges(3, i64::MAX, &[2], &[]);
+        let others = BTreeMap::from([(10, passed.clone()), (20, fence_request.clone())]);
+        assert_eq!(
+            refused_cycle(u64::MAX, &arriving, &others),
+            Some(vec!["a3".into(), "a2".into()])
+        );
+        // Without the edge past the waiter, no cycle.
+        let mut no_owner = fence_request;
+        no_owner.fence_owner = None;
+        let others = BTreeMap::from([(10, passed.clone()), (20, no_owner)]);
+        assert_eq!(refused_cycle(u64::MAX, &arriving, &others), None);
+        // A request behind actor 2's fence request waits on actor 2.
+        let mut behind = edges(4, i64::MAX, &[], &[40]);
+        behind.asked = vec![2];
+        let two_waits_on_four = edges(2, 8, &[4], &[]);
+        let others = BTreeMap::from([(40, edges(2, 6, &[], &[])), (50, two_waits_on_four)]);
+        assert_eq!(
+            refused_cycle(u64::MAX, &behind, &others),
+            Some(vec!["a4".into(), "a2".into()])
+        );
+        behind.asked.clear();
+        assert_eq!(refused_cycle(u64::MAX, &behind, &others), None);
     }
 
     #[test]

@@ -29,9 +29,8 @@ use crate::core::table::{ActorId, Claim, conflict};
 use crate::error::SlotLimit;
 use crate::kinds::{HoldKind, Mode};
 
-use etcd_client::KeyValue;
-
-use super::layout::{Layout, Owner, id_in};
+use super::deadlock::Edges;
+use super::layout::{Layout, Owner};
 
 /// `HoldKind` as the records spell it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -248,30 +247,6 @@ pub(crate) fn group<'a>(
     (holds, waiters)
 }
 
-/// The claims of one read's waiters (queue order: priority, then the
-/// revision each queued at) or fences (grant order), as `decide` takes them.
-pub(crate) fn others(
-    kvs: &[KeyValue],
-    owner: fn(u64) -> Owner,
-    revision: fn(&KeyValue) -> i64,
-) -> Vec<(ClaimRecord, Other)> {
-    let mut found: Vec<(ClaimRecord, Other)> = kvs
-        .iter()
-        .filter_map(|kv| {
-            let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
-            let other = Other {
-                owner: owner(id_in(kv.key())?),
-                meta: record.meta.clone(),
-                claim: record.claim(),
-                revision: revision(kv),
-            };
-            Some((record, other))
-        })
-        .collect();
-    found.sort_by_key(|(_, o)| (std::cmp::Reverse(o.meta.priority), o.revision, o.owner));
-    found
-}
-
 /// A place in the queue, ordered front to back (SPEC §4): higher priority
 /// first, then the earlier revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -339,6 +314,9 @@ pub(crate) struct Snapshot {
     /// the request's ranges; a waiter missing here left since the read and
     /// blocks nobody. `None`: the read found every waiter whole.
     whole: Option<HashMap<u64, Claim>>,
+    /// Who asked for each waiter, where that is not its claim's owner (a
+    /// `child_wait`'s parent).
+    requesters: HashMap<u64, u64>,
     children: Vec<QueuedChild>,
     slots: Slots,
 }
@@ -369,6 +347,13 @@ impl Snapshot {
     /// Sets the waiters' whole claims (see [`Snapshot::whole`]).
     pub(crate) fn with_whole(mut self, whole: HashMap<u64, Claim>) -> Self {
         self.whole = Some(whole);
+        self
+    }
+
+    /// Sets who asked for the waiters whose claim is another's (a
+    /// `child_wait`'s claim is its child's; its parent asked).
+    pub(crate) fn with_requesters(mut self, requesters: HashMap<u64, u64>) -> Self {
+        self.requesters = requesters;
         self
     }
 
@@ -404,15 +389,6 @@ impl Snapshot {
     /// the core's [`judge::explain`], in the records' terms.
     pub(crate) fn explain(&self, claim: &Claim, seats: Option<Seats>, at: Place) -> Verdict<'_> {
         let found = judge::explain(self, claim, seats, at);
-        let mut hard: Vec<(u64, String)> = found
-            .holds
-            .iter()
-            .map(|&(h, _)| &self.holds[h])
-            .filter(|h| h.claim.kind == HoldKind::Fence)
-            .map(|h| (h.meta.owner, h.meta.name.clone()))
-            .collect();
-        hard.sort();
-        hard.dedup();
         Verdict {
             first: found.first.map(|b| match b {
                 judge::Blocker::Slot(limit) => Blocked::Slot(limit),
@@ -425,13 +401,41 @@ impl Snapshot {
                 .iter()
                 .map(|&(w, _)| &self.waiters[w])
                 .collect(),
-            hard,
             relied: found
                 .relied
                 .iter()
                 .map(|&h| (self.holds[h].id(), self.holds[h].revision))
                 .collect(),
         }
+    }
+
+    /// The wait-for edges of a request by `requester` for `claim` at `at`
+    /// ([`judge::wait_edges`]), in the records' terms: `edges` keeps its
+    /// actor, name, queue revision and slot, and gets everything else.
+    pub(crate) fn wait_edges(&self, requester: u64, claim: &Claim, at: Place, edges: &mut Edges) {
+        let found = judge::wait_edges(self, ActorId(requester), claim, at);
+        edges.hard = found
+            .fences
+            .into_iter()
+            .map(|ActorId(a)| (a, self.name_of(a)))
+            .collect();
+        edges.soft = found
+            .earlier
+            .iter()
+            .map(|&w| self.waiters[w].id())
+            .collect();
+        edges.asked = found.asked.into_iter().map(|ActorId(a)| a).collect();
+        edges.passed = found.passed.iter().map(|&w| self.waiters[w].id()).collect();
+        edges.fence_owner = judge::fence_owner(claim).map(|ActorId(o)| o);
+    }
+
+    /// An actor's name as the records of this read give it.
+    fn name_of(&self, actor: u64) -> String {
+        self.holds
+            .iter()
+            .chain(&self.waiters)
+            .find(|o| o.meta.owner == actor)
+            .map_or_else(|| actor.to_string(), |o| o.meta.name.clone())
     }
 
     /// The slot limit that leaves a new child taking `seats` (queued at
@@ -499,6 +503,16 @@ impl View for Snapshot {
     fn slots(&self) -> Slots {
         self.slots
     }
+
+    fn requester(&self, waiter: usize) -> ActorId {
+        let w = &self.waiters[waiter];
+        ActorId(
+            self.requesters
+                .get(&w.id())
+                .copied()
+                .unwrap_or(w.meta.owner),
+        )
+    }
 }
 
 /// What stands in a request's way at one read.
@@ -521,8 +535,6 @@ pub(crate) struct Verdict<'a> {
     /// The waiters ahead in its way that it does not pass, in queue order:
     /// its soft edges.
     pub(crate) waiters: Vec<&'a Other>,
-    /// The owners (id, name) of the live fences in its way: its hard edges.
-    pub(crate) hard: Vec<(u64, String)>,
     /// The fences (id, revision) whose owner's precedence let it pass a
     /// waiter: a commit compares them.
     pub(crate) relied: Vec<(u64, i64)>,
@@ -540,11 +552,6 @@ impl Verdict<'_> {
                 holder: other.meta.name.clone(),
             },
         })
-    }
-
-    /// The ids of its soft edges.
-    pub(crate) fn soft(&self) -> Vec<u64> {
-        self.waiters.iter().map(|w| w.id()).collect()
     }
 }
 
@@ -762,7 +769,10 @@ mod tests {
             panic!("a hold is in the way: {:?}", found.first);
         };
         assert_eq!((first.owner, key), (Owner::Hold(2), 1));
-        assert_eq!(found.hard, [], "no fence is in its way");
+        let mut edges = Edges::default();
+        snapshot.wait_edges(2, &child, Place::new(0), &mut edges);
+        assert_eq!(edges.hard, [], "no fence is in its way");
+        assert_eq!(edges.soft, [4], "it passes waiter 3");
 
         let stranger = claim_of(
             &meta(5, &[5], KindRecord::Call, 0),
@@ -770,8 +780,10 @@ mod tests {
         );
         let found = snapshot.explain(&stranger, None, Place::queued(0, 3, 7));
         assert_eq!(owners(&found.holds), [Owner::Hold(1)]);
+        let mut edges = Edges::default();
+        snapshot.wait_edges(5, &stranger, Place::queued(0, 3, 7), &mut edges);
         assert_eq!(
-            found.hard,
+            edges.hard,
             [(1, "a1".to_string())],
             "the fence is a hard edge"
         );

@@ -12,8 +12,8 @@ use crate::sched::dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slot
 
 use super::actors::ActorRecord;
 use super::counters::sum_counters;
-use super::decide::{Blocked, ClaimRecord, Other, Place, Snapshot, others};
-use super::graph::dump_edges;
+use super::decide::{Blocked, ClaimRecord, Other, Place, Snapshot};
+use super::graph::{dump_edges, others};
 use super::layout::Owner;
 use super::slots::limits_in;
 use super::store::{

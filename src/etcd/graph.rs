@@ -10,15 +10,40 @@ use crate::core::table::{ActorId, Claim};
 use crate::error::Result;
 
 use super::deadlock::{self, Edges};
-use super::decide::{ClaimRecord, Other, Place, Snapshot, others};
+use super::decide::{ClaimRecord, Other, Place, Snapshot};
 use super::layout::Owner;
 use super::store::{Table, id_in};
 
+/// The claims of one read's waiters (queue order: priority, then the
+/// revision each queued at) or fences (grant order), as `decide` takes them.
+pub(super) fn others(
+    kvs: &[KeyValue],
+    owner: fn(u64) -> Owner,
+    revision: fn(&KeyValue) -> i64,
+) -> Vec<(ClaimRecord, Other)> {
+    let mut found: Vec<(ClaimRecord, Other)> = kvs
+        .iter()
+        .filter_map(|kv| {
+            let record: ClaimRecord = serde_json::from_slice(kv.value()).ok()?;
+            let other = Other {
+                owner: owner(id_in(kv.key())?),
+                meta: record.meta.clone(),
+                claim: record.claim(),
+                revision: revision(kv),
+            };
+            Some((record, other))
+        })
+        .collect();
+    found.sort_by_key(|(_, o)| (std::cmp::Reverse(o.meta.priority), o.revision, o.owner));
+    found
+}
+
 /// Every waiting request's edges at one read (`waiters`, their `edges`
-/// records and the live `fences`), judged there as the dump's
-/// `blocked_by` is (SPEC §4): a hard edge to the owner of each live fence
-/// in its way, a soft edge to each earlier waiter in its way that no fence
-/// of its line lets it pass. A waiter's record says only that it waits
+/// records and the live `fences`), drawn there by the core's judgement
+/// (`core::judge::wait_edges`, SPEC §4): a hard edge to the owner of each
+/// live fence in its way, a soft edge to each earlier waiter in its way
+/// that no fence of its line lets it pass (and an edge to the owner of the
+/// fence that waiter asks for), and the waiters it passes. A waiter's record says only that it waits
 /// and, for a `child_wait`, on which slot limit; what it waits for is read
 /// afresh, so a fence granted, released or narrowed since it last looked
 /// counts at once.
@@ -27,9 +52,15 @@ pub(super) fn edges_at(
     edges: &[KeyValue],
     fences: &[KeyValue],
 ) -> BTreeMap<u64, Edges> {
+    let mut requesters = HashMap::new();
     let queued: Vec<Other> = others(waiters, Owner::Waiter, KeyValue::create_revision)
         .into_iter()
-        .map(|(_, o)| o)
+        .map(|(record, o)| {
+            if let Some(child_of) = record.child_of {
+                requesters.insert(o.id(), child_of.parent);
+            }
+            o
+        })
         .collect();
     let held: Vec<Other> = others(fences, Owner::Hold, KeyValue::mod_revision)
         .into_iter()
@@ -37,7 +68,7 @@ pub(super) fn edges_at(
         .collect();
     // Only fences make edges (SPEC §4): the live fences are all the holds
     // this judgement needs.
-    let snapshot = Snapshot::new(held, queued);
+    let snapshot = Snapshot::new(held, queued).with_requesters(requesters);
     let mut out = BTreeMap::new();
     for kv in edges {
         let Some(id) = id_in(kv.key()) else { continue };
@@ -52,9 +83,7 @@ pub(super) fn edges_at(
             continue;
         };
         let place = me.place().unwrap_or(Place::new(me.meta.priority));
-        let blockers = snapshot.explain(&me.claim, None, place);
-        found.hard = blockers.hard.clone();
-        found.soft = blockers.soft();
+        snapshot.wait_edges(found.actor, &me.claim, place, &mut found);
         // The queue position is the edge record's creation (with the waiter).
         found.queued = kv.create_revision();
         out.insert(id, found);

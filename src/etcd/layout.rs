@@ -297,12 +297,6 @@ impl Layout {
     }
 }
 
-/// The id at the end of a record's key (`…/<16 hex digits>`).
-pub(super) fn id_in(key: &[u8]) -> Option<u64> {
-    let hex = key.rsplit(|&b| b == b'/').next()?;
-    u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

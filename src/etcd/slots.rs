@@ -40,9 +40,8 @@ use super::actors::{ActorRecord, ActorRef, GrantRecord, actor_record};
 use super::admission::{Wait, entry_puts, key_records, keys_of};
 use super::counters::Counter;
 use super::deadlock::{self, Edges, SlotKind};
-use super::decide::{
-    self, ChildOf, ClaimRecord, Meta, Other, Place, QueuedChild, Snapshot, others,
-};
+use super::decide::{self, ChildOf, ClaimRecord, Meta, Other, Place, QueuedChild, Snapshot};
+use super::graph::others;
 use super::layout::{Layout, Owner};
 use super::queue::Mine;
 use super::queue::WaitEnded;
@@ -159,9 +158,7 @@ impl ChildWait {
             actor: self.parent.id.0,
             name: self.parent.name.clone(),
             queued,
-            hard: Vec::new(),
-            soft: Vec::new(),
-            slot: None,
+            ..Edges::default()
         }
     }
 }
@@ -304,8 +301,14 @@ impl World {
             max_actors: limits.0,
             max_writers: limits.1,
         };
+        let requesters = self
+            .slot_waiters
+            .iter()
+            .map(|w| (w.id, w.child.parent))
+            .collect();
         Snapshot::new(holds, waiters)
             .with_whole(self.claims.clone())
+            .with_requesters(requesters)
             .with_fences(self.fences.clone())
             .with_children(children, slots)
     }
@@ -654,8 +657,7 @@ impl Table {
         let verdict = snapshot.explain(&wait.claim, None, place);
         if verdict.first.is_some() {
             let mut edges = wait.edges(queued);
-            edges.soft = verdict.soft();
-            edges.hard = verdict.hard;
+            snapshot.wait_edges(wait.parent.id.0, &wait.claim, place, &mut edges);
             return Ok(ChildStep::Blocked {
                 revision,
                 edges,

@@ -260,7 +260,11 @@ pub(super) fn revision_of(response: &TxnResponse) -> i64 {
     response.header().map_or(0, |h| h.revision())
 }
 
-pub(super) use super::layout::id_in;
+/// The id at the end of a record's key (`…/<16 hex digits>`).
+pub(super) fn id_in(key: &[u8]) -> Option<u64> {
+    let hex = key.rsplit(|&b| b == b'/').next()?;
+    u64::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+}
 
 pub(super) fn prefix_get(prefix: &[u8]) -> TxnOp {
     TxnOp::get(prefix.to_vec(), Some(GetOptions::new().with_prefix()))
