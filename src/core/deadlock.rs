@@ -591,15 +591,12 @@ impl<'a> Orders<'a> {
             });
         }
         let mut fixed: Vec<(Node, Node)> = extra.to_vec();
+        let view = state.view(None);
         for item in &items {
             let req = &item.req;
             fixed.push((Node::Actor(req.requester), req.node));
-            for blocking in state.table.conflicts(req.claim, None) {
-                if let Some(hold) = state.table.get(blocking.hold) {
-                    if hold.claim.kind == HoldKind::Fence && hold.claim.owner != req.requester {
-                        fixed.push((req.node, Node::Actor(hold.claim.owner)));
-                    }
-                }
+            for owner in judge::fence_owners_in_the_way(&view, req.requester, req.claim) {
+                fixed.push((req.node, Node::Actor(owner)));
             }
         }
         (
@@ -737,32 +734,37 @@ impl<'a> Orders<'a> {
     }
 }
 
-/// Every edge of the current wait-for graph, folded onto actors.
+/// Every edge of the current wait-for graph, folded onto actors
+/// ([`folded`]): each waiting request's hard and soft edges, as
+/// [`judge::wait_edges`] draws them.
 pub(crate) fn wait_for_edges(state: &State) -> Vec<WaitEdge> {
+    let view = state.view(None);
     let mut edges = Vec::new();
     for (pos, req) in waiting(state) {
-        for blocking in state.table.conflicts(req.claim, None) {
-            if let Some(hold) = state.table.get(blocking.hold) {
-                if hold.claim.kind == HoldKind::Fence {
-                    edges.push(WaitEdge {
-                        from: req.requester,
-                        to: hold.claim.owner,
-                        hard: true,
-                    });
-                }
-            }
+        let found = judge::wait_edges(&view, req.requester, req.claim, pos);
+        for to in found.fences {
+            edges.push(WaitEdge {
+                from: req.requester,
+                to,
+                hard: true,
+            });
         }
-        let passes = |earlier: &Claim| state.passes(earlier, req.claim);
-        for earlier in state.queue.conflicts_ahead(req.claim, pos, &passes) {
-            if let Some(earlier) = state.queue.get(earlier) {
-                edges.push(WaitEdge {
-                    from: req.requester,
-                    to: judge::fence_owner(&earlier.claim).unwrap_or(earlier.requester),
-                    hard: false,
-                });
-            }
+        for earlier in found.earlier.iter().filter_map(|&w| state.queue.get(w)) {
+            edges.push(WaitEdge {
+                from: req.requester,
+                to: earlier.claim.owner,
+                hard: false,
+            });
         }
     }
+    folded(edges)
+}
+
+/// Wait-for edges as the dump shows them (SPEC §5), on both tables: one
+/// per pair of actors (hard when any edge between them is), none from an
+/// actor to itself. A soft edge points at the earlier request's claim
+/// owner: its actor, or for a `child_wait` the child it would make.
+pub(crate) fn folded(mut edges: Vec<WaitEdge>) -> Vec<WaitEdge> {
     edges.retain(|e| e.from != e.to);
     edges.sort_by_key(|e| (e.from, e.to, !e.hard));
     edges.dedup_by_key(|e| (e.from, e.to));

@@ -319,6 +319,25 @@ pub(crate) struct WaitEdges<W> {
     pub(crate) passed: Vec<W>,
 }
 
+/// A request's hard edges: the owners of the live fences in the way of
+/// `claim` (but `requester` itself), each once.
+pub(crate) fn fence_owners_in_the_way<V: View>(
+    view: &V,
+    requester: ActorId,
+    claim: &Claim,
+) -> Vec<ActorId> {
+    let mut owners = Vec::new();
+    let _ = view.visit_holds(claim, |_, hold, _| {
+        if hold.kind == HoldKind::Fence && hold.owner != requester {
+            owners.push(hold.owner);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    owners.sort_unstable();
+    owners.dedup();
+    owners
+}
+
 /// The wait-for edges of a request by `requester` for `claim`, queued at
 /// `at`. Edges back to the requester itself are left out (its own fences
 /// never block it; its own requests are no wait on itself).
@@ -328,13 +347,6 @@ pub(crate) fn wait_edges<V: View>(
     claim: &Claim,
     at: V::Place,
 ) -> WaitEdges<V::Waiter> {
-    let mut fences = Vec::new();
-    let _ = view.visit_holds(claim, |_, hold, _| {
-        if hold.kind == HoldKind::Fence && hold.owner != requester {
-            fences.push(hold.owner);
-        }
-        ControlFlow::<()>::Continue(())
-    });
     let owner = fence_owner(claim);
     let mut earlier: Vec<(V::Place, V::Waiter)> = Vec::new();
     let mut passed: Vec<(V::Place, V::Waiter)> = Vec::new();
@@ -355,12 +367,10 @@ pub(crate) fn wait_edges<V: View>(
         found.dedup_by(|a, b| a.0 == b.0);
         found.into_iter().map(|(_, w)| w).collect()
     };
-    fences.sort_unstable();
-    fences.dedup();
     asked.sort_unstable();
     asked.dedup();
     WaitEdges {
-        fences,
+        fences: fence_owners_in_the_way(view, requester, claim),
         earlier: in_order(earlier),
         asked,
         passed: in_order(passed),

@@ -856,7 +856,7 @@ impl State {
 
 /// The narrow wake-up scan against the full one, on random operations.
 #[cfg(test)]
-mod model {
+pub(crate) mod model {
     use std::task::Waker;
 
     use proptest::prelude::*;
@@ -867,7 +867,7 @@ mod model {
     use crate::core::table::strategies::{claim, keys, lineage_of};
 
     #[derive(Debug, Clone)]
-    enum Op {
+    pub(crate) enum Op {
         /// A call or fence request; waits unless `try_only`.
         Request {
             claim: Claim,
@@ -887,7 +887,7 @@ mod model {
         DropActor(usize),
     }
 
-    fn op() -> impl Strategy<Value = Op> {
+    pub(crate) fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             6 => (claim(), -1i32..=1, any::<bool>())
                 .prop_map(|(claim, priority, try_only)| Op::Request { claim, priority, try_only }),
@@ -920,7 +920,7 @@ mod model {
     }
 
     /// Applies one operation; `next_actor` numbers new children.
-    fn apply(state: &mut State, op: &Op, next_actor: u64) -> usize {
+    pub(crate) fn apply(state: &mut State, op: &Op, next_actor: u64) -> usize {
         let now = Instant::now();
         let woken = |w: Vec<Waker>| w.len();
         match op {

@@ -468,6 +468,7 @@ impl Table {
 
     /// Every live hold `claim` conflicts with, skipping `except`, in grant
     /// order, each with the first key of `claim` in its way.
+    #[cfg(test)]
     pub(crate) fn conflicts<'a>(
         &'a self,
         claim: &'a Claim,

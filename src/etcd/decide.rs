@@ -792,4 +792,146 @@ mod tests {
             "nothing conflicting is ahead of waiter 3"
         );
     }
+
+    /// The in-process state as one full read of etcd would show it: its
+    /// holds in grant order, its waiting requests in queue order (a rank
+    /// for a revision), the queued `child_wait`s and the slots.
+    fn snapshot_of(state: &crate::core::state::State) -> Snapshot {
+        use crate::core::queue::Need;
+        let meta_of = |claim: &Claim, priority: i32| Meta {
+            owner: claim.owner.0,
+            lineage: claim.lineage.iter().map(|a| a.0).collect(),
+            kind: claim.kind.into(),
+            name: format!("a{}", claim.owner.0),
+            file_op: false,
+            label: None,
+            since_ms: 0,
+            priority,
+        };
+        let holds = state
+            .table
+            .iter()
+            .map(|(id, h)| Other {
+                owner: Owner::Hold(id.0),
+                meta: meta_of(&h.claim, 0),
+                claim: h.claim.clone(),
+                revision: id.0 as i64,
+            })
+            .collect();
+        let (mut waiters, mut children, mut requesters) = (Vec::new(), Vec::new(), HashMap::new());
+        for (rank, w) in state.queue.entries().filter(|w| w.is_waiting()).enumerate() {
+            let place = Place::queued(w.priority, w.id.0, rank as i64);
+            if let Need::Child(child) = &w.need {
+                children.push(QueuedChild {
+                    place,
+                    claim: w.claim.clone(),
+                    seats: Seats {
+                        actor: child.counts_actor,
+                        writer: child.counts_writer,
+                    },
+                });
+            }
+            requesters.insert(w.id.0, w.requester.0);
+            waiters.push(Other {
+                owner: Owner::Waiter(w.id.0),
+                meta: meta_of(&w.claim, w.priority),
+                claim: w.claim.clone(),
+                revision: rank as i64,
+            });
+        }
+        let slots = Slots {
+            children: state.live_children,
+            writers: state.live_writers,
+            max_actors: state.max_actors,
+            max_writers: state.max_writers,
+        };
+        Snapshot::new(holds, waiters)
+            .with_requesters(requesters)
+            .with_children(children, slots)
+    }
+
+    /// A blocker by kind and id (the views name holds and waiters their
+    /// own way).
+    fn named<H, W>(
+        blocker: Option<judge::Blocker<H, W>>,
+        hold: impl Fn(H) -> u64,
+        waiter: impl Fn(W) -> u64,
+    ) -> Option<(u8, u64, usize)> {
+        blocker.map(|b| match b {
+            judge::Blocker::Slot(SlotLimit::MaxActors) => (0, 0, 0),
+            judge::Blocker::Slot(SlotLimit::MaxWriters) => (1, 0, 0),
+            judge::Blocker::Hold(h, key) => (2, hold(h), key),
+            judge::Blocker::Waiter(w, key) => (3, waiter(w), key),
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// The two tables ask the same rules through two views: the
+        /// state's indexes and an etcd read. Over random sessions, both
+        /// views lead every rule to the same answer, for every waiting
+        /// request and for each request before it is asked.
+        #[test]
+        fn a_read_of_the_state_is_judged_as_the_state(
+            ops in proptest::collection::vec(crate::core::state::model::op(), 1..40),
+            max_actors in proptest::option::of(1usize..=3),
+            max_writers in proptest::option::of(0usize..=2),
+        ) {
+            use crate::core::queue::Pos;
+            use crate::core::state::model::{Op, apply};
+            let mut state = crate::core::state::State::new(max_actors, max_writers);
+            for (n, op) in ops.iter().enumerate() {
+                let snapshot = snapshot_of(&state);
+                let live = state.view(None);
+                let hold_id = |h: crate::core::table::HoldId| h.0;
+                let at_hold = |i: usize| snapshot.holds[i].id();
+                let at_waiter = |i: usize| snapshot.waiters[i].id();
+                if let Op::Request { claim, priority, .. } = op {
+                    proptest::prop_assert_eq!(
+                        named(judge::judge(&live, claim, None, Pos::end_of(*priority)), hold_id, |w| w.0),
+                        named(judge::judge(&snapshot, claim, None, Place::new(*priority)), at_hold, at_waiter),
+                        "a new request {:?}", claim
+                    );
+                }
+                for (rank, w) in state.queue.entries().filter(|w| w.is_waiting()).enumerate() {
+                    let Some(pos) = state.queue.pos_of(w.id) else { continue };
+                    let place = Place::queued(w.priority, w.id.0, rank as i64);
+                    let seats = match &w.need {
+                        crate::core::queue::Need::Child(c) => Some(Seats { actor: c.counts_actor, writer: c.counts_writer }),
+                        crate::core::queue::Need::Hold => None,
+                    };
+                    let a = judge::explain(&live, &w.claim, seats, pos);
+                    let b = judge::explain(&snapshot, &w.claim, seats, place);
+                    proptest::prop_assert_eq!(named(a.first, hold_id, |w| w.0), named(b.first, at_hold, at_waiter), "first blocker of {:?}", w.id);
+                    proptest::prop_assert_eq!(
+                        a.holds.iter().map(|&(h, k)| (h.0, k)).collect::<Vec<_>>(),
+                        b.holds.iter().map(|&(h, k)| (at_hold(h), k)).collect::<Vec<_>>()
+                    );
+                    proptest::prop_assert_eq!(
+                        a.waiters.iter().map(|&(w, k)| (w.0, k)).collect::<Vec<_>>(),
+                        b.waiters.iter().map(|&(w, k)| (at_waiter(w), k)).collect::<Vec<_>>()
+                    );
+                    let a = judge::wait_edges(&live, w.requester, &w.claim, pos);
+                    let b = judge::wait_edges(&snapshot, w.requester, &w.claim, place);
+                    proptest::prop_assert_eq!(&a.fences, &b.fences);
+                    proptest::prop_assert_eq!(&a.asked, &b.asked);
+                    proptest::prop_assert_eq!(
+                        a.earlier.iter().map(|w| w.0).collect::<Vec<_>>(),
+                        b.earlier.iter().map(|&w| at_waiter(w)).collect::<Vec<_>>()
+                    );
+                    proptest::prop_assert_eq!(
+                        a.passed.iter().map(|w| w.0).collect::<Vec<_>>(),
+                        b.passed.iter().map(|&w| at_waiter(w)).collect::<Vec<_>>()
+                    );
+                    if let Some(seats) = seats {
+                        proptest::prop_assert_eq!(
+                            judge::slot_wait(&live, &w.claim, seats, pos),
+                            judge::slot_wait(&snapshot, &w.claim, seats, place)
+                        );
+                    }
+                }
+                apply(&mut state, op, 100 + n as u64);
+            }
+        }
+    }
 }

@@ -4,8 +4,9 @@
 
 use etcd_client::KeyValue;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
+use crate::core::deadlock::{WaitEdge, folded};
 use crate::core::table::{ActorId, Claim};
 use crate::error::Result;
 
@@ -97,7 +98,7 @@ pub(super) fn dump_edges(
     waiters: &[KeyValue],
     edges: &[KeyValue],
     fences: &[KeyValue],
-) -> Vec<crate::WaitEdge> {
+) -> Vec<WaitEdge> {
     let actor_of: HashMap<u64, u64> = others(waiters, Owner::Waiter, KeyValue::create_revision)
         .into_iter()
         .filter_map(|(_, w)| match w.owner {
@@ -105,25 +106,26 @@ pub(super) fn dump_edges(
             Owner::Hold(_) => None,
         })
         .collect();
-    let mut out = BTreeSet::new();
+    let mut out = Vec::new();
     for found in edges_at(waiters, edges, fences).values() {
         for (owner, _) in &found.hard {
-            out.insert((found.actor, *owner, true));
+            out.push(WaitEdge {
+                from: ActorId(found.actor),
+                to: ActorId(*owner),
+                hard: true,
+            });
         }
         for earlier in &found.soft {
             if let Some(&actor) = actor_of.get(earlier) {
-                out.insert((found.actor, actor, false));
+                out.push(WaitEdge {
+                    from: ActorId(found.actor),
+                    to: ActorId(actor),
+                    hard: false,
+                });
             }
         }
     }
-    out.into_iter()
-        .filter(|(from, to, _)| from != to)
-        .map(|(from, to, hard)| crate::WaitEdge {
-            from: ActorId(from),
-            to: ActorId(to),
-            hard,
-        })
-        .collect()
+    folded(out)
 }
 
 /// Keeps the edges of a request (whole claim `claim`) that are true: a
