@@ -21,6 +21,7 @@
 
 use std::ops::ControlFlow;
 
+use crate::core::key::{Key, Mode, overlaps};
 use crate::core::table::{ActorId, Claim, HoldKind, covers};
 use crate::error::SlotLimit;
 
@@ -375,4 +376,21 @@ pub(crate) fn wait_edges<V: View>(
         asked,
         passed: in_order(passed),
     }
+}
+
+/// What a `Busy` names of a request `claim` blocked through its key `key`
+/// by `blocker` (a hold, or a request queued ahead): that key, and the mode
+/// the blocker holds or asks for on it.
+pub(crate) fn contested<'a>(
+    claim: &'a Claim,
+    key: usize,
+    blocker: &Claim,
+) -> Option<(&'a Key, Mode)> {
+    let (requested, _) = claim.keys.get(key)?;
+    let (_, mode) = blocker
+        .keys
+        .iter()
+        .find(|(k, _)| overlaps(k, requested))
+        .or(blocker.keys.first())?;
+    Some((requested, *mode))
 }

@@ -747,17 +747,12 @@ impl State {
                 )
             }
         };
-        let (requested, _) = &claim.keys[key];
-        let (_, mode) = blocker_claim
-            .keys
-            .iter()
-            .find(|(k, _)| crate::core::key::overlaps(k, requested))
-            .or(blocker_claim.keys.first())?;
+        let (requested, mode) = judge::contested(claim, key, blocker_claim)?;
         Some(BlockerInfo {
             requested: requested.path.clone(),
             holder,
             kind: blocker_claim.kind,
-            mode: *mode,
+            mode,
             label: label.map(|l| l.to_string()),
             since,
             queued,

@@ -9,7 +9,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnRespo
 use tokio::sync::oneshot;
 
 use crate::Target;
-use crate::core::key::{Key, check_spelling, merge, normalize_lexically, overlaps};
+use crate::core::judge;
+use crate::core::key::{Key, check_spelling, merge, normalize_lexically};
 use crate::core::table::{ActorId, Claim, HoldId};
 use crate::error::{Busy, Error, Result};
 use crate::kinds::{HoldKind, Mode};
@@ -343,13 +344,11 @@ impl Admission {
     /// The `Busy` of a request blocked by `other` (a waiter ahead when
     /// `queued`) through its key `key`.
     fn busy(&self, other: &Other, key: usize, queued: bool) -> Error {
-        let requested = &self.claim.keys[key].0;
-        let mode = other
-            .claim
-            .keys
-            .iter()
-            .find(|(k, _)| overlaps(k, requested))
-            .map_or(Mode::Exclusive, |(_, m)| *m);
+        let Some((requested, mode)) = judge::contested(&self.claim, key, &other.claim) else {
+            return Error::Unavailable {
+                reason: "what blocked this request vanished while it was judged; ask again".into(),
+            };
+        };
         let relative = requested
             .path
             .strip_prefix(&self.actor.root)
