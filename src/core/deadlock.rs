@@ -44,6 +44,7 @@
 //! The dump shows the graph folded onto actors ([`WaitEdge`]).
 
 use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
 
 use petgraph::graphmap::DiGraphMap;
 use serde::Serialize;
@@ -271,8 +272,7 @@ pub(crate) fn cycle_if_waiting(
         return Verdict::Free;
     }
     let movable = matches!(need, Need::Hold);
-    let (orders, order) = Orders::of(state, Some((new, priority, movable)), &[]);
-    if let Some(moves) = orders.search(order) {
+    if let Some(moves) = reorder_queue(state, Some((claim, requester, priority, movable)), &[]) {
         return Verdict::Reorder(moves);
     }
     match find_cycle(&graph, state) {
@@ -391,6 +391,13 @@ pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Verdict {
         .filter(|(_, w)| w.requester != claim.owner && conflict(w.claim, claim).is_some())
         .map(|(_, w)| (w.node, Node::Actor(claim.owner)))
         .collect();
+    let extra: Vec<(Option<WaiterId>, ActorId)> = blocked
+        .iter()
+        .filter_map(|&(from, _)| match from {
+            Node::Request(id) => Some((Some(id), claim.owner)),
+            Node::Actor(_) | Node::New => None,
+        })
+        .collect();
     if blocked.is_empty() {
         return Verdict::Free;
     }
@@ -401,8 +408,7 @@ pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Verdict {
     if !petgraph::algo::is_cyclic_directed(&graph) {
         return Verdict::Free;
     }
-    let (orders, order) = Orders::of(state, None, &blocked);
-    if let Some(moves) = orders.search(order) {
+    if let Some(moves) = reorder_queue(state, None, &extra) {
         return Verdict::Reorder(moves);
     }
     match find_cycle(&graph, state) {
@@ -456,12 +462,64 @@ pub(crate) fn closed_cycle(state: &State) -> Option<Closed> {
         .max_by_key(|(newest, _)| *newest)?;
     let requester = state.queue.get(newest)?.requester;
     let cycle = cycle_in(&graph, state, &scc)?;
-    let (orders, order) = Orders::of(state, None, &[]);
     Some(Closed {
         newest,
         cycle: starting_with(cycle, requester),
-        moves: orders.search(order),
+        moves: reorder_queue(state, None, &[]),
     })
+}
+
+/// [`reorder`] over the in-process queue, plus `new` (its claim,
+/// requester, priority, and whether it may move) queued behind its
+/// priority, with the moves in the queue's terms.
+fn reorder_queue(
+    state: &State,
+    new: Option<(&Claim, ActorId, i32, bool)>,
+    extra: &[(Option<WaiterId>, ActorId)],
+) -> Option<Vec<Move>> {
+    let mut waiting: Vec<Waiting<'_, WaiterId>> = state
+        .queue
+        .entries()
+        .filter(|w| w.is_waiting())
+        .map(|w| Waiting {
+            id: Some(w.id),
+            requester: w.requester,
+            claim: &w.claim,
+            priority: w.priority,
+            movable: matches!(w.need, Need::Hold),
+        })
+        .collect();
+    if let Some((claim, requester, priority, movable)) = new {
+        let at = waiting
+            .iter()
+            .take_while(|w| w.priority >= priority)
+            .count();
+        waiting.insert(
+            at,
+            Waiting {
+                id: None,
+                requester,
+                claim,
+                priority,
+                movable,
+            },
+        );
+    }
+    let moves = reorder(&state.view(None), waiting, Pos::end_of(i32::MIN), extra)?;
+    debug_assert!(
+        !moves.is_empty(),
+        "the search's graph lost the cycle the queue's graph has"
+    );
+    let who = |id: Option<WaiterId>| id.map_or(Who::New, Who::Queued);
+    Some(
+        moves
+            .into_iter()
+            .map(|(waiter, of)| Move {
+                waiter: who(waiter),
+                of: who(of),
+            })
+            .collect(),
+    )
 }
 
 /// Who a move of the reordering search moves, or moves ahead of.
@@ -500,14 +558,26 @@ const MAX_MOVES: usize = 2;
 /// The most reorderings one search judges.
 const MAX_TRIES: usize = 64;
 
-/// A request of the reordering search.
-struct Item<'a> {
-    req: Req<'a>,
-    priority: i32,
+/// A waiting request as the reordering search sees it.
+pub(crate) struct Waiting<'a, W> {
+    /// The request, or `None` for the one being decided (not queued yet).
+    pub(crate) id: Option<W>,
+    pub(crate) requester: ActorId,
+    pub(crate) claim: &'a Claim,
+    pub(crate) priority: i32,
     /// Only a request that asks for keys alone may be moved: a
     /// `child_wait` keeps its place, since the slots it reserves depend on
     /// it (§11).
-    movable: bool,
+    pub(crate) movable: bool,
+}
+
+/// A node of the search's graph: an actor, or a request by its index.
+type OrderGraph = DiGraphMap<OrderNode, ()>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum OrderNode {
+    Actor(ActorId),
+    Item(usize),
 }
 
 /// Two requests that conflict, `a` and `b` (indices of items), and
@@ -523,90 +593,103 @@ struct Pair {
 /// search: the edges no order changes (actor to request, hard edges, and
 /// `extra`), and the conflicting pairs whose edges follow from which of
 /// the two is ahead.
-struct Orders<'a> {
-    items: Vec<Item<'a>>,
-    fixed: Vec<(Node, Node)>,
+struct Orders<'a, W> {
+    items: Vec<Waiting<'a, W>>,
+    fixed: Vec<(OrderNode, OrderNode)>,
     pairs: Vec<Pair>,
 }
 
-impl<'a> Orders<'a> {
-    /// The waiting requests, plus `new` (with its priority and whether it
-    /// may move) queued behind its priority; and the current order.
-    fn of(
-        state: &'a State,
-        new: Option<(Req<'a>, i32, bool)>,
-        extra: &[(Node, Node)],
-    ) -> (Orders<'a>, Vec<usize>) {
-        let mut items: Vec<Item<'a>> = Vec::new();
-        let mut index: HashMap<WaiterId, usize> = HashMap::new();
-        for w in state.queue.entries().filter(|w| w.is_waiting()) {
-            index.insert(w.id, items.len());
-            items.push(Item {
-                req: Req {
-                    node: Node::Request(w.id),
-                    requester: w.requester,
-                    claim: &w.claim,
-                    fence_owner: judge::fence_owner(&w.claim),
-                },
-                priority: w.priority,
-                movable: matches!(w.need, Need::Hold),
-            });
-        }
-        let queued = items.len();
-        let mut order: Vec<usize> = (0..queued).collect();
+/// Moves of the reordering search in a table's terms: `(waiter, ahead of)`,
+/// `None` standing for the request being decided.
+pub(crate) type Moves<W> = Vec<(Option<W>, Option<W>)>;
+
+/// The moves that leave a table's wait-for graph without a cycle, if the
+/// bounded search finds some (none when it has no cycle): each
+/// `(waiter, ahead of)`, `None` standing for the request being decided. `waiting` is every waiting request in
+/// queue order, the one being decided (if any) at its place; `end` is a
+/// place behind them all; `extra` adds, for a fence about to be granted,
+/// the hard edges of the requests it would block to its owner. Both tables
+/// ask this one search, each through its [`View`](judge::View), so a soft
+/// cycle ends the same way in process and in etcd.
+pub(crate) fn reorder<V: judge::View>(
+    view: &V,
+    waiting: Vec<Waiting<'_, V::Waiter>>,
+    end: V::Place,
+    extra: &[(Option<V::Waiter>, ActorId)],
+) -> Option<Moves<V::Waiter>>
+where
+    V::Waiter: std::hash::Hash,
+{
+    let orders = Orders::of(view, waiting, end, extra);
+    let order: Vec<usize> = (0..orders.items.len()).collect();
+    orders.search(order)
+}
+
+impl<'a, W: Copy + Eq + std::hash::Hash> Orders<'a, W> {
+    fn of<V: judge::View<Waiter = W>>(
+        view: &V,
+        items: Vec<Waiting<'a, W>>,
+        end: V::Place,
+        extra: &[(Option<W>, ActorId)],
+    ) -> Self {
+        let index: HashMap<Option<W>, usize> = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| (item.id, i))
+            .collect();
+        let passes =
+            |earlier: &Claim, claim: &Claim| judge::passing_fence(view, earlier, claim).is_some();
+        let mut paired: HashSet<(usize, usize)> = HashSet::new();
         let mut pairs = Vec::new();
-        let passes = |earlier: &Claim, claim: &Claim| state.passes(earlier, claim);
         for (a, item) in items.iter().enumerate() {
-            let all = Pos::end_of(i32::MIN);
-            for id in state.queue.conflicts_ahead(item.req.claim, all, &|_| false) {
-                let Some(&b) = index.get(&id) else { continue };
-                if b > a {
+            let mut add = |b: usize| {
+                let (a, b) = (a.min(b), a.max(b));
+                if a != b && paired.insert((a, b)) {
                     pairs.push(Pair {
                         a,
                         b,
-                        b_passes_a: passes(item.req.claim, items[b].req.claim),
-                        a_passes_b: passes(items[b].req.claim, item.req.claim),
+                        b_passes_a: passes(items[a].claim, items[b].claim),
+                        a_passes_b: passes(items[b].claim, items[a].claim),
                     });
+                }
+            };
+            match item.id {
+                Some(_) => {
+                    let _ = view.visit_waiters(item.claim, end, |_, id, _, _| {
+                        if let Some(&b) = index.get(&Some(id)) {
+                            add(b);
+                        }
+                        ControlFlow::<()>::Continue(())
+                    });
+                }
+                // Not queued, so no visit finds it: judged against each.
+                None => {
+                    for (b, other) in items.iter().enumerate() {
+                        if conflict(other.claim, item.claim).is_some() {
+                            add(b);
+                        }
+                    }
                 }
             }
         }
-        if let Some((req, priority, movable)) = new {
-            let b = items.len();
-            for (a, item) in items.iter().enumerate() {
-                if conflict(item.req.claim, req.claim).is_some() {
-                    pairs.push(Pair {
-                        a,
-                        b,
-                        b_passes_a: passes(item.req.claim, req.claim),
-                        a_passes_b: passes(req.claim, item.req.claim),
-                    });
-                }
-            }
-            let at = items.iter().take_while(|i| i.priority >= priority).count();
-            order.insert(at, b);
-            items.push(Item {
-                req,
-                priority,
-                movable,
-            });
-        }
-        let mut fixed: Vec<(Node, Node)> = extra.to_vec();
-        let view = state.view(None);
-        for item in &items {
-            let req = &item.req;
-            fixed.push((Node::Actor(req.requester), req.node));
-            for owner in judge::fence_owners_in_the_way(&view, req.requester, req.claim) {
-                fixed.push((req.node, Node::Actor(owner)));
+        let mut fixed: Vec<(OrderNode, OrderNode)> = extra
+            .iter()
+            .filter_map(|(id, owner)| {
+                let &i = index.get(id)?;
+                Some((OrderNode::Item(i), OrderNode::Actor(*owner)))
+            })
+            .collect();
+        for (i, item) in items.iter().enumerate() {
+            fixed.push((OrderNode::Actor(item.requester), OrderNode::Item(i)));
+            for owner in judge::fence_owners_in_the_way(view, item.requester, item.claim) {
+                fixed.push((OrderNode::Item(i), OrderNode::Actor(owner)));
             }
         }
-        (
-            Orders {
-                items,
-                fixed,
-                pairs,
-            },
-            order,
-        )
+        Orders {
+            items,
+            fixed,
+            pairs,
+        }
     }
 
     /// Each item's place in `order`.
@@ -627,17 +710,30 @@ impl<'a> Orders<'a> {
         }
     }
 
-    /// The graph under `order`, with the edges [`build`] draws.
-    fn graph(&self, order: &[usize]) -> Graph {
+    /// The owner of the fence item `i` asks for, when that is not `other`.
+    fn fence_owner_but(&self, i: usize, other: usize) -> Option<ActorId> {
+        judge::fence_owner(self.items[i].claim).filter(|&o| o != self.items[other].requester)
+    }
+
+    /// The graph under `order`, with the edges [`add_pair`] draws.
+    fn graph(&self, order: &[usize]) -> OrderGraph {
         let at = self.places(order);
-        let mut graph = Graph::new();
+        let mut graph = OrderGraph::new();
         for &(from, to) in &self.fixed {
             graph.add_edge(from, to, ());
         }
         for pair in &self.pairs {
             let (ahead, behind, passes) = Self::arranged(pair, &at);
-            let (ahead, behind) = (&self.items[ahead].req, &self.items[behind].req);
-            add_pair(&mut graph, ahead, behind, passes);
+            if passes {
+                if let Some(owner) = self.fence_owner_but(behind, ahead) {
+                    graph.add_edge(OrderNode::Item(ahead), OrderNode::Actor(owner), ());
+                }
+                continue;
+            }
+            graph.add_edge(OrderNode::Item(behind), OrderNode::Item(ahead), ());
+            if let Some(owner) = self.fence_owner_but(ahead, behind) {
+                graph.add_edge(OrderNode::Item(behind), OrderNode::Actor(owner), ());
+            }
         }
         graph
     }
@@ -647,14 +743,14 @@ impl<'a> Orders<'a> {
     /// conflicting request of its priority that it does not pass, where
     /// the edge to that request (or to the owner of the fence it asks for)
     /// lies on a cycle. The latest waiter first, then the shortest move.
-    fn candidates(&self, order: &[usize], graph: &Graph) -> Vec<(usize, usize)> {
-        let mut component: HashMap<Node, usize> = HashMap::new();
+    fn candidates(&self, order: &[usize], graph: &OrderGraph) -> Vec<(usize, usize)> {
+        let mut component: HashMap<OrderNode, usize> = HashMap::new();
         for (c, nodes) in petgraph::algo::tarjan_scc(graph).into_iter().enumerate() {
             if nodes.len() > 1 {
                 component.extend(nodes.into_iter().map(|n| (n, c)));
             }
         }
-        let on_cycle = |from: Node, to: Node| {
+        let on_cycle = |from: OrderNode, to: OrderNode| {
             component
                 .get(&from)
                 .is_some_and(|c| component.get(&to) == Some(c))
@@ -667,12 +763,10 @@ impl<'a> Orders<'a> {
             if passes || a.priority != b.priority || !b.movable {
                 continue;
             }
-            let soft_owner = a
-                .req
-                .fence_owner
-                .filter(|&owner| owner != b.req.requester)
-                .is_some_and(|owner| on_cycle(b.req.node, Node::Actor(owner)));
-            if on_cycle(b.req.node, a.req.node) || soft_owner {
+            let soft_owner = self
+                .fence_owner_but(ahead, behind)
+                .is_some_and(|owner| on_cycle(OrderNode::Item(behind), OrderNode::Actor(owner)));
+            if on_cycle(OrderNode::Item(behind), OrderNode::Item(ahead)) || soft_owner {
                 found.push((behind, ahead));
             }
         }
@@ -685,11 +779,10 @@ impl<'a> Orders<'a> {
     /// and [`MAX_TRIES`] orders judged; the first order whose graph has no
     /// cycle wins. The search runs only when a cycle was found, so the
     /// common path never pays for it.
-    fn search(&self, order: Vec<usize>) -> Option<Vec<Move>> {
-        debug_assert!(
-            petgraph::algo::is_cyclic_directed(&self.graph(&order)),
-            "the search's graph lost the cycle the queue's graph has"
-        );
+    fn search(&self, order: Vec<usize>) -> Option<Moves<W>> {
+        if !petgraph::algo::is_cyclic_directed(&self.graph(&order)) {
+            return Some(Vec::new());
+        }
         let mut tries = 0;
         // Each order reached, with the moves (waiter, ahead of) that made it.
         type Reached = (Vec<usize>, Vec<(usize, usize)>);
@@ -712,7 +805,12 @@ impl<'a> Orders<'a> {
                     let mut moves = moves.clone();
                     moves.push((waiter, of));
                     if !petgraph::algo::is_cyclic_directed(&self.graph(&moved)) {
-                        return Some(moves.into_iter().map(|m| self.to_move(m)).collect());
+                        return Some(
+                            moves
+                                .into_iter()
+                                .map(|(w, of)| (self.items[w].id, self.items[of].id))
+                                .collect(),
+                        );
                     }
                     next.push((moved, moves));
                 }
@@ -720,17 +818,6 @@ impl<'a> Orders<'a> {
             frontier = next;
         }
         None
-    }
-
-    fn to_move(&self, (waiter, of): (usize, usize)) -> Move {
-        let who = |i: usize| match self.items[i].req.node {
-            Node::Request(id) => Who::Queued(id),
-            Node::Actor(_) | Node::New => Who::New,
-        };
-        Move {
-            waiter: who(waiter),
-            of: who(of),
-        }
     }
 }
 

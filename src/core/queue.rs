@@ -488,24 +488,6 @@ impl Queue {
         ControlFlow::Continue(())
     }
 
-    /// Every waiting entry before `limit` that conflicts with `claim`, in
-    /// queue order.
-    pub(crate) fn conflicts_ahead(
-        &self,
-        claim: &Claim,
-        limit: Pos,
-        passes: &dyn Fn(&Claim) -> bool,
-    ) -> Vec<WaiterId> {
-        let mut found: Vec<(Pos, WaiterId)> = Vec::new();
-        let _ = self.scan(claim, limit, passes, |pos, w, _| {
-            found.push((pos, w.id));
-            ControlFlow::<()>::Continue(())
-        });
-        found.sort_unstable();
-        found.dedup();
-        found.into_iter().map(|(_, id)| id).collect()
-    }
-
     /// Panics when an invariant of the type docs is broken.
     pub(crate) fn assert_invariants(&self) {
         let live: Vec<(u32, &Slot)> = self

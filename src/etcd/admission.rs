@@ -19,11 +19,12 @@ use super::actors::ActorRef;
 use super::counters::Counter;
 use super::deadlock::{self, Edges};
 use super::decide::{
-    self, Blocked, ClaimRecord, EntryValue, KeyRecord, Meta, Other, Place, Snapshot,
+    self, Blocked, ClaimRecord, EntryValue, KeyRecord, Meta, Moved, Other, Place, Snapshot,
 };
-use super::graph::{others, true_edges};
+use super::graph::{moved_places, others, true_edges};
 use super::layout::{self, Layout, Owner};
 use super::queue::{Mine, WaitEnded};
+use super::reorder::{Closed, Deciding, Reordered};
 use super::store::{
     LeaseId, Table, empty, etcd_error, now_ms, prefix_get, ranges_of, revision_of, still, to_json,
     unavailable, unchanged_since, with_lease,
@@ -526,11 +527,17 @@ impl Table {
         let mut answer = answer;
         let mut first_edges: Option<Edges> = None;
         let mut unclear = 0;
+        // How often this request reordered the queue, and where that moved
+        // it before it queued.
+        let mut reorders = 0;
+        let mut moved_to: Option<Moved> = None;
         // The conflicting ranges, and the actor's own record: when its
         // lease ends (or it is dropped) its waiting request goes at once,
         // not one check period later.
         let mut watched = admission.ranges.clone();
         watched.push(self.layout().actor(admission.actor.id.0));
+        // A reordering may move it, or the requests ahead of it.
+        watched.push(self.layout().all_moved());
         let outcome: Result<Grant> = loop {
             if answer.is_closed() {
                 break Err(Error::Unavailable {
@@ -575,7 +582,24 @@ impl Table {
                     }
                     let me = waiter.unwrap_or(u64::MAX);
                     match self.refused_cycle(me, &edges, &admission.claim).await {
-                        Ok(Some(cycle)) => break Err(Error::Deadlock { cycle }),
+                        Ok(Some(closed)) => {
+                            let deciding = waiter.is_none().then_some(Deciding {
+                                requester: admission.actor.id.0,
+                                claim: &admission.claim,
+                                priority: admission.priority,
+                                movable: true,
+                            });
+                            match self.end_cycle(closed, deciding, &mut reorders).await {
+                                Ok(new) => {
+                                    if let (None, Some(to)) = (waiter, new) {
+                                        moved_to = Some(to);
+                                        place = Place::moved(admission.priority, u64::MAX, to);
+                                    }
+                                    continue;
+                                }
+                                Err(e) => break Err(e),
+                            }
+                        }
                         Ok(None) => {}
                         Err(e) => break Err(e),
                     }
@@ -590,11 +614,14 @@ impl Table {
             };
             if waiter.is_none() {
                 let edges = first_edges.as_ref();
-                match self.enqueue(&admission, edges, ops, limit).await {
+                match self.enqueue(&admission, edges, moved_to, ops, limit).await {
                     Ok((id, at)) => {
                         waiter = Some(id);
                         written = at;
-                        place = Place::queued(admission.priority, id, at);
+                        place = match moved_to {
+                            Some(to) => Place::moved(admission.priority, id, to),
+                            None => Place::queued(admission.priority, id, at),
+                        };
                         continue;
                     }
                     Err(e) => break Err(e),
@@ -659,6 +686,8 @@ impl Table {
         let layout = self.layout();
         let actor_key = layout.actor(admission.actor.id.0);
         let mut reads: Vec<TxnOp> = admission.ranges.iter().map(|r| prefix_get(r)).collect();
+        // Where reorderings moved waiters: rarely anything at all.
+        reads.push(prefix_get(&layout.all_moved()));
         reads.push(TxnOp::get(actor_key.clone(), None));
         if let Some(id) = waiter {
             reads.push(TxnOp::get(
@@ -771,7 +800,8 @@ impl Table {
                 actor: admission.actor.id.0.to_string(),
             });
         }
-        let (mut holds, waiters) = decide::group(
+        let moved = moved_places(&ranges.pop().unwrap_or_default());
+        let (mut holds, mut waiters) = decide::group(
             layout,
             ranges
                 .iter()
@@ -782,6 +812,17 @@ impl Table {
             // A widened hold does not conflict with itself.
             holds.retain(|h| h.owner != Owner::Hold(admission.hold));
         }
+        decide::apply_moves(&mut waiters, &moved);
+        // A queued request stands where the read found it: a reordering
+        // may have moved it since it last looked.
+        let place = match waiter {
+            Some(id) => waiters
+                .iter()
+                .find(|w| w.owner == Owner::Waiter(id))
+                .and_then(Other::place)
+                .unwrap_or(place),
+            None => place,
+        };
         let waiting = admission.wait != Wait::Never;
         let mut snapshot = Snapshot::new(holds, waiters);
         let in_the_way = snapshot.waiters_in_the_way(&admission.claim, place);
@@ -838,7 +879,14 @@ impl Table {
                     )
                     .await?
                 {
-                    return Err(Error::Deadlock { cycle });
+                    // As in process: a reordering that leaves no cycle
+                    // with the grant's edges, then the request looks again.
+                    let owner = admission.actor.id.0;
+                    let extra: Vec<(u64, u64)> = passed.iter().map(|&w| (w, owner)).collect();
+                    return match self.reorder(None, &extra).await? {
+                        Reordered::Moved { .. } | Reordered::Raced => Ok(Step::Raced),
+                        Reordered::NoCycle | Reordered::Stuck => Err(Error::Deadlock { cycle }),
+                    };
                 }
             }
         }
@@ -911,6 +959,8 @@ impl Table {
                 .iter()
                 .map(|r| unchanged_since(r, revision)),
         );
+        // The queue order judged: no waiter moved since.
+        compares.push(unchanged_since(&self.layout().all_moved(), revision));
         let txn = Txn::new().when(compares).and_then(writes);
         let done = match self
             .admission_txn(txn, Some(admission.actor.lease), ops, limit)
@@ -985,6 +1035,7 @@ impl Table {
         if let Some(id) = waiter {
             writes.push(TxnOp::delete(layout.waiter(id), None));
             writes.push(TxnOp::delete(layout.edges(id), None));
+            writes.push(TxnOp::delete(layout.moved(id), None));
             for (key, _) in &admission.keys {
                 writes.push(TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None));
             }
@@ -999,6 +1050,7 @@ impl Table {
         &self,
         admission: &Admission,
         edges: Option<&Edges>,
+        moved_to: Option<Moved>,
         ops: usize,
         limit: usize,
     ) -> Result<(u64, i64)> {
@@ -1012,6 +1064,9 @@ impl Table {
         writes.extend(admission.entry_puts(layout, Owner::Waiter(id), waiter_lease)?);
         if let Some(edges) = edges {
             writes.push(TxnOp::put(layout.edges(id), to_json(edges)?, lease.clone()));
+        }
+        if let Some(to) = moved_to {
+            writes.push(TxnOp::put(layout.moved(id), to_json(&to)?, lease.clone()));
         }
         writes.push(self.count(Counter::Waited));
         let txn = Txn::new()
@@ -1091,16 +1146,25 @@ impl Table {
         me: u64,
         mine: &Edges,
         my_claim: &Claim,
-    ) -> Result<Option<Vec<String>>> {
+    ) -> Result<Option<Closed>> {
         let (others, fences_of) = self.graph_and_fences().await?;
         let mut mine = mine.clone();
         mine.queued = others.get(&me).map_or(i64::MAX, |e| e.queued);
         true_edges(&fences_of, None, my_claim, &mut mine);
-        if let Some(cycle) = deadlock::refused_cycle(me, &mine, &others) {
-            return Ok(Some(cycle));
+        if let Some(actors) = deadlock::refused_cycle(me, &mine, &others) {
+            return Ok(Some(Closed {
+                actors,
+                reorderable: true,
+            }));
         }
         // Slot waits (SPEC §11) are "any of" waits, judged apart.
-        self.slot_cycle(me, &mine, &others).await
+        Ok(self
+            .slot_cycle(me, &mine, &others)
+            .await?
+            .map(|actors| Closed {
+                actors,
+                reorderable: false,
+            }))
     }
 
     /// Gives up the request `actor` asked with `ticket`

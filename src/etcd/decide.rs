@@ -204,6 +204,41 @@ pub(crate) struct Other {
     /// The revision its entries were created at: the grant's fencing token
     /// for a hold, the queue position for a waiter.
     pub(crate) revision: i64,
+    /// For a waiter a reordering moved ([`Moved`]), its place since.
+    pub(crate) moved: Option<Moved>,
+}
+
+/// Where a reordering of the queue put a waiter (SPEC §4; the record
+/// `P p/<waiter>`): among the requests of its priority, where one queued at
+/// `revision` stands, and among those of one revision by `step` (an
+/// unmoved request's step is 0). A queue place in etcd is otherwise the
+/// revision a request queued at, which cannot change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Moved {
+    pub(crate) revision: i64,
+    pub(crate) step: i64,
+}
+
+/// Puts the waiters a reordering moved (`moved`, by waiter id) at their
+/// places, and the waiters back in queue order.
+pub(crate) fn apply_moves(waiters: &mut [Other], moved: &HashMap<u64, Moved>) {
+    for waiter in waiters.iter_mut() {
+        if let Owner::Waiter(id) = waiter.owner {
+            waiter.moved = moved.get(&id).copied();
+        }
+    }
+    waiters.sort_by_key(|w| w.place());
+}
+
+/// The moved places of one read of `P p/` (waiter ids and values; see
+/// [`Moved`]). A value that does not parse is no move.
+pub(crate) fn moves_in<'a>(
+    records: impl IntoIterator<Item = (Option<u64>, &'a [u8])>,
+) -> HashMap<u64, Moved> {
+    records
+        .into_iter()
+        .filter_map(|(id, value)| Some((id?, serde_json::from_slice(value).ok()?)))
+        .collect()
 }
 
 /// Groups index entries (key, value, create revision) into holds and
@@ -234,6 +269,7 @@ pub(crate) fn group<'a>(
                 claim: claim_of(&value.meta, Vec::new()),
                 meta: value.meta,
                 revision,
+                moved: None,
             })
             .claim
             .keys
@@ -243,16 +279,18 @@ pub(crate) fn group<'a>(
         .into_values()
         .partition(|o| matches!(o.owner, Owner::Hold(_)));
     holds.sort_by_key(|o| (o.revision, o.owner));
-    waiters.sort_by_key(|o| (std::cmp::Reverse(o.meta.priority), o.revision, o.owner));
+    waiters.sort_by_key(|o| o.place());
     (holds, waiters)
 }
 
 /// A place in the queue, ordered front to back (SPEC §4): higher priority
-/// first, then the earlier revision.
+/// first, then the earlier revision (or the place a reordering gave,
+/// [`Moved`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Place {
     rank: Reverse<i32>,
     revision: i64,
+    step: i64,
     waiter: u64,
 }
 
@@ -263,7 +301,27 @@ impl Place {
         Place {
             rank: Reverse(priority),
             revision: i64::MAX,
+            step: 0,
             waiter: u64::MAX,
+        }
+    }
+
+    /// The place of `waiter` (`u64::MAX`: not queued yet) that a
+    /// reordering moved to `moved`.
+    pub(crate) fn moved(priority: i32, waiter: u64, moved: Moved) -> Place {
+        Place {
+            rank: Reverse(priority),
+            revision: moved.revision,
+            step: moved.step,
+            waiter,
+        }
+    }
+
+    /// As a [`Moved`] record: where it stands among its priority.
+    pub(crate) fn as_moved(&self) -> Moved {
+        Moved {
+            revision: self.revision,
+            step: self.step,
         }
     }
 
@@ -272,16 +330,120 @@ impl Place {
         Place {
             rank: Reverse(priority),
             revision,
+            step: 0,
             waiter,
         }
     }
+}
+
+/// Gap left between an unmoved place and one moved just ahead of it, so
+/// that later moves still find room between.
+const GAP: i64 = 1 << 32;
+
+/// A request of the search as it stands at the read: its id in the search
+/// (`None` for the request being decided), its priority, and its place
+/// (`None` until it queues, after the read's revision).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Standing {
+    pub(crate) id: Option<usize>,
+    pub(crate) priority: i32,
+    pub(crate) place: Option<Place>,
+}
+
+/// The places the moves give: each moved request (an index into `stands`)
+/// with a place between its neighbours in the order the moves make.
+/// `None` when no place is left between two neighbours (never in
+/// practice: a move leaves a gap of [`GAP`]).
+pub(crate) fn placed_by(
+    stands: &[Standing],
+    moves: &[(Option<usize>, Option<usize>)],
+    revision: i64,
+) -> Option<Vec<(usize, Moved)>> {
+    let item_of = |id: Option<usize>| stands.iter().position(|s| s.id == id);
+    let mut order: Vec<usize> = (0..stands.len()).collect();
+    let mut moved: Vec<usize> = Vec::new();
+    for &(waiter, of) in moves {
+        let (waiter, of) = (item_of(waiter)?, item_of(of)?);
+        order.retain(|&i| i != waiter);
+        let at = order.iter().position(|&i| i == of)?;
+        order.insert(at, waiter);
+        if !moved.contains(&waiter) {
+            moved.push(waiter);
+        }
+    }
+    // Where an item stands as a (revision, step) key among its priority.
+    let key = |i: usize, given: &HashMap<usize, Moved>| -> Moved {
+        if let Some(m) = given.get(&i) {
+            return *m;
+        }
+        match stands[i].place {
+            Some(place) => place.as_moved(),
+            // Not queued yet: it will queue at a later revision.
+            None => Moved {
+                revision: revision + 1,
+                step: 0,
+            },
+        }
+    };
+    let mut given: HashMap<usize, Moved> = HashMap::new();
+    for (at, &item) in order.iter().enumerate() {
+        if !moved.contains(&item) {
+            continue;
+        }
+        // The next item not moved, of the same priority: a move never
+        // crosses priorities, so there is one (the one it went ahead of,
+        // or one behind that).
+        let after = order[at + 1..]
+            .iter()
+            .copied()
+            .find(|i| !moved.contains(i))?;
+        let high = key(after, &given);
+        let low = at
+            .checked_sub(1)
+            .map(|before| order[before])
+            .filter(|&before| stands[before].priority == stands[item].priority)
+            .map(|before| key(before, &given));
+        // How many moved items stand in this gap, and which one this is.
+        let run_start = order[..at]
+            .iter()
+            .rposition(|i| !moved.contains(i))
+            .map_or(0, |p| p + 1);
+        let run_end = at + 1 + order[at + 1..].iter().position(|i| !moved.contains(i))?;
+        let (nth, count) = ((at - run_start) as i64 + 1, (run_end - run_start) as i64);
+        let place = match low {
+            Some(low) if low.revision == high.revision => {
+                let room = high.step.checked_sub(low.step)?;
+                if room <= count {
+                    return None;
+                }
+                Moved {
+                    revision: high.revision,
+                    step: low.step + room / (count + 1) * nth,
+                }
+            }
+            _ => Moved {
+                revision: high.revision,
+                step: high.step.checked_sub(GAP * (count + 1 - nth))?,
+            },
+        };
+        given.insert(item, place);
+    }
+    Some(
+        moved
+            .into_iter()
+            .filter_map(|i| Some((i, *given.get(&i)?)))
+            .collect(),
+    )
 }
 
 impl Other {
     /// Its place, when it is a waiter.
     pub(crate) fn place(&self) -> Option<Place> {
         match self.owner {
-            Owner::Waiter(id) => Some(Place::queued(self.meta.priority, id, self.revision)),
+            Owner::Waiter(id) => Some(match self.moved {
+                Some(moved) => Place::moved(self.meta.priority, id, moved),
+                None => Place::queued(self.meta.priority, id, self.revision),
+            }),
             Owner::Hold(_) => None,
         }
     }
@@ -693,6 +855,7 @@ mod tests {
             meta: meta(1, &[1], KindRecord::Fence, 0),
             claim: parent_fence,
             revision: 5,
+            moved: None,
         };
         let snapshot = Snapshot::new(Vec::new(), Vec::new()).with_fences(vec![fence]);
         assert_eq!(
@@ -715,6 +878,7 @@ mod tests {
             ),
             meta,
             revision,
+            moved: None,
         };
         let holds = [
             other(
@@ -816,6 +980,7 @@ mod tests {
                 meta: meta_of(&h.claim, 0),
                 claim: h.claim.clone(),
                 revision: id.0 as i64,
+                moved: None,
             })
             .collect();
         let (mut waiters, mut children, mut requesters) = (Vec::new(), Vec::new(), HashMap::new());
@@ -837,6 +1002,7 @@ mod tests {
                 meta: meta_of(&w.claim, w.priority),
                 claim: w.claim.clone(),
                 revision: rank as i64,
+                moved: None,
             });
         }
         let slots = Slots {
@@ -933,5 +1099,37 @@ mod tests {
                 apply(&mut state, op, 100 + n as u64);
             }
         }
+    }
+
+    #[test]
+    fn a_moved_request_stands_between_its_new_neighbours() {
+        // Three waiters of one priority queued at revisions 10, 20, 30; the
+        // last moves ahead of the second.
+        let place = |i: u64, r: i64| Some(Place::queued(0, i, r));
+        let stand = |id: Option<usize>, place: Option<Place>| Standing {
+            id,
+            priority: 0,
+            place,
+        };
+        let stands = [
+            stand(Some(0), place(0, 10)),
+            stand(Some(1), place(1, 20)),
+            stand(Some(2), place(2, 30)),
+        ];
+        let placed = placed_by(&stands, &[(Some(2), Some(1))], 40).unwrap();
+        assert_eq!(placed.len(), 1);
+        let (item, moved) = placed[0];
+        assert_eq!(item, 2);
+        let moved = Place::moved(0, 2, moved);
+        assert!(place(0, 10).unwrap() < moved && moved < place(1, 20).unwrap());
+        // A request not queued yet moves ahead of the first; another
+        // waiter then moves ahead of it: both stay in that order, ahead.
+        let stands = [stands[0], stands[1], stand(None, None)];
+        let placed = placed_by(&stands, &[(None, Some(0)), (Some(1), None)], 40).unwrap();
+        let at: HashMap<usize, Place> = placed
+            .iter()
+            .map(|&(i, m)| (i, Place::moved(0, i as u64, m)))
+            .collect();
+        assert!(at[&1] < at[&2] && at[&2] < place(0, 10).unwrap());
     }
 }

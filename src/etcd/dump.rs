@@ -13,7 +13,7 @@ use crate::sched::dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slot
 use super::actors::ActorRecord;
 use super::counters::sum_counters;
 use super::decide::{Blocked, ClaimRecord, Other, Place, Snapshot};
-use super::graph::{dump_edges, others};
+use super::graph::{dump_edges, moved_places, others};
 use super::layout::Owner;
 use super::slots::limits_in;
 use super::store::{
@@ -71,6 +71,7 @@ impl Table {
             layout.all_edges(),
             layout.all_fences(),
             layout.counters(),
+            layout.all_moved(),
         ];
         let mut reads: Vec<TxnOp> = prefixes.iter().map(|p| prefix_get(p)).collect();
         reads.push(TxnOp::get(layout.limits(), None));
@@ -78,13 +79,21 @@ impl Table {
         let revision = revision_of(&read);
         let mut ranges = ranges_of(&read).into_iter();
         let mut next = || ranges.next().unwrap_or_default();
-        let (actor_kvs, holds, waiter_kvs, edges, fences, counts, limits) =
-            (next(), next(), next(), next(), next(), next(), next());
+        let (actor_kvs, holds, waiter_kvs, edges, fences, counts, moved_kvs, limits) = (
+            next(),
+            next(),
+            next(),
+            next(),
+            next(),
+            next(),
+            next(),
+            next(),
+        );
         let limits = limits_in(&limits);
         let counters = sum_counters(&counts);
         let now = now_ms();
         let age = |since: u64| Duration::from_millis(now.saturating_sub(since));
-        let edges = dump_edges(&waiter_kvs, &edges, &fences);
+        let edges = dump_edges(&waiter_kvs, &edges, &fences, &moved_kvs);
         let mut actors: Vec<(i64, ActorEntry, LeaseId)> = actor_kvs
             .iter()
             .filter_map(|kv| {
@@ -127,8 +136,14 @@ impl Table {
         // answer to `fence.extend` and `fence.narrow` says the same).
         let mut holds = others(&holds, Owner::Hold, KeyValue::mod_revision);
         holds.sort_by_key(|(_, h)| (h.revision, h.owner));
-        // A waiter's place is the revision it queued at (in queue order).
-        let waiters = others(&waiter_kvs, Owner::Waiter, KeyValue::create_revision);
+        // A waiter's place is the revision it queued at, or where a
+        // reordering moved it (in queue order).
+        let moved = moved_places(&moved_kvs);
+        let mut waiters = others(&waiter_kvs, Owner::Waiter, KeyValue::create_revision);
+        for (_, w) in &mut waiters {
+            w.moved = moved.get(&w.id()).copied();
+        }
+        waiters.sort_by_key(|(_, w)| w.place());
         let snapshot = Snapshot::new(
             holds.iter().map(|(_, h)| h.clone()).collect(),
             waiters.iter().map(|(_, w)| w.clone()).collect(),
@@ -139,7 +154,14 @@ impl Table {
         // A child_wait's cause also counts the slots (SPEC §11), and its
         // actor is the parent that asked.
         let child_waits = self
-            .dump_child_waits(revision, limits, &actor_kvs, &waiter_kvs, &fences)
+            .dump_child_waits(
+                revision,
+                limits,
+                &actor_kvs,
+                &waiter_kvs,
+                &fences,
+                &moved_kvs,
+            )
             .await?;
         let queued = waiters.iter().map(|(_, w)| w.revision).collect();
         let waiters: Vec<WaiterEntry> = waiters

@@ -11,7 +11,7 @@ use crate::core::table::{ActorId, Claim};
 use crate::error::Result;
 
 use super::deadlock::{self, Edges};
-use super::decide::{ClaimRecord, Other, Place, Snapshot};
+use super::decide::{ClaimRecord, Moved, Other, Place, Snapshot, apply_moves, moves_in};
 use super::layout::Owner;
 use super::store::{Table, id_in};
 
@@ -31,12 +31,18 @@ pub(super) fn others(
                 meta: record.meta.clone(),
                 claim: record.claim(),
                 revision: revision(kv),
+                moved: None,
             };
             Some((record, other))
         })
         .collect();
     found.sort_by_key(|(_, o)| (std::cmp::Reverse(o.meta.priority), o.revision, o.owner));
     found
+}
+
+/// The places a reordering moved waiters to, from one read of `P p/`.
+pub(super) fn moved_places(moved: &[KeyValue]) -> HashMap<u64, Moved> {
+    moves_in(moved.iter().map(|kv| (id_in(kv.key()), kv.value())))
 }
 
 /// Every waiting request's edges at one read (`waiters`, their `edges`
@@ -52,9 +58,10 @@ pub(super) fn edges_at(
     waiters: &[KeyValue],
     edges: &[KeyValue],
     fences: &[KeyValue],
+    moved: &[KeyValue],
 ) -> BTreeMap<u64, Edges> {
     let mut requesters = HashMap::new();
-    let queued: Vec<Other> = others(waiters, Owner::Waiter, KeyValue::create_revision)
+    let mut queued: Vec<Other> = others(waiters, Owner::Waiter, KeyValue::create_revision)
         .into_iter()
         .map(|(record, o)| {
             if let Some(child_of) = record.child_of {
@@ -63,6 +70,7 @@ pub(super) fn edges_at(
             o
         })
         .collect();
+    apply_moves(&mut queued, &moved_places(moved));
     let held: Vec<Other> = others(fences, Owner::Hold, KeyValue::mod_revision)
         .into_iter()
         .map(|(_, o)| o)
@@ -98,6 +106,7 @@ pub(super) fn dump_edges(
     waiters: &[KeyValue],
     edges: &[KeyValue],
     fences: &[KeyValue],
+    moved: &[KeyValue],
 ) -> Vec<WaitEdge> {
     let actor_of: HashMap<u64, u64> = others(waiters, Owner::Waiter, KeyValue::create_revision)
         .into_iter()
@@ -107,7 +116,7 @@ pub(super) fn dump_edges(
         })
         .collect();
     let mut out = Vec::new();
-    for found in edges_at(waiters, edges, fences).values() {
+    for found in edges_at(waiters, edges, fences, moved).values() {
         for (owner, _) in &found.hard {
             out.push(WaitEdge {
                 from: ActorId(found.actor),
@@ -165,8 +174,13 @@ impl Table {
         std::collections::HashMap<u64, Vec<Claim>>,
     )> {
         let layout = self.layout();
-        let (_, [edges, waiters, fences]) = self
-            .read_prefixes([layout.all_edges(), layout.waiters(), layout.all_fences()])
+        let (_, [edges, waiters, fences, moved]) = self
+            .read_prefixes([
+                layout.all_edges(),
+                layout.waiters(),
+                layout.all_fences(),
+                layout.all_moved(),
+            ])
             .await?;
         let mut fences_of: HashMap<u64, Vec<Claim>> = HashMap::new();
         for kv in &fences {
@@ -177,7 +191,7 @@ impl Table {
                     .push(record.claim());
             }
         }
-        let others = edges_at(&waiters, &edges, &fences);
+        let others = edges_at(&waiters, &edges, &fences, &moved);
         Ok((others, fences_of))
     }
 

@@ -20,6 +20,7 @@
 //! | `P q/<waiter>` | the waiting request (every key it asks for) | the requester's |
 //! | `P e/<waiter>` | the waiting request's wait-for edges | the requester's |
 //! | `P w/<waiter>` | nothing: marks a waiting `child_wait` | the requester's |
+//! | `P p/<waiter>` | the place a reordering of the queue moved the waiting request to | the requester's |
 //! | `P k<path>\0<t\|f>/<h\|w><id>` | one key of a hold (`h`) or waiter (`w`) | its owner's |
 //! | `P m/<actor><path>` | the actor's read mark of a file (SPEC §6) | the actor's |
 //! | `P o<path>` | the last write through writ to a file: writer, content hash | none |
@@ -189,6 +190,15 @@ impl Layout {
 
     pub(crate) fn all_edges(&self) -> Vec<u8> {
         self.under(b"e/")
+    }
+
+    /// The place a reordering of the queue moved a waiter to.
+    pub(crate) fn moved(&self, waiter: u64) -> Vec<u8> {
+        self.under(format!("p/{}", hex(waiter)).as_bytes())
+    }
+
+    pub(crate) fn all_moved(&self) -> Vec<u8> {
+        self.under(b"p/")
     }
 
     /// An actor's read mark of the file `norm` (an absolute path, folded as

@@ -56,6 +56,7 @@
 //! | `tokens` | session and actor tokens, by their hashes |
 //! | `files` | the file tools' read marks and last writers |
 //! | `graph` | the wait-for edges true at one read; the cycle a grant would close |
+//! | `reorder` | soft cycles reordered away by the core's search, the moved places written |
 //! | `queue` | the waiters' lease, edge records, leaving the queue, watching for a change |
 //! | `admission` | [`AdmitRequest`], [`Grant`]: read, decide, commit or queue and wait; tickets |
 //! | `change` | widening and narrowing a live hold |
@@ -84,6 +85,7 @@ mod holds;
 mod layout;
 mod options;
 mod queue;
+mod reorder;
 mod resume;
 mod slots;
 mod store;

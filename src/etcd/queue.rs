@@ -153,6 +153,7 @@ impl Table {
         let mut deletes = vec![
             TxnOp::delete(layout.waiter(id), None),
             TxnOp::delete(layout.edges(id), None),
+            TxnOp::delete(layout.moved(id), None),
             // A `child_wait`'s mark, if it is one (nothing otherwise).
             TxnOp::delete(layout.slot_waiter(id), None),
         ];

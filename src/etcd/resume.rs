@@ -197,6 +197,11 @@ impl Table {
             .get(layout.edges(id), None)
             .await
             .map_err(unavailable)?;
+        // The place a reordering moved it to goes with it.
+        let moved = self
+            .get(layout.moved(id), None)
+            .await
+            .map_err(unavailable)?;
         let lease = self.waiter_lease().await?;
         let mut taken = record.clone();
         taken.taken_over = Some(self.next_id()?);
@@ -210,6 +215,13 @@ impl Table {
             writes.push(TxnOp::put(
                 layout.edges(id),
                 edges.value().to_vec(),
+                with_lease(lease),
+            ));
+        }
+        if let Some(moved) = moved.kvs().first() {
+            writes.push(TxnOp::put(
+                layout.moved(id),
+                moved.value().to_vec(),
                 with_lease(lease),
             ));
         }

@@ -40,11 +40,12 @@ use super::actors::{ActorRecord, ActorRef, GrantRecord, actor_record};
 use super::admission::{Wait, entry_puts, key_records, keys_of};
 use super::counters::Counter;
 use super::deadlock::{self, Edges, SlotKind};
-use super::decide::{self, ChildOf, ClaimRecord, Meta, Other, Place, QueuedChild, Snapshot};
-use super::graph::others;
+use super::decide::{self, ChildOf, ClaimRecord, Meta, Moved, Other, Place, QueuedChild, Snapshot};
+use super::graph::{moved_places, others};
 use super::layout::{Layout, Owner};
 use super::queue::Mine;
 use super::queue::WaitEnded;
+use super::reorder::Deciding;
 use super::store::{
     LeaseId, Table, etcd_error, id_in, now_ms, prefix_get, ranges_of, revision_of, still, to_json,
     unavailable, unchanged_since, with_lease,
@@ -212,6 +213,8 @@ struct World {
     /// The index entries in the conflict ranges of some claims (by waiter
     /// id, [`NEW`] for the request being decided), read at `revision`.
     entries: HashMap<u64, Vec<Entry>>,
+    /// The places a reordering moved waiters to.
+    moved: HashMap<u64, Moved>,
 }
 
 impl World {
@@ -220,9 +223,11 @@ impl World {
         actors: &[KeyValue],
         waiters: &[KeyValue],
         fences: &[KeyValue],
+        moved: &[KeyValue],
     ) -> Self {
         let mut world = World {
             revision,
+            moved: moved_places(moved),
             ..World::default()
         };
         for kv in actors {
@@ -284,8 +289,9 @@ impl World {
             .flatten()
             .map(|(k, v, r)| (k.as_slice(), (v.as_slice(), *r)))
             .collect();
-        let (holds, waiters) =
+        let (holds, mut waiters) =
             decide::group(layout, entries.iter().map(|(k, (v, r))| (*k, *v, *r)));
+        decide::apply_moves(&mut waiters, &self.moved);
         let children = self
             .slot_waiters
             .iter()
@@ -358,6 +364,7 @@ impl Table {
             prefix_get(&layout.actors()),
             prefix_get(&layout.waiters()),
             prefix_get(&layout.all_fences()),
+            prefix_get(&layout.all_moved()),
         ];
         reads.extend(extra);
         let read = self.read(reads).await.map_err(unavailable)?;
@@ -366,8 +373,9 @@ impl Table {
         let actors = ranges.next().unwrap_or_default();
         let waiters = ranges.next().unwrap_or_default();
         let fences = ranges.next().unwrap_or_default();
+        let moved = ranges.next().unwrap_or_default();
         let rest: Vec<Vec<KeyValue>> = ranges.collect();
-        let mut world = World::parse(revision, &actors, &waiters, &fences);
+        let mut world = World::parse(revision, &actors, &waiters, &fences, &moved);
         let wanted = wanted(&world);
         self.read_entries(&mut world, &wanted).await?;
         Ok((world, rest, wanted))
@@ -523,6 +531,7 @@ impl Table {
         let mut answer = answer;
         let mut waiter: Option<(u64, i64)> = None;
         let mut last_edges: Option<Edges> = None;
+        let mut reorders = 0;
         let started = tokio::time::Instant::now();
         let deadline = match wait.wait {
             Wait::For(d) => Some(started + d),
@@ -546,7 +555,20 @@ impl Table {
             };
             let me = waiter.map_or(NEW, |w| w.0);
             match self.refused_cycle(me, &edges, &wait.claim).await {
-                Ok(Some(cycle)) => break Err(Error::Deadlock { cycle }),
+                Ok(Some(closed)) => {
+                    // A child_wait keeps its place (SPEC §11); others may
+                    // move for it.
+                    let deciding = waiter.is_none().then_some(Deciding {
+                        requester: wait.parent.id.0,
+                        claim: &wait.claim,
+                        priority: 0,
+                        movable: false,
+                    });
+                    match self.end_cycle(closed, deciding, &mut reorders).await {
+                        Ok(_) => continue,
+                        Err(e) => break Err(e),
+                    }
+                }
                 Ok(None) => {}
                 Err(e) => break Err(e),
             }
@@ -828,7 +850,7 @@ impl Table {
             return Ok(None);
         }
         let (revision, [actors]) = self.read_prefixes([self.layout().actors()]).await?;
-        let world = World::parse(revision, &actors, &[], &[]);
+        let world = World::parse(revision, &actors, &[], &[], &[]);
         for (waiter, kind) in waits {
             let holders = world.holders(kind);
             if let Some(cycle) = deadlock::slot_deadlock(me, mine, others, waiter, &holders) {
@@ -849,6 +871,7 @@ impl Table {
         actors: &[KeyValue],
         waiters: &[KeyValue],
         fences: &[KeyValue],
+        moved: &[KeyValue],
     ) -> Result<Vec<ChildWaitShown>> {
         // Most dumps have no child_wait: find that out without decoding
         // the session's records a second time (a dump may be read in a
@@ -858,7 +881,7 @@ impl Table {
             return Ok(Vec::new());
         }
         let layout = self.layout();
-        let mut world = World::parse(revision, actors, waiters, fences);
+        let mut world = World::parse(revision, actors, waiters, fences, moved);
         if world.slot_waiters.is_empty() {
             return Ok(Vec::new());
         }
