@@ -53,6 +53,7 @@ use crate::core::judge;
 use crate::core::queue::{Need, Pos, WaiterId};
 use crate::core::state::{Blocker, State};
 use crate::core::table::{ActorId, Claim, HoldKind, conflict};
+use crate::core::wait_graph::{Node, WaitGraph, actors_of};
 
 /// One edge of the wait-for graph folded onto actors, as the dump shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -65,42 +66,26 @@ pub struct WaitEdge {
     pub hard: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Node {
-    Actor(ActorId),
-    Request(WaiterId),
-    /// The request being decided, not queued yet.
-    New,
-}
+/// The in-process graph: a request is one in the queue, or the one being
+/// decided ([`Who::New`]).
+type Graph = WaitGraph<Who>;
 
 /// A request as the graph sees it.
 #[derive(Clone, Copy)]
 struct Req<'a> {
-    node: Node,
+    node: Node<Who>,
     requester: ActorId,
     claim: &'a Claim,
     /// The owner its hold will have, when that hold is a fence.
     fence_owner: Option<ActorId>,
 }
 
-type Graph = DiGraphMap<Node, ()>;
-
 /// Adds the edges of `req`, queued at `at`, as the core's judgement draws
 /// them ([`judge::wait_edges`]).
 fn add_request(graph: &mut Graph, state: &State, req: &Req<'_>, at: Pos) {
+    let Node::Request(id) = req.node else { return };
     let edges = judge::wait_edges(&state.view(None), req.requester, req.claim, at);
-    graph.add_edge(Node::Actor(req.requester), req.node, ());
-    for &owner in edges.fences.iter().chain(&edges.asked) {
-        graph.add_edge(req.node, Node::Actor(owner), ());
-    }
-    for earlier in edges.earlier {
-        graph.add_edge(req.node, Node::Request(earlier), ());
-    }
-    if let Some(owner) = req.fence_owner {
-        for passed in edges.passed {
-            graph.add_edge(Node::Request(passed), Node::Actor(owner), ());
-        }
-    }
+    graph.add_request(id, req.requester, &edges.map(Who::Queued), req.fence_owner);
 }
 
 /// The waiting requests with their places, in queue order.
@@ -114,7 +99,7 @@ fn waiting(state: &State) -> Vec<(Pos, Req<'_>)> {
             Some((
                 pos,
                 Req {
-                    node: Node::Request(w.id),
+                    node: Node::Request(Who::Queued(w.id)),
                     requester: w.requester,
                     claim: &w.claim,
                     fence_owner: judge::fence_owner(&w.claim),
@@ -129,7 +114,7 @@ fn waiting(state: &State) -> Vec<(Pos, Req<'_>)> {
 /// Earlier conflicting waiters come from the queue's path index.
 fn build(state: &State, new: Option<(Req<'_>, Pos)>) -> Graph {
     let reqs = waiting(state);
-    let mut graph = Graph::new();
+    let mut graph = Graph::default();
     for (pos, req) in &reqs {
         add_request(&mut graph, state, req, *pos);
     }
@@ -156,66 +141,35 @@ fn add_pair(graph: &mut Graph, ahead: &Req<'_>, behind: &Req<'_>, passes: bool) 
     if passes {
         if let Some(owner) = behind.fence_owner {
             if owner != ahead.requester {
-                graph.add_edge(ahead.node, Node::Actor(owner), ());
+                graph.add_edge(ahead.node, Node::Actor(owner));
             }
         }
         return;
     }
-    graph.add_edge(behind.node, ahead.node, ());
+    graph.add_edge(behind.node, ahead.node);
     if let Some(owner) = ahead.fence_owner {
         if owner != behind.requester {
-            graph.add_edge(behind.node, Node::Actor(owner), ());
+            graph.add_edge(behind.node, Node::Actor(owner));
         }
     }
 }
 
 /// A cycle in an acyclic-but-for-new-edges graph, as actor ids.
 fn find_cycle(graph: &Graph, state: &State) -> Option<Vec<ActorId>> {
-    let scc = petgraph::algo::tarjan_scc(graph)
-        .into_iter()
-        .find(|component| component.len() > 1)?;
-    cycle_in(graph, state, &scc)
+    let component = graph.cyclic_components().into_iter().next()?;
+    cycle_in(graph, state, &component)
 }
 
-/// A cycle inside the strongly connected component `scc`, as actor ids.
-fn cycle_in(graph: &Graph, state: &State, scc: &[Node]) -> Option<Vec<ActorId>> {
-    let members: HashSet<Node> = scc.iter().copied().collect();
-    // Walk inside the component until a node repeats: that loop is a cycle.
-    let start = *scc.iter().min()?;
-    let mut path = vec![start];
-    let mut index: HashMap<Node, usize> = HashMap::from([(start, 0)]);
-    loop {
-        let here = *path.last()?;
-        let next = graph
-            .neighbors(here)
-            .filter(|n| members.contains(n))
-            .min()?;
-        if let Some(&at) = index.get(&next) {
-            path.drain(..at);
-            break;
-        }
-        index.insert(next, path.len());
-        path.push(next);
-    }
+/// A cycle inside the strongly connected component `component`, as actor
+/// ids.
+fn cycle_in(graph: &Graph, state: &State, component: &[Node<Who>]) -> Option<Vec<ActorId>> {
+    let path = graph.cycle_in(component)?;
     let owners: HashMap<WaiterId, ActorId> =
         state.queue.entries().map(|w| (w.id, w.requester)).collect();
-    let mut actors: Vec<ActorId> = Vec::new();
-    for node in path {
-        let actor = match node {
-            Node::Actor(a) => Some(a),
-            Node::Request(w) => owners.get(&w).copied(),
-            Node::New => None,
-        };
-        if let Some(actor) = actor {
-            if actors.last() != Some(&actor) {
-                actors.push(actor);
-            }
-        }
-    }
-    if actors.len() > 1 && actors.first() == actors.last() {
-        actors.pop();
-    }
-    Some(actors)
+    Some(actors_of(path, |who| match who {
+        Who::Queued(w) => owners.get(&w).copied(),
+        Who::New => None,
+    }))
 }
 
 /// Rotates a cycle so that `first` leads, if it is on it.
@@ -245,7 +199,7 @@ pub(crate) fn cycle_if_waiting(
     priority: i32,
 ) -> Verdict {
     let new = Req {
-        node: Node::New,
+        node: Node::Request(Who::New),
         requester,
         claim,
         fence_owner: judge::fence_owner(claim),
@@ -253,7 +207,7 @@ pub(crate) fn cycle_if_waiting(
     let at = Pos::end_of(priority);
     let graph = build(state, Some((new, at)));
     if let Some(slot) = state.slot_wait(claim, need, at) {
-        if let Some(cycle) = slot_cycle(state, &graph, requester, slot) {
+        if let Some(cycle) = graph.slot_cycle(requester, &slot_holders(state, slot)) {
             return Verdict::Deadlock(cycle);
         }
     }
@@ -262,13 +216,14 @@ pub(crate) fn cycle_if_waiting(
     for (pos, waiter) in state.queue.children_ahead(Pos::end_of(i32::MIN)) {
         if let Some(slot) = state.slot_wait(&waiter.claim, &waiter.need, pos) {
             if slot_holders(state, slot).contains(&requester) {
-                if let Some(cycle) = slot_cycle(state, &graph, waiter.requester, slot) {
+                if let Some(cycle) = graph.slot_cycle(waiter.requester, &slot_holders(state, slot))
+                {
                     return Verdict::Deadlock(starting_with(cycle, requester));
                 }
             }
         }
     }
-    if !petgraph::algo::is_cyclic_directed(&graph) {
+    if !graph.is_cyclic() {
         return Verdict::Free;
     }
     let movable = matches!(need, Need::Hold);
@@ -279,88 +234,6 @@ pub(crate) fn cycle_if_waiting(
         Some(cycle) => Verdict::Deadlock(starting_with(cycle, requester)),
         None => Verdict::Deadlock(vec![requester]),
     }
-}
-
-/// A slot wait that can never end (§11): the new request (a `child_wait`
-/// of `requester` at `at`) waits for a slot, and every live child holding a
-/// slot of that limit waits, directly or through others, on `requester` —
-/// so none of them can give a slot back before the requester stops
-/// waiting. A slot wait is an "any of them" wait, so it is a deadlock only
-/// when *every* holder is caught; one holder on its own is not a cycle.
-/// Returns the actors of the cycle (§4 names them all): the requester,
-/// then each holder followed by the actors its wait passes through on its
-/// way back to the requester, each once (`slot` is the limit the requester
-/// waits on).
-fn slot_cycle(
-    state: &State,
-    graph: &Graph,
-    requester: ActorId,
-    slot: Blocker,
-) -> Option<Vec<ActorId>> {
-    let holders = slot_holders(state, slot);
-    if holders.is_empty() {
-        return None;
-    }
-    let mut cycle = vec![requester];
-    for holder in holders {
-        if holder == requester {
-            continue;
-        }
-        for actor in actors_on_path(graph, holder, requester)? {
-            if !cycle.contains(&actor) {
-                cycle.push(actor);
-            }
-        }
-    }
-    Some(cycle)
-}
-
-/// The actors on a shortest path from actor `from` to actor `to`, `from`
-/// first and `to` left out; `None` when `from` does not wait on `to`.
-fn actors_on_path(graph: &Graph, from: ActorId, to: ActorId) -> Option<Vec<ActorId>> {
-    if !graph.contains_node(Node::Actor(from)) {
-        return None;
-    }
-    let path = shortest_path(Node::Actor(from), Node::Actor(to), |n| graph.neighbors(n))?;
-    Some(
-        path.into_iter()
-            .filter_map(|node| match node {
-                Node::Actor(actor) if actor != to => Some(actor),
-                _ => None,
-            })
-            .collect(),
-    )
-}
-
-/// A shortest path from `start` to `goal` (both included) in the graph
-/// whose successors `next` gives, or `None` when `goal` cannot be reached.
-/// Both tables name a slot deadlock's actors with it.
-pub(crate) fn shortest_path<N, I>(start: N, goal: N, mut next: impl FnMut(N) -> I) -> Option<Vec<N>>
-where
-    N: Copy + Eq + std::hash::Hash,
-    I: IntoIterator<Item = N>,
-{
-    let mut parent: HashMap<N, N> = HashMap::new();
-    let mut queue = std::collections::VecDeque::from([start]);
-    while let Some(node) = queue.pop_front() {
-        if node == goal {
-            break;
-        }
-        for after in next(node) {
-            if after != start && !parent.contains_key(&after) {
-                parent.insert(after, node);
-                queue.push_back(after);
-            }
-        }
-    }
-    let mut path = vec![goal];
-    let mut node = goal;
-    while node != start {
-        node = *parent.get(&node)?;
-        path.push(node);
-    }
-    path.reverse();
-    Some(path)
 }
 
 /// The live children holding a slot of the limit `slot` names.
@@ -386,7 +259,7 @@ pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Verdict {
     if claim.kind != HoldKind::Fence {
         return Verdict::Free;
     }
-    let blocked: Vec<(Node, Node)> = waiting(state)
+    let blocked: Vec<(Node<Who>, Node<Who>)> = waiting(state)
         .iter()
         .filter(|(_, w)| w.requester != claim.owner && conflict(w.claim, claim).is_some())
         .map(|(_, w)| (w.node, Node::Actor(claim.owner)))
@@ -394,8 +267,8 @@ pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Verdict {
     let extra: Vec<(Option<WaiterId>, ActorId)> = blocked
         .iter()
         .filter_map(|&(from, _)| match from {
-            Node::Request(id) => Some((Some(id), claim.owner)),
-            Node::Actor(_) | Node::New => None,
+            Node::Request(Who::Queued(id)) => Some((Some(id), claim.owner)),
+            Node::Request(Who::New) | Node::Actor(_) => None,
         })
         .collect();
     if blocked.is_empty() {
@@ -403,9 +276,9 @@ pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Verdict {
     }
     let mut graph = build(state, None);
     for &(from, to) in &blocked {
-        graph.add_edge(from, to, ());
+        graph.add_edge(from, to);
     }
-    if !petgraph::algo::is_cyclic_directed(&graph) {
+    if !graph.is_cyclic() {
         return Verdict::Free;
     }
     if let Some(moves) = reorder_queue(state, None, &extra) {
@@ -436,7 +309,7 @@ pub(crate) fn closed_cycle(state: &State) -> Option<Closed> {
         return None;
     }
     let graph = build(state, None);
-    if !petgraph::algo::is_cyclic_directed(&graph) {
+    if !graph.is_cyclic() {
         return None;
     }
     // The newest waiting request on any cycle: a node is on a cycle exactly
@@ -446,15 +319,15 @@ pub(crate) fn closed_cycle(state: &State) -> Option<Closed> {
     // found in (several cycles can stand when no order within the search's
     // bound removes them all, though each alone could be). Every component
     // with an edge holds a request: actors only point at requests.
-    let (newest, scc) = petgraph::algo::tarjan_scc(&graph)
+    let (newest, scc) = graph
+        .cyclic_components()
         .into_iter()
-        .filter(|component| component.len() > 1)
         .filter_map(|component| {
             let newest = component
                 .iter()
                 .filter_map(|node| match node {
-                    Node::Request(id) => Some(*id),
-                    Node::Actor(_) | Node::New => None,
+                    Node::Request(Who::Queued(id)) => Some(*id),
+                    Node::Request(Who::New) | Node::Actor(_) => None,
                 })
                 .max()?;
             Some((newest, component))
@@ -523,7 +396,7 @@ fn reorder_queue(
 }
 
 /// Who a move of the reordering search moves, or moves ahead of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Who {
     /// A request in the queue.
     Queued(WaiterId),
@@ -856,25 +729,4 @@ pub(crate) fn folded(mut edges: Vec<WaitEdge>) -> Vec<WaitEdge> {
     edges.sort_by_key(|e| (e.from, e.to, !e.hard));
     edges.dedup_by_key(|e| (e.from, e.to));
     edges
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shortest_path;
-
-    #[test]
-    fn shortest_path_takes_the_fewest_steps_and_is_none_without_a_way() {
-        // 1 -> 2 -> 3 -> 4 and 1 -> 4 -> 5; 6 is reached from nowhere.
-        let next = |n: u32| match n {
-            1 => vec![2, 4],
-            2 => vec![3],
-            3 => vec![4],
-            4 => vec![5],
-            _ => vec![],
-        };
-        assert_eq!(shortest_path(1, 5, next), Some(vec![1, 4, 5]));
-        assert_eq!(shortest_path(2, 5, next), Some(vec![2, 3, 4, 5]));
-        assert_eq!(shortest_path(1, 6, next), None);
-        assert_eq!(shortest_path(5, 1, next), None);
-    }
 }

@@ -15,7 +15,8 @@
 //! | [`judge`] | the grant rule's judgement over a read-only view: blockers, precedence, slot reservation — one rule set for the in-process table and the table in etcd |
 //! | [`scope`] | what a grant lets an actor hold; what widening and narrowing a hold may change |
 //! | [`state`] | table + queue + actors + slots + counters: the grant and wake-up rules |
-//! | [`deadlock`] | the wait-for graph over the state; soft cycles reordered away, other cycles refused |
+//! | [`wait_graph`] | the wait-for graph and its searches (a cycle through a request, a slot deadlock), one type for both tables |
+//! | [`deadlock`] | the in-process graph over the state; soft cycles reordered away (one search over a view, for both tables), other cycles refused |
 
 pub(crate) mod deadlock;
 pub(crate) mod index;
@@ -25,3 +26,4 @@ pub(crate) mod queue;
 pub(crate) mod scope;
 pub(crate) mod state;
 pub(crate) mod table;
+pub(crate) mod wait_graph;

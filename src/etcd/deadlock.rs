@@ -1,25 +1,24 @@
-//! The wait-for graph of a session in etcd, and who is refused when it has
-//! a cycle.
+//! The wait-for graph of a session in etcd, and which request acts when
+//! it has a cycle.
 //!
 //! Pure. Each waiting request keeps one edge record (`P e/<waiter>`): its
 //! actor, its queue revision, and the edges the core's judgement drew for
-//! it (`core::judge::wait_edges`): the owners of the fences in its way
-//! (hard edges), the earlier requests in its way that it does not pass
-//! (soft edges) and the owners of the fences those ask for, and the earlier
-//! requests it passes. The graph's nodes are actors and waiting requests,
-//! as in the core (SPEC §4's refinement): actor → each of its waiting
-//! requests, request → owners of fences in its way, request → earlier
-//! requests in its way and the owners of the fences they ask for, and a
-//! request passed by a fence request → that fence's owner. A cycle through a request is refused on that request only if it is
-//! the newest request of the cycle — the one that closed it — so that of
-//! the tables that see one cycle, exactly one request is refused, whichever
-//! table looks first.
+//! it (`core::judge::wait_edges`). The records of one read are drawn into
+//! the core's own graph ([`WaitGraph`]), which the in-process table builds
+//! too, and searched with its searches: the shortest cycle through a
+//! request, and a slot deadlock. What is etcd's own is only who acts: a
+//! request acts on a cycle through it only if it is the newest request of
+//! the cycle — the one that closed it — so that of the tables that see one
+//! cycle, exactly one request acts (reorders the queue, or is refused),
+//! whichever table looks first.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::deadlock::shortest_path;
+use crate::core::judge::WaitEdges;
+use crate::core::table::ActorId;
+use crate::core::wait_graph::{Node, WaitGraph, actors_of};
 
 /// A waiting request's edges, as its record holds them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,12 +60,6 @@ pub(crate) enum SlotKind {
     Writers,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Node {
-    Actor(u64),
-    Request(u64),
-}
-
 /// The cycle through request `me` (with edges `mine`) in the graph of
 /// `others`, if there is one and `me` is the newest request on it: the
 /// names of its actors, the requester's first.
@@ -91,134 +84,73 @@ pub(crate) fn cycle_through(
 }
 
 /// The graph of one read: `others`' records and the request `me` being
-/// decided (with `mine`), its nodes' successors and the actors' names.
-struct View<'a> {
-    me: u64,
-    mine: &'a Edges,
-    others: &'a BTreeMap<u64, Edges>,
-    requests_of: HashMap<u64, Vec<u64>>,
-    /// For each request, the owners of the fence requests that pass it.
-    passed_by: HashMap<u64, Vec<u64>>,
+/// decided (with `mine`), drawn into the core's [`WaitGraph`], and the
+/// actors' names.
+struct Read<'a> {
+    graph: WaitGraph<u64>,
+    records: HashMap<u64, &'a Edges>,
     names: HashMap<u64, &'a str>,
 }
 
-impl<'a> View<'a> {
+impl<'a> Read<'a> {
     fn new(me: u64, mine: &'a Edges, others: &'a BTreeMap<u64, Edges>) -> Self {
-        let mut requests_of: HashMap<u64, Vec<u64>> = HashMap::new();
-        requests_of.entry(mine.actor).or_default().push(me);
-        for (&w, edges) in others {
-            if w != me {
-                requests_of.entry(edges.actor).or_default().push(w);
-            }
-        }
-        // A request passed by a fence request waits on that fence's owner.
-        let mut passed_by: HashMap<u64, Vec<u64>> = HashMap::new();
-        let records = others
+        let mut records: HashMap<u64, &Edges> = others
             .iter()
             .filter(|(w, _)| **w != me)
-            .chain(std::iter::once((&me, mine)));
-        for (_, edges) in records {
-            if let Some(owner) = edges.fence_owner {
-                for &w in &edges.passed {
-                    passed_by.entry(w).or_default().push(owner);
-                }
-            }
+            .map(|(&w, e)| (w, e))
+            .collect();
+        records.insert(me, mine);
+        let mut graph = WaitGraph::default();
+        // A request whose record is gone waits on nothing: the edges of
+        // the others name only requests that still have one.
+        let present = |ws: &[u64]| -> Vec<u64> {
+            ws.iter()
+                .copied()
+                .filter(|w| records.contains_key(w))
+                .collect()
+        };
+        for (&w, edges) in &records {
+            let drawn = WaitEdges {
+                fences: edges
+                    .hard
+                    .iter()
+                    .map(|(owner, _)| ActorId(*owner))
+                    .collect(),
+                earlier: present(&edges.soft),
+                asked: edges.asked.iter().map(|&a| ActorId(a)).collect(),
+                passed: present(&edges.passed),
+            };
+            graph.add_request(
+                w,
+                ActorId(edges.actor),
+                &drawn,
+                edges.fence_owner.map(ActorId),
+            );
         }
         let mut names: HashMap<u64, &str> = HashMap::new();
-        for edges in others.values().chain(std::iter::once(mine)) {
+        for edges in records.values() {
             names.insert(edges.actor, &edges.name);
+        }
+        for edges in records.values() {
             for (owner, name) in &edges.hard {
                 names.entry(*owner).or_insert(name);
             }
         }
-        View {
-            me,
-            mine,
-            others,
-            requests_of,
-            passed_by,
+        Read {
+            graph,
+            records,
             names,
         }
     }
 
-    fn record(&self, w: u64) -> Option<&'a Edges> {
-        if w == self.me {
-            Some(self.mine)
-        } else {
-            self.others.get(&w)
-        }
-    }
-
-    fn next(&self, node: Node) -> Vec<Node> {
-        match node {
-            Node::Actor(a) => self
-                .requests_of
-                .get(&a)
-                .map(|ws| ws.iter().map(|&w| Node::Request(w)).collect())
-                .unwrap_or_default(),
-            Node::Request(w) => match self.record(w) {
-                Some(edges) => edges
-                    .hard
-                    .iter()
-                    .filter(|(owner, _)| *owner != edges.actor)
-                    .map(|(owner, _)| Node::Actor(*owner))
-                    .chain(
-                        edges
-                            .soft
-                            .iter()
-                            .filter(|&&v| self.record(v).is_some())
-                            .map(|&v| Node::Request(v)),
-                    )
-                    .chain(
-                        edges
-                            .asked
-                            .iter()
-                            .chain(self.passed_by.get(&w).into_iter().flatten())
-                            .filter(|&&owner| owner != edges.actor)
-                            .map(|&owner| Node::Actor(owner)),
-                    )
-                    .collect(),
-                None => Vec::new(),
-            },
-        }
-    }
-
-    /// Whether `to` can be reached from `from` (in one step or more).
-    fn reaches(&self, from: Node, to: Node) -> bool {
-        let mut seen = std::collections::HashSet::from([from]);
-        let mut queue = VecDeque::from([from]);
-        while let Some(node) = queue.pop_front() {
-            for after in self.next(node) {
-                if after == to {
-                    return true;
-                }
-                if seen.insert(after) {
-                    queue.push_back(after);
-                }
-            }
-        }
-        false
-    }
-
-    /// The actors on a shortest path from actor `from` to actor `to`,
-    /// `from` first and `to` left out; `None` when `from` does not wait on
-    /// `to`.
-    fn actors_on_path(&self, from: u64, to: u64) -> Option<Vec<u64>> {
-        let path = shortest_path(Node::Actor(from), Node::Actor(to), |n| self.next(n))?;
-        Some(
-            path.into_iter()
-                .filter_map(|node| match node {
-                    Node::Actor(actor) if actor != to => Some(actor),
-                    Node::Actor(_) | Node::Request(_) => None,
-                })
-                .collect(),
-        )
-    }
-
-    fn name(&self, actor: u64) -> String {
+    fn name(&self, actor: ActorId) -> String {
         self.names
-            .get(&actor)
-            .map_or_else(|| actor.to_string(), |n| n.to_string())
+            .get(&actor.0)
+            .map_or_else(|| actor.0.to_string(), |n| n.to_string())
+    }
+
+    fn names(&self, actors: Vec<ActorId>) -> Vec<String> {
+        actors.into_iter().map(|a| self.name(a)).collect()
     }
 }
 
@@ -226,8 +158,7 @@ impl<'a> View<'a> {
 /// (with `mine`): the `child_wait` `waiter` waits for a slot of a limit
 /// whose live holders are `holders` (ids and names), and every one of them
 /// waits, directly or through others, on the `child_wait`'s requester — so
-/// none can give a slot back first. A slot wait is an "any of them" wait:
-/// one holder that waits elsewhere, or not at all, is no deadlock.
+/// none can give a slot back first ([`WaitGraph::slot_cycle`]).
 ///
 /// Of the requests that make it (the slot wait, and the holders' waiting
 /// requests on a path back to the requester) the newest is refused — the
@@ -241,46 +172,25 @@ pub(crate) fn slot_deadlock(
     waiter: u64,
     holders: &[(u64, String)],
 ) -> Option<Vec<String>> {
-    let view = View::new(me, mine, others);
-    let wait = view.record(waiter)?;
-    let requester = Node::Actor(wait.actor);
-    if holders.is_empty()
-        || !holders
-            .iter()
-            .all(|&(h, _)| h == wait.actor || view.reaches(Node::Actor(h), requester))
-    {
-        return None;
-    }
+    let read = Read::new(me, mine, others);
+    let wait = read.records.get(&waiter)?;
+    let requester = ActorId(wait.actor);
+    let holder_ids: Vec<ActorId> = holders.iter().map(|&(h, _)| ActorId(h)).collect();
+    let mut actors = read.graph.slot_cycle(requester, &holder_ids)?;
     let mut newest = (wait.queued, waiter);
-    for &(h, _) in holders {
-        for &w in view.requests_of.get(&h).into_iter().flatten() {
-            if let Some(edges) = view.record(w) {
-                if view.reaches(Node::Request(w), requester) {
-                    newest = newest.max((edges.queued, w));
-                }
-            }
+    for (&w, edges) in &read.records {
+        let holds_a_slot = holder_ids.contains(&ActorId(edges.actor));
+        if holds_a_slot && read.graph.reaches(Node::Request(w), Node::Actor(requester)) {
+            newest = newest.max((edges.queued, w));
         }
     }
     if newest.1 != me {
         return None;
     }
-    // Every actor of the cycle (SPEC §4): each holder, then the actors its
-    // wait passes through on its way back to the requester.
-    let mut actors = vec![wait.actor];
-    for &(h, _) in holders {
-        if h == wait.actor {
-            continue;
-        }
-        for actor in view.actors_on_path(h, wait.actor)? {
-            if !actors.contains(&actor) {
-                actors.push(actor);
-            }
-        }
-    }
-    if let Some(at) = actors.iter().position(|&a| a == mine.actor) {
+    if let Some(at) = actors.iter().position(|&a| a == ActorId(mine.actor)) {
         actors.rotate_left(at);
     }
-    Some(actors.into_iter().map(|a| view.name(a)).collect())
+    Some(read.names(actors))
 }
 
 fn find_cycle(
@@ -289,58 +199,21 @@ fn find_cycle(
     others: &BTreeMap<u64, Edges>,
     newest_only: bool,
 ) -> Option<Vec<String>> {
-    let view = View::new(me, mine, others);
-    let record = |w: u64| view.record(w);
-    let next = |node: Node| view.next(node);
-    // Breadth-first from `me`, back to `me`: the shortest cycle through it.
-    let start = Node::Request(me);
-    let mut parent: HashMap<Node, Node> = HashMap::new();
-    let mut queue = VecDeque::from([start]);
-    let mut closing = None;
-    'search: while let Some(node) = queue.pop_front() {
-        for after in next(node) {
-            if after == start {
-                closing = Some(node);
-                break 'search;
-            }
-            if let std::collections::hash_map::Entry::Vacant(slot) = parent.entry(after) {
-                slot.insert(node);
-                queue.push_back(after);
-            }
-        }
-    }
-    let mut node = closing?;
-    let mut cycle = vec![node];
-    while node != start {
-        node = *parent.get(&node)?;
-        cycle.push(node);
-    }
-    cycle.reverse();
+    let read = Read::new(me, mine, others);
+    let cycle = read.graph.cycle_through(me)?;
     // The newest request on the cycle is refused; ties go by id.
     let newest = cycle
         .iter()
         .filter_map(|n| match *n {
-            Node::Request(w) => record(w).map(|e| (e.queued, w)),
+            Node::Request(w) => read.records.get(&w).map(|e| (e.queued, w)),
             Node::Actor(_) => None,
         })
         .max()?;
     if newest_only && newest.1 != me {
         return None;
     }
-    let mut actors: Vec<u64> = Vec::new();
-    for node in cycle {
-        let actor = match node {
-            Node::Actor(a) => a,
-            Node::Request(w) => record(w)?.actor,
-        };
-        if actors.last() != Some(&actor) {
-            actors.push(actor);
-        }
-    }
-    if actors.len() > 1 && actors.first() == actors.last() {
-        actors.pop();
-    }
-    Some(actors.iter().map(|&a| view.name(a)).collect())
+    let actors = actors_of(cycle, |w| read.records.get(&w).map(|e| ActorId(e.actor)));
+    Some(read.names(actors))
 }
 
 #[cfg(test)]
