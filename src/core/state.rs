@@ -418,7 +418,10 @@ impl State {
     ///    grantable after the scan.
     /// 4. The candidates are judged in queue order against the current
     ///    state, as the full scan judges them, so each is granted iff the
-    ///    full scan would grant it.
+    ///    full scan would grant it. A fence granted during the pass widens
+    ///    the rest of it to every waiter behind (its precedence may have
+    ///    unblocked one that was no candidate), so the grants come in the
+    ///    full scan's order too, not only the same grants.
     ///
     /// Cancelling a waiting request is a change of this kind too (it may
     /// have been soft-blocking those behind it), so `cancel` comes here with
@@ -547,9 +550,12 @@ impl State {
     ) -> (Vec<Waker>, Option<HoldKind>) {
         candidates.sort_unstable();
         candidates.dedup();
+        let mut widened = false;
         let mut granted: Option<HoldKind> = None;
         let mut wakers = Vec::new();
-        for (pos, slot) in candidates {
+        let mut next = 0;
+        while let Some(&(pos, slot)) = candidates.get(next) {
+            next += 1;
             let Some(waiter) = self.queue.waiting_at(slot) else {
                 continue;
             };
@@ -563,6 +569,17 @@ impl State {
             };
             let kind = g.claim.kind;
             let hold = self.grant(g.claim, g.need, g.name, g.label, now);
+            if hold.is_some() && kind == HoldKind::Fence && !widened {
+                // A fence lets its owner's line pass the waiters it now
+                // blocks (§4), which may unblock a waiter behind it that
+                // was no candidate: the rest of the pass judges every
+                // waiter behind, in queue order, as the full scan does.
+                let mut rest = candidates.split_off(next);
+                rest.extend(self.queue.waiting_slots().filter(|&(p, _)| p > pos));
+                rest.sort_unstable();
+                rest.dedup();
+                (candidates, next, widened) = (rest, 0, true);
+            }
             if hold.is_some() {
                 granted = match (granted, kind) {
                     (Some(HoldKind::Fence), _) | (_, HoldKind::Fence) => Some(HoldKind::Fence),
