@@ -123,27 +123,15 @@ impl<R: Copy + Ord + Hash> WaitGraph<R> {
         if !self.graph.contains_node(start) {
             return None;
         }
-        let mut parent: HashMap<Node<R>, Node<R>> = HashMap::new();
-        let mut queue = VecDeque::from([start]);
-        while let Some(node) = queue.pop_front() {
-            for after in self.graph.neighbors(node) {
-                if after == start {
-                    let mut cycle = vec![node];
-                    let mut at = node;
-                    while at != start {
-                        at = *parent.get(&at)?;
-                        cycle.push(at);
-                    }
-                    cycle.reverse();
-                    return Some(cycle);
-                }
-                if let std::collections::hash_map::Entry::Vacant(slot) = parent.entry(after) {
-                    slot.insert(node);
-                    queue.push_back(after);
-                }
-            }
-        }
-        None
+        // The shortest way back from any successor, with `request` ahead.
+        let back = self
+            .graph
+            .neighbors(start)
+            .filter_map(|next| shortest_path(next, start, |n| self.graph.neighbors(n)))
+            .min_by_key(Vec::len)?;
+        let mut cycle = vec![start];
+        cycle.extend(back.into_iter().filter(|&n| n != start));
+        Some(cycle)
     }
 
     /// Whether `to` is reached from `from` in one step or more.
