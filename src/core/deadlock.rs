@@ -85,7 +85,7 @@ struct Req<'a> {
 fn add_request(graph: &mut Graph, state: &State, req: &Req<'_>, at: Pos) {
     let Node::Request(id) = req.node else { return };
     let edges = judge::wait_edges(&state.view(None), req.requester, req.claim, at);
-    graph.add_request(id, req.requester, &edges.map(Who::Queued), req.fence_owner);
+    graph.add_request(id, req.requester, &edges, Who::Queued, req.fence_owner);
 }
 
 /// The waiting requests with their places, in queue order.
@@ -395,13 +395,25 @@ fn reorder_queue(
     )
 }
 
-/// Who a move of the reordering search moves, or moves ahead of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Who a move of the reordering search moves, or moves ahead of; also a
+/// request of the in-process wait-for graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Who {
     /// A request in the queue.
     Queued(WaiterId),
     /// The request being decided, once it is queued.
     New,
+}
+
+/// One word per request: the graph hashes its nodes on every edge it
+/// adds, and building it is most of what a new wait costs.
+impl std::hash::Hash for Who {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            Who::Queued(id) => id.0.hash(state),
+            Who::New => u64::MAX.hash(state),
+        }
+    }
 }
 
 /// One move of the reordering search: `waiter` goes just ahead of `of`, a

@@ -320,18 +320,6 @@ pub(crate) struct WaitEdges<W> {
     pub(crate) passed: Vec<W>,
 }
 
-impl<W> WaitEdges<W> {
-    /// The same edges, with the requests named as `name` names them.
-    pub(crate) fn map<R>(self, name: impl Fn(W) -> R) -> WaitEdges<R> {
-        WaitEdges {
-            fences: self.fences,
-            earlier: self.earlier.into_iter().map(&name).collect(),
-            asked: self.asked,
-            passed: self.passed.into_iter().map(&name).collect(),
-        }
-    }
-}
-
 /// A request's hard edges: the owners of the live fences in the way of
 /// `claim` (but `requester` itself), each once.
 pub(crate) fn fence_owners_in_the_way<V: View>(

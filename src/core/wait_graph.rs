@@ -48,13 +48,14 @@ impl<R: Copy + Ord + Hash> Default for WaitGraph<R> {
 
 impl<R: Copy + Ord + Hash> WaitGraph<R> {
     /// Adds waiting request `request` of `requester`, with the edges the
-    /// core's judgement drew for it and the owner of the fence it asks for
-    /// (if it asks for one).
-    pub(crate) fn add_request(
+    /// core's judgement drew for it (their requests named as `name` names
+    /// them) and the owner of the fence it asks for (if it asks for one).
+    pub(crate) fn add_request<W: Copy>(
         &mut self,
         request: R,
         requester: ActorId,
-        edges: &WaitEdges<R>,
+        edges: &WaitEdges<W>,
+        name: impl Fn(W) -> R,
         fence_owner: Option<ActorId>,
     ) {
         let node = Node::Request(request);
@@ -63,11 +64,11 @@ impl<R: Copy + Ord + Hash> WaitGraph<R> {
             self.add_edge(node, Node::Actor(owner));
         }
         for &earlier in &edges.earlier {
-            self.add_edge(node, Node::Request(earlier));
+            self.add_edge(node, Node::Request(name(earlier)));
         }
         if let Some(owner) = fence_owner {
             for &passed in &edges.passed {
-                self.add_edge(Node::Request(passed), Node::Actor(owner));
+                self.add_edge(Node::Request(name(passed)), Node::Actor(owner));
             }
         }
     }
@@ -279,12 +280,12 @@ mod tests {
             asked: Vec::new(),
             passed: Vec::new(),
         };
-        graph.add_request(10, ActorId(1), &edges(&[2], &[]), None);
-        graph.add_request(30, ActorId(3), &edges(&[1], &[]), None);
+        graph.add_request(10, ActorId(1), &edges(&[2], &[]), |w| w, None);
+        graph.add_request(30, ActorId(3), &edges(&[1], &[]), |w| w, None);
         assert_eq!(graph.cycle_through(10), None);
         assert!(!graph.is_cyclic());
         assert!(!graph.reaches(Node::Actor(ActorId(2)), Node::Actor(ActorId(1))));
-        graph.add_request(20, ActorId(2), &edges(&[], &[30]), None);
+        graph.add_request(20, ActorId(2), &edges(&[], &[30]), |w| w, None);
         let cycle = graph.cycle_through(20).unwrap();
         assert_eq!(cycle.first(), Some(&Node::Request(20)));
         let actor = |r: u64| Some(ActorId(r / 10));

@@ -124,6 +124,7 @@ impl<'a> Read<'a> {
                 w,
                 ActorId(edges.actor),
                 &drawn,
+                |v| v,
                 edges.fence_owner.map(ActorId),
             );
         }
