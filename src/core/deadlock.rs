@@ -46,14 +46,13 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
 
-use petgraph::graphmap::DiGraphMap;
 use serde::Serialize;
 
 use crate::core::judge;
 use crate::core::queue::{Need, Pos, WaiterId};
 use crate::core::state::{Blocker, State};
 use crate::core::table::{ActorId, Claim, HoldKind, conflict};
-use crate::core::wait_graph::{Node, WaitGraph, actors_of};
+use crate::core::wait_graph::{Asking, Node, WaitGraph, actors_of};
 
 /// One edge of the wait-for graph folded onto actors, as the dump shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -73,19 +72,28 @@ type Graph = WaitGraph<Who>;
 /// A request as the graph sees it.
 #[derive(Clone, Copy)]
 struct Req<'a> {
-    node: Node<Who>,
+    id: Who,
     requester: ActorId,
     claim: &'a Claim,
     /// The owner its hold will have, when that hold is a fence.
     fence_owner: Option<ActorId>,
 }
 
+impl Req<'_> {
+    fn asking(&self) -> Asking<Who> {
+        Asking {
+            request: self.id,
+            requester: self.requester,
+            fence_owner: self.fence_owner,
+        }
+    }
+}
+
 /// Adds the edges of `req`, queued at `at`, as the core's judgement draws
 /// them ([`judge::wait_edges`]).
 fn add_request(graph: &mut Graph, state: &State, req: &Req<'_>, at: Pos) {
-    let Node::Request(id) = req.node else { return };
     let edges = judge::wait_edges(&state.view(None), req.requester, req.claim, at);
-    graph.add_request(id, req.requester, &edges, Who::Queued, req.fence_owner);
+    graph.add_request(req.id, req.requester, &edges, Who::Queued, req.fence_owner);
 }
 
 /// The waiting requests with their places, in queue order.
@@ -99,7 +107,7 @@ fn waiting(state: &State) -> Vec<(Pos, Req<'_>)> {
             Some((
                 pos,
                 Req {
-                    node: Node::Request(Who::Queued(w.id)),
+                    id: Who::Queued(w.id),
                     requester: w.requester,
                     claim: &w.claim,
                     fence_owner: judge::fence_owner(&w.claim),
@@ -125,33 +133,10 @@ fn build(state: &State, new: Option<(Req<'_>, Pos)>) -> Graph {
                 continue;
             }
             let passes = state.passes(new.claim, behind.claim);
-            add_pair(&mut graph, &new, behind, passes);
+            graph.add_pair(new.asking(), behind.asking(), passes);
         }
     }
     graph
-}
-
-/// The edges between two conflicting waiting requests, `ahead` queued
-/// before `behind`: `behind` queues behind `ahead` (an edge to it, and one
-/// to the owner of the fence `ahead` asks for) — unless `behind` passes it
-/// by the fence owner's precedence (`passes`), when the fence `behind`
-/// asks for will be in `ahead`'s way instead (as [`judge::wait_edges`]'s
-/// `passed`).
-fn add_pair(graph: &mut Graph, ahead: &Req<'_>, behind: &Req<'_>, passes: bool) {
-    if passes {
-        if let Some(owner) = behind.fence_owner {
-            if owner != ahead.requester {
-                graph.add_edge(ahead.node, Node::Actor(owner));
-            }
-        }
-        return;
-    }
-    graph.add_edge(behind.node, ahead.node);
-    if let Some(owner) = ahead.fence_owner {
-        if owner != behind.requester {
-            graph.add_edge(behind.node, Node::Actor(owner));
-        }
-    }
 }
 
 /// A cycle in an acyclic-but-for-new-edges graph, as actor ids.
@@ -199,7 +184,7 @@ pub(crate) fn cycle_if_waiting(
     priority: i32,
 ) -> Verdict {
     let new = Req {
-        node: Node::Request(Who::New),
+        id: Who::New,
         requester,
         claim,
         fence_owner: judge::fence_owner(claim),
@@ -259,28 +244,27 @@ pub(crate) fn cycle_if_granted(state: &State, claim: &Claim) -> Verdict {
     if claim.kind != HoldKind::Fence {
         return Verdict::Free;
     }
-    let blocked: Vec<(Node<Who>, Node<Who>)> = waiting(state)
-        .iter()
-        .filter(|(_, w)| w.requester != claim.owner && conflict(w.claim, claim).is_some())
-        .map(|(_, w)| (w.node, Node::Actor(claim.owner)))
-        .collect();
-    let extra: Vec<(Option<WaiterId>, ActorId)> = blocked
-        .iter()
-        .filter_map(|&(from, _)| match from {
-            Node::Request(Who::Queued(id)) => Some((Some(id), claim.owner)),
-            Node::Request(Who::New) | Node::Actor(_) => None,
-        })
+    let blocked: Vec<WaiterId> = state
+        .queue
+        .entries()
+        .filter(|w| w.is_waiting())
+        .filter(|w| w.requester != claim.owner && conflict(&w.claim, claim).is_some())
+        .map(|w| w.id)
         .collect();
     if blocked.is_empty() {
         return Verdict::Free;
     }
     let mut graph = build(state, None);
-    for &(from, to) in &blocked {
-        graph.add_edge(from, to);
+    for &id in &blocked {
+        graph.add_edge(Node::Request(Who::Queued(id)), Node::Actor(claim.owner));
     }
     if !graph.is_cyclic() {
         return Verdict::Free;
     }
+    let extra: Vec<(Option<WaiterId>, ActorId)> = blocked
+        .into_iter()
+        .map(|id| (Some(id), claim.owner))
+        .collect();
     if let Some(moves) = reorder_queue(state, None, &extra) {
         return Verdict::Reorder(moves);
     }
@@ -456,14 +440,8 @@ pub(crate) struct Waiting<'a, W> {
     pub(crate) movable: bool,
 }
 
-/// A node of the search's graph: an actor, or a request by its index.
-type OrderGraph = DiGraphMap<OrderNode, ()>;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum OrderNode {
-    Actor(ActorId),
-    Item(usize),
-}
+/// The search's graph: a request is named by its index among the items.
+type OrderGraph = WaitGraph<usize>;
 
 /// Two requests that conflict, `a` and `b` (indices of items), and
 /// whether each passes the other by the owner's precedence when behind it.
@@ -480,7 +458,7 @@ struct Pair {
 /// the two is ahead.
 struct Orders<'a, W> {
     items: Vec<Waiting<'a, W>>,
-    fixed: Vec<(OrderNode, OrderNode)>,
+    fixed: Vec<(Node<usize>, Node<usize>)>,
     pairs: Vec<Pair>,
 }
 
@@ -557,17 +535,17 @@ impl<'a, W: Copy + Eq + std::hash::Hash> Orders<'a, W> {
                 }
             }
         }
-        let mut fixed: Vec<(OrderNode, OrderNode)> = extra
+        let mut fixed: Vec<(Node<usize>, Node<usize>)> = extra
             .iter()
             .filter_map(|(id, owner)| {
                 let &i = index.get(id)?;
-                Some((OrderNode::Item(i), OrderNode::Actor(*owner)))
+                Some((Node::Request(i), Node::Actor(*owner)))
             })
             .collect();
         for (i, item) in items.iter().enumerate() {
-            fixed.push((OrderNode::Actor(item.requester), OrderNode::Item(i)));
+            fixed.push((Node::Actor(item.requester), Node::Request(i)));
             for owner in judge::fence_owners_in_the_way(view, item.requester, item.claim) {
-                fixed.push((OrderNode::Item(i), OrderNode::Actor(owner)));
+                fixed.push((Node::Request(i), Node::Actor(owner)));
             }
         }
         Orders {
@@ -595,30 +573,26 @@ impl<'a, W: Copy + Eq + std::hash::Hash> Orders<'a, W> {
         }
     }
 
-    /// The owner of the fence item `i` asks for, when that is not `other`.
-    fn fence_owner_but(&self, i: usize, other: usize) -> Option<ActorId> {
-        judge::fence_owner(self.items[i].claim).filter(|&o| o != self.items[other].requester)
+    /// Item `i` as the graph sees it.
+    fn asking(&self, i: usize) -> Asking<usize> {
+        let item = &self.items[i];
+        Asking {
+            request: i,
+            requester: item.requester,
+            fence_owner: judge::fence_owner(item.claim),
+        }
     }
 
-    /// The graph under `order`, with the edges [`add_pair`] draws.
+    /// The graph under `order`.
     fn graph(&self, order: &[usize]) -> OrderGraph {
         let at = self.places(order);
-        let mut graph = OrderGraph::new();
+        let mut graph = OrderGraph::default();
         for &(from, to) in &self.fixed {
-            graph.add_edge(from, to, ());
+            graph.add_edge(from, to);
         }
         for pair in &self.pairs {
             let (ahead, behind, passes) = Self::arranged(pair, &at);
-            if passes {
-                if let Some(owner) = self.fence_owner_but(behind, ahead) {
-                    graph.add_edge(OrderNode::Item(ahead), OrderNode::Actor(owner), ());
-                }
-                continue;
-            }
-            graph.add_edge(OrderNode::Item(behind), OrderNode::Item(ahead), ());
-            if let Some(owner) = self.fence_owner_but(ahead, behind) {
-                graph.add_edge(OrderNode::Item(behind), OrderNode::Actor(owner), ());
-            }
+            graph.add_pair(self.asking(ahead), self.asking(behind), passes);
         }
         graph
     }
@@ -629,13 +603,11 @@ impl<'a, W: Copy + Eq + std::hash::Hash> Orders<'a, W> {
     /// the edge to that request (or to the owner of the fence it asks for)
     /// lies on a cycle. The latest waiter first, then the shortest move.
     fn candidates(&self, order: &[usize], graph: &OrderGraph) -> Vec<(usize, usize)> {
-        let mut component: HashMap<OrderNode, usize> = HashMap::new();
-        for (c, nodes) in petgraph::algo::tarjan_scc(graph).into_iter().enumerate() {
-            if nodes.len() > 1 {
-                component.extend(nodes.into_iter().map(|n| (n, c)));
-            }
+        let mut component: HashMap<Node<usize>, usize> = HashMap::new();
+        for (c, nodes) in graph.cyclic_components().into_iter().enumerate() {
+            component.extend(nodes.into_iter().map(|n| (n, c)));
         }
-        let on_cycle = |from: OrderNode, to: OrderNode| {
+        let on_cycle = |from: Node<usize>, to: Node<usize>| {
             component
                 .get(&from)
                 .is_some_and(|c| component.get(&to) == Some(c))
@@ -648,10 +620,10 @@ impl<'a, W: Copy + Eq + std::hash::Hash> Orders<'a, W> {
             if passes || a.priority != b.priority || !b.movable {
                 continue;
             }
-            let soft_owner = self
-                .fence_owner_but(ahead, behind)
-                .is_some_and(|owner| on_cycle(OrderNode::Item(behind), OrderNode::Actor(owner)));
-            if on_cycle(OrderNode::Item(behind), OrderNode::Item(ahead)) || soft_owner {
+            let soft_owner = judge::fence_owner(a.claim)
+                .filter(|&owner| owner != b.requester)
+                .is_some_and(|owner| on_cycle(Node::Request(behind), Node::Actor(owner)));
+            if on_cycle(Node::Request(behind), Node::Request(ahead)) || soft_owner {
                 found.push((behind, ahead));
             }
         }
@@ -665,7 +637,7 @@ impl<'a, W: Copy + Eq + std::hash::Hash> Orders<'a, W> {
     /// cycle wins. The search runs only when a cycle was found, so the
     /// common path never pays for it.
     fn search(&self, order: Vec<usize>) -> Option<Moves<W>> {
-        if !petgraph::algo::is_cyclic_directed(&self.graph(&order)) {
+        if !self.graph(&order).is_cyclic() {
             return Some(Vec::new());
         }
         let mut tries = 0;
@@ -689,7 +661,7 @@ impl<'a, W: Copy + Eq + std::hash::Hash> Orders<'a, W> {
                     moved.insert(at, waiter);
                     let mut moves = moves.clone();
                     moves.push((waiter, of));
-                    if !petgraph::algo::is_cyclic_directed(&self.graph(&moved)) {
+                    if !self.graph(&moved).is_cyclic() {
                         return Some(
                             moves
                                 .into_iter()

@@ -32,6 +32,15 @@ pub(crate) enum Node<R> {
     Request(R),
 }
 
+/// A waiting request as [`WaitGraph::add_pair`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asking<R> {
+    pub(crate) request: R,
+    pub(crate) requester: ActorId,
+    /// The owner of the fence it asks for, if it asks for one.
+    pub(crate) fence_owner: Option<ActorId>,
+}
+
 /// The wait-for graph of one table at one moment.
 #[derive(Debug, Clone)]
 pub(crate) struct WaitGraph<R: Copy + Ord + Hash> {
@@ -70,6 +79,25 @@ impl<R: Copy + Ord + Hash> WaitGraph<R> {
             for &passed in &edges.passed {
                 self.add_edge(Node::Request(name(passed)), Node::Actor(owner));
             }
+        }
+    }
+
+    /// Adds the edges between two conflicting waiting requests, `ahead`
+    /// queued before `behind`: `behind` queues behind `ahead` (an edge to
+    /// it, and one to the owner of the fence `ahead` asks for) — unless
+    /// `behind` passes it by the fence owner's precedence (`passes`), when
+    /// the fence `behind` asks for will be in `ahead`'s way instead (as
+    /// `judge::wait_edges`'s `passed`). For a queue order not judged yet:
+    /// a request about to queue, or an order the reordering search tries.
+    pub(crate) fn add_pair(&mut self, ahead: Asking<R>, behind: Asking<R>, passes: bool) {
+        let (from, owner_of) = if passes {
+            (ahead, behind)
+        } else {
+            self.add_edge(Node::Request(behind.request), Node::Request(ahead.request));
+            (behind, ahead)
+        };
+        if let Some(owner) = owner_of.fence_owner.filter(|&o| o != from.requester) {
+            self.add_edge(Node::Request(from.request), Node::Actor(owner));
         }
     }
 

@@ -4,7 +4,7 @@
 
 use etcd_client::KeyValue;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::core::deadlock::{WaitEdge, folded};
 use crate::core::table::{ActorId, Claim};
@@ -45,21 +45,16 @@ pub(super) fn moved_places(moved: &[KeyValue]) -> HashMap<u64, Moved> {
     moves_in(moved.iter().map(|kv| (id_in(kv.key()), kv.value())))
 }
 
-/// Every waiting request's edges at one read (`waiters`, their `edges`
-/// records and the live `fences`), drawn there by the core's judgement
-/// (`core::judge::wait_edges`, SPEC §4): a hard edge to the owner of each
-/// live fence in its way, a soft edge to each earlier waiter in its way
-/// that no fence of its line lets it pass (and an edge to the owner of the
-/// fence that waiter asks for), and the waiters it passes. A waiter's record says only that it waits
-/// and, for a `child_wait`, on which slot limit; what it waits for is read
-/// afresh, so a fence granted, released or narrowed since it last looked
-/// counts at once.
-pub(super) fn edges_at(
+/// One read of the whole queue — the waiter records (whole claims), the
+/// live fences and the moved places — as a [`Snapshot`], waiters in queue
+/// order; and the ids of the waiting `child_wait`s. Only fences make edges
+/// and let a request pass (SPEC §4): they are all the holds the graph and
+/// the reordering search need.
+pub(super) fn whole_queue(
     waiters: &[KeyValue],
-    edges: &[KeyValue],
     fences: &[KeyValue],
     moved: &[KeyValue],
-) -> BTreeMap<u64, Edges> {
+) -> (Snapshot, HashSet<u64>) {
     let mut requesters = HashMap::new();
     let mut queued: Vec<Other> = others(waiters, Owner::Waiter, KeyValue::create_revision)
         .into_iter()
@@ -75,9 +70,29 @@ pub(super) fn edges_at(
         .into_iter()
         .map(|(_, o)| o)
         .collect();
-    // Only fences make edges (SPEC §4): the live fences are all the holds
-    // this judgement needs.
-    let snapshot = Snapshot::new(held, queued).with_requesters(requesters);
+    let children = requesters.keys().copied().collect();
+    (
+        Snapshot::new(held, queued).with_requesters(requesters),
+        children,
+    )
+}
+
+/// Every waiting request's edges at one read (`waiters`, their `edges`
+/// records and the live `fences`), drawn there by the core's judgement
+/// (`core::judge::wait_edges`, SPEC §4): a hard edge to the owner of each
+/// live fence in its way, a soft edge to each earlier waiter in its way
+/// that no fence of its line lets it pass (and an edge to the owner of the
+/// fence that waiter asks for), and the waiters it passes. A waiter's record says only that it waits
+/// and, for a `child_wait`, on which slot limit; what it waits for is read
+/// afresh, so a fence granted, released or narrowed since it last looked
+/// counts at once.
+pub(super) fn edges_at(
+    waiters: &[KeyValue],
+    edges: &[KeyValue],
+    fences: &[KeyValue],
+    moved: &[KeyValue],
+) -> BTreeMap<u64, Edges> {
+    let (snapshot, _) = whole_queue(waiters, fences, moved);
     let mut out = BTreeMap::new();
     for kv in edges {
         let Some(id) = id_in(kv.key()) else { continue };

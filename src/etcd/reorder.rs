@@ -10,16 +10,15 @@
 
 use std::collections::HashMap;
 
-use etcd_client::{KeyValue, Txn, TxnOp};
+use etcd_client::{Txn, TxnOp};
 
 use crate::core::deadlock::{Waiting, reorder};
 use crate::core::judge::View;
 use crate::core::table::{ActorId, Claim};
 use crate::error::{Error, Result};
 
-use super::decide::{Moved, Other, Place, Snapshot, Standing, apply_moves, placed_by};
-use super::graph::{moved_places, others};
-use super::layout::Owner;
+use super::decide::{Moved, Place, Standing, placed_by};
+use super::graph::whole_queue;
 use super::store::{LeaseId, Table, id_in, to_json, unavailable, unchanged_since, with_lease};
 
 /// The request being decided, when it is not queued yet.
@@ -74,30 +73,12 @@ impl Table {
         let (revision, [waiters, fences, moved]) = self
             .read_prefixes([layout.waiters(), layout.all_fences(), layout.all_moved()])
             .await?;
-        let mut requesters = HashMap::new();
-        let mut children = Vec::new();
-        let mut leases = HashMap::new();
-        let mut queued: Vec<Other> = others(&waiters, Owner::Waiter, KeyValue::create_revision)
-            .into_iter()
-            .map(|(record, o)| {
-                if let Some(child_of) = record.child_of {
-                    requesters.insert(o.id(), child_of.parent);
-                    children.push(o.id());
-                }
-                o
-            })
+        let (snapshot, children) = whole_queue(&waiters, &fences, &moved);
+        // A moved place goes on its waiter's lease, to go with it.
+        let leases: HashMap<u64, i64> = waiters
+            .iter()
+            .filter_map(|kv| Some((id_in(kv.key())?, kv.lease())))
             .collect();
-        for kv in &waiters {
-            if let Some(id) = id_in(kv.key()) {
-                leases.insert(id, kv.lease());
-            }
-        }
-        apply_moves(&mut queued, &moved_places(&moved));
-        let held: Vec<Other> = others(&fences, Owner::Hold, KeyValue::mod_revision)
-            .into_iter()
-            .map(|(_, o)| o)
-            .collect();
-        let snapshot = Snapshot::new(held, queued).with_requesters(requesters);
         let waiting = snapshot.waiters();
         let mut items: Vec<Waiting<'_, usize>> = waiting
             .iter()
