@@ -2801,6 +2801,49 @@ async fn the_version_gate_holds_across_servers_and_names_the_writer_of_the_other
     }
 }
 
+/// A file op's `timeout_ms` (SPEC §13) is the same on etcd as in process:
+/// without it a contested write is refused `busy` at once; with it the
+/// write waits in etcd's queue and runs once the path is free, released
+/// through the other server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_op_with_a_timeout_waits_in_etcd_for_its_path() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let (servers, [one, two]) = file_servers(&etcd, &root, "file-wait").await;
+    let holder = one
+        .actor("holder", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let writer = two
+        .actor("writer", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let held = holder.try_admit(["new.md"]).await.unwrap();
+    let writer = writer.handle().to_string();
+    assert!(matches!(
+        write_through(&two, &writer, "new.md", "x\n").await,
+        Err(Error::Busy(_))
+    ));
+    let params = serde_json::json!({"path": "new.md", "content": "waited\n", "timeout_ms": 60_000});
+    let waiting = tokio::spawn({
+        let two = two.clone();
+        async move { file_op(&two, "files.write", &writer, params).await }
+    });
+    poll_until(Duration::from_secs(30), "the write to queue", || async {
+        one.dump().await.unwrap()["waiters"]
+            .as_array()
+            .is_some_and(|w| w.len() == 1)
+    })
+    .await;
+    assert!(!root.join("new.md").exists());
+    held.release().await.unwrap();
+    let receipt = waiting.await.unwrap().unwrap();
+    assert_eq!(receipt["history"]["status"], "off", "{receipt}");
+    assert_eq!(std::fs::read(root.join("new.md")).unwrap(), b"waited\n");
+    nothing_held(&[one, two]).await;
+    drop(servers);
+}
+
 /// A read-only or fenced actor, or one rooted in a folder, cannot write
 /// outside its bounds through either server, and a refused op writes
 /// nothing and leaves no hold.

@@ -14,35 +14,30 @@
 //! back) are answered in etcd, so a client whose server died gives its wait
 //! up through another ([`Table::give_up`]).
 //!
-//! The file tools run the crate's own file pipeline around an etcd hold
-//! (the `files` module below). What the table cannot do yet (history,
-//! `turn.set`) is refused whole with `Error::Unsupported`, never
-//! approximated.
+//! The methods themselves are in the family files beside this one, each
+//! with its in-process and etcd implementation; this file holds what they
+//! share on etcd: joining the session, resolving an actor's targets as the
+//! core's scope rules take them, naming ids by their handles, and keeping a
+//! lease alive through a wait. The file tools run the crate's own file
+//! pipeline around an etcd hold (`file_ops`).
 
-mod files;
+mod file_ops;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{
-    ActorParams, AdmitParams, App, CreateParams, DumpParams, HoldParams, HoldTargetsParams,
-    LeaseParams, TokenClaim, invalid, params, targets, timeout, unknown_token,
-};
+use super::{App, TokenClaim, invalid, unknown_token};
 use crate::core::key::{self, Key};
 use crate::core::scope::Scope;
 use crate::etcd::tokens::token_hash;
-use crate::etcd::{
-    ActorRef, AdmitRequest, ChildAsk, GrantRecord, LeaseId, Table, TableDump, TableOptions,
-};
-use crate::sched::actor::{check_child_root, scoped_keys};
+use crate::etcd::{ActorRef, LeaseId, Table, TableOptions};
+use crate::sched::actor::scoped_keys;
 use crate::sched::resolve::Resolver;
-use crate::server::auth::{self, Caller};
-use crate::wire::PROTOCOL_VERSION;
-use crate::{ActorId, CaseMode, Config, Error, HoldId, HoldKind, Mode, Result, Scheduler, Target};
+use crate::server::auth::Caller;
+use crate::{ActorId, CaseMode, Config, Error, HoldKind, Mode, Result, Scheduler, Target};
 
 /// Where a server finds its session's table in etcd.
 #[derive(Debug, Clone)]
@@ -55,13 +50,13 @@ pub(crate) struct EtcdOptions {
 /// The etcd side of an [`App`].
 #[derive(Debug)]
 pub(crate) struct EtcdBackend {
-    table: Table,
+    pub(super) table: Table,
     portable: bool,
     /// The session's case mode, `Detect` already probed.
     case: CaseMode,
     /// `max_actors`, `max_writers` (SPEC §11): the same on every server of
     /// the session (the first one stores them).
-    limits: (Option<usize>, Option<usize>),
+    pub(super) limits: (Option<usize>, Option<usize>),
     /// The file machinery's own scheduler (never the server's, which stays
     /// empty): file ops run as ephemeral actors of it, inside holds taken
     /// in etcd, so its admissions are never contested. It keeps the hash
@@ -70,19 +65,6 @@ pub(crate) struct EtcdBackend {
     /// `Config::file_op_wait`: how long a contested file op waits in etcd
     /// (try-only without it).
     file_op_wait: Option<Duration>,
-}
-
-/// The methods of SPEC §13 the etcd table does not serve yet.
-const UNSUPPORTED: &[&str] = &[
-    "turn.set",
-    "history.snapshot",
-    "history.record",
-    "history.rewind",
-    "history.redo",
-];
-
-fn unsupported(what: impl Into<String>) -> Error {
-    Error::Unsupported { what: what.into() }
 }
 
 impl EtcdBackend {
@@ -145,7 +127,7 @@ impl EtcdBackend {
 
     /// The resolver of targets for an actor rooted at `root`: keys as the
     /// in-process table makes them, folded when the session folds case.
-    fn resolver(&self, root: &Path, read_roots: &[PathBuf]) -> Resolver {
+    pub(super) fn resolver(&self, root: &Path, read_roots: &[PathBuf]) -> Resolver {
         Resolver::new(
             root.to_path_buf(),
             read_roots.to_vec(),
@@ -176,7 +158,7 @@ impl EtcdBackend {
 /// The scope of an actor with such a grant, as the core's rules take it:
 /// its grant fence folded by `keys` as the session folds keys, and merged
 /// as in process.
-fn scope_of(keys: &Resolver, read_only: bool, fence: Option<&[Target]>) -> Scope {
+pub(super) fn scope_of(keys: &Resolver, read_only: bool, fence: Option<&[Target]>) -> Scope {
     match (read_only, fence) {
         (true, _) => Scope::ReadOnly,
         (false, Some(fence)) => Scope::Fenced(key::merge(
@@ -189,12 +171,12 @@ fn scope_of(keys: &Resolver, read_only: bool, fence: Option<&[Target]>) -> Scope
     }
 }
 
-fn actor_scope(keys: &Resolver, actor: &ActorRef) -> Scope {
+pub(super) fn actor_scope(keys: &Resolver, actor: &ActorRef) -> Scope {
     scope_of(keys, actor.is_read_only(), actor.grant_fence())
 }
 
 /// A key of a claim as the table takes it: a resolved target.
-fn key_target((key, mode): (Key, Mode)) -> Target {
+pub(super) fn key_target((key, mode): (Key, Mode)) -> Target {
     let target = if key.tree {
         Target::tree(key.path)
     } else {
@@ -212,11 +194,11 @@ fn lease_number(lease: LeaseId) -> u64 {
 }
 
 impl App {
-    fn lease_handle(&self, lease: LeaseId) -> String {
+    pub(super) fn lease_handle(&self, lease: LeaseId) -> String {
         self.handle('l', lease_number(lease))
     }
 
-    fn etcd_lease(&self, handle: &str) -> Result<LeaseId> {
+    pub(super) fn etcd_lease(&self, handle: &str) -> Result<LeaseId> {
         let n = self.parse('l', "a lease", handle)?;
         i64::try_from(n)
             .map(LeaseId)
@@ -224,7 +206,7 @@ impl App {
     }
 
     /// Names ids in the table's errors by their wire handles.
-    fn etcd_named(&self, e: Error) -> Error {
+    pub(super) fn etcd_named(&self, e: Error) -> Error {
         let renamed = |text: &str, prefix: char| {
             text.parse::<u64>()
                 .map_or_else(|_| text.to_string(), |n| self.handle(prefix, n))
@@ -271,43 +253,55 @@ impl App {
         });
         Ok(Caller::Actor(actor.0))
     }
+}
 
+impl EtcdBackend {
     /// The actor a request acts for, after the caller's rights are checked.
-    async fn etcd_actor(
-        &self,
-        backend: &EtcdBackend,
-        caller: &Caller,
-        handle: &str,
-    ) -> Result<ActorRef> {
-        let n = self.parse('a', "an actor", handle)?;
-        let actor = backend
+    pub(super) async fn actor(&self, app: &App, caller: &Caller, handle: &str) -> Result<ActorRef> {
+        let n = app.parse('a', "an actor", handle)?;
+        let actor = self
             .table
             .actor(ActorId(n))
             .await
-            .map_err(|e| self.etcd_named(e))?;
+            .map_err(|e| app.etcd_named(e))?;
         let lineage: Vec<u64> = actor.lineage().iter().map(|a| a.0).collect();
-        self.may(caller, &lineage, handle)?;
+        app.may(caller, &lineage, handle)?;
         Ok(actor)
+    }
+
+    /// An actor's targets for a hold of `kind`, as the table takes them:
+    /// resolved as in process (symlinks, the grant root), then judged by
+    /// the core's scope rules ([`Scope::claim_keys`]) exactly as in process.
+    pub(super) fn targets_of(
+        &self,
+        actor: &ActorRef,
+        targets: &[Target],
+        kind: HoldKind,
+    ) -> Result<Vec<Target>> {
+        let resolver = self.resolver(actor.root(), actor.read_roots());
+        let scope = self.actor_scope(actor);
+        let keys = scoped_keys(&scope, actor.name(), &resolver, targets, kind)?;
+        Ok(keys.into_iter().map(key_target).collect())
     }
 
     /// Runs a wait: the lease is renewed while it runs (an open long-poll
     /// keeps it alive), and the server's shutdown ends it. Dropping the
     /// future (the client went away) cancels the table's wait.
-    async fn etcd_long_poll<T>(
+    pub(super) async fn long_poll<T>(
         &self,
-        backend: &EtcdBackend,
+        app: &App,
         lease: LeaseId,
         wait: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        let table = backend.table.clone();
-        let period = (self.ttl / 3).max(Duration::from_millis(100));
+        let table = self.table.clone();
+        let period = (app.ttl / 3).max(Duration::from_millis(100));
         let renew = async move {
             loop {
                 tokio::time::sleep(period).await;
                 let _ = table.keep_alive(lease).await;
             }
         };
-        let mut stop = self.stop_rx.clone();
+        let mut stop = app.stopping();
         tokio::select! {
             result = wait => result,
             () = renew => Err(Error::Unavailable { reason: "the lease renewal ended".into() }),
@@ -315,433 +309,5 @@ impl App {
                 reason: "this server is shutting down; the wait was cancelled (holds in etcd stay; another server of the session can serve them)".into(),
             }),
         }
-    }
-
-    /// Runs one method against the table in etcd; `None` for the methods
-    /// that do not touch the table (served as in process).
-    pub(crate) async fn etcd_call(
-        self: &Arc<Self>,
-        backend: &EtcdBackend,
-        caller: &Caller,
-        method: &str,
-        p: Value,
-    ) -> Option<Result<Value>> {
-        let answer = match method {
-            "session.info" => Ok(self.etcd_info(backend, caller)),
-            "actor.create" | "actor.child_wait" => {
-                self.etcd_create(backend, caller, method, p).await
-            }
-            "actor.drop" => self.etcd_drop(backend, caller, p).await,
-            "admit" | "fence" => self.etcd_admit(backend, caller, method, p).await,
-            "release" => self.etcd_release(backend, caller, p).await,
-            "fence.extend" | "fence.narrow" => self.etcd_change(backend, caller, method, p).await,
-            "dump" => self.etcd_dump(backend, p).await,
-            "files.read" | "files.write" | "files.append" | "files.replace" | "files.delete"
-            | "files.rename" => self.etcd_files(backend, caller, method, p).await,
-            "lease.keepalive" => self.etcd_keepalive(backend, caller, p).await,
-            "lease.revoke" => self.etcd_revoke(backend, caller, p).await,
-            m if UNSUPPORTED.contains(&m) => Err(unsupported(format!("the method `{m}`"))),
-            _ => return None,
-        };
-        Some(answer.map_err(|e| self.etcd_named(e)))
-    }
-
-    fn etcd_info(&self, backend: &EtcdBackend, caller: &Caller) -> Value {
-        json!({
-            "protocol": PROTOCOL_VERSION,
-            "version": env!("CARGO_PKG_VERSION"),
-            "root": self.root,
-            "session": backend.table.session(),
-            "backend": "etcd",
-            "instance": self.instance,
-            "lease_ttl_ms": self.ttl.as_millis() as u64,
-            "call_wait_ms": self.call_wait.as_millis() as u64,
-            "max_body": self.max_body,
-            "history_dir": Value::Null,
-            "unsupported": UNSUPPORTED,
-            "caller": match caller {
-                Caller::Session => "session".to_string(),
-                Caller::Actor(n) => self.handle('a', *n),
-            },
-        })
-    }
-
-    async fn etcd_create(
-        &self,
-        backend: &EtcdBackend,
-        caller: &Caller,
-        method: &str,
-        p: Value,
-    ) -> Result<Value> {
-        let p: CreateParams = params(p)?;
-        let grant = self.grant(caller, &p.grant)?;
-        // As in process: a grant root and each read root is an existing
-        // folder, kept canonical.
-        let root = crate::sched::resolve::canonical_root(grant.root())?;
-        let read_roots = grant
-            .read_roots()
-            .iter()
-            .map(|r| crate::sched::resolve::canonical_root(r))
-            .collect::<Result<Vec<_>>>()?;
-        let read_only = grant.is_read_only();
-        // A fenced grant's targets, resolved against its root: the fence
-        // the new actor takes (all-or-nothing) and the keys its writes
-        // must lie inside.
-        // Judged as in process: a grant fence is the new actor's first
-        // fence, taken with a workspace scope (so not exclusive under a
-        // read-only root).
-        let fence_targets = match grant.fenced_targets() {
-            Some(targets) => {
-                let resolver = backend.resolver(&root, &read_roots);
-                let keys = scoped_keys(
-                    &Scope::Workspace,
-                    &p.name,
-                    &resolver,
-                    targets,
-                    HoldKind::Fence,
-                )?;
-                Some(keys.into_iter().map(key_target).collect::<Vec<Target>>())
-            }
-            None => None,
-        };
-        let record = GrantRecord {
-            read_only,
-            fence: fence_targets.clone(),
-            read_roots,
-        };
-        let token = |id: ActorId| -> Result<String> {
-            Ok(format!(
-                "{}.{}",
-                self.handle('a', id.0),
-                auth::random_hex(32)?
-            ))
-        };
-        let table = &backend.table;
-        let (actor, token) = match (&p.parent, p.lease) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "a child belongs to its parent's lease; do not pass 'lease'",
-                ));
-            }
-            (None, _) if method == "actor.child_wait" => {
-                return Err(invalid("actor.child_wait needs a 'parent'"));
-            }
-            (None, lease) => {
-                self.session_only(caller, "creating a root actor")?;
-                let (lease, fresh) = match lease {
-                    Some(l) => (self.etcd_lease(&l)?, false),
-                    None => (table.grant_lease(self.ttl).await?, true),
-                };
-                let made = table
-                    .create_actor_with_token(lease, &p.name, &root, None, record, token)
-                    .await;
-                let made = match (made, &fence_targets) {
-                    (Ok(made), Some(fence)) => {
-                        self.take_grant_fence(backend, made, fence, fresh).await
-                    }
-                    (made, _) => made,
-                };
-                if made.is_err() && fresh {
-                    let _ = table.revoke(lease).await;
-                }
-                made?
-            }
-            (Some(parent), None) => {
-                let limited = backend.limits != (None, None);
-                let parent = self.etcd_actor(backend, caller, parent).await?;
-                check_child_root(&backend.resolver(parent.root(), parent.read_roots()), &root)?;
-                // The core's rule for a child's scope (SPEC §3).
-                let keys = backend.resolver(Path::new("/"), &[]);
-                actor_scope(&keys, &parent).check_child(
-                    parent.name(),
-                    &scope_of(&keys, read_only, fence_targets.as_deref()),
-                    &keys.key_for(root.clone(), true),
-                )?;
-                if method == "actor.child_wait" {
-                    // Waits for the grant fence's paths, then for a slot
-                    // (SPEC §11), in the table; the child, its token and
-                    // its fence are made in one transaction.
-                    let ask = ChildAsk {
-                        parent: parent.clone(),
-                        name: p.name.clone(),
-                        root: root.clone(),
-                        grant: record,
-                        fence: fence_targets.clone(),
-                        limits: backend.limits,
-                        timeout: timeout(p.timeout_ms),
-                    };
-                    let waiting = table.child_wait(ask, token);
-                    self.etcd_long_poll(backend, parent.lease(), waiting)
-                        .await?
-                } else {
-                    let made = table
-                        .create_actor_with_token_in(
-                            parent.lease(),
-                            &p.name,
-                            &root,
-                            Some(&parent),
-                            record,
-                            limited.then_some(backend.limits),
-                            token,
-                        )
-                        .await?;
-                    match &fence_targets {
-                        Some(fence) => self.take_grant_fence(backend, made, fence, false).await?,
-                        None => made,
-                    }
-                }
-            }
-        };
-        Ok(json!({
-            "actor": self.handle('a', actor.id().0),
-            "token": token,
-            "lease": self.lease_handle(actor.lease()),
-            "name": actor.name(),
-            "root": actor.root(),
-        }))
-    }
-
-    /// Takes a new actor's grant fence, try-only; if it is refused the
-    /// actor goes again (its whole lease, when it had one of its own), so
-    /// a refused creation leaves nothing (SPEC §3).
-    async fn take_grant_fence(
-        &self,
-        backend: &EtcdBackend,
-        (actor, token): (ActorRef, String),
-        fence: &[Target],
-        own_lease: bool,
-    ) -> Result<(ActorRef, String)> {
-        let taken = backend
-            .table
-            .admit(&actor, AdmitRequest::fence(fence.to_vec()))
-            .await;
-        match taken {
-            Ok(_) => Ok((actor, token)),
-            Err(e) => {
-                if !own_lease {
-                    let _ = backend.table.drop_actor(&actor).await;
-                }
-                Err(e)
-            }
-        }
-    }
-
-    async fn etcd_drop(&self, backend: &EtcdBackend, caller: &Caller, p: Value) -> Result<Value> {
-        let p: ActorParams = params(p)?;
-        let actor = self.etcd_actor(backend, caller, &p.actor).await?;
-        backend.table.drop_actor_marking(&actor).await?;
-        Ok(json!({"dropped": p.actor}))
-    }
-
-    /// An actor's targets for a hold of `kind`, as the table takes them:
-    /// resolved as in process (symlinks, the grant root), then judged by
-    /// the core's scope rules ([`Scope::claim_keys`]) exactly as in process.
-    fn etcd_targets(
-        &self,
-        backend: &EtcdBackend,
-        actor: &ActorRef,
-        targets: &[Target],
-        kind: HoldKind,
-    ) -> Result<Vec<Target>> {
-        let resolver = backend.resolver(actor.root(), actor.read_roots());
-        let scope = backend.actor_scope(actor);
-        let keys = scoped_keys(&scope, actor.name(), &resolver, targets, kind)?;
-        Ok(keys.into_iter().map(key_target).collect())
-    }
-
-    async fn etcd_admit(
-        &self,
-        backend: &EtcdBackend,
-        caller: &Caller,
-        method: &str,
-        p: Value,
-    ) -> Result<Value> {
-        let p: AdmitParams = params(p)?;
-        let targets = targets(&p.targets, self.max_targets)?;
-        let actor = self.etcd_actor(backend, caller, &p.actor).await?;
-        let fence = method == "fence";
-        let kind = if fence {
-            HoldKind::Fence
-        } else {
-            HoldKind::Call
-        };
-        let resolved = self.etcd_targets(backend, &actor, &targets, kind)?;
-        let mut request = if fence {
-            AdmitRequest::fence(resolved)
-        } else {
-            AdmitRequest::call(resolved)
-        }
-        .priority(p.priority);
-        if let Some(label) = p.label {
-            request = request.label(label);
-        }
-        if let Some(ticket) = &p.ticket {
-            request = request.ticket(ticket.clone());
-        }
-        if p.resume {
-            request = request.resume();
-        }
-        let wait = p.wait.unwrap_or(!fence);
-        if wait {
-            request = match timeout(p.timeout_ms) {
-                Some(d) => request.wait_timeout(d),
-                None => request.wait(),
-            };
-        }
-        let admitting = backend.table.admit(&actor, request);
-        let grant = if wait {
-            self.etcd_long_poll(backend, actor.lease(), admitting)
-                .await?
-        } else {
-            admitting.await?
-        };
-        let hold = grant.hold().0;
-        Ok(json!({
-            "hold": self.handle('h', hold),
-            "kind": match grant.kind() { HoldKind::Fence => "fence", HoldKind::Call => "call" },
-            "paths": grant.paths(),
-            "revision": grant.revision(),
-        }))
-    }
-
-    /// `fence.extend` (a fence or a call reservation, try-only) and
-    /// `fence.narrow` (a fence), all-or-nothing.
-    async fn etcd_change(
-        &self,
-        backend: &EtcdBackend,
-        caller: &Caller,
-        method: &str,
-        p: Value,
-    ) -> Result<Value> {
-        let p: HoldTargetsParams = params(p)?;
-        let targets = targets(&p.targets, self.max_targets)?;
-        let hold = HoldId(self.parse('h', "a hold", &p.hold)?);
-        let (lineage, kind) = backend.table.hold_lineage(hold).await?;
-        self.may(caller, &lineage, &p.hold)?;
-        let owner = lineage.last().copied().unwrap_or_default();
-        let actor = backend.table.actor(ActorId(owner)).await?;
-        let resolved = self.etcd_targets(backend, &actor, &targets, kind)?;
-        let changed = if method == "fence.extend" {
-            backend.table.extend(&actor, hold, &resolved).await?
-        } else if kind == HoldKind::Fence {
-            backend.table.narrow(&actor, hold, &resolved).await?
-        } else {
-            return Err(invalid(format!(
-                "{} is a call reservation; only a fence can be narrowed",
-                p.hold
-            )));
-        };
-        Ok(json!({"hold": p.hold, "paths": changed.paths(), "revision": changed.revision()}))
-    }
-
-    async fn etcd_release(
-        &self,
-        backend: &EtcdBackend,
-        caller: &Caller,
-        p: Value,
-    ) -> Result<Value> {
-        let p: HoldParams = params(p)?;
-        let (n, named) = match (&p.hold, &p.actor, &p.ticket) {
-            (Some(hold), None, None) => (self.parse('h', "a hold", hold)?, hold.clone()),
-            (None, Some(actor), Some(ticket)) => {
-                // The answer is in etcd: any server of the session can
-                // give the wait up, whichever one served it.
-                let actor = self.etcd_actor(backend, caller, actor).await?;
-                return Ok(match backend.table.give_up(&actor, ticket).await? {
-                    Some(hold) => json!({"released": self.handle('h', hold.0)}),
-                    None => json!({"released": null, "ticket": ticket}),
-                });
-            }
-            _ => return Err(invalid("release takes {hold} or {actor, ticket}")),
-        };
-        let hold = HoldId(n);
-        let released = match backend.table.hold_lineage(hold).await {
-            Ok((lineage, _)) => {
-                self.may(caller, &lineage, &named)?;
-                backend.table.release(hold).await
-            }
-            Err(e) => Err(e),
-        };
-        match released {
-            Ok(()) => {}
-            // A fence its owner's drop released: handing it back is
-            // harmless (once), as in process.
-            Err(Error::UnknownHold { .. }) => match backend.table.drop_mark(hold).await? {
-                Some(lineage) => {
-                    self.may(caller, &lineage, &named)?;
-                    backend.table.clear_drop_mark(hold).await?;
-                }
-                None => return Err(Error::UnknownHold { hold: named }),
-            },
-            Err(e) => return Err(e),
-        }
-        Ok(json!({"released": named}))
-    }
-
-    async fn etcd_dump(&self, backend: &EtcdBackend, p: Value) -> Result<Value> {
-        let p: DumpParams = params(p)?;
-        let dump = backend.table.dump().await?;
-        match p.format.as_deref() {
-            None | Some("json") => self.dump_json(&dump),
-            Some("table") => Ok(json!({
-                "table": format!("{}\netcd revision {}", dump.table, dump.revision)
-            })),
-            Some(other) => Err(invalid(format!(
-                "unknown dump format '{other}' (json or table)"
-            ))),
-        }
-    }
-
-    /// SPEC §5's dump as the in-process table gives it, plus what only a
-    /// session in etcd has: the revision it was read at, each actor's
-    /// lease and each waiter's queue revision (holds carry their fencing
-    /// token as `revision`).
-    fn dump_json(&self, dump: &TableDump) -> Result<Value> {
-        let mut value = serde_json::to_value(&dump.table).map_err(|e| Error::Protocol {
-            kind: crate::ProtocolError::Internal,
-            detail: format!("the dump did not encode: {e}"),
-        })?;
-        value["backend"] = json!("etcd");
-        value["revision"] = json!(dump.revision);
-        if let Some(actors) = value["actors"].as_array_mut() {
-            for (entry, lease) in actors.iter_mut().zip(&dump.leases) {
-                entry["lease"] = json!(self.lease_handle(*lease));
-            }
-        }
-        if let Some(waiters) = value["waiters"].as_array_mut() {
-            for (entry, queued) in waiters.iter_mut().zip(&dump.queued) {
-                entry["revision"] = json!(queued);
-            }
-        }
-        Ok(value)
-    }
-
-    async fn etcd_keepalive(
-        &self,
-        backend: &EtcdBackend,
-        caller: &Caller,
-        p: Value,
-    ) -> Result<Value> {
-        let p: LeaseParams = params(p)?;
-        let lease = self.etcd_lease(&p.lease)?;
-        if let Caller::Actor(n) = caller {
-            let mine = backend.table.actor(ActorId(*n)).await?;
-            if mine.lease() != lease {
-                return Err(Error::Forbidden {
-                    reason: format!("this token's actor does not belong to lease {}", p.lease),
-                });
-            }
-        }
-        backend.table.keep_alive(lease).await?;
-        Ok(json!({"lease": p.lease, "ttl_ms": self.ttl.as_millis() as u64}))
-    }
-
-    async fn etcd_revoke(&self, backend: &EtcdBackend, caller: &Caller, p: Value) -> Result<Value> {
-        let p: LeaseParams = params(p)?;
-        self.session_only(caller, "revoking a lease")?;
-        let lease = self.etcd_lease(&p.lease)?;
-        let (actors, holds) = backend.table.lease_contents(lease).await?;
-        backend.table.revoke(lease).await?;
-        Ok(json!({"lease": p.lease, "actors": actors, "holds": holds}))
     }
 }

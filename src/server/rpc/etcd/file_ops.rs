@@ -17,7 +17,8 @@
 //!    checked the policy, and before its local call hold, the hook keeps a
 //!    fenced actor's writes inside its grant fence (`OutsideFence`), takes a
 //!    call hold in etcd on exactly those keys (exclusive, shared for a read;
-//!    try-only unless `Config::file_op_wait`), and loads the actor's marks
+//!    try-only unless the request's `timeout_ms` or `Config::file_op_wait`
+//!    gives a wait), and loads the actor's marks
 //!    and the keys' last writers from etcd into the local gate. The keys are
 //!    resolved once, so a symlink swapped between two resolutions cannot
 //!    make the etcd hold and the I/O disagree. The local hold is then
@@ -37,51 +38,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde_json::{Value, json};
 
-use super::super::{
-    App, DeleteParams, ReadParams, RenameParams, ReplaceParams, WriteParams, invalid, params,
-};
+use super::super::App;
+use super::super::files::{Done, run};
+use super::super::request::FileOp;
 use super::EtcdBackend;
 use crate::core::key::{Area, Key};
 use crate::core::scope::Wanted;
 use crate::etcd::{ActorRef, AdmitRequest, Table};
 use crate::files::gate::{MarkStore, ReadMark};
-use crate::files::{Known, OuterAdmission, Receipt};
+use crate::files::{Known, OuterAdmission};
 use crate::sched::resolve::Resolver;
-use crate::server::auth::Caller;
-use crate::{Error, Grant, HoldId, HoldKind, Mode, ProtocolError, Result, Target, wire};
-
-/// One file op, parsed.
-enum FileCall {
-    Read {
-        path: String,
-        lines: Option<(usize, Option<usize>)>,
-    },
-    Write {
-        path: String,
-        content: Vec<u8>,
-        append: bool,
-    },
-    Replace {
-        path: String,
-        old: String,
-        new: String,
-    },
-    Delete {
-        path: String,
-    },
-    Rename {
-        from: String,
-        to: String,
-    },
-}
-
-/// What a file op answered.
-enum Done {
-    Read(Vec<u8>, ReadMark),
-    Changed(Receipt),
-}
+use crate::{Error, Grant, HoldId, HoldKind, Mode, ProtocolError, Result, Target};
 
 /// What the hook admitted in etcd, for the end of the op.
 struct Admitted {
@@ -211,66 +179,17 @@ fn release_later(table: Table, hold: HoldId) {
     });
 }
 
-impl App {
-    /// Serves `files.read`, `files.write`, `files.append`, `files.replace`,
-    /// `files.delete` and `files.rename` for an actor of the session in etcd.
-    pub(super) async fn etcd_files(
+impl EtcdBackend {
+    /// Runs one file op for `actor`, a contested one waiting up to `wait`
+    /// in etcd (the request's `timeout_ms`, else `Config::file_op_wait`;
+    /// try-only without either).
+    pub(in crate::server::rpc) async fn file_op(
         &self,
-        backend: &EtcdBackend,
-        caller: &Caller,
-        method: &str,
-        p: Value,
-    ) -> Result<Value> {
-        let (handle, call) = match method {
-            "files.read" => {
-                let p: ReadParams = params(p)?;
-                let call = FileCall::Read {
-                    path: p.path,
-                    lines: p.lines,
-                };
-                (p.actor, call)
-            }
-            "files.write" | "files.append" => {
-                let p: WriteParams = params(p)?;
-                let content = wire::content_from_wire(&p.content).map_err(invalid)?;
-                let call = FileCall::Write {
-                    path: p.path,
-                    content,
-                    append: method == "files.append",
-                };
-                (p.actor, call)
-            }
-            "files.replace" => {
-                let p: ReplaceParams = params(p)?;
-                let call = FileCall::Replace {
-                    path: p.path,
-                    old: p.old,
-                    new: p.new,
-                };
-                (p.actor, call)
-            }
-            "files.delete" => {
-                let p: DeleteParams = params(p)?;
-                (p.actor, FileCall::Delete { path: p.path })
-            }
-            "files.rename" => {
-                let p: RenameParams = params(p)?;
-                (
-                    p.actor,
-                    FileCall::Rename {
-                        from: p.from,
-                        to: p.to,
-                    },
-                )
-            }
-            other => {
-                return Err(Error::Protocol {
-                    kind: ProtocolError::UnknownMethod,
-                    detail: format!("unknown method '{other}'"),
-                });
-            }
-        };
-        let actor = self.etcd_actor(backend, caller, &handle).await?;
+        app: &App,
+        actor: ActorRef,
+        op: FileOp,
+        wait: Option<Duration>,
+    ) -> Result<Done> {
         let lease = actor.lease();
         // The etcd actor's grant, as far as the pipeline enforces it
         // itself (its fence is the hook's to enforce: a local fence would
@@ -284,15 +203,15 @@ impl App {
             grant = grant.read_root(root);
         }
         let hook = Arc::new(EtcdAdmission {
-            table: backend.table.clone(),
+            table: self.table.clone(),
             actor: actor.clone(),
             runtime: tokio::runtime::Handle::current(),
-            wait: backend.file_op_wait,
-            keys: backend.resolver(std::path::Path::new("/"), &[]),
+            wait: wait.or(self.file_op_wait),
+            keys: self.resolver(std::path::Path::new("/"), &[]),
             admitted: Mutex::new(None),
         });
-        let sched = backend.files.clone();
-        let table = backend.table.clone();
+        let sched = self.files.clone();
+        let table = self.table.clone();
         // The op and its end run in a task of their own, so that the etcd
         // hold is released however the request ends (the client gone, the
         // server stopping).
@@ -301,28 +220,7 @@ impl App {
             let local_hook = hook.clone();
             let ran = App::blocking(move || {
                 let local = sched.actor(name, grant)?;
-                let files = local.files().admitted_by(local_hook.clone());
-                let done = match call {
-                    FileCall::Read { path, lines } => match lines {
-                        None => files.read(&path),
-                        Some((start, None)) => files.read_range(&path, start..),
-                        Some((start, Some(end))) => files.read_range(&path, start..end),
-                    }
-                    .map(|(bytes, mark)| Done::Read(bytes, mark)),
-                    FileCall::Write {
-                        path,
-                        content,
-                        append: true,
-                    } => files.append(&path, content).map(Done::Changed),
-                    FileCall::Write { path, content, .. } => {
-                        files.write(&path, content).map(Done::Changed)
-                    }
-                    FileCall::Replace { path, old, new } => {
-                        files.replace(&path, &old, &new).map(Done::Changed)
-                    }
-                    FileCall::Delete { path } => files.delete(&path).map(Done::Changed),
-                    FileCall::Rename { from, to } => files.rename(&from, &to).map(Done::Changed),
-                };
+                let done = run(local.files().admitted_by(local_hook.clone()), op);
                 // The marks the op left on the ephemeral actor (a read's, or
                 // a refreshed one), read before it goes.
                 let marks = MarkStore::of(&local.meta);
@@ -357,11 +255,6 @@ impl App {
                 detail: format!("a file operation failed to run: {e}"),
             })?
         };
-        match self.etcd_long_poll(backend, lease, running).await? {
-            Done::Read(bytes, mark) => {
-                Ok(json!({"content": wire::content_to_wire(&bytes), "mark": mark}))
-            }
-            Done::Changed(receipt) => Ok(json!(receipt)),
-        }
+        self.long_poll(app, lease, running).await
     }
 }

@@ -1,0 +1,107 @@
+//! `files.read`, `files.write`, `files.append`, `files.replace`,
+//! `files.delete` and `files.rename` (SPEC §6–§7): the crate's file
+//! pipeline, run for an actor of the table.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::request::{FileOp, FileRequest};
+use super::{App, InProcess};
+use crate::server::auth::Caller;
+use crate::{Actor, Files, ReadMark, Receipt, Reservation, Result, Target, wire};
+
+/// The file methods of a table.
+pub(super) trait FileOps {
+    async fn file(&self, app: &Arc<App>, caller: &Caller, request: FileRequest) -> Result<Value>;
+}
+
+/// What a file op answered.
+pub(super) enum Done {
+    Read(Vec<u8>, ReadMark),
+    Changed(Receipt),
+}
+
+impl Done {
+    pub(super) fn to_wire(&self) -> Value {
+        match self {
+            Done::Read(bytes, mark) => {
+                json!({"content": wire::content_to_wire(bytes), "mark": mark})
+            }
+            Done::Changed(receipt) => json!(receipt),
+        }
+    }
+}
+
+/// Runs `op` with an actor's file tools.
+pub(super) fn run(files: Files<'_>, op: FileOp) -> Result<Done> {
+    match op {
+        FileOp::Read { path, lines } => match lines {
+            None => files.read(&path),
+            Some((start, None)) => files.read_range(&path, start..),
+            Some((start, Some(end))) => files.read_range(&path, start..end),
+        }
+        .map(|(bytes, mark)| Done::Read(bytes, mark)),
+        FileOp::Write {
+            path,
+            content,
+            append: true,
+        } => files.append(&path, content).map(Done::Changed),
+        FileOp::Write { path, content, .. } => files.write(&path, content).map(Done::Changed),
+        FileOp::Replace { path, old, new } => files.replace(&path, &old, &new).map(Done::Changed),
+        FileOp::Delete { path } => files.delete(&path).map(Done::Changed),
+        FileOp::Rename { from, to } => files.rename(&from, &to).map(Done::Changed),
+    }
+}
+
+/// An actor's file tools, inside `call` when the op waited for one.
+fn within<'a>(actor: &'a Actor, call: Option<&'a mut Reservation>) -> Files<'a> {
+    match call {
+        Some(call) => actor.files().within(call),
+        None => actor.files(),
+    }
+}
+
+impl FileOps for InProcess {
+    async fn file(&self, app: &Arc<App>, caller: &Caller, request: FileRequest) -> Result<Value> {
+        let (actor, lease, _) = app.actor_for(caller, &request.actor)?;
+        let call = match request.timeout_ms {
+            // A call reservation on the op's paths, waited for that long
+            // (shared for a read), as MCP's tools wait (`Actor::wait_call`);
+            // the lease cannot lapse meanwhile. `None` when the paths came
+            // free as the wait ended.
+            Some(ms) => {
+                let shared = matches!(request.op, FileOp::Read { .. });
+                let paths = request.op.paths();
+                let targets = paths
+                    .iter()
+                    .map(|p| {
+                        let target = Target::file(*p);
+                        if shared { target.shared() } else { target }
+                    })
+                    .collect();
+                let label = format!("{} {}", request.op.verb(), paths.join(", "));
+                let wait = actor.wait_call(targets, label, Duration::from_millis(ms));
+                app.long_poll(lease, wait).await?
+            }
+            // Try-only.
+            None => None,
+        };
+        let done = App::blocking(move || {
+            let mut call = call;
+            run(within(&actor, call.as_mut()), request.op)
+        })
+        .await?;
+        Ok(done.to_wire())
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl FileOps for super::EtcdBackend {
+    async fn file(&self, app: &Arc<App>, caller: &Caller, request: FileRequest) -> Result<Value> {
+        let actor = self.actor(app, caller, &request.actor).await?;
+        let wait = request.timeout_ms.map(Duration::from_millis);
+        Ok(self.file_op(app, actor, request.op, wait).await?.to_wire())
+    }
+}
