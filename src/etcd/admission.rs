@@ -17,14 +17,16 @@ use crate::kinds::{HoldKind, Mode};
 
 use super::actors::ActorRef;
 use super::counters::Counter;
-use super::deadlock::{self, Edges};
+use super::deadlock::Edges;
 use super::decide::{
     self, Blocked, ClaimRecord, EntryValue, KeyRecord, Meta, Moved, Other, Place, Snapshot,
 };
-use super::graph::{moved_places, others, true_edges};
+use super::graph::{moved_places, others};
 use super::layout::{self, Layout, Owner};
-use super::queue::{Mine, WaitEnded};
-use super::reorder::{Closed, Deciding, Reordered};
+pub(super) use super::pipeline::Wait;
+use super::pipeline::{Need, Round, Standing};
+use super::queue::Mine;
+use super::reorder::{Deciding, Reordered};
 use super::store::{
     LeaseId, Table, empty, etcd_error, now_ms, prefix_get, ranges_of, revision_of, still, to_json,
     unavailable, unchanged_since, with_lease,
@@ -33,14 +35,6 @@ use super::tokens;
 
 /// The answer key's value of a request given up before its grant.
 pub(super) const ABANDONED: &str = "abandoned";
-
-/// How long a request may wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Wait {
-    Never,
-    Forever,
-    For(Duration),
-}
 
 /// What an actor asks the table for: a call or a fence on some targets.
 ///
@@ -266,6 +260,34 @@ pub(super) fn entry_puts(
         .collect()
 }
 
+/// The `Busy` of a request (`claim`, by an actor rooted at `root`) blocked
+/// by `other` (a waiter ahead when `queued`) through its key `key`.
+pub(super) fn busy(claim: &Claim, root: &Path, other: &Other, key: usize, queued: bool) -> Error {
+    let Some((requested, mode)) = judge::contested(claim, key, &other.claim) else {
+        return Error::Unavailable {
+            reason: "what blocked this request vanished while it was judged; ask again".into(),
+        };
+    };
+    let relative = requested
+        .path
+        .strip_prefix(root)
+        .map_or_else(|_| requested.path.clone(), Path::to_path_buf);
+    Error::Busy(Busy {
+        path: requested.path.clone(),
+        holder: other.meta.name.clone(),
+        kind: other.meta.kind.into(),
+        mode,
+        label: other.meta.label.clone(),
+        age: Duration::from_millis(now_ms().saturating_sub(other.meta.since_ms)),
+        queued,
+        relative: if relative.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            relative
+        },
+    })
+}
+
 /// One request on its way through the table.
 pub(super) struct Admission {
     pub(super) actor: ActorRef,
@@ -342,34 +364,6 @@ impl Admission {
         entry_puts(layout, &self.meta(), &self.keys, owner, lease)
     }
 
-    /// The `Busy` of a request blocked by `other` (a waiter ahead when
-    /// `queued`) through its key `key`.
-    fn busy(&self, other: &Other, key: usize, queued: bool) -> Error {
-        let Some((requested, mode)) = judge::contested(&self.claim, key, &other.claim) else {
-            return Error::Unavailable {
-                reason: "what blocked this request vanished while it was judged; ask again".into(),
-            };
-        };
-        let relative = requested
-            .path
-            .strip_prefix(&self.actor.root)
-            .map_or_else(|_| requested.path.clone(), Path::to_path_buf);
-        Error::Busy(Busy {
-            path: requested.path.clone(),
-            holder: other.meta.name.clone(),
-            kind: other.meta.kind.into(),
-            mode,
-            label: other.meta.label.clone(),
-            age: Duration::from_millis(now_ms().saturating_sub(other.meta.since_ms)),
-            queued,
-            relative: if relative.as_os_str().is_empty() {
-                PathBuf::from(".")
-            } else {
-                relative
-            },
-        })
-    }
-
     /// The most operations any transaction of this request needs: the
     /// read (a get per range, and the actor), the commit's compares (one
     /// per range, the actor, the own waiter, each fence relied on — at most
@@ -393,36 +387,101 @@ impl Admission {
     }
 }
 
-/// A request already in the queue, as the task serving it knows it.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Queued {
-    pub(super) waiter: u64,
-    /// Its place among equal priorities: the revision it first queued at.
-    pub(super) place: i64,
-    /// The revision this task wrote its waiter record at.
-    pub(super) written: i64,
+impl Admission {
+    /// What a waiting request watches: its conflicting ranges, its actor's
+    /// record (when its lease ends or it is dropped, the request goes at
+    /// once, not one check period later), and the moved places (a
+    /// reordering may move it, or the requests ahead of it).
+    fn watched(&self, layout: &Layout) -> Vec<Vec<u8>> {
+        let mut watched = self.ranges.clone();
+        watched.push(layout.actor(self.actor.id.0));
+        watched.push(layout.all_moved());
+        watched
+    }
 }
 
-/// What one round of an admission came to.
-pub(super) enum Step {
-    Granted(Grant),
-    /// Something changed in the ranges since the read: read again.
-    Raced,
-    /// Blocked (the `Busy` a try-only request returns), as read at this
-    /// revision.
-    Blocked(Error, i64, Edges),
-    /// etcd did not answer the round's transaction: it may have committed.
-    /// The next round reads whether it did (the hold's own entries) and
-    /// goes on from there, so asking again is safe.
-    Unclear(Error),
-    /// Its waiter record moved to another table's waiter lease: the
-    /// request was resumed there (`Table::resume`).
-    TakenOver,
-}
+/// A hold asked for: the pipeline's `Need::Hold`.
+impl Need for Admission {
+    type Granted = Grant;
+    const REWRITES_EDGES: bool = false;
 
-/// How many rounds in a row may end unclear before the request fails
-/// `unavailable` (each call is bounded by its own timeout).
-const UNCLEAR_ROUNDS: u32 = 3;
+    fn keys(&self) -> &[(Key, Mode)] {
+        &self.keys
+    }
+
+    fn claim(&self) -> &Claim {
+        &self.claim
+    }
+
+    fn wait(&self) -> Wait {
+        self.wait
+    }
+
+    fn first_place(&self) -> Place {
+        Place::new(self.priority)
+    }
+
+    fn queued_place(&self, waiter: u64, revision: i64, to: Option<Moved>) -> Place {
+        match to {
+            Some(to) => Place::moved(self.priority, waiter, to),
+            None => Place::queued(self.priority, waiter, revision),
+        }
+    }
+
+    fn deciding(&self) -> Deciding<'_> {
+        Deciding {
+            requester: self.actor.id.0,
+            claim: &self.claim,
+            priority: self.priority,
+            movable: true,
+        }
+    }
+
+    async fn round(&self, table: &Table, at: Standing) -> Result<Round<Grant>> {
+        table.step(self, at).await
+    }
+
+    async fn enqueue(
+        &self,
+        table: &Table,
+        edges: &Edges,
+        moved: Option<Moved>,
+    ) -> Result<(u64, i64)> {
+        let limit = table.inner.options.max_txn_ops;
+        table
+            .enqueue(self, Some(edges), moved, self.ops_needed(), limit)
+            .await
+    }
+
+    async fn lost(&self, table: &Table) {
+        // A grant asked for with a ticket is the ticket's: its caller
+        // resumes it (through any table) or gives it up. A widening's
+        // hold was the caller's before. Otherwise a commit whose answer
+        // was lost may still have landed: its hold, which nobody was told
+        // of, would stay as long as its owner's lease.
+        if self.replaces.is_some() || self.ticket_to_answer(table.layout()).is_some() {
+            return;
+        }
+        let hold = HoldId(self.hold);
+        table
+            .until_done(move |table| async move {
+                match table.release(hold).await {
+                    Err(Error::UnknownHold { .. }) => Ok(()),
+                    other => other,
+                }
+            })
+            .await;
+    }
+
+    async fn unclaimed(&self, table: &Table, granted: Grant) {
+        // A ticketed grant waits for its caller's resume or give-up:
+        // released here, it could be taken from under a caller a resume
+        // handed it to.
+        if self.ticket_to_answer(table.layout()).is_none() {
+            let _ = table.release(granted.hold).await;
+        }
+    }
+}
 
 impl Table {
     /// Admits `request` for `actor`: grants the whole set or nothing.
@@ -473,7 +532,7 @@ impl Table {
     /// Runs an admission in a task of its own and waits for its answer.
     pub(super) async fn spawn_admission(&self, admission: Admission) -> Result<Grant> {
         self.answered_by(admission, |table, admission, answer| async move {
-            table.run(admission, None, answer).await;
+            table.drive(admission, None, answer).await;
         })
         .await
     }
@@ -499,189 +558,11 @@ impl Table {
         })
     }
 
-    /// The admission task: read, decide, commit or wait, until an answer.
-    pub(super) async fn run(
-        self,
-        admission: Admission,
-        queued: Option<Queued>,
-        answer: oneshot::Sender<Result<Grant>>,
-    ) {
-        let limit = self.inner.options.max_txn_ops;
-        let ops = admission.ops_needed();
-        let mut place = match queued {
-            Some(q) => Place::queued(admission.priority, q.waiter, q.place),
-            None => Place::new(admission.priority),
-        };
-        let mut waiter: Option<u64> = queued.map(|q| q.waiter);
-        // The revision this task last wrote its waiter record at: another
-        // one means another task took the wait over.
-        let mut written = queued.map_or(0, |q| q.written);
-        // Resumed through another table (`Table::resume`): the wait, and
-        // its clean-up, are that table's now.
-        let mut taken_over = false;
-        let deadline = match admission.wait {
-            Wait::For(d) => Some(tokio::time::Instant::now() + d),
-            _ => None,
-        };
-        let started = tokio::time::Instant::now();
-        let mut answer = answer;
-        let mut first_edges: Option<Edges> = None;
-        let mut unclear = 0;
-        // How often this request reordered the queue, and where that moved
-        // it before it queued.
-        let mut reorders = 0;
-        let mut moved_to: Option<Moved> = None;
-        // The conflicting ranges, and the actor's own record: when its
-        // lease ends (or it is dropped) its waiting request goes at once,
-        // not one check period later.
-        let mut watched = admission.ranges.clone();
-        watched.push(self.layout().actor(admission.actor.id.0));
-        // A reordering may move it, or the requests ahead of it.
-        watched.push(self.layout().all_moved());
-        let outcome: Result<Grant> = loop {
-            if answer.is_closed() {
-                break Err(Error::Unavailable {
-                    reason: "cancelled".into(),
-                });
-            }
-            let step = self
-                .step(
-                    &admission,
-                    place,
-                    waiter.map(|id| (id, written)),
-                    ops,
-                    limit,
-                )
-                .await;
-            if !matches!(step, Ok(Step::Unclear(_))) {
-                unclear = 0;
-            }
-            let revision = match step {
-                Ok(Step::Granted(grant)) => break Ok(grant),
-                Ok(Step::Raced) => continue,
-                Ok(Step::TakenOver) => {
-                    taken_over = true;
-                    break Err(Error::Unavailable {
-                        reason: "this request was resumed through another server".into(),
-                    });
-                }
-                Ok(Step::Unclear(e)) => {
-                    let late = deadline.is_some_and(|at| tokio::time::Instant::now() >= at);
-                    if unclear + 1 >= UNCLEAR_ROUNDS || late {
-                        break Err(e);
-                    }
-                    unclear += 1;
-                    // Another member most likely answers the next call; a
-                    // pause lets a leader election settle.
-                    tokio::time::sleep(Duration::from_millis(100 << unclear)).await;
-                    continue;
-                }
-                Ok(Step::Blocked(busy, revision, edges)) => {
-                    if admission.wait == Wait::Never {
-                        break Err(busy);
-                    }
-                    let me = waiter.unwrap_or(u64::MAX);
-                    match self.refused_cycle(me, &edges, &admission.claim).await {
-                        Ok(Some(closed)) => {
-                            let deciding = waiter.is_none().then_some(Deciding {
-                                requester: admission.actor.id.0,
-                                claim: &admission.claim,
-                                priority: admission.priority,
-                                movable: true,
-                            });
-                            match self.end_cycle(closed, deciding, &mut reorders).await {
-                                Ok(new) => {
-                                    if let (None, Some(to)) = (waiter, new) {
-                                        moved_to = Some(to);
-                                        place = Place::moved(admission.priority, u64::MAX, to);
-                                    }
-                                    continue;
-                                }
-                                Err(e) => break Err(e),
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(e) => break Err(e),
-                    }
-                    // Its edge record is written once, when it queues:
-                    // every read of the graph judges its edges afresh.
-                    if waiter.is_none() {
-                        first_edges = Some(edges);
-                    }
-                    revision
-                }
-                Err(e) => break Err(e),
-            };
-            if waiter.is_none() {
-                let edges = first_edges.as_ref();
-                match self.enqueue(&admission, edges, moved_to, ops, limit).await {
-                    Ok((id, at)) => {
-                        waiter = Some(id);
-                        written = at;
-                        place = match moved_to {
-                            Some(to) => Place::moved(admission.priority, id, to),
-                            None => Place::queued(admission.priority, id, at),
-                        };
-                        continue;
-                    }
-                    Err(e) => break Err(e),
-                }
-            }
-            let woken = self
-                .wait_for_change(&watched, revision, deadline, &mut answer)
-                .await;
-            if let Some(end) = woken.ended(&admission.keys, started) {
-                break Err(end);
-            }
-        };
-        // A refusal, a timeout or a deadlock is counted before the caller
-        // hears of it; a queued request's count goes with its dequeue.
-        let counted = outcome.as_ref().err().and_then(Counter::of_refusal);
-        match (&outcome, waiter) {
-            (Err(_), Some(_)) if taken_over => {}
-            (Err(_), queued) => {
-                let queued = queued.map(|id| (id, Mine::Written(written)));
-                self.leave_queue(queued, &admission.keys, counted).await;
-            }
-            (Ok(_), _) => {}
-        }
-        // A grant asked for with a ticket is the ticket's: its caller
-        // resumes it (through any table) or gives it up. Released here, it
-        // could be taken from under a caller a resume handed it to.
-        let ticketed = admission.ticket_to_answer(self.layout()).is_some();
-        if matches!(outcome, Err(Error::Unavailable { .. }))
-            && admission.replaces.is_none()
-            && !taken_over
-            && !ticketed
-        {
-            // A commit whose answer was lost may still have landed: its
-            // hold, which nobody was told of, would otherwise stay as long
-            // as its owner's lease.
-            let hold = HoldId(admission.hold);
-            self.until_done(move |table| async move {
-                match table.release(hold).await {
-                    Err(Error::UnknownHold { .. }) => Ok(()),
-                    other => other,
-                }
-            })
-            .await;
-        }
-        if let Err(Ok(grant)) = answer.send(outcome) {
-            if !ticketed {
-                let _ = self.release(grant.hold).await;
-            }
-        }
-    }
-
     /// One round: read at a revision, decide, and commit if free.
-    pub(super) async fn step(
-        &self,
-        admission: &Admission,
-        place: Place,
-        queued: Option<(u64, i64)>,
-        ops: usize,
-        limit: usize,
-    ) -> Result<Step> {
+    async fn step(&self, admission: &Admission, at: Standing) -> Result<Round<Grant>> {
+        let (place, queued) = (at.place, at.queued);
+        let ops = admission.ops_needed();
+        let limit = self.inner.options.max_txn_ops;
         let waiter = queued.map(|(id, _)| id);
         let layout = self.layout();
         let actor_key = layout.actor(admission.actor.id.0);
@@ -724,19 +605,19 @@ impl Table {
                 .map_err(|e| etcd_error(e, Some(admission.actor.lease), ops, limit))
         };
         let read = match sent {
-            Err(e @ Error::Unavailable { .. }) => return Ok(Step::Unclear(e)),
+            Err(e @ Error::Unavailable { .. }) => return Ok(Round::Unclear(e)),
             other => other?,
         };
         let revision = revision_of(&read);
         if uncontested && read.succeeded() {
             self.remember(HoldId(admission.hold), admission.record(), revision);
-            return Ok(Step::Granted(admission.granted(revision)));
+            return Ok(Round::Granted(admission.granted(revision)));
         }
         let mut ranges = ranges_of(&read);
         if let Some(at) = self.own_grant(admission, &ranges) {
             // An earlier round committed, and its answer was lost.
             self.remember(HoldId(admission.hold), admission.record(), at);
-            return Ok(Step::Granted(admission.granted(at)));
+            return Ok(Round::Granted(admission.granted(at)));
         }
         // The extra reads, last first.
         let answered = ticket
@@ -758,7 +639,7 @@ impl Table {
                 });
             };
             if queued.is_some_and(|(_, written)| record.mod_revision() != written) {
-                return Ok(Step::TakenOver);
+                return Ok(Round::TakenOver);
             }
         }
         if let (Some(key), Some(answer)) = (ticket, answered) {
@@ -850,11 +731,12 @@ impl Table {
                 ..Edges::default()
             };
             snapshot.wait_edges(admission.actor.id.0, &admission.claim, place, &mut edges);
-            return Ok(Step::Blocked(
-                admission.busy(other, key, queued),
+            return Ok(Round::Blocked {
+                refusal: busy(&admission.claim, &admission.actor.root, other, key, queued),
                 revision,
                 edges,
-            ));
+                watch: admission.watched(layout),
+            });
         }
         let relied = verdict.relied;
         let waiters = snapshot.waiters();
@@ -884,7 +766,7 @@ impl Table {
                     let owner = admission.actor.id.0;
                     let extra: Vec<(u64, u64)> = passed.iter().map(|&w| (w, owner)).collect();
                     return match self.reorder(None, &extra).await? {
-                        Reordered::Moved { .. } | Reordered::Raced => Ok(Step::Raced),
+                        Reordered::Moved { .. } | Reordered::Raced => Ok(Round::Raced),
                         Reordered::NoCycle | Reordered::Stuck => Err(Error::Deadlock { cycle }),
                     };
                 }
@@ -951,7 +833,7 @@ impl Table {
         relied: &[(u64, i64)],
         ops: usize,
         limit: usize,
-    ) -> Result<Step> {
+    ) -> Result<Round<Grant>> {
         let (mut compares, writes) = self.commit_parts(admission, waiter, relied)?;
         compares.extend(
             admission
@@ -966,15 +848,15 @@ impl Table {
             .admission_txn(txn, Some(admission.actor.lease), ops, limit)
             .await
         {
-            Err(e @ Error::Unavailable { .. }) => return Ok(Step::Unclear(e)),
+            Err(e @ Error::Unavailable { .. }) => return Ok(Round::Unclear(e)),
             other => other?,
         };
         if !done.succeeded() {
-            return Ok(Step::Raced);
+            return Ok(Round::Raced);
         }
         let revision = revision_of(&done);
         self.remember(HoldId(admission.hold), admission.record(), revision);
-        Ok(Step::Granted(admission.granted(revision)))
+        Ok(Round::Granted(admission.granted(revision)))
     }
 
     /// What every commit of a grant compares and writes besides its
@@ -1128,43 +1010,6 @@ impl Table {
             }
             other => other,
         }
-    }
-
-    /// The deadlock check (SPEC §4, across tables): reads every waiting
-    /// request's edges and refuses `me` if it is the newest request of a
-    /// cycle through it. `me` is `u64::MAX` for a request about to queue.
-    ///
-    /// Edge records are written by their waiters when they look, so one may
-    /// be stale (its blocker released a moment ago). The check therefore
-    /// reads the edges, the waiting requests and the live fences in one
-    /// transaction — one revision — and keeps only the edges true at it: a
-    /// hard edge while its owner holds a fence that conflicts with the
-    /// request, a soft edge while the earlier request still waits. A cycle
-    /// found is then a cycle at that revision.
-    pub(super) async fn refused_cycle(
-        &self,
-        me: u64,
-        mine: &Edges,
-        my_claim: &Claim,
-    ) -> Result<Option<Closed>> {
-        let (others, fences_of) = self.graph_and_fences().await?;
-        let mut mine = mine.clone();
-        mine.queued = others.get(&me).map_or(i64::MAX, |e| e.queued);
-        true_edges(&fences_of, None, my_claim, &mut mine);
-        if let Some(actors) = deadlock::refused_cycle(me, &mine, &others) {
-            return Ok(Some(Closed {
-                actors,
-                reorderable: true,
-            }));
-        }
-        // Slot waits (SPEC §11) are "any of" waits, judged apart.
-        Ok(self
-            .slot_cycle(me, &mine, &others)
-            .await?
-            .map(|actors| Closed {
-                actors,
-                reorderable: false,
-            }))
     }
 
     /// Gives up the request `actor` asked with `ticket`

@@ -58,15 +58,16 @@
 //! | `graph` | the wait-for edges true at one read; the cycle a grant would close |
 //! | `reorder` | soft cycles reordered away by the core's search, the moved places written |
 //! | `queue` | the waiters' lease, edge records, leaving the queue, watching for a change |
-//! | `admission` | [`AdmitRequest`], [`Grant`]: read, decide, commit or queue and wait; tickets |
+//! | `pipeline` | the one admission pipeline (read, decide, commit or queue and wait, until an answer) over a `Need`: a hold or a child; the deadlock check before a wait |
+//! | `admission` | [`AdmitRequest`], [`Grant`]: a hold's round (its read, judgement and commit) and queuing; tickets |
 //! | `change` | widening and narrowing a live hold |
 //! | `resume` | asking again by ticket: a lost grant's answer, a wait taken over in its place |
-//! | `slots` | `child_wait`: a child's grant fence and its slot |
+//! | `slots` | `child_wait`: a child's round (its grant fence's paths, then its slot) through the same pipeline |
 //! | `dump` | [`TableDump`]: the session at one revision, as the in-process [`Dump`](crate::Dump) |
 //!
 //! # Implementation details
 //!
-//! Each admission runs in a task of its own (spawned on the caller's tokio
+//! Each admission (and each `child_wait`) runs in a task of its own (spawned on the caller's tokio
 //! runtime); the future [`Table::admit`] returns only waits for its answer.
 //! So a caller that drops the future never leaves a commit half-observed:
 //! the task notices the dropped receiver, deletes its waiter keys, and
@@ -84,6 +85,7 @@ mod graph;
 mod holds;
 mod layout;
 mod options;
+mod pipeline;
 mod queue;
 mod reorder;
 mod resume;

@@ -9,7 +9,7 @@
 //! them: a put keeps a key's create revision, so the place is kept, and
 //! the table that served the wait before finds its record on another
 //! lease at its next read and ends its side of the wait without removing
-//! anything (`Step::TakenOver`).
+//! anything (`Round::TakenOver`).
 
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp};
 use tokio::sync::oneshot;
@@ -17,9 +17,10 @@ use tokio::sync::oneshot;
 use crate::core::table::HoldId;
 use crate::error::{Error, Result};
 
-use super::admission::{ABANDONED, Admission, Grant, Queued, Wait, entry_puts, key_records};
+use super::admission::{ABANDONED, Admission, Grant, Wait, entry_puts, key_records};
 use super::decide::ClaimRecord;
 use super::layout::Owner;
+use super::pipeline::Queued;
 use super::store::{
     Table, id_in, prefix_get, ranges_of, revision_of, still, to_json, unavailable, with_lease,
 };
@@ -116,11 +117,11 @@ impl Table {
                         place: kv.create_revision(),
                         written,
                     };
-                    return self.run(admission, Some(queued), answer).await;
+                    return self.drive(admission, Some(queued), answer).await;
                 }
             }
         }
-        self.run(admission, None, answer).await;
+        self.drive(admission, None, answer).await;
     }
 
     /// The ticket's answer, else its waiter record, at one revision.

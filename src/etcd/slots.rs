@@ -1,6 +1,12 @@
 //! Waiting for a slot (SPEC §11) in a session in etcd: `child_wait`, the
 //! slots queued child waits reserve, and slot waits in the wait-for graph.
 //!
+//! A `child_wait` goes through the one admission pipeline
+//! (`pipeline`: queuing, the deadlock check, waiting by watch, timeouts,
+//! clean-up) as the `Need` of a child; this file has only its round (what
+//! it reads, how the core judges its paths and then its slot, what it
+//! commits) and its queue records.
+//!
 //! A waiting `child_wait` is a waiter like any other (`P q/<waiter>`, its
 //! grant fence's keys as index entries, its edges in `P e/<waiter>`, all on
 //! the serving table's waiter lease), whose record names the child it
@@ -37,14 +43,15 @@ use etcd_client::{Compare, GetOptions, KeyValue, Txn, TxnOp};
 use tokio::sync::oneshot;
 
 use super::actors::{ActorRecord, ActorRef, GrantRecord, actor_record};
-use super::admission::{Wait, entry_puts, key_records, keys_of};
+use super::admission::{busy, entry_puts, key_records, keys_of};
 use super::counters::Counter;
 use super::deadlock::{self, Edges, SlotKind};
-use super::decide::{self, ChildOf, ClaimRecord, Meta, Moved, Other, Place, QueuedChild, Snapshot};
+use super::decide::{
+    self, Blocked, ChildOf, ClaimRecord, Meta, Moved, Other, Place, QueuedChild, Snapshot,
+};
 use super::graph::{moved_places, others};
 use super::layout::{Layout, Owner};
-use super::queue::Mine;
-use super::queue::WaitEnded;
+use super::pipeline::{Need, Round, Standing, Wait};
 use super::reorder::Deciding;
 use super::store::{
     LeaseId, Table, etcd_error, id_in, now_ms, prefix_get, ranges_of, revision_of, still, to_json,
@@ -161,6 +168,60 @@ impl ChildWait {
             queued,
             ..Edges::default()
         }
+    }
+}
+
+/// A child asked for, with its slot: the pipeline's `Need::Child`.
+impl Need for ChildWait {
+    type Granted = ActorRef;
+    const REWRITES_EDGES: bool = true;
+
+    fn keys(&self) -> &[(Key, Mode)] {
+        &self.keys
+    }
+
+    fn claim(&self) -> &Claim {
+        &self.claim
+    }
+
+    fn wait(&self) -> Wait {
+        self.wait
+    }
+
+    fn first_place(&self) -> Place {
+        Place::new(0)
+    }
+
+    /// A `child_wait` keeps its place (SPEC §11): it is never moved.
+    fn queued_place(&self, waiter: u64, revision: i64, _: Option<Moved>) -> Place {
+        Place::queued(0, waiter, revision)
+    }
+
+    fn deciding(&self) -> Deciding<'_> {
+        Deciding {
+            requester: self.parent.id.0,
+            claim: &self.claim,
+            priority: 0,
+            movable: false,
+        }
+    }
+
+    async fn round(&self, table: &Table, at: Standing) -> Result<Round<ActorRef>> {
+        table.child_step(self, at).await
+    }
+
+    async fn enqueue(&self, table: &Table, edges: &Edges, _: Option<Moved>) -> Result<(u64, i64)> {
+        table.enqueue_child(self, edges).await
+    }
+
+    async fn lost(&self, table: &Table) {
+        // A commit whose answer was lost may still have made the child.
+        let _ = table.unmake_child(&self.child, &self.token).await;
+    }
+
+    async fn unclaimed(&self, table: &Table, made: ActorRef) {
+        // The caller left after the commit: the child goes again.
+        let _ = table.unmake_child(&made, &self.token).await;
     }
 }
 
@@ -336,19 +397,6 @@ fn slot_kind(limit: SlotLimit) -> SlotKind {
     }
 }
 
-/// What one round of a `child_wait` came to.
-enum ChildStep {
-    Granted(ActorRef),
-    /// Something it relied on changed since the read: read again.
-    Raced,
-    /// Blocked at this revision; watch these ranges for a change.
-    Blocked {
-        revision: i64,
-        edges: Edges,
-        watch: Vec<Vec<u8>>,
-    },
-}
-
 impl Table {
     /// Reads the live actors, the waiting requests and the live fences at
     /// one revision (with `extra` reads after them, whose answers are
@@ -511,106 +559,16 @@ impl Table {
             hold: self.next_id()?,
             since_ms: now_ms(),
         };
+        let token = wait.token.clone();
         let (answer, answered) = oneshot::channel();
         let table = self.clone();
-        tokio::spawn(async move { table.run_child_wait(wait, answer).await });
-        answered.await.unwrap_or_else(|_| {
+        tokio::spawn(async move { table.drive(wait, None, answer).await });
+        let made = answered.await.unwrap_or_else(|_| {
             Err(Error::Unavailable {
                 reason: "the child_wait task ended without an answer".into(),
             })
-        })
-    }
-
-    /// The `child_wait` task: read, decide, commit or wait, until an
-    /// answer (the shape of `Table::run`).
-    async fn run_child_wait(
-        self,
-        wait: ChildWait,
-        answer: oneshot::Sender<Result<(ActorRef, String)>>,
-    ) {
-        let mut answer = answer;
-        let mut waiter: Option<(u64, i64)> = None;
-        let mut last_edges: Option<Edges> = None;
-        let mut reorders = 0;
-        let started = tokio::time::Instant::now();
-        let deadline = match wait.wait {
-            Wait::For(d) => Some(started + d),
-            _ => None,
-        };
-        let outcome: Result<ActorRef> = loop {
-            if answer.is_closed() {
-                break Err(Error::Unavailable {
-                    reason: "cancelled".into(),
-                });
-            }
-            let (revision, edges, watch) = match self.child_step(&wait, waiter).await {
-                Ok(ChildStep::Granted(actor)) => break Ok(actor),
-                Ok(ChildStep::Raced) => continue,
-                Ok(ChildStep::Blocked {
-                    revision,
-                    edges,
-                    watch,
-                }) => (revision, edges, watch),
-                Err(e) => break Err(e),
-            };
-            let me = waiter.map_or(NEW, |w| w.0);
-            match self.refused_cycle(me, &edges, &wait.claim).await {
-                Ok(Some(closed)) => {
-                    // A child_wait keeps its place (SPEC §11); others may
-                    // move for it.
-                    let deciding = waiter.is_none().then_some(Deciding {
-                        requester: wait.parent.id.0,
-                        claim: &wait.claim,
-                        priority: 0,
-                        movable: false,
-                    });
-                    match self.end_cycle(closed, deciding, &mut reorders).await {
-                        Ok(_) => continue,
-                        Err(e) => break Err(e),
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => break Err(e),
-            }
-            let Some((id, _)) = waiter else {
-                match self.enqueue_child(&wait, &edges).await {
-                    Ok(queued) => {
-                        waiter = Some(queued);
-                        last_edges = Some(edges);
-                        continue;
-                    }
-                    Err(e) => break Err(e),
-                }
-            };
-            if last_edges.as_ref() != Some(&edges) {
-                if let Err(e) = self.put_edges(id, &edges).await {
-                    break Err(e);
-                }
-                last_edges = Some(edges);
-            }
-            let woken = self
-                .wait_for_change(&watch, revision, deadline, &mut answer)
-                .await;
-            if let Some(end) = woken.ended(&wait.keys, started) {
-                break Err(end);
-            }
-        };
-        // Counted as `Table::run` counts: a timeout or deadlock before the
-        // caller hears of it; a queued wait's count goes with its dequeue.
-        let counted = outcome.as_ref().err().and_then(Counter::of_refusal);
-        if outcome.is_err() {
-            let queued = waiter.map(|(id, written)| (id, Mine::Written(written)));
-            self.leave_queue(queued, &wait.keys, counted).await;
-        }
-        if matches!(outcome, Err(Error::Unavailable { .. })) {
-            // A commit whose answer was lost may still have made the child.
-            let _ = self.unmake_child(&wait.child, &wait.token).await;
-        }
-        let sent = answer.send(outcome.map(|actor| (actor, wait.token.clone())));
-        if let Err(Ok((actor, _))) = sent {
-            // The caller left after the commit: the child goes again.
-            let _ = self.unmake_child(&actor, &wait.token).await;
-        }
+        })?;
+        Ok((made, token))
     }
 
     /// Drops a child made for a caller that left, with its token.
@@ -624,7 +582,8 @@ impl Table {
 
     /// One round of a `child_wait`: read at a revision, decide (paths
     /// first, then a slot), and commit if both are free.
-    async fn child_step(&self, wait: &ChildWait, waiter: Option<(u64, i64)>) -> Result<ChildStep> {
+    async fn child_step(&self, wait: &ChildWait, at: Standing) -> Result<Round<ActorRef>> {
+        let (waiter, place) = (at.queued, at.place);
         let layout = self.layout();
         let parent_key = layout.actor(wait.parent.id.0);
         let mut extra = vec![TxnOp::get(
@@ -637,10 +596,6 @@ impl Table {
                 Some(GetOptions::new().with_keys_only()),
             ));
         }
-        let place = match waiter {
-            None => Place::new(0),
-            Some((id, revision)) => Place::queued(0, id, revision),
-        };
         let me = waiter.map_or(NEW, |w| w.0);
         let (world, found, wanted) = self
             .read_world(extra, |world| {
@@ -677,10 +632,11 @@ impl Table {
         // no slot (SPEC §11).
         let snapshot = world.snapshot(layout, wait.limits);
         let verdict = snapshot.explain(&wait.claim, None, place);
-        if verdict.first.is_some() {
+        if let Some(Blocked::Path(other, key, queued_ahead)) = verdict.first {
             let mut edges = wait.edges(queued);
             snapshot.wait_edges(wait.parent.id.0, &wait.claim, place, &mut edges);
-            return Ok(ChildStep::Blocked {
+            return Ok(Round::Blocked {
+                refusal: busy(&wait.claim, &wait.parent.root, other, key, queued_ahead),
                 revision,
                 edges,
                 watch,
@@ -698,7 +654,15 @@ impl Table {
             }
             let mut edges = wait.edges(queued);
             edges.slot = Some(slot_kind(limit));
-            return Ok(ChildStep::Blocked {
+            let max = match limit {
+                SlotLimit::MaxActors => wait.limits.0,
+                SlotLimit::MaxWriters => wait.limits.1,
+            };
+            return Ok(Round::Blocked {
+                refusal: Error::NoSlot {
+                    limit,
+                    max: max.unwrap_or(0),
+                },
                 revision,
                 edges,
                 watch,
@@ -718,7 +682,7 @@ impl Table {
         world: &World,
         wanted: &[(u64, Vec<Vec<u8>>)],
         relied: &[(u64, i64)],
-    ) -> Result<ChildStep> {
+    ) -> Result<Round<ActorRef>> {
         let layout = self.layout();
         let revision = world.revision;
         let child = &wait.child;
@@ -783,11 +747,11 @@ impl Table {
             .await
             .map_err(|e| etcd_error(e, Some(lease), ops, limit))?;
         if !done.succeeded() {
-            return Ok(ChildStep::Raced);
+            return Ok(Round::Raced);
         }
         let mut made = child.clone();
         made.revision = revision_of(&done);
-        Ok(ChildStep::Granted(made))
+        Ok(Round::Granted(made))
     }
 
     /// Queues a `child_wait`: its record (with the parent), its mark, its
