@@ -1234,6 +1234,29 @@ fn rpc(
     }
 }
 
+/// A GET of `route` through `url`: its status and its JSON body.
+fn get(url: &str, token: &str, route: &str) -> (u16, serde_json::Value) {
+    use std::io::{Read as _, Write as _};
+    let address = url.trim_start_matches("http://");
+    let request = format!(
+        "GET {route} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\n\r\n"
+    );
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (
+        status,
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
 /// Holds on `path` in a dump read through `url`.
 fn holds_on(url: &str, path: &Path) -> usize {
     let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
@@ -1699,7 +1722,6 @@ fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_ta
     let info = rpc(&two.url, &token, "session.info", serde_json::json!({})).unwrap();
     assert_eq!(info["caller"], actor.as_str());
     assert_eq!(info["backend"], "etcd");
-    // What the etcd table cannot do is refused whole, with one kind.
     rpc(
         &two.url,
         &token,
@@ -1707,19 +1729,15 @@ fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_ta
         serde_json::json!({"actor": actor, "targets": ["a.rs"], "wait": false}),
     )
     .unwrap();
-    for (method, params) in [
-        (
-            "turn.set",
-            serde_json::json!({"actor": actor, "turn": "t1"}),
-        ),
-        ("history.rewind", serde_json::json!({"turn": "t1"})),
-    ] {
-        let refused = rpc(&one.url, SESSION_TOKEN, method, params).expect_err(method);
+    // What a server on etcd cannot serve is refused whole, with one kind.
+    for route in ["/events", "/mcp"] {
+        let (status, refused) = get(&one.url, &token, route);
+        assert_eq!(status, 501, "{route}: {refused}");
         assert_eq!(
-            refused["data"]["kind"], "unsupported",
-            "{method}: {refused}"
+            refused["error"]["data"]["kind"], "unsupported",
+            "{route}: {refused}"
         );
-        assert_eq!(refused["code"], 1027);
+        assert_eq!(refused["error"]["code"], 1027);
     }
     // A read-only actor's children are read-only too, on every server.
     let reader = rpc(
@@ -2799,6 +2817,142 @@ async fn the_version_gate_holds_across_servers_and_names_the_writer_of_the_other
         assert!(server.scheduler().dump().actors.is_empty());
         server.shutdown().await;
     }
+}
+
+/// SPEC §8 on etcd: every server of a session records in the session's
+/// journal (one history folder, checked when a server starts), under the
+/// actor's turn kept in etcd, so a turn written through two servers is
+/// rewound and redone through either; the restore's paths are reserved in
+/// etcd, so a hold through the other server refuses it with nothing
+/// touched; a child made after `turn.set` writes in its parent's turn; a
+/// write made outside writ is recorded under the actor's call in etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_written_through_two_servers_is_rewound_through_either() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let history = tempfile::tempdir().unwrap();
+    std::fs::write(root.join("a.md"), "a0\n").unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    let config = writ::Config::default()
+        .durability(writ::Durability::Process)
+        .history_dir(history.path());
+    let (mut servers, [one, two]) =
+        file_servers_with(&etcd, &root, "journal", config.clone()).await;
+    let agent = one
+        .actor("agent", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let agent = agent.handle().to_string();
+    let turn = serde_json::json!({"actor": agent, "turn": "t1"});
+    two.call("turn.set", turn).await.unwrap();
+    // Through A: a replace; through B: a new file; through A again, a
+    // child made after the turn was set, rooted in a folder no actor of B
+    // ever had, writes a file of its own.
+    read_through(&one, &agent, "a.md").await;
+    let params = serde_json::json!({"path": "a.md", "old": "a0", "new": "a1"});
+    let receipt = file_op(&one, "files.replace", &agent, params)
+        .await
+        .unwrap();
+    assert_eq!(receipt["history"]["status"], "recorded", "{receipt}");
+    let receipt = write_through(&two, &agent, "b.md", "b1\n").await.unwrap();
+    assert_eq!(receipt["history"]["status"], "recorded", "{receipt}");
+    let child = one
+        .call(
+            "actor.create",
+            serde_json::json!({"name": "helper", "parent": agent, "grant": {"workspace": true, "root": "sub"}}),
+        )
+        .await
+        .unwrap();
+    let child = child["actor"].as_str().unwrap().to_string();
+    write_through(&one, &child, "c.md", "c1\n").await.unwrap();
+    // A write made outside writ, under the agent's call held in etcd:
+    // snapshotted through B, written by hand, recorded through A. Without
+    // the call, the snapshot is refused as in process.
+    let outside = serde_json::json!({"actor": agent, "path": "d.md"});
+    let refused = two.call("history.snapshot", outside.clone()).await;
+    assert!(
+        matches!(&refused, Err(Error::InvalidPath { reason, .. }) if reason.contains("holds no call reservation")),
+        "{refused:?}"
+    );
+    let params = serde_json::json!({"actor": agent, "targets": ["d.md"], "wait": false});
+    let call = one.call("admit", params).await.unwrap();
+    let taken = two.call("history.snapshot", outside.clone()).await.unwrap();
+    assert_eq!(taken["snapshot"], true, "{taken}");
+    std::fs::write(root.join("d.md"), "d1\n").unwrap();
+    let receipt = one.call("history.record", outside).await.unwrap();
+    assert_eq!(receipt["history"]["status"], "recorded", "{receipt}");
+    one.call("release", serde_json::json!({"hold": call["hold"]}))
+        .await
+        .unwrap();
+
+    // A call held through B on one of the turn's files refuses the rewind
+    // through A, and nothing is touched.
+    let other = two
+        .actor("other", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let held = other.try_admit(["b.md"]).await.unwrap();
+    let refused = one
+        .call("history.rewind", serde_json::json!({"turn": "t1"}))
+        .await;
+    assert!(matches!(refused, Err(Error::Busy(_))), "{refused:?}");
+    assert_eq!(std::fs::read(root.join("a.md")).unwrap(), b"a1\n");
+    assert_eq!(std::fs::read(root.join("b.md")).unwrap(), b"b1\n");
+    held.release().await.unwrap();
+
+    // Through B: every write of the turn, whichever server served it.
+    let report = two
+        .call("history.rewind", serde_json::json!({"turn": "t1"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        report["files"].as_array().map(Vec::len),
+        Some(4),
+        "{report}"
+    );
+    assert_eq!(std::fs::read(root.join("a.md")).unwrap(), b"a0\n");
+    assert!(!root.join("b.md").exists());
+    assert!(!root.join("sub/c.md").exists());
+    assert!(!root.join("d.md").exists());
+    // Redone through A.
+    one.call("history.redo", serde_json::json!({"turn": "t1"}))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(root.join("a.md")).unwrap(), b"a1\n");
+    assert_eq!(std::fs::read(root.join("b.md")).unwrap(), b"b1\n");
+    assert_eq!(std::fs::read(root.join("sub/c.md")).unwrap(), b"c1\n");
+    assert_eq!(std::fs::read(root.join("d.md")).unwrap(), b"d1\n");
+    // The restores' own actors and holds are gone.
+    nothing_held(&[one.clone(), two.clone()]).await;
+    let dump = one.dump().await.unwrap();
+    let names: Vec<&str> = dump["actors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["name"].as_str())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains("t1")), "{names:?}");
+
+    // A server with another history folder (or none) does not join.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let configs = [
+        config.clone().history_dir(elsewhere.path()),
+        writ::Config::default().durability(writ::Durability::Process),
+    ];
+    for config in configs {
+        let options = writ::server::Options::new(&root)
+            .config(config)
+            .token(SESSION_TOKEN)
+            .etcd([etcd.endpoint.as_str()], "journal", TableOptions::default());
+        match writ::server::Server::start(options).await {
+            Err(Error::Forbidden { reason }) => {
+                assert!(reason.contains("history folder"), "{reason}");
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a server with another history folder joined the session"),
+        }
+    }
+    servers.clear();
 }
 
 /// A file op's `timeout_ms` (SPEC §13) is the same on etcd as in process:

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Compare, GetOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use crate::Target;
@@ -51,6 +51,9 @@ pub struct ActorRef {
     /// Its read-only roots (canonical): whoever serves it lets it take
     /// shared holds there and nothing else.
     pub(super) read_roots: Arc<[PathBuf]>,
+    /// The turn its writes are recorded under (SPEC §8), as its record said
+    /// when it was read: a child starts with its parent's.
+    pub(super) turn: Option<Arc<str>>,
 }
 
 impl ActorRef {
@@ -95,6 +98,12 @@ impl ActorRef {
     /// server) with a grant that has some (SPEC §3): shared holds only.
     pub fn read_roots(&self) -> &[PathBuf] {
         &self.read_roots
+    }
+
+    /// The turn its writes are recorded under, if one was set
+    /// ([`Table::set_turn`], or its parent's when it was made).
+    pub fn turn(&self) -> Option<&str> {
+        self.turn.as_deref()
     }
 }
 
@@ -157,6 +166,9 @@ pub(super) struct ActorRecord {
     /// Wall-clock milliseconds since the epoch (for its age in the dump).
     #[serde(default)]
     pub(super) since_ms: u64,
+    /// The turn its writes are recorded under (SPEC §8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) turn: Option<String>,
 }
 
 /// An actor's record and lineage (its ancestors' ids and its own, root
@@ -202,6 +214,8 @@ pub(super) fn actor_record(
             })
             .collect::<Result<Vec<_>>>()?,
         since_ms: now_ms(),
+        // A child starts in its parent's turn, as in process.
+        turn: parent.and_then(|p| p.turn.as_deref().map(str::to_string)),
     };
     Ok((record, lineage))
 }
@@ -363,6 +377,7 @@ impl Table {
             read_only: grant.read_only,
             fence: grant.fence.map(Into::into),
             read_roots: grant.read_roots.into(),
+            turn: parent.and_then(|p| p.turn.clone()),
         })
     }
 
@@ -385,6 +400,52 @@ impl Table {
                 .fence
                 .map(|keys| keys.iter().map(FenceKeyRecord::target).collect()),
             read_roots: record.read_roots.iter().map(PathBuf::from).collect(),
+            turn: record.turn.map(Into::into),
+        })
+    }
+
+    /// Sets the turn `actor`'s later writes are recorded under (SPEC §8),
+    /// on every server of the session: its record is written again (on its
+    /// lease, keeping its creation revision, which commits compare), while
+    /// the actor lives. Its children made afterwards start in this turn.
+    pub async fn set_turn(&self, actor: &ActorRef, turn: &str) -> Result<()> {
+        let key = self.layout().actor(actor.id.0);
+        let unknown = || Error::UnknownActor {
+            actor: actor.id.0.to_string(),
+        };
+        // The record is written whole, with a compare on the revision it
+        // was read at: two turns set at once through two servers end with
+        // one of them, never with a record mixed from both reads.
+        for _ in 0..3 {
+            let got = self.get(key.clone(), None).await.map_err(unavailable)?;
+            let kv = got.kvs().first().ok_or_else(unknown)?;
+            if kv.create_revision() != actor.revision {
+                return Err(unknown());
+            }
+            let mut record: ActorRecord =
+                serde_json::from_slice(kv.value()).map_err(|_| unknown())?;
+            record.turn = Some(turn.to_string());
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    kv.mod_revision(),
+                )])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    to_json(&record)?,
+                    with_lease(LeaseId(record.lease)),
+                )]);
+            let done = self
+                .txn(txn)
+                .await
+                .map_err(|e| etcd_error(e, Some(actor.lease), 0, 0))?;
+            if done.succeeded() {
+                return Ok(());
+            }
+        }
+        Err(Error::Unavailable {
+            reason: "the actor's record kept changing while its turn was set; ask again".into(),
         })
     }
 

@@ -1065,3 +1065,40 @@ impl Table {
         }
     }
 }
+
+impl Table {
+    /// Whether `actor` holds an exclusive call on `target` (a resolved
+    /// file): the reservation a write made outside writ must be made under
+    /// (SPEC §8, `history.snapshot` and `history.record`). One read of the
+    /// target's conflict ranges.
+    pub(crate) async fn holds_exclusive_call(
+        &self,
+        actor: &ActorRef,
+        target: Target,
+    ) -> Result<bool> {
+        let keys = keys_of(actor, &[target], self.case())?;
+        let layout = self.layout();
+        let ranges = layout.conflict_ranges(keys.iter().map(|(k, _)| k));
+        let read = self
+            .read(ranges.iter().map(|r| prefix_get(r)).collect())
+            .await
+            .map_err(unavailable)?;
+        let (holds, _) = decide::group(
+            layout,
+            ranges_of(&read)
+                .iter()
+                .flatten()
+                .map(|kv| (kv.key(), kv.value(), kv.create_revision())),
+        );
+        Ok(holds.iter().any(|hold| {
+            hold.meta.owner == actor.id.0
+                && hold.claim.kind == HoldKind::Call
+                && hold.claim.keys.iter().any(|(held, mode)| {
+                    *mode == Mode::Exclusive
+                        && keys
+                            .iter()
+                            .any(|(key, _)| crate::core::key::overlaps(held, key))
+                })
+        }))
+    }
+}

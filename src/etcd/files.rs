@@ -17,9 +17,13 @@
 //!   writer record's exactly when the read came first. That order, not the
 //!   wall clocks of two machines, decides whether a `Stale` names the
 //!   writer ("after the mark was taken", never an earlier writer).
-//! - Nothing here is in a range an admission reads or compares (`P m/` and
-//!   `P w` are beside `P k`), so the gate's keys never make an admission
-//!   retry.
+//! - The snapshot of a write made outside writ (SPEC §8: `history.snapshot`,
+//!   then `history.record` through any server) is `P x/<actor><path>`, on
+//!   the actor's lease, between the two steps; its blobs are in the
+//!   session's history folder.
+//! - Nothing here is in a range an admission reads or compares (`P m/`,
+//!   `P x/` and `P w` are beside `P k`), so the gate's keys never make an
+//!   admission retry.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -174,5 +178,62 @@ impl Table {
             .await
             .map(drop)
             .map_err(|e| etcd_error(e, Some(actor.lease), ops, self.inner.options.max_txn_ops))
+    }
+
+    /// Keeps the snapshot of `actor`'s outside write to `norm` (encoded by
+    /// the history) for the write's record through any server, on the
+    /// actor's lease, while the actor lives.
+    pub(crate) async fn keep_outside_snapshot(
+        &self,
+        actor: &ActorRef,
+        norm: &Path,
+        carried: Vec<u8>,
+    ) -> Result<()> {
+        utf8(norm)?;
+        let layout = self.layout();
+        let txn = Txn::new()
+            .when([still(layout.actor(actor.id.0), actor.revision)])
+            .and_then([TxnOp::put(
+                layout.outside_snapshot(actor.id.0, norm),
+                carried,
+                with_lease(actor.lease),
+            )]);
+        let done = self
+            .txn(txn)
+            .await
+            .map_err(|e| etcd_error(e, Some(actor.lease), 1, 1))?;
+        if done.succeeded() {
+            Ok(())
+        } else {
+            Err(Error::UnknownActor {
+                actor: actor.id.0.to_string(),
+            })
+        }
+    }
+
+    /// The snapshot kept for `actor`'s outside write to `norm`, if any.
+    pub(crate) async fn outside_snapshot(
+        &self,
+        actor: &ActorRef,
+        norm: &Path,
+    ) -> Result<Option<Vec<u8>>> {
+        let got = self
+            .get(self.layout().outside_snapshot(actor.id.0, norm), None)
+            .await
+            .map_err(unavailable)?;
+        Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// Forgets the snapshot of `actor`'s outside write to `norm` once the
+    /// write is recorded.
+    pub(crate) async fn forget_outside_snapshot(
+        &self,
+        actor: &ActorRef,
+        norm: &Path,
+    ) -> Result<()> {
+        self.delete(self.layout().outside_snapshot(actor.id.0, norm))
+            .await
+            .map(drop)
+            .map_err(unavailable)
     }
 }

@@ -108,6 +108,12 @@ impl Layout {
         self.under(b"l")
     }
 
+    /// The session's history folder (the journal every server of the
+    /// session records in, or none), set by its first server.
+    pub(crate) fn journal(&self) -> Vec<u8> {
+        self.under(b"j")
+    }
+
     /// An actor token's key: the hex sha256 of the token, never the token.
     pub(crate) fn token(&self, hash: &str) -> Vec<u8> {
         self.under(format!("t/{hash}").as_bytes())
@@ -213,6 +219,15 @@ impl Layout {
     /// fixed width, so this prefix holds that actor's marks and no other's.
     pub(crate) fn marks_of(&self, actor: u64) -> Vec<u8> {
         self.under(format!("m/{}/", hex(actor)).as_bytes())
+    }
+
+    /// The snapshot of an actor's write made outside writ to the file
+    /// `norm`, kept between `history.snapshot` and `history.record`:
+    /// `P x/<actor><norm>`.
+    pub(crate) fn outside_snapshot(&self, actor: u64, norm: &Path) -> Vec<u8> {
+        let mut out = self.under(format!("x/{}", hex(actor)).as_bytes());
+        out.extend_from_slice(norm.as_os_str().as_encoded_bytes());
+        out
     }
 
     /// The last write through writ to the file `norm`: `P o<norm>` (the

@@ -534,6 +534,7 @@ impl Table {
             read_only: ask.grant.read_only,
             fence: ask.grant.fence.clone().map(Into::into),
             read_roots: ask.grant.read_roots.clone().into(),
+            turn: ask.parent.turn.clone(),
         };
         let keys = match &ask.fence {
             Some(targets) => keys_of(&child, targets, self.case())?,

@@ -49,6 +49,14 @@ impl Table {
             .await
     }
 
+    /// Stores the session's history folder (as text, empty for none)
+    /// unless it has one, and says whether the session's is this one:
+    /// every server of a session records in the same journal, or none does.
+    pub(crate) async fn claim_journal(&self, folder: &str) -> Result<bool> {
+        self.claim_session_value(self.layout().journal(), folder)
+            .await
+    }
+
     pub(crate) async fn claim_session_value(&self, key: Vec<u8>, hash: &str) -> Result<bool> {
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])

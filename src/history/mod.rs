@@ -345,7 +345,7 @@ pub(crate) struct Content<'a> {
 }
 
 /// The file tools' operations, as history groups them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum WriteKind {
     /// write, append, replace: one path gets new content.
     Edit,
@@ -370,8 +370,9 @@ pub(crate) enum Protection {
     Unprotected,
 }
 
-/// A snapshot taken, waiting for its write to finish.
-#[derive(Debug)]
+/// A snapshot taken, waiting for its write to finish. Encoded only to be
+/// carried between the processes of one session ([`Handle::take_pending`]).
+#[derive(Debug, Serialize, Deserialize)]
 struct Pending {
     kind: WriteKind,
     turn: Option<String>,
@@ -629,6 +630,39 @@ impl Handle {
             files: changes,
         };
         store.append(&Record::Write(write))
+    }
+
+    /// The snapshot of an outside write to `path` that `actor` took and
+    /// has not recorded yet, taken out of this process (encoded) to be
+    /// recorded by another process of the session: a server on etcd keeps
+    /// it in etcd between the two steps, which any server may serve.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn take_pending(&self, actor: &ActorMeta, path: &Path) -> Result<Option<Vec<u8>>> {
+        let key = pending_key(actor, std::iter::once(path.to_path_buf()));
+        let Some(pending) = self.pending.lock().remove(&key) else {
+            return Ok(None);
+        };
+        serde_json::to_vec(&pending)
+            .map(Some)
+            .map_err(|e| history_err(format!("the snapshot did not encode: {e}")))
+    }
+
+    /// Puts back, for `actor`'s record of its outside write to `path`, a
+    /// snapshot [`Handle::take_pending`] took out of a process of the
+    /// session. One that is not a snapshot of exactly `path` is refused.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn put_pending(&self, actor: &ActorMeta, path: &Path, carried: &[u8]) -> Result<()> {
+        let pending: Pending = serde_json::from_slice(carried)
+            .map_err(|e| history_err(format!("the carried snapshot is unreadable: {e}")))?;
+        if !matches!(pending.changes.as_slice(), [change] if change.path == path) {
+            return Err(history_err(format!(
+                "the carried snapshot is not one of {}",
+                path.display()
+            )));
+        }
+        let key = pending_key(actor, std::iter::once(path.to_path_buf()));
+        self.pending.lock().insert(key, pending);
+        Ok(())
     }
 
     /// The journal step for a write made outside the file tools after

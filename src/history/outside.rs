@@ -143,6 +143,23 @@ impl Actor {
         Ok(receipt)
     }
 
+    /// The snapshot [`Actor::before_outside_write`] took of `path`, taken
+    /// out of this process (encoded) for [`Actor::put_outside_snapshot`]
+    /// in another process of the session; `None` when there is none.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn take_outside_snapshot(&self, path: &Path) -> Result<Option<Vec<u8>>> {
+        let (key, _) = self.meta.resolver.resolve(&Target::file(path))?;
+        Handle::of(&self.sched).take_pending(&self.meta, &key.path)
+    }
+
+    /// Puts back a snapshot [`Actor::take_outside_snapshot`] carried, so
+    /// that [`Actor::after_outside_write`] of `path` records the write.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn put_outside_snapshot(&self, path: &Path, carried: &[u8]) -> Result<()> {
+        let (key, _) = self.meta.resolver.resolve(&Target::file(path))?;
+        Handle::of(&self.sched).put_pending(&self.meta, &key.path, carried)
+    }
+
     /// `path` resolved for an outside write: inside the grant, allowed by
     /// the policy, and held by this actor's own exclusive call reservation.
     fn outside_key(&self, path: &Path) -> Result<Key> {

@@ -184,6 +184,21 @@ impl Scheduler {
         run(self, turn, RestoreKind::Redo, RewindMode::Strict)
     }
 
+    /// A rewind (`kind`) or a redo of `turn` whose paths are admitted by
+    /// `outer` first, the session's table outside this process (SPEC §16),
+    /// and then reserved here as always. An `Err` from `outer` refuses the
+    /// restore with nothing touched.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn restore_turn_admitted_by(
+        &self,
+        turn: &str,
+        kind: RestoreKind,
+        mode: RewindMode,
+        outer: OuterReserve<'_>,
+    ) -> Result<RewindReport> {
+        run_with(self, turn, kind, mode, Some(outer))
+    }
+
     /// Makes the next rewinds and redos stop, as a crash would, after
     /// `after` restores (`None`: never). For tests of crash recovery.
     #[doc(hidden)]
@@ -191,6 +206,11 @@ impl Scheduler {
         Handle::of(self).set_failpoint(after);
     }
 }
+
+/// Admits a restore's paths (canonical) in a table outside this process,
+/// before this scheduler's own session reservation; `Err` refuses it. What
+/// it admitted is its to give back once the restore is over.
+pub(crate) type OuterReserve<'a> = &'a (dyn Fn(&[PathBuf], &str) -> Result<()> + Sync);
 
 /// Runs a rewind or redo of `turn` in `sched`'s session and tells the
 /// event stream what it restored.
@@ -200,7 +220,17 @@ pub(crate) fn run(
     kind: RestoreKind,
     mode: RewindMode,
 ) -> Result<RewindReport> {
-    let report = run_once(sched, turn, kind, mode)?;
+    run_with(sched, turn, kind, mode, None)
+}
+
+fn run_with(
+    sched: &Scheduler,
+    turn: &str,
+    kind: RestoreKind,
+    mode: RewindMode,
+    outer: Option<OuterReserve<'_>>,
+) -> Result<RewindReport> {
+    let report = run_once(sched, turn, kind, mode, outer)?;
     sched.emit(|| crate::sched::events::EventKind::Rewound {
         turn: report.turn.clone(),
         redo: kind == RestoreKind::Redo,
@@ -214,6 +244,7 @@ fn run_once(
     turn: &str,
     kind: RestoreKind,
     mode: RewindMode,
+    outer: Option<OuterReserve<'_>>,
 ) -> Result<RewindReport> {
     let handle = Handle::of(sched);
     let store = handle.store()?;
@@ -226,6 +257,9 @@ fn run_once(
     let _hold = if paths.is_empty() {
         None
     } else {
+        if let Some(outer) = outer {
+            outer(&paths, &label)?;
+        }
         Some(sched.session_admit(&paths, &label)?)
     };
     // Inside the hold nobody writes through writ to these paths: check again

@@ -47,6 +47,10 @@ pub(crate) struct Shared {
     /// Every grant root an actor of this session was created with: the only
     /// roots a rewind writes under. A leaf lock.
     grant_roots: parking_lot::Mutex<std::collections::BTreeSet<PathBuf>>,
+    /// Folders every root inside of which counts as a grant root: a
+    /// session whose actors are made elsewhere (on etcd, by any server of
+    /// the session) has all its grant roots inside the server's root.
+    grant_trees: parking_lot::Mutex<Vec<PathBuf>>,
     /// Actor ids are allocated outside the lock (ids only need uniqueness).
     next_actor: AtomicU64,
     /// The session's own identity, for holds no actor owns (rewinds).
@@ -126,6 +130,7 @@ impl Scheduler {
                 events,
                 extensions: Extensions::default(),
                 grant_roots: parking_lot::Mutex::new(std::collections::BTreeSet::new()),
+                grant_trees: parking_lot::Mutex::new(Vec::new()),
                 next_actor: AtomicU64::new(0),
                 session: std::sync::OnceLock::new(),
                 case: std::sync::OnceLock::new(),
@@ -214,9 +219,25 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Admits every folder inside `tree` (canonical) as a grant root of
+    /// this session, under the same check as [`Scheduler::admit_grant_root`]:
+    /// for a session whose actors are made on other servers too.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn admit_grant_tree(&self, tree: &Path) -> Result<()> {
+        self.admit_grant_root(tree)?;
+        self.shared.grant_trees.lock().push(tree.to_path_buf());
+        Ok(())
+    }
+
     /// Whether `root` is a grant root of this session.
     pub(crate) fn is_grant_root(&self, root: &Path) -> bool {
         self.shared.grant_roots.lock().contains(root)
+            || self
+                .shared
+                .grant_trees
+                .lock()
+                .iter()
+                .any(|tree| root.starts_with(tree))
     }
 
     /// The value of type `T` that a layer above keeps for this session,

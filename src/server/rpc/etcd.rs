@@ -23,6 +23,8 @@
 
 mod file_ops;
 
+pub(super) use file_ops::local_grant;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -61,10 +63,13 @@ pub(crate) struct EtcdBackend {
     /// empty): file ops run as ephemeral actors of it, inside holds taken
     /// in etcd, so its admissions are never contested. It keeps the hash
     /// cache; marks and last writers come from etcd for every op.
-    files: Scheduler,
+    pub(super) files: Scheduler,
     /// `Config::file_op_wait`: how long a contested file op waits in etcd
     /// (try-only without it).
-    file_op_wait: Option<Duration>,
+    pub(super) file_op_wait: Option<Duration>,
+    /// The session's history folder, the same on every server of the
+    /// session (the first one stores it): the journal they all record in.
+    pub(super) history_dir: Option<PathBuf>,
 }
 
 impl EtcdBackend {
@@ -108,20 +113,47 @@ impl EtcdBackend {
                 ),
             });
         }
+        // Every server of the session records in one journal, or none
+        // does: a write served by a server without it could never be
+        // rewound.
+        let journal = match &config.history_dir {
+            Some(dir) => std::fs::canonicalize(dir)
+                .unwrap_or_else(|_| dir.clone())
+                .to_str()
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    Error::invalid(dir, "a session on etcd stores its history folder as UTF-8")
+                })?,
+            None => String::new(),
+        };
+        if !table.claim_journal(&journal).await? {
+            return Err(Error::Forbidden {
+                reason: format!(
+                    "session '{}' in etcd was started with another history folder than this server's ({}); give every server of a session the same --history-dir (a folder they all reach), or none",
+                    options.session,
+                    if journal.is_empty() { "none" } else { &journal },
+                ),
+            });
+        }
         // The file machinery's scheduler: the server's rules (policy,
-        // limits, durability), the session's case, no history (not kept on
-        // etcd), and no waiting of its own (etcd does the waiting).
-        let mut local = config.clone();
-        local.history_dir = None;
+        // limits, durability, history folder), the session's case and
+        // name (so every server's journal records are the session's), and
+        // no waiting of its own (etcd does the waiting).
+        let mut local = config.clone().session(options.session.clone());
         local.file_op_wait = None;
         local.case = case;
+        let files = Scheduler::new(local);
+        // Actors are made by any server of the session, all inside its
+        // root: a rewind here restores what the others recorded too.
+        files.admit_grant_tree(root)?;
         Ok(EtcdBackend {
             table,
             portable: config.portable_names,
             case,
             limits,
-            files: Scheduler::new(local),
+            files,
             file_op_wait: config.file_op_wait,
+            history_dir: config.history_dir.clone(),
         })
     }
 

@@ -48,7 +48,7 @@ impl Session for super::EtcdBackend {
         let mut info = common_info(app, caller);
         info["session"] = json!(self.table.session());
         info["backend"] = json!("etcd");
-        info["history_dir"] = Value::Null;
+        info["history_dir"] = json!(self.history_dir);
         info["unsupported"] = json!(super::history::NOT_ON_ETCD);
         info
     }

@@ -30,8 +30,10 @@
 //!    client went away meanwhile, so a hold is never left behind by a
 //!    dropped request; a release etcd refused is retried in the background.
 //!
-//! History is not kept for a session on etcd: receipts say `history: off`,
-//! and `turn.set` and `history.*` are `unsupported`.
+//! History: with a history folder (the session's, the same on every
+//! server), the op is recorded in the session's journal under the etcd
+//! actor's turn (`Table::set_turn`, kept in its record), whichever server
+//! serves it; without one, receipts say `history: off`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -179,6 +181,21 @@ fn release_later(table: Table, hold: HoldId) {
     });
 }
 
+/// The grant of an etcd actor's ephemeral local actor, as far as the
+/// pipeline enforces it itself (its fence is the hook's to enforce: a local
+/// fence would contest the local calls of the actor's children).
+pub(in crate::server::rpc) fn local_grant(actor: &ActorRef) -> Grant {
+    let mut grant = if actor.is_read_only() {
+        Grant::read_only(actor.root())
+    } else {
+        Grant::workspace(actor.root())
+    };
+    for root in actor.read_roots() {
+        grant = grant.read_root(root);
+    }
+    grant
+}
+
 impl EtcdBackend {
     /// Runs one file op for `actor`, a contested one waiting up to `wait`
     /// in etcd (the request's `timeout_ms`, else `Config::file_op_wait`;
@@ -191,17 +208,7 @@ impl EtcdBackend {
         wait: Option<Duration>,
     ) -> Result<Done> {
         let lease = actor.lease();
-        // The etcd actor's grant, as far as the pipeline enforces it
-        // itself (its fence is the hook's to enforce: a local fence would
-        // contest the local calls of the actor's children).
-        let mut grant = if actor.is_read_only() {
-            Grant::read_only(actor.root())
-        } else {
-            Grant::workspace(actor.root())
-        };
-        for root in actor.read_roots() {
-            grant = grant.read_root(root);
-        }
+        let grant = local_grant(&actor);
         let hook = Arc::new(EtcdAdmission {
             table: self.table.clone(),
             actor: actor.clone(),
@@ -217,9 +224,15 @@ impl EtcdBackend {
         // server stopping).
         let task = tokio::spawn(async move {
             let name = actor.name().to_string();
+            let turn = actor.turn().map(str::to_string);
             let local_hook = hook.clone();
             let ran = App::blocking(move || {
                 let local = sched.actor(name, grant)?;
+                // Recorded in the session's journal under the actor's turn,
+                // whichever server serves the op.
+                if let Some(turn) = turn {
+                    local.set_turn(turn);
+                }
                 let done = run(local.files().admitted_by(local_hook.clone()), op);
                 // The marks the op left on the ephemeral actor (a read's, or
                 // a refreshed one), read before it goes.
