@@ -131,7 +131,7 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub fn rewind_turn(&self, turn: &str) -> Result<RewindReport> {
-        run(self, turn, RestoreKind::Rewind, RewindMode::Strict)
+        run(self, turn, RestoreKind::Rewind, RewindMode::Strict, None)
     }
 
     /// [`Scheduler::rewind_turn`] in the given mode: `RewindMode::Merge`
@@ -156,7 +156,7 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub fn rewind_turn_with(&self, turn: &str, mode: RewindMode) -> Result<RewindReport> {
-        run(self, turn, RestoreKind::Rewind, mode)
+        run(self, turn, RestoreKind::Rewind, mode, None)
     }
 
     /// Undoes the last rewind of `turn`, under the same rules: each file
@@ -181,7 +181,7 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub fn redo_turn(&self, turn: &str) -> Result<RewindReport> {
-        run(self, turn, RestoreKind::Redo, RewindMode::Strict)
+        run(self, turn, RestoreKind::Redo, RewindMode::Strict, None)
     }
 
     /// A rewind (`kind`) or a redo of `turn` whose paths are admitted by
@@ -196,7 +196,7 @@ impl Scheduler {
         mode: RewindMode,
         outer: OuterReserve<'_>,
     ) -> Result<RewindReport> {
-        run_with(self, turn, kind, mode, Some(outer))
+        run(self, turn, kind, mode, Some(outer))
     }
 
     /// Makes the next rewinds and redos stop, as a crash would, after
@@ -212,18 +212,10 @@ impl Scheduler {
 /// it admitted is its to give back once the restore is over.
 pub(crate) type OuterReserve<'a> = &'a (dyn Fn(&[PathBuf], &str) -> Result<()> + Sync);
 
-/// Runs a rewind or redo of `turn` in `sched`'s session and tells the
-/// event stream what it restored.
-pub(crate) fn run(
-    sched: &Scheduler,
-    turn: &str,
-    kind: RestoreKind,
-    mode: RewindMode,
-) -> Result<RewindReport> {
-    run_with(sched, turn, kind, mode, None)
-}
-
-fn run_with(
+/// Runs a rewind or redo of `turn` in `sched`'s session (its paths
+/// admitted by `outer` first, when the session's table is elsewhere) and
+/// tells the event stream what it restored.
+fn run(
     sched: &Scheduler,
     turn: &str,
     kind: RestoreKind,

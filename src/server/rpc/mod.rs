@@ -508,16 +508,10 @@ trait Backend:
 {
 }
 
-impl<B> Backend for B where
-    B: session::Session
-        + actors::Actors
-        + holds::Holds
-        + leases::Leases
-        + dump::Dumps
-        + files::FileOps
-        + history::History
-{
-}
+impl Backend for InProcess {}
+
+#[cfg(feature = "etcd")]
+impl Backend for EtcdBackend {}
 
 /// The in-process table: the server's [`Scheduler`] and the registry of
 /// what was made over the wire (`local`).
