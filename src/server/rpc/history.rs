@@ -218,20 +218,34 @@ mod on_etcd {
             };
             let (table, files, wait) = (self.table.clone(), self.files.clone(), self.file_op_wait);
             let runtime = tokio::runtime::Handle::current();
-            let restoring = App::blocking(move || {
-                let reserve = |paths: &[PathBuf], label: &str| -> Result<()> {
-                    let targets = paths.iter().map(|p| Target::file(p).resolved());
-                    let mut request = AdmitRequest::call(targets).label(label);
-                    if let Some(wait) = wait {
-                        request = request.wait_timeout(wait);
-                    }
-                    runtime.block_on(table.admit(&actor, request)).map(drop)
-                };
-                files.restore_turn_admitted_by(&p.turn, kind, mode, &reserve)
+            // The restore and the end of its lease run in a task of their
+            // own: a client gone mid-restore leaves no hold in etcd for
+            // the lease's TTL.
+            let task = tokio::spawn(async move {
+                let owner = table.clone();
+                let restored = App::blocking(move || {
+                    let reserve = |paths: &[PathBuf], label: &str| -> Result<()> {
+                        let targets = paths.iter().map(|p| Target::file(p).resolved());
+                        let mut request = AdmitRequest::call(targets).label(label);
+                        if let Some(wait) = wait {
+                            request = request.wait_timeout(wait);
+                        }
+                        runtime.block_on(owner.admit(&actor, request)).map(drop)
+                    };
+                    files.restore_turn_admitted_by(&p.turn, kind, mode, &reserve)
+                })
+                .await;
+                let _ = table.revoke(lease).await;
+                restored
             });
-            let report = self.long_poll(app, lease, restoring).await;
-            let _ = self.table.revoke(lease).await;
-            Ok(json!(report?))
+            let restoring = async move {
+                task.await.map_err(|e| crate::Error::Protocol {
+                    kind: crate::ProtocolError::Internal,
+                    detail: format!("a restore failed to run: {e}"),
+                })?
+            };
+            let report = self.long_poll(app, lease, restoring).await?;
+            Ok(json!(report))
         }
     }
 }
