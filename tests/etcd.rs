@@ -1257,6 +1257,79 @@ fn get(url: &str, token: &str, route: &str) -> (u16, serde_json::Value) {
     )
 }
 
+/// A `GET /events` stream through `url`, read as it comes.
+struct EventStream {
+    reader: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl EventStream {
+    fn open(url: &str) -> EventStream {
+        use std::io::{BufRead as _, Write as _};
+        let address = url.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        let request = format!(
+            "GET /events HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {SESSION_TOKEN}\r\nAccept: text/event-stream\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut reader = std::io::BufReader::new(stream);
+        let mut status = String::new();
+        reader.read_line(&mut status).unwrap();
+        assert!(status.contains(" 200 "), "{status}");
+        EventStream { reader }
+    }
+
+    /// The next event's data, or a panic naming `what` at `deadline`.
+    fn next(&mut self, deadline: Instant, what: &str) -> serde_json::Value {
+        use std::io::BufRead as _;
+        let mut line = String::new();
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "no event came: waiting for {what}"
+            );
+            match self.reader.read_line(&mut line) {
+                Ok(0) => panic!("the stream ended: waiting for {what}"),
+                Ok(_) if line.ends_with('\n') => {
+                    // Chunk sizes, ids and keep-alives are other lines.
+                    if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                        return serde_json::from_str(data).unwrap();
+                    }
+                    line.clear();
+                }
+                // A partial line, or the read timed out: read on.
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("the stream broke: {e}"),
+            }
+        }
+    }
+
+    /// Events up to and including the first that `done` accepts.
+    fn until(
+        &mut self,
+        what: &str,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = Vec::new();
+        loop {
+            let event = self.next(deadline, what);
+            let last = done(&event);
+            seen.push(event);
+            if last {
+                return seen;
+            }
+        }
+    }
+}
+
 /// Holds on `path` in a dump read through `url`.
 fn holds_on(url: &str, path: &Path) -> usize {
     let dump = rpc(url, SESSION_TOKEN, "dump", serde_json::json!({})).unwrap();
@@ -1712,6 +1785,176 @@ fn a_wait_ended_by_an_etcd_restart_leaves_no_waiter_behind() {
 }
 
 #[test]
+fn the_event_stream_of_one_server_tells_what_is_done_through_another_in_order() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let one = ServeProcess::start_at(&etcd.endpoint, &root, "stream", "10");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "stream", "10");
+    let mut stream = EventStream::open(&one.url);
+    // Everything below goes through the other server.
+    let (lead, lead_token) = root_actor(&two.url, "lead");
+    let fence = fence_via(&two.url, &lead_token, &lead, "a.rs").unwrap();
+    let (other, other_token) = root_actor(&two.url, "other");
+    // Refused at once, then a wait that runs out: refusals write nothing
+    // but their count, and are told all the same.
+    fence_via(&two.url, &other_token, &other, "a.rs").unwrap_err();
+    let short = serde_json::json!({"actor": other, "targets": ["a.rs"], "timeout_ms": 300});
+    let timed_out = rpc(&two.url, &other_token, "admit", short).unwrap_err();
+    assert_eq!(timed_out["data"]["kind"], "timeout", "{timed_out}");
+    let waiting = {
+        let (url, token, actor) = (two.url.clone(), other_token.clone(), other.clone());
+        std::thread::spawn(move || {
+            let asked =
+                serde_json::json!({"actor": actor, "targets": ["a.rs"], "timeout_ms": 30_000});
+            rpc(&url, &token, "admit", asked)
+        })
+    };
+    let mut seen = stream.until("the timeout", |e| e["kind"] == "timed_out");
+    seen.extend(stream.until("other's wait", |e| e["kind"] == "waiting"));
+    release_via(&two.url, &lead_token, &fence).unwrap();
+    let grant = waiting.join().unwrap().unwrap();
+    release_via(&two.url, &other_token, &grant).unwrap();
+    let wrote = serde_json::json!({"actor": other, "path": "b.txt", "content": "hi\n"});
+    rpc(&two.url, &other_token, "files.write", wrote).unwrap();
+    rpc(
+        &two.url,
+        SESSION_TOKEN,
+        "actor.drop",
+        serde_json::json!({"actor": other}),
+    )
+    .unwrap();
+    seen.extend(stream.until("other dropped", |e| e["kind"] == "actor_dropped"));
+    // The oracle: what was done, in the order it was done.
+    let prefix = format!("{}/", root.display());
+    let told: Vec<String> = seen
+        .iter()
+        .map(|e| {
+            let who = e["actor_name"]
+                .as_str()
+                .or(e["name"].as_str())
+                .unwrap_or("?");
+            let what = e["kind"].as_str().unwrap_or("?");
+            let path = e["paths"][0]["path"]
+                .as_str()
+                .or(e["path"].as_str())
+                .map(|p| format!(" {}", p.trim_start_matches(&prefix)))
+                .unwrap_or_default();
+            format!("{what} {who}{path}")
+        })
+        .collect();
+    assert_eq!(
+        told,
+        [
+            "actor_created lead",
+            "admitted lead a.rs",
+            "actor_created other",
+            "refused other a.rs",
+            "waiting other a.rs",
+            "timed_out other",
+            "waiting other a.rs",
+            "released lead",
+            "woken other",
+            "admitted other a.rs",
+            "released other",
+            "admitted other b.txt",
+            "file_written other b.txt",
+            "released other",
+            "actor_dropped other",
+        ]
+        .map(String::from),
+        "{seen:#?}"
+    );
+    let by_kind = |kind: &str| seen.iter().find(|e| e["kind"] == kind).unwrap();
+    assert_eq!(by_kind("waiting")["cause"]["holder"], "lead");
+    assert_eq!(by_kind("admitted")["hold_kind"], "fence");
+    assert_eq!(by_kind("file_written")["op"], "write");
+    assert_eq!(by_kind("refused")["error"], "busy");
+    assert_eq!(by_kind("refused")["holder"], "lead");
+    assert_eq!(by_kind("timed_out")["cause"]["holder"], "lead");
+    assert_eq!(by_kind("timed_out")["waiter"], by_kind("waiting")["waiter"]);
+    // Ids are the table's, as the dump names them; sequence numbers are
+    // consecutive.
+    let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+}
+
+/// A TCP link to etcd that can be cut: its connections closed, and new
+/// ones refused, until it is mended.
+struct CutLink {
+    url: String,
+    up: Arc<AtomicBool>,
+    open: Arc<parking_lot::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl CutLink {
+    fn to(endpoint: &str) -> CutLink {
+        let target = endpoint.trim_start_matches("http://").to_string();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let up = Arc::new(AtomicBool::new(true));
+        let open: Arc<parking_lot::Mutex<Vec<std::net::TcpStream>>> = Arc::default();
+        let (up2, open2) = (up.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if !up2.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(&target) else {
+                    continue;
+                };
+                open2
+                    .lock()
+                    .extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        CutLink { url, up, open }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for stream in self.open.lock().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn mend(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn the_event_stream_reads_on_from_where_its_watch_broke() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    // One server reaches etcd through a link that is cut: its watch breaks
+    // while the other server goes on.
+    let link = CutLink::to(&etcd.endpoint);
+    let one = ServeProcess::start_at(&link.url, &root, "broken", "30");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "broken", "30");
+    let mut stream = EventStream::open(&one.url);
+    root_actor(&two.url, "before");
+    let first = stream.until("the first actor", |e| e["kind"] == "actor_created");
+    assert_eq!(first.len(), 1, "{first:#?}");
+    link.cut();
+    root_actor(&two.url, "while");
+    link.mend();
+    root_actor(&two.url, "after");
+    let next = stream.until("the last actor", |e| e["name"] == "after");
+    let names: Vec<&str> = next.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(names, ["while", "after"], "{next:#?}");
+}
+
+#[test]
 fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_table_cannot_do() {
     let etcd = Etcd::start();
     let (_dir, root) = workspace_root();
@@ -1730,15 +1973,15 @@ fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_ta
     )
     .unwrap();
     // What a server on etcd cannot serve is refused whole, with one kind.
-    for route in ["/events", "/mcp"] {
-        let (status, refused) = get(&one.url, &token, route);
-        assert_eq!(status, 501, "{route}: {refused}");
-        assert_eq!(
-            refused["error"]["data"]["kind"], "unsupported",
-            "{route}: {refused}"
-        );
-        assert_eq!(refused["error"]["code"], 1027);
-    }
+    let (status, refused) = get(&one.url, &token, "/mcp");
+    assert_eq!(status, 501, "{refused}");
+    assert_eq!(refused["error"]["data"]["kind"], "unsupported", "{refused}");
+    assert_eq!(refused["error"]["code"], 1027);
+    // The event stream shows every actor: an actor's token, known in etcd
+    // only, is refused as in process (403), not taken for unknown (401).
+    let (status, refused) = get(&one.url, &token, "/events");
+    assert_eq!(status, 403, "{refused}");
+    assert_eq!(refused["error"]["data"]["kind"], "forbidden", "{refused}");
     // A read-only actor's children are read-only too, on every server.
     let reader = rpc(
         &one.url,

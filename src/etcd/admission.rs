@@ -413,6 +413,10 @@ impl Need for Admission {
         &self.claim
     }
 
+    fn asker(&self) -> (u64, &str) {
+        (self.actor.id.0, self.actor.name())
+    }
+
     fn wait(&self) -> Wait {
         self.wait
     }

@@ -1,7 +1,11 @@
 //! The session's admission counters in etcd: one key per table and counter,
 //! whose version is the count, put in the transaction of the event counted.
+//! A refusal's put carries what the event stream tells of it ([`Told`]):
+//! a refusal writes nothing else, so this is how every server hears of it,
+//! at no cost but the bytes.
 
 use etcd_client::{KeyValue, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 
@@ -48,6 +52,64 @@ impl Counter {
     }
 }
 
+/// Who was refused, and why: the value of a refusal's counter put, which
+/// the event stream turns into `refused`, `timed_out` or `deadlock`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Told {
+    /// The actor that asked (a `child_wait`'s parent).
+    pub(crate) actor: u64,
+    pub(crate) name: String,
+    /// The error's wire kind.
+    pub(crate) kind: String,
+    /// The error's sentence.
+    pub(crate) message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) holder: Option<String>,
+    /// Its waiter, when it had queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) waiter: Option<u64>,
+    /// A deadlock's cycle, by actor name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) cycle: Vec<String>,
+    /// How long it waited, in milliseconds.
+    #[serde(default)]
+    pub(crate) waited_ms: u64,
+}
+
+impl Told {
+    /// What `actor` (`name`) was refused with `error`, having waited as
+    /// `waiter` for `waited_ms` if it queued.
+    pub(crate) fn of(
+        (actor, name): (u64, &str),
+        error: &Error,
+        waiter: Option<u64>,
+        waited_ms: u64,
+    ) -> Told {
+        let (path, holder, cycle) = match error {
+            Error::Busy(busy) => (
+                Some(busy.path.display().to_string()),
+                Some(busy.holder.clone()),
+                Vec::new(),
+            ),
+            Error::Deadlock { cycle, .. } => (None, None, cycle.clone()),
+            _ => (None, None, Vec::new()),
+        };
+        Told {
+            actor,
+            name: name.to_string(),
+            kind: error.kind().to_string(),
+            message: error.to_string(),
+            path,
+            holder,
+            waiter,
+            cycle,
+            waited_ms,
+        }
+    }
+}
+
 /// The session's counters: each table's counter keys at one revision,
 /// each key's version being its count, summed by counter.
 pub(super) fn sum_counters(counts: &[KeyValue]) -> crate::Counters {
@@ -75,9 +137,18 @@ impl Table {
     /// together (one more operation, no round trip, and no compare: two
     /// admissions counting at once never make each other retry).
     pub(crate) fn count(&self, counter: Counter) -> TxnOp {
+        self.count_told(counter, None)
+    }
+
+    /// [`count`](Table::count), the put carrying what is `told` of a
+    /// refusal for the event stream.
+    pub(crate) fn count_told(&self, counter: Counter, told: Option<&Told>) -> TxnOp {
+        let value = told
+            .and_then(|t| serde_json::to_vec(t).ok())
+            .unwrap_or_default();
         TxnOp::put(
             self.layout().counter(self.inner.instance, counter.name()),
-            "",
+            value,
             None,
         )
     }
@@ -86,7 +157,9 @@ impl Table {
     /// found before queuing), before the caller hears of it, so a dump
     /// read after the answer shows it. If etcd cannot be reached the count
     /// is lost, and the refusal still stands.
-    pub(crate) async fn bump(&self, counter: Counter) {
-        let _ = self.txn(Txn::new().and_then([self.count(counter)])).await;
+    pub(crate) async fn bump(&self, counter: Counter, told: Option<&Told>) {
+        let _ = self
+            .txn(Txn::new().and_then([self.count_told(counter, told)]))
+            .await;
     }
 }

@@ -46,7 +46,7 @@ pub struct TableDump {
     pub queued: Vec<i64>,
 }
 
-fn paths_of(record: &ClaimRecord) -> Vec<PathEntry> {
+pub(super) fn paths_of(record: &ClaimRecord) -> Vec<PathEntry> {
     record
         .keys
         .iter()

@@ -40,13 +40,17 @@ use crate::files::gate::ReadMark;
 
 /// The value of `P o<path>`.
 #[derive(Debug, Serialize, Deserialize)]
-struct WriterRecord {
+pub(super) struct WriterRecord {
     /// The writer's name, as `Stale { writer }` names it.
-    actor: String,
+    pub(super) actor: String,
     /// The content hash its write produced.
     after: String,
     /// When it wrote (milliseconds since the epoch), for `Stale`'s age.
     at_ms: u64,
+    /// The operation that wrote it (`write`, `append`, `replace`,
+    /// `rename`), for the event stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) op: Option<String>,
 }
 
 /// A file's path as the etcd keys spell it: UTF-8, like every path there.
@@ -66,6 +70,8 @@ pub(crate) struct GateRecords {
     /// What the op wrote, by folded path: (writer, content hash), or `None`
     /// where it removed the file.
     pub(crate) writes: Vec<(PathBuf, Option<(String, String)>)>,
+    /// The operation that wrote (`write`, `append`, ...), if it wrote.
+    pub(crate) op: Option<String>,
 }
 
 impl Table {
@@ -162,6 +168,7 @@ impl Table {
                         actor: name.clone(),
                         after: after.clone(),
                         at_ms: now_ms(),
+                        op: records.op.clone(),
                     })?,
                     None,
                 ),

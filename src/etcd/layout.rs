@@ -46,6 +46,21 @@ pub(crate) enum Owner {
     Waiter(u64),
 }
 
+/// The records the event stream follows ([`Layout::record_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Record<'k> {
+    /// `P a/<actor>`.
+    Actor(u64),
+    /// `P h/<hold>`.
+    Hold(u64),
+    /// `P q/<waiter>`.
+    Waiter(u64),
+    /// `P o<path>`: the last write to a file.
+    Writer(&'k Path),
+    /// `P n/<instance>/<counter>`: one of a table's counters, by name.
+    Counter(&'k str),
+}
+
 /// The key prefixes of one session.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
@@ -87,6 +102,36 @@ impl Layout {
         let mut key = self.root.clone();
         key.extend_from_slice(rest);
         key
+    }
+
+    /// Every key of the session.
+    pub(crate) fn everything(&self) -> Vec<u8> {
+        self.root.clone()
+    }
+
+    /// What kind of record `key` is, and of which id or path: what the
+    /// event stream follows of the session.
+    pub(crate) fn record_of<'k>(&self, key: &'k [u8]) -> Option<Record<'k>> {
+        let rest = key.strip_prefix(self.root.as_slice())?;
+        let id = |tail: &[u8]| {
+            std::str::from_utf8(tail)
+                .ok()
+                .filter(|t| t.len() == 16)
+                .and_then(|t| u64::from_str_radix(t, 16).ok())
+        };
+        match rest {
+            [b'a', b'/', tail @ ..] => id(tail).map(Record::Actor),
+            [b'h', b'/', tail @ ..] => id(tail).map(Record::Hold),
+            [b'q', b'/', tail @ ..] => id(tail).map(Record::Waiter),
+            [b'n', b'/', tail @ ..] => {
+                let name = tail.rsplit(|&b| b == b'/').next()?;
+                std::str::from_utf8(name).ok().map(Record::Counter)
+            }
+            [b'o', path @ ..] if path.first() == Some(&b'/') => std::str::from_utf8(path)
+                .ok()
+                .map(|p| Record::Writer(Path::new(p))),
+            _ => None,
+        }
     }
 
     pub(crate) fn instances(&self) -> Vec<u8> {

@@ -64,6 +64,7 @@
 //! | `resume` | asking again by ticket: a lost grant's answer, a wait taken over in its place |
 //! | `slots` | `child_wait`: a child's round (its grant fence's paths, then its slot) through the same pipeline |
 //! | `dump` | [`TableDump`]: the session at one revision, as the in-process [`Dump`](crate::Dump) |
+//! | `events` | the session's event stream: one read, then one watch, each revision told as the in-process scheduler tells the same change |
 //!
 //! # Implementation details
 //!
@@ -80,6 +81,7 @@ mod counters;
 mod deadlock;
 mod decide;
 mod dump;
+mod events;
 mod files;
 mod graph;
 mod holds;

@@ -19,7 +19,7 @@ use crate::core::key::{Key, Mode};
 use crate::core::table::Claim;
 use crate::error::{Error, Result};
 
-use super::counters::Counter;
+use super::counters::{Counter, Told};
 use super::deadlock::{self, Edges};
 use super::decide::{Moved, Place};
 use super::graph::true_edges;
@@ -98,6 +98,8 @@ pub(super) trait Need: Send + Sync + 'static {
     fn keys(&self) -> &[(Key, Mode)];
     /// What it claims, for the deadlock check.
     fn claim(&self) -> &Claim;
+    /// The actor that asks (id, name): a `child_wait`'s parent.
+    fn asker(&self) -> (u64, &str);
     fn wait(&self) -> Wait;
     /// Its place before it queued: behind everyone of its priority.
     fn first_place(&self) -> Place;
@@ -242,7 +244,12 @@ impl Table {
         };
         // A refusal, a timeout or a deadlock is counted before the caller
         // hears of it; a queued request's count goes with its dequeue.
-        let counted = outcome.as_ref().err().and_then(Counter::of_refusal);
+        let counted = outcome.as_ref().err().and_then(|e| {
+            let counter = Counter::of_refusal(e)?;
+            let waited = crate::sched::events::millis(started.elapsed());
+            let waiter = at.queued.map(|(id, _)| id);
+            Some((counter, Told::of(need.asker(), e, waiter, waited)))
+        });
         if outcome.is_err() && !taken_over {
             let queued = at.queued.map(|(id, written)| (id, Mine::Written(written)));
             self.leave_queue(queued, need.keys(), counted).await;

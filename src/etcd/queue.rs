@@ -11,7 +11,7 @@ use crate::core::key::Key;
 use crate::error::{Error, Result};
 use crate::kinds::Mode;
 
-use super::counters::Counter;
+use super::counters::{Counter, Told};
 use super::deadlock::Edges;
 use super::layout::Owner;
 use super::store::LeaseId;
@@ -121,17 +121,17 @@ impl Table {
         &self,
         queued: Option<(u64, Mine)>,
         keys: &[(Key, Mode)],
-        counted: Option<Counter>,
+        counted: Option<(Counter, Told)>,
     ) {
         let Some((id, mine)) = queued else {
-            if let Some(counter) = counted {
-                self.bump(counter).await;
+            if let Some((counter, told)) = counted {
+                self.bump(counter, Some(&told)).await;
             }
             return;
         };
         let keys = keys.to_vec();
         self.until_done(move |table| {
-            let (keys, mine) = (keys.clone(), mine.clone());
+            let (keys, mine, counted) = (keys.clone(), mine.clone(), counted.clone());
             async move { table.dequeue(id, mine, &keys, counted).await }
         })
         .await;
@@ -147,7 +147,7 @@ impl Table {
         id: u64,
         mine: Mine,
         keys: &[(Key, Mode)],
-        counted: Option<Counter>,
+        counted: Option<(Counter, Told)>,
     ) -> Result<()> {
         let layout = self.layout();
         let mut deletes = vec![
@@ -157,7 +157,11 @@ impl Table {
             // A `child_wait`'s mark, if it is one (nothing otherwise).
             TxnOp::delete(layout.slot_waiter(id), None),
         ];
-        deletes.extend(counted.map(|c| self.count(c)));
+        deletes.extend(
+            counted
+                .as_ref()
+                .map(|(counter, told)| self.count_told(*counter, Some(told))),
+        );
         deletes.extend(
             keys.iter()
                 .map(|(key, _)| TxnOp::delete(layout.entry(key, Owner::Waiter(id)), None)),

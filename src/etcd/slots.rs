@@ -184,6 +184,10 @@ impl Need for ChildWait {
         &self.claim
     }
 
+    fn asker(&self) -> (u64, &str) {
+        (self.parent.id.0, self.parent.name())
+    }
+
     fn wait(&self) -> Wait {
         self.wait
     }

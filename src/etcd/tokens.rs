@@ -9,7 +9,7 @@ use etcd_client::{Compare, CompareOp, LeaseTimeToLiveOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use super::actors::{ActorRef, GrantRecord};
-use super::counters::Counter;
+use super::counters::{Counter, Told};
 use super::decide::ClaimRecord;
 use super::store::{LeaseId, Table, etcd_error, ranges_of, to_json, unavailable, with_lease};
 use crate::core::table::{ActorId, HoldId};
@@ -126,16 +126,18 @@ impl Table {
                 .slot_for_child(grant.read_only, (max_actors, max_writers))
                 .await?;
             if let Some(limit) = refused {
-                // Refused for a slot: counted as in process.
-                self.bump(Counter::Refused).await;
                 let max = match limit {
                     crate::SlotLimit::MaxActors => max_actors,
                     crate::SlotLimit::MaxWriters => max_writers,
                 };
-                return Err(Error::NoSlot {
+                let refusal = Error::NoSlot {
                     limit,
                     max: max.unwrap_or(0),
-                });
+                };
+                // Refused for a slot: counted as in process, and told.
+                let told = parent.map(|p| Told::of((p.id.0, p.name()), &refusal, None, 0));
+                self.bump(Counter::Refused, told.as_ref()).await;
+                return Err(refusal);
             }
             let made = self
                 .put_actor(

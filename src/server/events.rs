@@ -115,7 +115,7 @@ async fn events(
         };
         return auth::refuse(StatusCode::FORBIDDEN, &e);
     }
-    match app.authenticate(auth::bearer(&headers)) {
+    match app.authenticate_any(auth::bearer(&headers)).await {
         Ok(Caller::Session) => {}
         Ok(Caller::Actor(_)) => {
             let e = Error::Forbidden {

@@ -44,15 +44,14 @@ fn router(app: Arc<App>) -> Router {
         .route("/dump", get(dump))
         .route("/health", get(health))
         .route("/metrics", get(metrics));
+    let routes = super::events::mount(routes);
     if app.in_etcd() {
-        // The event stream and the MCP file tools read the in-process
-        // table, which a server on etcd leaves empty: refused, not faked.
+        // The MCP file tools act through the in-process table, which a
+        // server on etcd leaves empty: refused, not faked.
         return routes
-            .route("/events", get(not_on_etcd))
             .route("/mcp", axum::routing::any(not_on_etcd))
             .with_state(app);
     }
-    let routes = super::events::mount(routes);
     #[cfg(feature = "mcp")]
     let routes = match super::mcp::mount(routes.clone(), &app) {
         Ok(with_mcp) => with_mcp,
@@ -276,13 +275,13 @@ async fn admit_caller(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Resp
         })
 }
 
-/// `/events` and `/mcp` on a server whose table is in etcd.
+/// `/mcp` on a server whose table is in etcd.
 async fn not_on_etcd(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if let Err(response) = admit_caller(&app, &headers).await {
         return *response;
     }
     let e = Error::Unsupported {
-        what: "serving /events or /mcp".into(),
+        what: "serving /mcp".into(),
     };
     json_response(StatusCode::NOT_IMPLEMENTED, &error_body(&Value::Null, &e))
 }

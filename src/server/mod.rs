@@ -493,6 +493,8 @@ impl Server {
         // the caller does next (even before that task first runs) is in the
         // log, the metrics and the ring a late viewer reads.
         let observed = app.sched.subscribe();
+        #[cfg(feature = "etcd")]
+        app.follow_etcd_events().await?;
         let task = tokio::spawn(listen::serve(
             listener,
             socket,

@@ -226,6 +226,27 @@ fn lease_number(lease: LeaseId) -> u64 {
 }
 
 impl App {
+    /// Feeds the session's events, as etcd orders them, into this server's
+    /// event ring until the server stops: `/events`, the log and the
+    /// metrics then show what every server of the session does. The
+    /// session is read before this returns, so whatever happens after is
+    /// reported.
+    pub(crate) async fn follow_etcd_events(&self) -> Result<()> {
+        let Some(backend) = &self.etcd else {
+            return Ok(());
+        };
+        let feed = backend.table.event_feed().await?;
+        let sched = self.sched.clone();
+        let mut stop = self.stopping();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = feed.run(move |event| sched.emit(|| event)) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+        Ok(())
+    }
+
     pub(super) fn lease_handle(&self, lease: LeaseId) -> String {
         self.handle('l', lease_number(lease))
     }

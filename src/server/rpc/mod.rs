@@ -213,8 +213,8 @@ impl App {
         self
     }
 
-    /// Whether the table is in etcd (routes the etcd table cannot serve,
-    /// `/mcp` and `/events`, are refused).
+    /// Whether the table is in etcd (`/mcp`, which the etcd table cannot
+    /// serve yet, is refused).
     pub(crate) fn in_etcd(&self) -> bool {
         #[cfg(feature = "etcd")]
         return self.etcd.is_some();

@@ -153,6 +153,7 @@ fn records_of(
         }
     }
     if let Ok(Done::Changed(receipt)) = done {
+        records.op = Some(receipt.op.to_string());
         let wrote = receipt.after.clone().map(|h| (writer.to_string(), h));
         match (&receipt.from, admitted.norms.as_slice()) {
             (Some(_), [from, to]) => {
