@@ -41,6 +41,13 @@ impl Counter {
         }
     }
 
+    /// The counter whose key ends in `name`.
+    pub(super) fn named(name: &[u8]) -> Option<Counter> {
+        Counter::ALL
+            .into_iter()
+            .find(|c| c.name().as_bytes() == name)
+    }
+
     /// The counter an admission that ended in `outcome` counts, if any.
     pub(super) fn of_refusal(outcome: &Error) -> Option<Counter> {
         match outcome {
@@ -117,7 +124,7 @@ pub(super) fn sum_counters(counts: &[KeyValue]) -> crate::Counters {
     for kv in counts {
         let name = kv.key().rsplit(|&b| b == b'/').next().unwrap_or_default();
         let n = u64::try_from(kv.version()).unwrap_or(0);
-        let slot = match Counter::ALL.iter().find(|c| c.name().as_bytes() == name) {
+        let slot = match Counter::named(name) {
             Some(Counter::Admitted) => &mut sum.admitted,
             Some(Counter::Refused) => &mut sum.refused,
             Some(Counter::Waited) => &mut sum.waited,

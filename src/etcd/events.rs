@@ -39,7 +39,7 @@ use std::time::Duration;
 use etcd_client::{EventType, KeyValue, WatchOptions};
 
 use super::actors::ActorRecord;
-use super::counters::Told;
+use super::counters::{Counter, Told};
 use super::decide::{ClaimRecord, Snapshot};
 use super::dump::paths_of;
 use super::files::WriterRecord;
@@ -104,18 +104,18 @@ impl Mirror {
     /// The event of a refusal counted under `counter`: `timed_out` (a
     /// waiter that gave up, with what it still waited for), `deadlock`, or
     /// `refused`.
-    fn refusal(counter: &str, told: Told, cause: Option<WaitCause>) -> EventKind {
+    fn refusal(counter: Counter, told: Told, cause: Option<WaitCause>) -> EventKind {
         let actor = ActorId(told.actor);
         let actor_name: Arc<str> = told.name.as_str().into();
         match (counter, told.waiter) {
-            ("timed_out", Some(waiter)) => EventKind::TimedOut {
+            (Counter::TimedOut, Some(waiter)) => EventKind::TimedOut {
                 waiter: WaiterId(waiter),
                 actor,
                 actor_name,
                 waited_ms: told.waited_ms,
                 cause,
             },
-            ("deadlocks", waiter) => EventKind::Deadlock {
+            (Counter::Deadlocks, waiter) => EventKind::Deadlock {
                 actor,
                 actor_name,
                 waiter: waiter.map(WaiterId),
@@ -185,8 +185,10 @@ impl Mirror {
         for change in changes {
             match layout.record_of(change.kv.key()) {
                 Some(Record::Counter(name)) if !change.deleted => {
-                    if let Some(t) = decode::<Told>(&change.kv) {
-                        told.push((name.to_string(), t));
+                    if let (Some(counter), Some(t)) =
+                        (Counter::named(name), decode::<Told>(&change.kv))
+                    {
+                        told.push((counter, t));
                     }
                 }
                 Some(Record::Actor(id)) => actors.push((id, change)),
@@ -248,7 +250,7 @@ impl Mirror {
                 .position(|(_, t)| t.waiter == Some(*id))
                 .map(|i| told.swap_remove(i));
             let cause = match &why {
-                Some((counter, _)) if counter == "timed_out" => Some(self.cause(*id)),
+                Some((Counter::TimedOut, _)) => Some(self.cause(*id)),
                 _ => None,
             };
             let Some((record, _)) = self.waiters.remove(id) else {
@@ -256,7 +258,7 @@ impl Mirror {
             };
             let (actor, actor_name) = Self::asker(&record);
             if let Some((counter, t)) = why {
-                out.push(Self::refusal(&counter, t, cause));
+                out.push(Self::refusal(counter, t, cause));
             } else if granted.contains(&record.meta.owner) {
                 let waited_ms = millis_since(record.meta.since_ms);
                 waited.insert(record.meta.owner, waited_ms);
@@ -277,7 +279,7 @@ impl Mirror {
         // Refused before it queued: nothing else in the transaction.
         out.extend(
             told.into_iter()
-                .map(|(counter, t)| Self::refusal(&counter, t, None)),
+                .map(|(counter, t)| Self::refusal(counter, t, None)),
         );
         for (id, change) in holds.into_iter().filter(|(_, c)| !c.deleted) {
             let Some(record) = decode::<ClaimRecord>(&change.kv) else {

@@ -58,7 +58,7 @@ pub(crate) enum Record<'k> {
     /// `P o<path>`: the last write to a file.
     Writer(&'k Path),
     /// `P n/<instance>/<counter>`: one of a table's counters, by name.
-    Counter(&'k str),
+    Counter(&'k [u8]),
 }
 
 /// The key prefixes of one session.
@@ -123,10 +123,7 @@ impl Layout {
             [b'a', b'/', tail @ ..] => id(tail).map(Record::Actor),
             [b'h', b'/', tail @ ..] => id(tail).map(Record::Hold),
             [b'q', b'/', tail @ ..] => id(tail).map(Record::Waiter),
-            [b'n', b'/', tail @ ..] => {
-                let name = tail.rsplit(|&b| b == b'/').next()?;
-                std::str::from_utf8(name).ok().map(Record::Counter)
-            }
+            [b'n', b'/', tail @ ..] => tail.rsplit(|&b| b == b'/').next().map(Record::Counter),
             [b'o', path @ ..] if path.first() == Some(&b'/') => std::str::from_utf8(path)
                 .ok()
                 .map(|p| Record::Writer(Path::new(p))),
