@@ -1955,7 +1955,7 @@ fn the_event_stream_reads_on_from_where_its_watch_broke() {
 }
 
 #[test]
-fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_table_cannot_do() {
+fn a_server_on_etcd_shares_tokens_and_keeps_read_only_actors() {
     let etcd = Etcd::start();
     let (_dir, root) = workspace_root();
     let one = ServeProcess::start_at(&etcd.endpoint, &root, "refusals", "10");
@@ -1972,11 +1972,6 @@ fn a_server_on_etcd_shares_tokens_keeps_read_only_actors_and_refuses_what_the_ta
         serde_json::json!({"actor": actor, "targets": ["a.rs"], "wait": false}),
     )
     .unwrap();
-    // What a server on etcd cannot serve is refused whole, with one kind.
-    let (status, refused) = get(&one.url, &token, "/mcp");
-    assert_eq!(status, 501, "{refused}");
-    assert_eq!(refused["error"]["data"]["kind"], "unsupported", "{refused}");
-    assert_eq!(refused["error"]["code"], 1027);
     // The event stream shows every actor: an actor's token, known in etcd
     // only, is refused as in process (403), not taken for unknown (401).
     let (status, refused) = get(&one.url, &token, "/events");
@@ -3702,4 +3697,246 @@ fn an_actor_cannot_take_another_actors_grant_by_resuming_its_ticket() {
     assert_eq!(holds_on(&one.url, &root.join("x.rs")), 1);
     release_via(&one.url, &a_token, &granted).unwrap();
     assert_eq!(holds_on(&one.url, &root.join("x.rs")), 0);
+}
+
+#[path = "common/mcp_driver.rs"]
+mod mcp_driver;
+
+/// Runs an MCP driver script (the official Python SDK) off the runtime's
+/// threads, while the test's servers go on serving.
+async fn drive(script: serde_json::Value) -> Vec<serde_json::Value> {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().to_path_buf();
+    tokio::task::spawn_blocking(move || mcp_driver::run(&script, &dir))
+        .await
+        .unwrap()
+}
+
+/// `/mcp` on two servers of one session, driven by the official MCP Python
+/// SDK (and one agent through `writ mcp`, the stdio bridge): agents on
+/// different servers see each other's reservations and writes, the version
+/// gate holds between them and names the writer, a named agent's sessions
+/// share their reads, and a closed session's reservation is gone from etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_agents_on_two_servers_share_one_table() {
+    use mcp_driver::{call, ok, refused};
+    use serde_json::json;
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/lex.rs"), "// lex\n").unwrap();
+    let (servers, [one, _]) = file_servers(&etcd, &root, "mcp").await;
+    let http = |server: &writ::server::Server, query: &str| json!({"http": format!("{}/mcp{query}", server.url()), "token": SESSION_TOKEN});
+    let bridged = json!({"stdio": [
+        env!("CARGO_BIN_EXE_writ"), "mcp", &root,
+        "--url", servers[1].url(), "--token", SESSION_TOKEN,
+    ]});
+    let script = json!({
+        "agents": {
+            "alpha": http(&servers[0], ""),
+            "beta": http(&servers[1], ""),
+            "gamma": bridged,
+            "w1": http(&servers[0], "?agent=writer"),
+            "w2": http(&servers[0], "?agent=writer"),
+        },
+        "steps": [
+            call("alpha", "reserve", json!({"paths": ["src/"], "note": "renaming the lexer"})),
+            call("beta", "write_file", json!({"path": "src/lex.rs", "content": "// beta\n"})),
+            call("gamma", "writ_status", json!({})),
+            call("alpha", "read_file", json!({"path": "src/lex.rs"})),
+            call("alpha", "write_file", json!({"path": "src/lex.rs", "content": "// alpha\n"})),
+            call("alpha", "release", json!({"paths": ["src/"]})),
+            call("gamma", "read_file", json!({"path": "src/lex.rs"})),
+            call("gamma", "edit_file", json!({"path": "src/lex.rs", "old_string": "alpha", "new_string": "gamma"})),
+            call("alpha", "write_file", json!({"path": "src/lex.rs", "content": "// alpha again\n"})),
+            call("alpha", "write_file", json!({"path": "src/lex.rs", "content": "// alpha again\n"})),
+            call("w1", "read_file", json!({"path": "src/lex.rs"})),
+            call("w2", "append_file", json!({"path": "src/lex.rs", "content": "// writer\n"})),
+            call("beta", "reserve", json!({"paths": ["docs/"]})),
+            call("alpha", "write_file", json!({"path": "docs/a.md", "content": "a\n"})),
+            {"agent": "beta", "close": true},
+            call("alpha", "write_file", json!({"path": "docs/a.md", "content": "a\n"})),
+            call("alpha", "writ_status", json!({})),
+        ],
+    });
+    let r = drive(script).await;
+    ok(&r[0]);
+    // A reservation taken through one server refuses a write through the
+    // other, naming who holds it; every server's status shows it.
+    refused(&r[1], &["'alpha'", "src/lex.rs"]);
+    let status = ok(&r[2]);
+    assert!(status.contains("'alpha' reserved src/"), "{status}");
+    assert!(status.contains("renaming the lexer"), "{status}");
+    ok(&r[3]);
+    ok(&r[4]);
+    ok(&r[5]);
+    ok(&r[6]);
+    ok(&r[7]);
+    // alpha read before gamma's edit through the other server: refused,
+    // naming gamma, with the current content, which counts as a read.
+    refused(&r[8], &["changed since you read it", "'gamma'", "// gamma"]);
+    ok(&r[9]);
+    // Two sessions of one named agent share its reads.
+    ok(&r[10]);
+    ok(&r[11]);
+    refused(&r[13], &["'beta'"]);
+    assert_eq!(r[14]["closed"], true);
+    // beta's session closed through its server: its reservation is gone
+    // from etcd, and a write through the other server goes through.
+    ok(&r[15]);
+    let status = ok(&r[16]);
+    assert!(!status.contains("beta"), "{status}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/lex.rs")).unwrap(),
+        "// alpha again\n// writer\n"
+    );
+    // Every session has ended with the driver: their actors and holds are
+    // gone from etcd; the named agent lives on for `--mcp-idle`.
+    poll_until(
+        Duration::from_secs(10),
+        "the sessions' actors gone",
+        || async {
+            let dump = one.call("dump", json!({})).await.unwrap();
+            let names: Vec<&str> = dump["actors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|a| a["name"].as_str())
+                .collect();
+            names == ["writer"] && dump["holds"].as_array().unwrap().is_empty()
+        },
+    )
+    .await;
+    // The two contested calls each waited and timed out, told who held the
+    // path: counted once each, as timed out, as in process.
+    let dump = one.call("dump", json!({})).await.unwrap();
+    assert_eq!(dump["counters"]["timed_out"], 2, "{dump}");
+    assert_eq!(dump["counters"]["refused"], 0, "{dump}");
+    drop(servers);
+}
+
+#[path = "common/mcp_http_client.rs"]
+mod mcp_http_client;
+
+/// An MCP session opened with an actor's token acts as that actor on every
+/// server: writes outside its grant fence are refused, other agents' writes
+/// inside it are refused naming it, a reservation outside it is refused, and
+/// a token no server issued opens nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_token_mcp_session_on_etcd_is_fenced_like_its_actor() {
+    use mcp_driver::{call, ok, refused};
+    use serde_json::json;
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let (servers, [one, _]) = file_servers(&etcd, &root, "mcp-fenced").await;
+    let worker = one
+        .actor("worker", writ::Grant::fenced(&root, ["src/"]))
+        .await
+        .unwrap();
+    let http = |server: &writ::server::Server, token: &str| json!({"http": format!("{}/mcp", server.url()), "token": token});
+    let script = json!({
+        "agents": {
+            "claude-code": http(&servers[1], worker.token()),
+            "other": http(&servers[0], SESSION_TOKEN),
+            "intruder": http(&servers[1], "a-etcd-1.not-a-secret"),
+        },
+        "steps": [
+            call("claude-code", "write_file", json!({"path": "src/a.rs", "content": "// worker\n"})),
+            call("claude-code", "write_file", json!({"path": "docs/b.md", "content": "no\n"})),
+            call("claude-code", "reserve", json!({"paths": ["docs/"]})),
+            call("claude-code", "writ_status", json!({})),
+            call("other", "write_file", json!({"path": "src/c.rs", "content": "no\n"})),
+            call("other", "write_file", json!({"path": "docs/b.md", "content": "yes\n"})),
+            call("intruder", "writ_status", json!({})),
+        ],
+    });
+    let r = drive(script).await;
+    ok(&r[0]);
+    refused(&r[1], &["docs/b.md"]);
+    refused(&r[2], &["docs"]);
+    assert!(ok(&r[3]).contains("You are 'worker'"));
+    refused(&r[4], &["'worker'"]);
+    ok(&r[5]);
+    let error = r[6]["error"].as_str().unwrap_or_default();
+    assert!(
+        !error.is_empty(),
+        "a forged token opened a session: {}",
+        r[6]
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/a.rs")).unwrap(),
+        "// worker\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("docs/b.md")).unwrap(),
+        "yes\n"
+    );
+    assert!(!root.join("src/c.rs").exists());
+    // The token's actor outlives the session: the server did not drop it.
+    let dump = one.call("dump", json!({})).await.unwrap();
+    assert!(
+        dump["actors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["name"] == "worker"),
+        "{dump}"
+    );
+    drop(servers);
+}
+
+/// A server that dies (SIGKILL) with an MCP session's reservation: the
+/// session's lease is the server's to renew, so the reservation goes within
+/// the TTL, and an agent on the other server that was refused writes then.
+#[test]
+fn an_mcp_reservation_of_a_killed_server_goes_within_the_ttl() {
+    use mcp_http_client::McpHttp;
+    use serde_json::json;
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let mut one = ServeProcess::start_at(&etcd.endpoint, &root, "mcp-kill", "2");
+    let two = ServeProcess::start_at(&etcd.endpoint, &root, "mcp-kill", "2");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut alpha = McpHttp::new(&format!("{}/mcp", one.url), SESSION_TOKEN);
+        assert!(alpha.initialize("alpha").await.status.is_success());
+        let (refused, text) = alpha.call("reserve", json!({"paths": ["x.rs"]})).await;
+        assert!(!refused, "{text}");
+        let mut beta = McpHttp::new(&format!("{}/mcp", two.url), SESSION_TOKEN);
+        assert!(beta.initialize("beta").await.status.is_success());
+        let write = json!({"path": "x.rs", "content": "beta\n"});
+        let (refused, text) = beta.call("write_file", write.clone()).await;
+        assert!(refused && text.contains("'alpha'"), "{text}");
+        // Three TTLs: the live server keeps renewing its session's lease.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let (refused, text) = beta.call("write_file", write.clone()).await;
+        assert!(refused && text.contains("'alpha'"), "{text}");
+        one.kill();
+        let killed = Instant::now();
+        // The write waits (up to the call wait) in etcd's queue and goes
+        // through once the dead server's lease ends.
+        let mut written = false;
+        while !written {
+            let (refused, text) = beta.call("write_file", write.clone()).await;
+            written = !refused;
+            assert!(
+                written || killed.elapsed() < Duration::from_secs(10),
+                "still refused 10 s after the kill: {text}"
+            );
+        }
+        let took = killed.elapsed();
+        assert!(
+            took < Duration::from_secs(2) + Duration::from_millis(3_500),
+            "the dead server's reservation went after {took:?}, TTL 2 s"
+        );
+    });
+    assert_eq!(
+        std::fs::read_to_string(root.join("x.rs")).unwrap(),
+        "beta\n"
+    );
+    drop(two);
 }

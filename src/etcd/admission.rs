@@ -55,6 +55,7 @@ pub struct AdmitRequest {
     pub(super) file_op: bool,
     pub(super) ticket: Option<String>,
     pub(super) resume: bool,
+    pub(super) after_timeout: bool,
 }
 
 impl AdmitRequest {
@@ -80,6 +81,7 @@ impl AdmitRequest {
             file_op: false,
             ticket: None,
             resume: false,
+            after_timeout: false,
         }
     }
 
@@ -87,6 +89,15 @@ impl AdmitRequest {
     /// `decide::Meta::file_op`).
     pub(crate) fn file_op(mut self) -> Self {
         self.file_op = true;
+        self
+    }
+
+    /// Marks a try made right after the caller's wait for the same paths
+    /// timed out (how a tool call's wait ends: who holds the paths now, or
+    /// the grant if they came free): its refusal is that wait's, already
+    /// counted as timed out, and is not counted again.
+    pub(crate) fn after_timeout(mut self) -> Self {
+        self.after_timeout = true;
         self
     }
 
@@ -305,6 +316,8 @@ pub(super) struct Admission {
     pub(super) replaces: Option<Replace>,
     /// A file op's own hold (`AdmitRequest::file_op`).
     pub(super) file_op: bool,
+    /// A try right after a timed-out wait (`AdmitRequest::after_timeout`).
+    pub(super) after_timeout: bool,
     /// The hash of the request's ticket ([`AdmitRequest::ticket`]); for
     /// a widening, the widened hold's (kept in its record, not asked for
     /// again).
@@ -417,6 +430,10 @@ impl Need for Admission {
         (self.actor.id.0, self.actor.name())
     }
 
+    fn counts_refusal(&self) -> bool {
+        !self.after_timeout
+    }
+
     fn wait(&self) -> Wait {
         self.wait
     }
@@ -525,6 +542,7 @@ impl Table {
             since_ms: now_ms(),
             replaces: None,
             file_op: request.file_op,
+            after_timeout: request.after_timeout,
             ticket: request.ticket.as_deref().map(tokens::token_hash),
         };
         if request.resume {

@@ -80,6 +80,7 @@ impl Table {
             hold: hold.0,
             since_ms: record.meta.since_ms,
             replaces: Some(Replace { revision, old }),
+            after_timeout: false,
             file_op: record.meta.file_op,
             ticket: record.ticket.clone(),
         };

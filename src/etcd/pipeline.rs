@@ -100,6 +100,10 @@ pub(super) trait Need: Send + Sync + 'static {
     fn claim(&self) -> &Claim;
     /// The actor that asks (id, name): a `child_wait`'s parent.
     fn asker(&self) -> (u64, &str);
+    /// Whether a refusal of this request is counted (and told) on its own.
+    fn counts_refusal(&self) -> bool {
+        true
+    }
     fn wait(&self) -> Wait;
     /// Its place before it queued: behind everyone of its priority.
     fn first_place(&self) -> Place;
@@ -244,12 +248,16 @@ impl Table {
         };
         // A refusal, a timeout or a deadlock is counted before the caller
         // hears of it; a queued request's count goes with its dequeue.
-        let counted = outcome.as_ref().err().and_then(|e| {
-            let counter = Counter::of_refusal(e)?;
-            let waited = crate::sched::events::millis(started.elapsed());
-            let waiter = at.queued.map(|(id, _)| id);
-            Some((counter, Told::of(need.asker(), e, waiter, waited)))
-        });
+        let counted = outcome
+            .as_ref()
+            .err()
+            .filter(|_| need.counts_refusal())
+            .and_then(|e| {
+                let counter = Counter::of_refusal(e)?;
+                let waited = crate::sched::events::millis(started.elapsed());
+                let waiter = at.queued.map(|(id, _)| id);
+                Some((counter, Told::of(need.asker(), e, waiter, waited)))
+            });
         if outcome.is_err() && !taken_over {
             let queued = at.queued.map(|(id, written)| (id, Mine::Written(written)));
             self.leave_queue(queued, need.keys(), counted).await;

@@ -209,6 +209,11 @@ pub(crate) trait OuterAdmission: Send + Sync {
     /// order. An `Err` refuses the operation before anything is read or
     /// written.
     fn admit(&self, keys: &[(Key, Mode)], label: &str) -> Result<Vec<Known>>;
+
+    /// Told of each change the operation made, once it is on disk: the
+    /// table records who wrote what, for the gate of later operations
+    /// wherever they run.
+    fn landed(&self, _receipt: &Receipt) {}
 }
 
 /// What an outer table knows of one key, for the gate.
@@ -690,6 +695,9 @@ impl<'a> Files<'a> {
     /// `protected` is what the snapshot reported.
     fn history_status(&self, receipt: &Receipt, protected: bool) -> HistoryStatus {
         // Every changed file passes here once, after it landed on disk.
+        if let Some(outer) = &self.outer {
+            outer.landed(receipt);
+        }
         self.actor.sched.emit(|| {
             let meta = self.meta();
             EventKind::FileWritten {

@@ -20,8 +20,7 @@ use serde_json::{Value, json};
 use super::ToolServer;
 use super::args::Args;
 use super::tools::{
-    Access, Failure, Show, files, read_whole, refused_with_current, with_wait, write_args,
-    write_whole,
+    Access, Failure, Show, read_whole, refused_with_current, with_wait, write_args, write_whole,
 };
 use crate::files::folders::MAX_DEPTH;
 use crate::{Actor, EntryKind, Error, Target};
@@ -603,8 +602,8 @@ async fn edit_file(
     }
     let outcome: Arc<parking_lot::Mutex<Option<Result<String, String>>>> = Arc::default();
     let (p, o) = (path.clone(), outcome.clone());
-    let written = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
-        files(a, call).rewrite(&p, |bytes| {
+    let written = with_wait(server, actor, &[&path], Access::Write, move |files| {
+        files.rewrite(&p, |bytes| {
             let result = edited(&shown_path, bytes, &edits);
             let new = result
                 .as_ref()
@@ -640,8 +639,8 @@ async fn create_directory(
     // `Files::create_dir` makes it through folder handles, under an
     // exclusive call hold (fences, read-only grants, the policy).
     let p = path.clone();
-    with_wait(server, actor, &[&path], Access::Write, move |a, call| {
-        files(a, call).create_dir(&p)
+    with_wait(server, actor, &[&path], Access::Write, move |files| {
+        files.create_dir(&p)
     })
     .await?;
     Ok(text(format!("Successfully created directory {path}")))
@@ -1062,13 +1061,13 @@ async fn move_file(
         actor,
         &[&source, &destination],
         Access::Write,
-        move |a, call| {
+        move |files| {
             if is_dir {
                 // Under exclusive holds on both trees, judged by the policy
                 // on both ends and on everything the folder holds.
-                files(a, call).move_dir(&s, &d)
+                files.move_dir(&s, &d)
             } else {
-                files(a, call).rename(&s, &d).map(|_| ())
+                files.rename(&s, &d).map(|_| ())
             }
         },
     )

@@ -33,6 +33,7 @@
 
 mod args;
 mod filesystem;
+pub(crate) mod table;
 mod tools;
 
 use std::collections::HashMap;
@@ -53,6 +54,8 @@ use crate::{Actor, Fence, Grant, Target};
 
 pub use filesystem::FILESYSTEM_TOOL_NAMES;
 pub use tools::TOOL_NAMES;
+
+use table::{SessionTable, TableFence, TableRef};
 
 /// Which tools a [`ToolServer`] offers.
 ///
@@ -174,6 +177,34 @@ pub struct SessionStart<'a> {
 
 type Rule = dyn Fn(&SessionStart<'_>) -> Result<SessionActor, String> + Send + Sync;
 
+/// A session opening, owned: what a rule that answers later is given.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
+pub(crate) struct Opening {
+    /// The client's `clientInfo.name` (`"agent"` when it gave none).
+    pub(crate) client_name: String,
+    /// The HTTP request that opened the session, when it came over HTTP.
+    pub(crate) http: Option<http::request::Parts>,
+}
+
+impl Opening {
+    /// The opening as a [`SessionStart`].
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn start(&self) -> SessionStart<'_> {
+        SessionStart {
+            client_name: &self.client_name,
+            http: self.http.as_ref(),
+        }
+    }
+}
+
+/// A rule that answers later (it asks a table in etcd).
+type LaterRule = dyn Fn(
+        Opening,
+    )
+        -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<SessionActor, String>> + Send>>
+    + Send
+    + Sync;
+
 /// The actor an MCP session acts as, and whether the session owns it.
 #[derive(Debug, Clone)]
 pub struct SessionActor {
@@ -182,6 +213,9 @@ pub struct SessionActor {
     /// The reservations list of a named agent, shared by its sessions;
     /// `None`: the session keeps its own.
     reservations: Option<Reservations>,
+    /// The table the session's holds are taken in, when it is not the
+    /// actor's scheduler.
+    table: Option<TableRef>,
 }
 
 /// Reservations made with the `reserve` tool: one session's, or one named
@@ -212,6 +246,7 @@ type Reservations = Arc<Mutex<Vec<Held>>>;
 pub struct Agent {
     actor: Arc<Actor>,
     reservations: Reservations,
+    table: Option<Arc<dyn SessionTable>>,
 }
 
 impl fmt::Debug for Agent {
@@ -229,7 +264,16 @@ impl Agent {
         Agent {
             actor,
             reservations: Arc::default(),
+            table: None,
         }
+    }
+
+    /// The agent's holds are taken in `table`, not in its actor's
+    /// scheduler.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn on_table(mut self, table: Arc<dyn SessionTable>) -> Self {
+        self.table = Some(table);
+        self
     }
 
     /// The agent's actor.
@@ -256,7 +300,16 @@ impl SessionActor {
             held: ActorRef::Owned(actor),
             tools: None,
             reservations: None,
+            table: None,
         }
+    }
+
+    /// The session's holds are taken in `table`, which goes with the
+    /// session, not in its actor's scheduler.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn on_table(mut self, table: Arc<dyn SessionTable>) -> Self {
+        self.table = Some(TableRef::Owned(table));
+        self
     }
 
     /// A named agent's actor and reservations, shared with its other
@@ -266,6 +319,10 @@ impl SessionActor {
             held: ActorRef::Shared(Arc::downgrade(&agent.actor)),
             tools: None,
             reservations: Some(agent.reservations.clone()),
+            table: agent
+                .table
+                .as_ref()
+                .map(|t| TableRef::Shared(Arc::downgrade(t))),
         }
     }
 
@@ -276,6 +333,7 @@ impl SessionActor {
             held: ActorRef::Shared(Arc::downgrade(actor)),
             tools: None,
             reservations: None,
+            table: None,
         }
     }
 
@@ -290,13 +348,25 @@ impl SessionActor {
     fn get(&self) -> Result<Arc<Actor>, String> {
         match &self.held {
             ActorRef::Owned(actor) => Ok(actor.clone()),
-            ActorRef::Shared(weak) => weak.upgrade().ok_or_else(|| {
-                "The actor this session acts as is gone (its lease ended or it was dropped); \
-                 start a new MCP session."
-                    .to_string()
-            }),
+            ActorRef::Shared(weak) => weak.upgrade().ok_or_else(gone),
         }
     }
+
+    /// The table the session's holds are taken in: `None` for the actor's
+    /// own scheduler; an error when it went with its agent (never the
+    /// actor's scheduler instead: that would take holds nobody else sees).
+    fn table(&self) -> Result<Option<Arc<dyn SessionTable>>, String> {
+        match &self.table {
+            None => Ok(None),
+            Some(table) => table.get().map(Some).ok_or_else(gone),
+        }
+    }
+}
+
+pub(crate) fn gone() -> String {
+    "The actor this session acts as is gone (its lease ended or it was dropped); \
+     start a new MCP session."
+        .to_string()
 }
 
 /// Decides which actor an MCP session acts as.
@@ -313,6 +383,7 @@ enum How {
     },
     Actor(Arc<Actor>),
     Rule(Arc<Rule>),
+    Later(Arc<LaterRule>),
 }
 
 impl fmt::Debug for Identity {
@@ -320,7 +391,7 @@ impl fmt::Debug for Identity {
         match &self.how {
             How::Children { parent, .. } => write!(f, "Identity::children_of({:?})", parent.name()),
             How::Actor(actor) => write!(f, "Identity::actor({:?})", actor.name()),
-            How::Rule(_) => f.write_str("Identity::rule(..)"),
+            How::Rule(_) | How::Later(_) => f.write_str("Identity::rule(..)"),
         }
     }
 }
@@ -364,6 +435,18 @@ impl Identity {
         }
     }
 
+    /// A rule that answers later: it may ask another table (a server whose
+    /// session's table is in etcd) before it decides.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn later<F>(rule: impl Fn(Opening) -> F + Send + Sync + 'static) -> Self
+    where
+        F: std::future::Future<Output = Result<SessionActor, String>> + Send + 'static,
+    {
+        Identity {
+            how: How::Later(Arc::new(move |opening| Box::pin(rule(opening)))),
+        }
+    }
+
     /// A workspace child of a [`children_of`](Self::children_of) identity's
     /// parent, named exactly `name` (a named agent); an error for other
     /// identities.
@@ -381,6 +464,7 @@ impl Identity {
         match &self.how {
             How::Actor(actor) => Ok(SessionActor::owned(actor.clone())),
             How::Rule(rule) => rule(start),
+            How::Later(_) => Err("this identity decides asynchronously".to_string()),
             How::Children { parent, names } => {
                 let base = clean_name(start.client_name);
                 let name = {
@@ -399,7 +483,7 @@ impl Identity {
 }
 
 /// A client name fit for an actor name: printable, bounded.
-fn clean_name(name: &str) -> String {
+pub(crate) fn clean_name(name: &str) -> String {
     let cleaned: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
     let cleaned = cleaned.trim();
     if cleaned.is_empty() {
@@ -412,9 +496,36 @@ fn clean_name(name: &str) -> String {
 /// One reservation made with the `reserve` tool.
 #[derive(Debug)]
 struct Held {
-    fence: Fence,
+    fence: Reserved,
     /// The resolved targets, to match `release {paths}` against.
     targets: Vec<Target>,
+}
+
+/// Where a reservation's fence is held; dropping it releases it there.
+enum Reserved {
+    /// In the session actor's own scheduler.
+    Here(Fence),
+    /// In the session's table.
+    Table(Box<dyn TableFence>),
+}
+
+impl Reserved {
+    /// Keeps only `to`, paths the fence already holds.
+    async fn narrow(&mut self, to: Vec<Target>) -> crate::Result<()> {
+        match self {
+            Reserved::Here(fence) => fence.narrow(to.into_iter().map(Target::resolved)),
+            Reserved::Table(fence) => fence.narrow(to).await,
+        }
+    }
+}
+
+impl fmt::Debug for Reserved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reserved::Here(fence) => fence.fmt(f),
+            Reserved::Table(_) => f.write_str("Reserved::Table"),
+        }
+    }
 }
 
 /// The state of one MCP session.
@@ -423,7 +534,7 @@ struct Session {
     opts: ToolOptions,
     actor: OnceLock<SessionActor>,
     /// Serializes the first `open` (initialize and a racing first call).
-    opening: Mutex<()>,
+    opening: tokio::sync::Mutex<()>,
     /// Reservations of this session (released when it ends), or of its
     /// named agent; set when the session opens.
     held: OnceLock<Reservations>,
@@ -454,7 +565,7 @@ impl ToolServer {
                 identity,
                 opts,
                 actor: OnceLock::new(),
-                opening: Mutex::new(()),
+                opening: tokio::sync::Mutex::new(()),
                 held: OnceLock::new(),
             }),
         }
@@ -480,15 +591,18 @@ impl ToolServer {
         self.session.actor.get().and_then(|a| a.get().ok())
     }
 
-    fn open(&self, start: &SessionStart<'_>) -> Result<Arc<Actor>, String> {
+    async fn open(&self, opening: Opening) -> Result<Arc<Actor>, String> {
         if let Some(actor) = self.session.actor.get() {
             return self.current(actor);
         }
-        let _once = self.session.opening.lock();
+        let _once = self.session.opening.lock().await;
         if let Some(actor) = self.session.actor.get() {
             return self.current(actor);
         }
-        let actor = self.session.identity.open(start)?;
+        let actor = match &self.session.identity.how {
+            How::Later(rule) => rule(opening).await?,
+            _ => self.session.identity.open(&opening.start())?,
+        };
         let actor = self.session.actor.get_or_init(|| actor);
         if let Some(shared) = &actor.reservations {
             let _ = self.session.held.set(shared.clone());
@@ -508,21 +622,34 @@ impl ToolServer {
             .inspect_err(|_| self.reservations().lock().clear())
     }
 
-    fn open_from(
+    async fn open_from(
         &self,
         client_name: Option<&str>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Arc<Actor>, String> {
+        if let Some(actor) = self.session.actor.get() {
+            return self.current(actor);
+        }
         let peer = context.peer.peer_info();
         let name = client_name
             .map(str::to_string)
             .or_else(|| peer.map(|p| p.client_info.name.clone()))
             .unwrap_or_else(|| "agent".to_string());
-        let http = context.extensions.get::<http::request::Parts>();
-        self.open(&SessionStart {
-            client_name: &name,
+        let http = context.extensions.get::<http::request::Parts>().cloned();
+        self.open(Opening {
+            client_name: name,
             http,
         })
+        .await
+    }
+
+    /// The table the session's holds are taken in (`None`: its actor's
+    /// scheduler).
+    fn table(&self) -> Result<Option<Arc<dyn SessionTable>>, String> {
+        match self.session.actor.get() {
+            Some(actor) => actor.table(),
+            None => Ok(None),
+        }
     }
 }
 
@@ -594,6 +721,7 @@ impl ServerHandler for ToolServer {
         context.peer.set_peer_info(request.clone());
         let name = request.client_info.name.clone();
         self.open_from(Some(&name), &context)
+            .await
             .map_err(|reason| ErrorData::invalid_request(reason, None))?;
         if let Some(slot) = context
             .extensions
@@ -623,7 +751,7 @@ impl ServerHandler for ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let actor = match self.open_from(None, &context) {
+        let actor = match self.open_from(None, &context).await {
             Ok(actor) => actor,
             Err(reason) => return Ok(tool_error(reason).into()),
         };

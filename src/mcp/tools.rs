@@ -9,8 +9,9 @@ use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
 
 use super::args::{Args, Bad};
-use super::{Held, ToolServer, tool_error, tool_ok};
-use crate::{Actor, Error, HoldKind, Receipt, Reservation, Target};
+use super::table::{AnyResult, ErasedOp, SessionTable};
+use super::{Held, Reserved, ToolServer, tool_error, tool_ok};
+use crate::{Actor, Error, Files, HoldKind, ProtocolError, Receipt, Reservation, Target};
 
 /// The tools of [`ToolServer`](super::ToolServer), in the order `tools/list`
 /// gives them.
@@ -244,8 +245,8 @@ pub(super) async fn call(
         "move_file" => move_file(server, actor, arguments).await,
         "list_dir" => list_dir(server, actor, arguments).await,
         "reserve" => reserve(server, actor, arguments).await,
-        "release" => release(server, actor, arguments),
-        "writ_status" => writ_status(actor, arguments),
+        "release" => release(server, actor, arguments).await,
+        "writ_status" => writ_status(server, actor, arguments).await,
         other => Err(Failure::Bad(format!(
             "There is no tool named '{}'; the tools are {}.",
             other.chars().take(100).collect::<String>(),
@@ -295,29 +296,25 @@ pub(super) fn shown(actor: &Actor, path: &Path) -> String {
     }
 }
 
-/// A file operation as the tools run it: at once (no call hold given), or
-/// inside the call reservation it waited for.
-type FileCall<T> = Arc<dyn Fn(&Actor, Option<&mut Reservation>) -> crate::Result<T> + Send + Sync>;
-
-/// The actor's file tools, inside `call` when the operation waited for one.
-pub(super) fn files<'a>(actor: &'a Actor, call: Option<&'a mut Reservation>) -> crate::Files<'a> {
-    match call {
-        Some(call) => actor.files().within(call),
-        None => actor.files(),
-    }
-}
+/// A file operation as the tools run it, given the actor's file tools:
+/// inside the call reservation it waited for, or admitted by the session's
+/// table.
+type FileCall<T> = Box<dyn FnOnce(Files<'_>) -> crate::Result<T> + Send>;
 
 /// Runs a file operation off the async threads (`off_async_threads`);
 /// `call` goes with it and is released when the operation is done.
 async fn blocking<T: Send + 'static>(
     actor: &Arc<Actor>,
-    op: &FileCall<T>,
+    op: FileCall<T>,
     call: Option<Reservation>,
 ) -> crate::Result<T> {
-    let (actor, op) = (actor.clone(), op.clone());
+    let actor = actor.clone();
     let run = move || {
         let mut call = call;
-        op(&actor, call.as_mut())
+        match call.as_mut() {
+            Some(call) => op(actor.files().within(call)),
+            None => op(actor.files()),
+        }
     };
     match super::off_async_threads(run).await {
         Ok(result) => result,
@@ -352,14 +349,30 @@ pub(super) enum Access {
 /// `timed_out`), never a refusal, a wait and a second refusal. When the
 /// wait runs out, the model is told who holds the path then (`Busy`),
 /// read without asking again.
+///
+/// A session with a table of its own (a server on etcd) waits there
+/// instead, on exactly the paths the operation resolves, as the same
+/// admission: the operation asks its table for its hold.
 pub(super) async fn with_wait<T: Send + 'static>(
     server: &ToolServer,
     actor: &Arc<Actor>,
     paths: &[&str],
     access: Access,
-    op: impl Fn(&Actor, Option<&mut Reservation>) -> crate::Result<T> + Send + Sync + 'static,
+    op: impl FnOnce(Files<'_>) -> crate::Result<T> + Send + 'static,
 ) -> crate::Result<T> {
-    let op: FileCall<T> = Arc::new(op);
+    if let Some(table) = session_table(server)? {
+        let erased: ErasedOp =
+            Box::new(move |files| op(files).map(|done| Box::new(done) as AnyResult));
+        let wait = server.session.opts.call_wait;
+        let done = table.file_op(actor.clone(), wait, erased).await?;
+        return done
+            .downcast::<T>()
+            .map(|done| *done)
+            .map_err(|_| Error::Protocol {
+                kind: ProtocolError::Internal,
+                detail: "a file operation answered with another type".into(),
+            });
+    }
     let targets = paths
         .iter()
         .map(|p| match access {
@@ -375,7 +388,15 @@ pub(super) async fn with_wait<T: Send + 'static>(
     let call = actor
         .wait_call(targets, label, server.session.opts.call_wait)
         .await?;
-    blocking(actor, &op, call).await
+    blocking(actor, Box::new(op), call).await
+}
+
+/// The table the session's holds are taken in (`None`: its actor's own
+/// scheduler).
+fn session_table(server: &ToolServer) -> crate::Result<Option<Arc<dyn SessionTable>>> {
+    server
+        .table()
+        .map_err(|reason| Error::Unavailable { reason })
 }
 
 /// What a model needs to know after a write.
@@ -423,11 +444,9 @@ async fn read_file(
     let limit = args
         .opt_count("limit", 1)?
         .unwrap_or(opts.read_lines as u64);
-    let (bytes, mark) = read_whole(server, actor, &path).await?;
+    let (bytes, mark) = read_text(server, actor, &path).await?;
     let shown_path = shown(actor, &mark.path);
     if is_binary(&bytes) {
-        // The model saw none of it: no mark, so it cannot overwrite what it never read.
-        actor.forget_mark(&mark.path);
         return Err(Failure::Bad(format!(
             "{shown_path} is a binary file ({} bytes); read_file shows text only, and these tools \
              cannot change it.",
@@ -521,8 +540,8 @@ pub(super) async fn write_whole(
     content: String,
 ) -> crate::Result<Receipt> {
     let p = path.to_string();
-    with_wait(server, actor, &[path], Access::Write, move |a, call| {
-        files(a, call).write(&p, content.as_bytes())
+    with_wait(server, actor, &[path], Access::Write, move |files| {
+        files.write(&p, content.as_bytes())
     })
     .await
 }
@@ -534,8 +553,28 @@ pub(super) async fn read_whole(
     path: &str,
 ) -> crate::Result<(Vec<u8>, crate::ReadMark)> {
     let p = path.to_string();
-    with_wait(server, actor, &[path], Access::Read, move |a, call| {
-        files(a, call).read(&p)
+    with_wait(server, actor, &[path], Access::Read, move |files| {
+        files.read(&p)
+    })
+    .await
+}
+
+/// A whole file read to be shown as text. A binary one is shown nothing,
+/// so the read leaves no mark: the model cannot overwrite what it never
+/// saw. The mark goes inside the operation, before the session's table
+/// keeps what it read.
+async fn read_text(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    path: &str,
+) -> crate::Result<(Vec<u8>, crate::ReadMark)> {
+    let (p, reader) = (path.to_string(), actor.clone());
+    with_wait(server, actor, &[path], Access::Read, move |files| {
+        let (bytes, mark) = files.read(&p)?;
+        if is_binary(&bytes) {
+            reader.forget_mark(&mark.path);
+        }
+        Ok((bytes, mark))
     })
     .await
 }
@@ -587,13 +626,11 @@ pub(super) async fn refused_with_current(
         }
         _ => return Failure::Refused(error),
     };
-    let (bytes, mark) = match read_whole(server, actor, path).await {
+    let (bytes, mark) = match read_text(server, actor, path).await {
         Ok(read) => read,
         Err(_) => return Failure::Refused(error),
     };
     if is_binary(&bytes) {
-        // Shown nothing, so it has read nothing.
-        actor.forget_mark(&mark.path);
         return Failure::Refused(error);
     }
     let text = String::from_utf8_lossy(&bytes);
@@ -676,11 +713,11 @@ async fn edit_file(
         ));
     }
     let p = path.clone();
-    let written = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
+    let written = with_wait(server, actor, &[&path], Access::Write, move |files| {
         if all {
-            files(a, call).replace_all(&p, &old, &new)
+            files.replace_all(&p, &old, &new)
         } else {
-            files(a, call).replace(&p, &old, &new)
+            files.replace(&p, &old, &new)
         }
     })
     .await;
@@ -701,8 +738,8 @@ async fn append_file(
     let path = args.path("path")?;
     let content = args.string("content")?;
     let p = path.clone();
-    let written = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
-        files(a, call).append(&p, content.as_bytes())
+    let written = with_wait(server, actor, &[&path], Access::Write, move |files| {
+        files.append(&p, content.as_bytes())
     })
     .await;
     match written {
@@ -721,8 +758,8 @@ async fn delete_file(
     let args = Args::new("delete_file", arguments, &["path"])?;
     let path = args.path("path")?;
     let p = path.clone();
-    let receipt = with_wait(server, actor, &[&path], Access::Write, move |a, call| {
-        files(a, call).delete(&p)
+    let receipt = with_wait(server, actor, &[&path], Access::Write, move |files| {
+        files.delete(&p)
     })
     .await?;
     Ok(done(actor, &receipt))
@@ -737,13 +774,9 @@ async fn move_file(
     let from = args.path("from")?;
     let to = args.path("to")?;
     let (f, t) = (from.clone(), to.clone());
-    let receipt = with_wait(
-        server,
-        actor,
-        &[&from, &to],
-        Access::Write,
-        move |a, call| files(a, call).rename(&f, &t),
-    )
+    let receipt = with_wait(server, actor, &[&from, &to], Access::Write, move |files| {
+        files.rename(&f, &t)
+    })
     .await?;
     Ok(done(actor, &receipt))
 }
@@ -834,18 +867,23 @@ async fn reserve(
             .request(paths.iter().map(String::as_str))
             .label(label.clone())
     };
+    let wait = server.session.opts.call_wait;
     // Asked for once, waiting: a contested reservation is one wait,
     // reported once, as a contested write is (see `with_wait`).
-    let fence = match request()
-        .fence_wait_timeout(server.session.opts.call_wait)
-        .await
-    {
-        Ok(fence) => fence,
-        Err(Error::Timeout { .. }) => match request().probe(HoldKind::Fence) {
-            Err(busy) => return Err(busy.into()),
-            Ok(()) => request().fence()?,
-        },
-        Err(e) => return Err(e.into()),
+    let fence = match session_table(server)? {
+        Some(table) => Reserved::Table(
+            table
+                .reserve(targets.targets().to_vec(), label.clone(), wait)
+                .await?,
+        ),
+        None => Reserved::Here(match request().fence_wait_timeout(wait).await {
+            Ok(fence) => fence,
+            Err(Error::Timeout { .. }) => match request().probe(HoldKind::Fence) {
+                Err(busy) => return Err(busy.into()),
+                Ok(()) => request().fence()?,
+            },
+            Err(e) => return Err(e.into()),
+        }),
     };
     let names: Vec<String> = targets
         .targets()
@@ -871,14 +909,19 @@ fn target_name(actor: &Actor, target: &Target) -> String {
     name
 }
 
-fn release(server: &ToolServer, actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outcome {
+async fn release(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    arguments: Option<JsonObject>,
+) -> Outcome {
     let args = Args::new("release", arguments, &["paths"])?;
     let paths = args.opt_paths("paths")?.unwrap_or_default();
     let reservations = server.reservations().clone();
-    let mut held = reservations.lock();
     if paths.is_empty() {
-        let count = held.len();
-        held.clear();
+        let gone = std::mem::take(&mut *reservations.lock());
+        let count = gone.len();
+        // Each fence is released as it drops.
+        drop(gone);
         return Ok(match count {
             0 => "You had no reservations.".to_string(),
             1 => "Released your reservation.".to_string(),
@@ -887,34 +930,40 @@ fn release(server: &ToolServer, actor: &Arc<Actor>, arguments: Option<JsonObject
     }
     let wanted = actor.resolve(paths.iter().map(String::as_str))?;
     let wanted: Vec<&Path> = wanted.targets().iter().map(Target::path).collect();
-    let unknown: Vec<&Path> = wanted
-        .iter()
-        .copied()
-        .filter(|w| {
-            !held
-                .iter()
-                .any(|h| h.targets.iter().any(|t| t.path() == *w))
-        })
-        .collect();
-    if !unknown.is_empty() {
-        let names: Vec<String> = unknown.iter().map(|p| shown(actor, p)).collect();
-        let mine: Vec<String> = held
+    // Taken out while the fences narrow (a table's narrowing is a round
+    // trip), then put back ahead of any made meanwhile.
+    let taken = {
+        let mut held = reservations.lock();
+        let unknown: Vec<&Path> = wanted
             .iter()
-            .flat_map(|h| h.targets.iter().map(|t| target_name(actor, t)))
+            .copied()
+            .filter(|w| {
+                !held
+                    .iter()
+                    .any(|h| h.targets.iter().any(|t| t.path() == *w))
+            })
             .collect();
-        return Err(Failure::Bad(format!(
-            "You have no reservation on {}; your reservations: {}. Nothing was released.",
-            names.join(", "),
-            if mine.is_empty() {
-                "none".to_string()
-            } else {
-                mine.join(", ")
-            }
-        )));
-    }
+        if !unknown.is_empty() {
+            let names: Vec<String> = unknown.iter().map(|p| shown(actor, p)).collect();
+            let mine: Vec<String> = held
+                .iter()
+                .flat_map(|h| h.targets.iter().map(|t| target_name(actor, t)))
+                .collect();
+            return Err(Failure::Bad(format!(
+                "You have no reservation on {}; your reservations: {}. Nothing was released.",
+                names.join(", "),
+                if mine.is_empty() {
+                    "none".to_string()
+                } else {
+                    mine.join(", ")
+                }
+            )));
+        }
+        std::mem::take(&mut *held)
+    };
     let mut released = Vec::new();
-    let mut kept = Vec::with_capacity(held.len());
-    for mut h in held.drain(..) {
+    let mut kept = Vec::with_capacity(taken.len());
+    for mut h in taken {
         let (gone, rest): (Vec<Target>, Vec<Target>) = h
             .targets
             .iter()
@@ -923,24 +972,28 @@ fn release(server: &ToolServer, actor: &Arc<Actor>, arguments: Option<JsonObject
         released.extend(gone.iter().map(|t| target_name(actor, t)));
         if gone.is_empty() {
             kept.push(h);
-        } else if !rest.is_empty()
-            && h.fence
-                .narrow(rest.iter().map(|t| t.clone().resolved()))
-                .is_ok()
-        {
+        } else if !rest.is_empty() && h.fence.narrow(rest.clone()).await.is_ok() {
             h.targets = rest;
             kept.push(h);
         }
         // Otherwise the whole fence drops here.
     }
-    *held = kept;
+    let mut held = reservations.lock();
+    let made_meanwhile = std::mem::replace(&mut *held, kept);
+    held.extend(made_meanwhile);
     Ok(format!("Released {}.", released.join(", ")))
 }
 
-fn writ_status(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outcome {
+async fn writ_status(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    arguments: Option<JsonObject>,
+) -> Outcome {
     Args::new("writ_status", arguments, &[])?;
-    let dump = actor.scheduler().dump();
-    let me = actor.id();
+    let (dump, me) = match session_table(server)? {
+        Some(table) => table.dump().await?,
+        None => (actor.scheduler().dump(), actor.id()),
+    };
     let paths = |entries: &[crate::PathEntry]| -> String {
         entries
             .iter()

@@ -45,13 +45,6 @@ fn router(app: Arc<App>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics));
     let routes = super::events::mount(routes);
-    if app.in_etcd() {
-        // The MCP file tools act through the in-process table, which a
-        // server on etcd leaves empty: refused, not faked.
-        return routes
-            .route("/mcp", axum::routing::any(not_on_etcd))
-            .with_state(app);
-    }
     #[cfg(feature = "mcp")]
     let routes = match super::mcp::mount(routes.clone(), &app) {
         Ok(with_mcp) => with_mcp,
@@ -273,17 +266,6 @@ async fn admit_caller(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Resp
             };
             Box::new(json_response(status, &error_body(&Value::Null, &e)))
         })
-}
-
-/// `/mcp` on a server whose table is in etcd.
-async fn not_on_etcd(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(response) = admit_caller(&app, &headers).await {
-        return *response;
-    }
-    let e = Error::Unsupported {
-        what: "serving /mcp".into(),
-    };
-    json_response(StatusCode::NOT_IMPLEMENTED, &error_body(&Value::Null, &e))
 }
 
 async fn rpc(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {

@@ -43,6 +43,14 @@
 //! The session's tool set is the server's (`--mcp-tools`) unless the URL
 //! that opens it asks for one: `/mcp?tools=filesystem` serves the reference
 //! filesystem server's tools (`writ mcp --tools filesystem` bridges so).
+//!
+//! On a server whose session's table is in etcd, the same rules hold with
+//! the actors in etcd (`rpc/etcd/mcp_table`): a session-token session acts
+//! as a new actor of the table on a lease this server renews while the
+//! session (or its named agent) lives, an actor token's session acts as
+//! that actor, and every hold a tool takes is taken in etcd, so agents on
+//! every server of the session see each other. Named agents are this
+//! server's.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -68,9 +76,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::auth::{self, Caller};
-use super::rpc::App;
+use super::rpc::{App, McpSeat};
 use crate::mcp::{
-    Agent, Identity, OpeningSlot, SessionActor, SessionStart, SessionTools, ToolOptions,
+    Agent, Identity, Opening, OpeningSlot, SessionActor, SessionStart, SessionTools, ToolOptions,
     ToolServer, ToolSet,
 };
 use crate::{Error, Grant, ProtocolError, Result};
@@ -234,86 +242,15 @@ fn service(
     sessions: Arc<LocalSessionManager>,
     agents: Arc<Agents>,
 ) -> Result<Service> {
-    // Session-token sessions get children of one root actor, so the dump
-    // shows them together and their names are made unique in one place. It
-    // is made with the first such session: a server no MCP client uses shows
-    // no MCP actor.
-    let children: Arc<OnceLock<Identity>> = Arc::default();
-    let weak = Arc::downgrade(app);
-    let identity = Identity::rule(move |start: &SessionStart<'_>| {
-        let app = weak
-            .upgrade()
-            .ok_or_else(|| "the server is shutting down".to_string())?;
-        let headers = start.http.map(|parts| &parts.headers);
-        let caller = app
-            .authenticate(headers.and_then(auth::bearer))
-            .map_err(|e| e.to_string())?;
-        let asked = start
-            .http
-            .map(|parts| asked_tools(&parts.uri))
-            .transpose()?;
-        let named = start.http.map(agent_name).transpose()?.flatten();
-        // The MCP root actor: session-token sessions' actors are its children.
-        let mcp_root = || -> std::result::Result<&Identity, String> {
-            match children.get() {
-                Some(children) => Ok(children),
-                None => {
-                    let root = app
-                        .sched
-                        .actor("mcp", Grant::workspace(&app.root))
-                        .map_err(|e| e.to_string())?;
-                    // A racing first session may have won; its root stays.
-                    Ok(children.get_or_init(|| Identity::children_of(Arc::new(root))))
-                }
-            }
-        };
-        let actor = match (named, caller) {
-            (Some(name), caller) => {
-                let key = (caller.clone(), name.clone());
-                let mut agents = agents.lock();
-                if let Some(slot) = agents.get_mut(&key) {
-                    slot.last = Instant::now();
-                    SessionActor::agent(&slot.agent)
-                } else {
-                    let actor = match &caller {
-                        Caller::Session => mcp_root()?.parent_child(&name),
-                        Caller::Actor(n) => {
-                            let parent = app
-                                .registry()
-                                .actors
-                                .get(n)
-                                .map(|slot| slot.actor.clone())
-                                .ok_or_else(|| "this token's actor is gone".to_string())?;
-                            parent
-                                .child(name.clone(), Grant::workspace(parent.root()))
-                                .map_err(|e| e.to_string())
-                        }
-                    }?;
-                    let agent = Agent::new(Arc::new(actor));
-                    let session = SessionActor::agent(&agent);
-                    agents.insert(
-                        key,
-                        AgentSlot {
-                            agent,
-                            sessions: 0,
-                            last: Instant::now(),
-                        },
-                    );
-                    session
-                }
-            }
-            (None, Caller::Session) => mcp_root()?.open(start)?,
-            (None, Caller::Actor(n)) => app
-                .registry()
-                .actors
-                .get(&n)
-                .map(|slot| SessionActor::shared(&slot.actor))
-                .ok_or_else(|| "this token's actor is gone".to_string())?,
-        };
-        Ok(match asked.flatten() {
-            Some(tools) => actor.with_tools(tools),
-            None => actor,
-        })
+    let decide = Arc::new(Seats {
+        app: Arc::downgrade(app),
+        agents,
+        children: OnceLock::new(),
+        names: Mutex::default(),
+    });
+    let identity = Identity::later(move |opening: Opening| {
+        let decide = decide.clone();
+        async move { decide.open(opening).await }
     });
     let mut opts = ToolOptions::default()
         .call_wait(app.call_wait)
@@ -337,6 +274,164 @@ fn service(
         sessions,
         config,
     ))
+}
+
+/// Decides which actor each MCP session acts as (SPEC §14).
+struct Seats {
+    app: Weak<App>,
+    /// The named agents, shared with `/mcp`'s reaper.
+    agents: Arc<Agents>,
+    /// In process, session-token sessions get children of one root actor,
+    /// so the dump shows them together and their names are made unique in
+    /// one place. It is made with the first such session: a server no MCP
+    /// client uses shows no MCP actor.
+    children: OnceLock<Identity>,
+    /// On etcd, how many session-token sessions took each client name:
+    /// their root actors are named `codex`, `codex-2`, … as in process.
+    names: Mutex<HashMap<String, usize>>,
+}
+
+impl Seats {
+    async fn open(&self, opening: Opening) -> std::result::Result<SessionActor, String> {
+        let app = self
+            .app
+            .upgrade()
+            .ok_or_else(|| "the server is shutting down".to_string())?;
+        let start = opening.start();
+        let headers = start.http.map(|parts| &parts.headers);
+        let caller = app
+            .authenticate_any(headers.and_then(auth::bearer))
+            .await
+            .map_err(|e| e.to_string())?;
+        let asked = start
+            .http
+            .map(|parts| asked_tools(&parts.uri))
+            .transpose()?;
+        let named = start.http.map(agent_name).transpose()?.flatten();
+        let actor = match named {
+            Some(name) => self.agent(&app, caller, name).await?,
+            None => self.unnamed(&app, caller, &start).await?,
+        };
+        Ok(match asked.flatten() {
+            Some(tools) => actor.with_tools(tools),
+            None => actor,
+        })
+    }
+
+    /// A named agent's actor: all sessions of one (token, name) share it.
+    async fn agent(
+        &self,
+        app: &App,
+        caller: Caller,
+        name: String,
+    ) -> std::result::Result<SessionActor, String> {
+        let key = (caller.clone(), name.clone());
+        if let Some(slot) = self.agents.lock().get_mut(&key) {
+            slot.last = Instant::now();
+            return Ok(SessionActor::agent(&slot.agent));
+        }
+        let seat = match &caller {
+            Caller::Session => McpSeat::Own(&name),
+            Caller::Actor(n) => McpSeat::ChildOf(crate::ActorId(*n), &name),
+        };
+        // On etcd the actor is made first (that awaits); in process, under
+        // the lock. A racing first session of the agent may have made it
+        // meanwhile: the first one stays, one made here goes.
+        let made = app.mcp_seat(seat).await;
+        let mut agents = self.agents.lock();
+        if let Some(slot) = agents.get_mut(&key) {
+            slot.last = Instant::now();
+            return Ok(SessionActor::agent(&slot.agent));
+        }
+        let agent = match made {
+            Some(made) => {
+                let (mirror, table) = made.map_err(|e| e.to_string())?;
+                Agent::new(mirror).on_table(table)
+            }
+            None => {
+                let actor = match &caller {
+                    Caller::Session => self.mcp_root(app)?.parent_child(&name),
+                    Caller::Actor(n) => {
+                        let parent = token_actor(app, *n)?;
+                        parent
+                            .child(name.clone(), Grant::workspace(parent.root()))
+                            .map_err(|e| e.to_string())
+                    }
+                }?;
+                Agent::new(Arc::new(actor))
+            }
+        };
+        let session = SessionActor::agent(&agent);
+        agents.insert(
+            key,
+            AgentSlot {
+                agent,
+                sessions: 0,
+                last: Instant::now(),
+            },
+        );
+        Ok(session)
+    }
+
+    /// The actor of a session that names no agent.
+    async fn unnamed(
+        &self,
+        app: &App,
+        caller: Caller,
+        start: &SessionStart<'_>,
+    ) -> std::result::Result<SessionActor, String> {
+        let name = match caller {
+            Caller::Session => self.unique(start.client_name),
+            Caller::Actor(_) => String::new(),
+        };
+        let seat = match caller {
+            Caller::Session => McpSeat::Own(&name),
+            Caller::Actor(n) => McpSeat::Token(crate::ActorId(n)),
+        };
+        if let Some(made) = app.mcp_seat(seat).await {
+            let (mirror, table) = made.map_err(|e| e.to_string())?;
+            return Ok(SessionActor::owned(mirror).on_table(table));
+        }
+        match caller {
+            Caller::Session => self.mcp_root(app)?.open(start),
+            Caller::Actor(n) => Ok(SessionActor::shared(&token_actor(app, n)?)),
+        }
+    }
+
+    /// The in-process MCP root actor: session-token sessions' actors are
+    /// its children.
+    fn mcp_root(&self, app: &App) -> std::result::Result<&Identity, String> {
+        if let Some(children) = self.children.get() {
+            return Ok(children);
+        }
+        let root = app
+            .sched
+            .actor("mcp", Grant::workspace(&app.root))
+            .map_err(|e| e.to_string())?;
+        // A racing first session may have won; its root stays.
+        Ok(self
+            .children
+            .get_or_init(|| Identity::children_of(Arc::new(root))))
+    }
+
+    /// A client name made unique among this server's sessions (`codex`,
+    /// `codex-2`, …).
+    fn unique(&self, client_name: &str) -> String {
+        let base = crate::mcp::clean_name(client_name);
+        let mut names = self.names.lock();
+        let n = names.entry(base.clone()).or_insert(0);
+        *n += 1;
+        if *n == 1 { base } else { format!("{base}-{n}") }
+    }
+}
+
+/// The in-process actor of an actor token.
+fn token_actor(app: &App, n: u64) -> std::result::Result<Arc<crate::Actor>, String> {
+    app.registry()
+        .actors
+        .get(&n)
+        .map(|slot| slot.actor.clone())
+        .ok_or_else(|| "this token's actor is gone".to_string())
 }
 
 /// The tool set the `tools` query parameter asks for, if any.
@@ -555,7 +650,7 @@ impl Mcp {
         }
         // Every request is authenticated (an actor token renews its lease),
         // not only the one that opens the session.
-        let caller = match app.authenticate(auth::bearer(headers)) {
+        let caller = match app.authenticate_any(auth::bearer(headers)).await {
             Ok(caller) => caller,
             Err(e) => return auth::refuse(StatusCode::UNAUTHORIZED, &e),
         };

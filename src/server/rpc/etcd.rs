@@ -22,6 +22,8 @@
 //! pipeline around an etcd hold (`file_ops`).
 
 mod file_ops;
+#[cfg(feature = "mcp")]
+mod mcp_table;
 
 pub(super) use file_ops::local_grant;
 
@@ -180,11 +182,21 @@ impl EtcdBackend {
             etcd_resends: Some(self.table.resends()),
         })
     }
+}
 
-    /// An actor's scope as the core's rules take it.
-    fn actor_scope(&self, actor: &ActorRef) -> Scope {
-        actor_scope(&self.resolver(Path::new("/"), &[]), actor)
-    }
+/// `actor`'s targets for a hold of `kind`, resolved by `resolver` (the
+/// actor's) and judged by the core's scope rules ([`Scope::claim_keys`])
+/// exactly as in process.
+pub(super) fn scoped_targets(
+    keys: &Resolver,
+    resolver: &Resolver,
+    actor: &ActorRef,
+    targets: &[Target],
+    kind: HoldKind,
+) -> Result<Vec<Target>> {
+    let scope = actor_scope(keys, actor);
+    let keys = scoped_keys(&scope, actor.name(), resolver, targets, kind)?;
+    Ok(keys.into_iter().map(key_target).collect())
 }
 
 /// The scope of an actor with such a grant, as the core's rules take it:
@@ -332,9 +344,12 @@ impl EtcdBackend {
         kind: HoldKind,
     ) -> Result<Vec<Target>> {
         let resolver = self.resolver(actor.root(), actor.read_roots());
-        let scope = self.actor_scope(actor);
-        let keys = scoped_keys(&scope, actor.name(), &resolver, targets, kind)?;
-        Ok(keys.into_iter().map(key_target).collect())
+        scoped_targets(&self.keys(), &resolver, actor, targets, kind)
+    }
+
+    /// Folds keys as the session does, whatever the actor.
+    pub(super) fn keys(&self) -> Resolver {
+        self.resolver(Path::new("/"), &[])
     }
 
     /// Runs a wait: the lease is renewed while it runs (an open long-poll

@@ -37,6 +37,20 @@ mod session;
 pub(crate) use etcd::{EtcdBackend, EtcdOptions};
 use request::{FileOp, FileRequest, Request};
 
+/// Who an MCP session on a server whose table is in etcd acts as.
+#[cfg(feature = "mcp")]
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum McpSeat<'a> {
+    /// A new root actor named so: the session's (or its named agent's)
+    /// own, on a lease the server keeps while it lives.
+    Own(&'a str),
+    /// A new child named so of the token's actor (a named agent).
+    ChildOf(crate::ActorId, &'a str),
+    /// The token's actor itself, kept alive by its token's owner.
+    Token(crate::ActorId),
+}
+
 /// The server's state, shared by every request.
 #[derive(Debug)]
 pub(crate) struct App {
@@ -213,8 +227,7 @@ impl App {
         self
     }
 
-    /// Whether the table is in etcd (`/mcp`, which the etcd table cannot
-    /// serve yet, is refused).
+    /// Whether the session's table is in etcd.
     pub(crate) fn in_etcd(&self) -> bool {
         #[cfg(feature = "etcd")]
         return self.etcd.is_some();
@@ -230,6 +243,22 @@ impl App {
             return self.etcd_authenticate(backend, token).await;
         }
         self.authenticate(token)
+    }
+
+    /// On a server whose table is in etcd, the actor an MCP session acts
+    /// as — its local mirror and the table its holds are taken in; `None`
+    /// in process, where the session acts through the scheduler itself.
+    #[cfg(feature = "mcp")]
+    pub(crate) async fn mcp_seat(
+        &self,
+        seat: McpSeat<'_>,
+    ) -> Option<Result<(Arc<crate::Actor>, Arc<dyn crate::mcp::table::SessionTable>)>> {
+        #[cfg(feature = "etcd")]
+        if let Some(backend) = &self.etcd {
+            return Some(backend.mcp_seat(self, seat).await);
+        }
+        let _ = seat;
+        None
     }
 
     pub(crate) fn token(&self) -> &str {

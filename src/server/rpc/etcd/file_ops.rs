@@ -8,25 +8,28 @@
 //! admission, gate, atomic write through folder handles, `Receipt`); this
 //! module only puts etcd around it:
 //!
-//! 1. Each op runs as an *ephemeral* actor of this server's private
-//!    `Scheduler` (file machinery only; the server's own scheduler stays
-//!    empty), made with the etcd actor's name, root, read-only flag and read
-//!    roots, and dropped when the op ends.
+//! 1. Each op runs as an actor of this server's private `Scheduler` (file
+//!    machinery only; the server's own scheduler stays empty) with the etcd
+//!    actor's name, root, read-only flag and read roots: an *ephemeral* one
+//!    made for the op and dropped when it ends (`files.*`), or an MCP
+//!    session's mirror, kept by the session (`mcp_table`).
 //! 2. Its `Files` handle is [`admitted_by`](crate::files::Files) an
 //!    [`EtcdAdmission`]: after the pipeline resolved the op's paths and
 //!    checked the policy, and before its local call hold, the hook keeps a
 //!    fenced actor's writes inside its grant fence (`OutsideFence`), takes a
 //!    call hold in etcd on exactly those keys (exclusive, shared for a read;
-//!    try-only unless the request's `timeout_ms` or `Config::file_op_wait`
-//!    gives a wait), and loads the actor's marks
-//!    and the keys' last writers from etcd into the local gate. The keys are
+//!    try-only unless the request's `timeout_ms`, an MCP tool call or
+//!    `Config::file_op_wait` gives a wait: [`OpWait`]), and loads the
+//!    actor's marks and the keys' last writers from etcd into the local
+//!    gate. The keys are
 //!    resolved once, so a symlink swapped between two resolutions cannot
 //!    make the etcd hold and the I/O disagree. The local hold is then
 //!    uncontested: two local ops overlap only if etcd admitted both, which
 //!    it does only for reads.
 //! 3. When the op is over (however it ended), a task of its own releases the
 //!    etcd hold and, in the same transaction, stores the mark a read made
-//!    and who wrote what (`Table::finish_file_op`). It runs even if the
+//!    and who wrote what (the pipeline tells the hook of each change as it
+//!    lands; `Table::finish_file_op`). It runs even if the
 //!    client went away meanwhile, so a hold is never left behind by a
 //!    dropped request; a release etcd refused is retried in the background.
 //!
@@ -51,7 +54,10 @@ use crate::etcd::{ActorRef, AdmitRequest, Table};
 use crate::files::gate::{MarkStore, ReadMark};
 use crate::files::{Known, OuterAdmission};
 use crate::sched::resolve::Resolver;
-use crate::{Error, Grant, HoldId, HoldKind, Mode, ProtocolError, Result, Target};
+use crate::{
+    Actor, Error, Files, Grant, HoldId, HoldKind, Mode, ProtocolError, Receipt, Result, Scheduler,
+    Target,
+};
 
 /// What the hook admitted in etcd, for the end of the op.
 struct Admitted {
@@ -61,6 +67,8 @@ struct Admitted {
     norms: Vec<PathBuf>,
     /// What etcd knew of them when the op began.
     known: Vec<Known>,
+    /// The change the op made, once it is on disk.
+    landed: Option<Receipt>,
 }
 
 /// The etcd side of one file op's admission (step 2 of the module doc).
@@ -70,13 +78,13 @@ struct EtcdAdmission {
     /// The runtime the server runs on: the pipeline is synchronous and
     /// runs on a blocking thread, which waits here for etcd's answers.
     runtime: tokio::runtime::Handle,
-    /// `Config::file_op_wait`: how long a contested op waits in etcd.
-    wait: Option<Duration>,
+    /// How a contested op waits in etcd.
+    wait: OpWait,
     /// Folds keys as the session does, to compare them with the grant fence.
     keys: Resolver,
-    /// Filled once etcd granted the hold (before anything else can fail),
-    /// taken when the op is over.
-    admitted: Mutex<Option<Admitted>>,
+    /// Each admission etcd granted (before anything else can fail), in
+    /// order, taken when the op is over.
+    admitted: Mutex<Vec<Admitted>>,
 }
 
 impl OuterAdmission for EtcdAdmission {
@@ -104,18 +112,25 @@ impl OuterAdmission for EtcdAdmission {
                 Mode::Exclusive => Target::file(&key.path),
             })
             .collect();
-        let mut request = AdmitRequest::call(targets).label(label).file_op();
-        if let Some(wait) = self.wait {
-            request = request.wait_timeout(wait);
-        }
-        let grant = self
-            .runtime
-            .block_on(self.table.admit(&self.actor, request))?;
+        let asked = || AdmitRequest::call(targets.clone()).label(label).file_op();
+        let admit = |request| {
+            self.runtime
+                .block_on(self.table.admit(&self.actor, request))
+        };
+        let grant = match self.wait {
+            OpWait::Never => admit(asked()),
+            OpWait::For(limit) => admit(asked().wait_timeout(limit)),
+            OpWait::Call(limit) => match admit(asked().wait_timeout(limit)) {
+                Err(Error::Timeout { .. }) => admit(asked().after_timeout()),
+                answered => answered,
+            },
+        }?;
         let norms: Vec<PathBuf> = keys.iter().map(|(k, _)| k.norm.clone()).collect();
-        *self.admitted.lock() = Some(Admitted {
+        self.admitted.lock().push(Admitted {
             hold: grant.hold(),
             norms: norms.clone(),
             known: Vec::new(),
+            landed: None,
         });
         // Only a write checks the gate; a read needs nothing from etcd.
         let known = if keys.iter().any(|(_, m)| *m == Mode::Exclusive) {
@@ -124,35 +139,40 @@ impl OuterAdmission for EtcdAdmission {
         } else {
             vec![Known::default(); keys.len()]
         };
-        if let Some(admitted) = self.admitted.lock().as_mut() {
+        if let Some(admitted) = self.admitted.lock().last_mut() {
             admitted.known = known.clone();
         }
         Ok(known)
     }
+
+    fn landed(&self, receipt: &Receipt) {
+        if let Some(admitted) = self.admitted.lock().last_mut() {
+            admitted.landed = Some(receipt.clone());
+        }
+    }
 }
 
 /// What an op leaves in etcd for the gate of later ops: the marks it made
-/// (new or changed since the op began) and who wrote what.
+/// (new or changed since the op began, when it succeeded) and who wrote
+/// what (whenever a change landed).
 fn records_of(
     admitted: &Admitted,
-    done: &Result<Done>,
+    succeeded: bool,
     marks_after: &[Option<ReadMark>],
     writer: &str,
 ) -> crate::etcd::GateRecords {
     let mut records = crate::etcd::GateRecords::default();
-    if done.is_err() {
-        // A refused op wrote nothing and made no mark.
-        return records;
-    }
-    for (i, norm) in admitted.norms.iter().enumerate() {
-        let before = admitted.known.get(i).and_then(|k| k.mark.as_ref());
-        if let Some(Some(after)) = marks_after.get(i) {
-            if before != Some(after) {
-                records.marks.push((norm.clone(), after.clone()));
+    if succeeded {
+        for (i, norm) in admitted.norms.iter().enumerate() {
+            let before = admitted.known.get(i).and_then(|k| k.mark.as_ref());
+            if let Some(Some(after)) = marks_after.get(i) {
+                if before != Some(after) {
+                    records.marks.push((norm.clone(), after.clone()));
+                }
             }
         }
     }
-    if let Ok(Done::Changed(receipt)) = done {
+    if let Some(receipt) = &admitted.landed {
         records.op = Some(receipt.op.to_string());
         let wrote = receipt.after.clone().map(|h| (writer.to_string(), h));
         match (&receipt.from, admitted.norms.as_slice()) {
@@ -170,7 +190,7 @@ fn records_of(
 /// Releases a hold etcd did not let go of at the end of an op, retrying in
 /// the background for about a minute (etcd briefly unreachable); after that
 /// the hold goes with its lease.
-fn release_later(table: Table, hold: HoldId) {
+pub(super) fn release_later(table: Table, hold: HoldId) {
     tokio::spawn(async move {
         for attempt in 1..=20u64 {
             tokio::time::sleep(Duration::from_millis(250 * attempt.min(12))).await;
@@ -182,10 +202,10 @@ fn release_later(table: Table, hold: HoldId) {
     });
 }
 
-/// The grant of an etcd actor's ephemeral local actor, as far as the
-/// pipeline enforces it itself (its fence is the hook's to enforce: a local
-/// fence would contest the local calls of the actor's children).
-pub(in crate::server::rpc) fn local_grant(actor: &ActorRef) -> Grant {
+/// The grant of an etcd actor's local actor, as far as the pipeline
+/// enforces it itself (its fence is the hook's to enforce: a local fence
+/// would contest the local calls of the actor's children).
+pub(in crate::server) fn local_grant(actor: &ActorRef) -> Grant {
     let mut grant = if actor.is_read_only() {
         Grant::read_only(actor.root())
     } else {
@@ -197,7 +217,127 @@ pub(in crate::server::rpc) fn local_grant(actor: &ActorRef) -> Grant {
     grant
 }
 
+/// How a contested file op waits in etcd.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::server) enum OpWait {
+    /// It does not: try-only.
+    Never,
+    /// At most this long (`Config::file_op_wait`), then `Timeout`.
+    For(Duration),
+    /// A tool call's wait (a request's `timeout_ms`, the MCP tools): at
+    /// most this long, then who holds a path now (`Busy`), or the grant if
+    /// the paths came free — as `Actor::wait_call` ends in process.
+    Call(Duration),
+}
+
+/// The local actor a file op runs as.
+pub(in crate::server) enum Local {
+    /// A fresh one, made for the op and dropped with it (`files.*`).
+    Ephemeral,
+    /// One the caller keeps (an MCP session's): the op leaves its marks
+    /// on it too.
+    Kept(Arc<Actor>),
+}
+
+/// Runs the crate's file pipeline around holds taken in etcd (steps 1–3
+/// of the module doc): what `files.*` and the MCP tools of a server on
+/// etcd both go through.
+#[derive(Debug, Clone)]
+pub(in crate::server) struct FileRunner {
+    table: Table,
+    /// The file machinery's own scheduler ([`EtcdBackend::files`]).
+    files: Scheduler,
+    /// Folds keys as the session does.
+    keys: Resolver,
+}
+
+impl FileRunner {
+    /// Runs `op` with `actor`'s file tools, admitted in etcd; a contested
+    /// op waits there as `wait` says.
+    ///
+    /// The op and its end run in a task of their own, so that the etcd
+    /// holds are released (and what the op read and wrote is stored)
+    /// however the caller's future ends: the client gone, the server
+    /// stopping.
+    pub(in crate::server) async fn run<T: Send + 'static>(
+        &self,
+        actor: ActorRef,
+        local: Local,
+        wait: OpWait,
+        op: impl FnOnce(Files<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let grant = local_grant(&actor);
+        let hook = Arc::new(EtcdAdmission {
+            table: self.table.clone(),
+            actor: actor.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            wait,
+            keys: self.keys.clone(),
+            admitted: Mutex::new(Vec::new()),
+        });
+        let sched = self.files.clone();
+        let table = self.table.clone();
+        let task = tokio::spawn(async move {
+            let name = actor.name().to_string();
+            let turn = actor.turn().map(str::to_string);
+            let local_hook = hook.clone();
+            let ran = App::blocking(move || {
+                let local = match local {
+                    Local::Kept(actor) => actor,
+                    Local::Ephemeral => Arc::new(sched.actor(name, grant)?),
+                };
+                // Recorded in the session's journal under the actor's turn,
+                // whichever server serves the op.
+                if let Some(turn) = turn {
+                    local.set_turn(turn);
+                }
+                let done = op(local.files().admitted_by(local_hook.clone()));
+                // The marks the op left (a read's, or a refreshed one).
+                let marks = MarkStore::of(&local.meta);
+                let after: Vec<Vec<Option<ReadMark>>> = local_hook
+                    .admitted
+                    .lock()
+                    .iter()
+                    .map(|a| a.norms.iter().map(|n| marks.get(n)).collect())
+                    .collect();
+                Ok((done, after))
+            })
+            .await;
+            let succeeded = matches!(&ran, Ok((Ok(_), _)));
+            let admitted = std::mem::take(&mut *hook.admitted.lock());
+            for (i, admitted) in admitted.iter().enumerate() {
+                let after = match &ran {
+                    Ok((_, after)) => after.get(i).map(Vec::as_slice).unwrap_or_default(),
+                    Err(_) => &[],
+                };
+                let records = records_of(admitted, succeeded, after, actor.name());
+                if table
+                    .finish_file_op(&actor, admitted.hold, records)
+                    .await
+                    .is_err()
+                {
+                    release_later(table.clone(), admitted.hold);
+                }
+            }
+            ran.and_then(|(done, _)| done)
+        });
+        task.await.map_err(|e| Error::Protocol {
+            kind: ProtocolError::Internal,
+            detail: format!("a file operation failed to run: {e}"),
+        })?
+    }
+}
+
 impl EtcdBackend {
+    /// What runs this server's file ops around etcd holds.
+    pub(in crate::server) fn file_runner(&self) -> FileRunner {
+        FileRunner {
+            table: self.table.clone(),
+            files: self.files.clone(),
+            keys: self.resolver(std::path::Path::new("/"), &[]),
+        }
+    }
+
     /// Runs one file op for `actor`, a contested one waiting up to `wait`
     /// in etcd (the request's `timeout_ms`, else `Config::file_op_wait`;
     /// try-only without either).
@@ -209,66 +349,13 @@ impl EtcdBackend {
         wait: Option<Duration>,
     ) -> Result<Done> {
         let lease = actor.lease();
-        let grant = local_grant(&actor);
-        let hook = Arc::new(EtcdAdmission {
-            table: self.table.clone(),
-            actor: actor.clone(),
-            runtime: tokio::runtime::Handle::current(),
-            wait: wait.or(self.file_op_wait),
-            keys: self.resolver(std::path::Path::new("/"), &[]),
-            admitted: Mutex::new(None),
-        });
-        let sched = self.files.clone();
-        let table = self.table.clone();
-        // The op and its end run in a task of their own, so that the etcd
-        // hold is released however the request ends (the client gone, the
-        // server stopping).
-        let task = tokio::spawn(async move {
-            let name = actor.name().to_string();
-            let turn = actor.turn().map(str::to_string);
-            let local_hook = hook.clone();
-            let ran = App::blocking(move || {
-                let local = sched.actor(name, grant)?;
-                // Recorded in the session's journal under the actor's turn,
-                // whichever server serves the op.
-                if let Some(turn) = turn {
-                    local.set_turn(turn);
-                }
-                let done = run(local.files().admitted_by(local_hook.clone()), op);
-                // The marks the op left on the ephemeral actor (a read's, or
-                // a refreshed one), read before it goes.
-                let marks = MarkStore::of(&local.meta);
-                let after: Vec<Option<ReadMark>> = local_hook
-                    .admitted
-                    .lock()
-                    .as_ref()
-                    .map(|a| a.norms.iter().map(|n| marks.get(n)).collect())
-                    .unwrap_or_default();
-                Ok((done, after))
-            })
-            .await;
-            let admitted = hook.admitted.lock().take();
-            if let Some(admitted) = admitted {
-                let records = match &ran {
-                    Ok((done, after)) => records_of(&admitted, done, after, actor.name()),
-                    Err(_) => crate::etcd::GateRecords::default(),
-                };
-                if table
-                    .finish_file_op(&actor, admitted.hold, records)
-                    .await
-                    .is_err()
-                {
-                    release_later(table, admitted.hold);
-                }
-            }
-            ran.and_then(|(done, _)| done)
-        });
-        let running = async move {
-            task.await.map_err(|e| Error::Protocol {
-                kind: ProtocolError::Internal,
-                detail: format!("a file operation failed to run: {e}"),
-            })?
+        let wait = match (wait, self.file_op_wait) {
+            (Some(limit), _) => OpWait::Call(limit),
+            (None, Some(limit)) => OpWait::For(limit),
+            (None, None) => OpWait::Never,
         };
+        let runner = self.file_runner();
+        let running = runner.run(actor, Local::Ephemeral, wait, move |files| run(files, op));
         self.long_poll(app, lease, running).await
     }
 }

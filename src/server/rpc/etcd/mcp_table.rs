@@ -1,0 +1,280 @@
+//! `/mcp` on a server whose session's table is in etcd: the MCP tools'
+//! holds taken in etcd ([`SessionTable`]), so agents on every server of the
+//! session see each other's writes and reservations.
+//!
+//! # Implementation details
+//!
+//! An MCP session acts as an actor of the table in etcd, and as a local
+//! actor of the file machinery's scheduler with the same name, root and
+//! grant (its *mirror*), which the tools' path resolution, policy and I/O
+//! use exactly as in process. The mirror never holds anything another
+//! server could miss: each file op runs admitted by etcd
+//! ([`FileRunner`], as `files.*` runs), `reserve` takes its fence in etcd
+//! (released there when the reservation drops), and `writ_status` reads the
+//! session's whole table from etcd.
+//!
+//! Which etcd actor, and who keeps it alive:
+//! - the session token: a new root actor on a lease of its own, which the
+//!   server renews while the session (or its named agent) lives and revokes
+//!   when it goes — a server that dies takes its sessions' holds with it
+//!   within the lease TTL;
+//! - an actor token with an agent name: a new child of that actor, on its
+//!   lease, dropped when the agent goes;
+//! - an actor token alone: that actor, kept alive by its token's owner.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+use super::super::{App, McpSeat};
+use super::file_ops::{FileRunner, Local, OpWait};
+use super::{EtcdBackend, local_grant, scoped_targets};
+use crate::etcd::{ActorRef, AdmitRequest, LeaseId, Table};
+use crate::mcp::table::{AnyResult, ErasedOp, SessionTable, TableFence, TableFuture};
+use crate::sched::resolve::Resolver;
+use crate::server::auth;
+use crate::{Actor, ActorId, Dump, Error, HoldId, HoldKind, Result, Target};
+
+/// What ends with the session's table: the etcd actor the server made for
+/// it, if it made one.
+enum Keeper {
+    /// Nothing: the token's owner keeps its actor.
+    Nothing,
+    /// A root actor on a lease of its own, renewed by `renewing`.
+    Lease(LeaseId, JoinHandle<()>),
+    /// A child on its parent's lease.
+    Child(ActorRef),
+}
+
+/// An MCP session's holds, in the session's table in etcd.
+pub(crate) struct EtcdSessionTable {
+    table: Table,
+    runner: FileRunner,
+    /// The actor as the session opened; read again for each hold (its turn,
+    /// and whether it is still live).
+    actor: ActorRef,
+    /// Folds keys as the session does.
+    keys: Resolver,
+    /// Resolves the actor's targets (its root and read roots).
+    resolver: Resolver,
+    keeper: Keeper,
+    runtime: Handle,
+}
+
+impl EtcdSessionTable {
+    /// The actor as it is now in etcd.
+    async fn current(&self) -> Result<ActorRef> {
+        match self.table.actor(self.actor.id()).await {
+            // Told as in process: the session's actor is gone for good.
+            Err(Error::UnknownActor { .. }) => Err(Error::Unavailable {
+                reason: crate::mcp::gone(),
+            }),
+            other => other,
+        }
+    }
+}
+
+impl Drop for EtcdSessionTable {
+    fn drop(&mut self) {
+        let table = self.table.clone();
+        match std::mem::replace(&mut self.keeper, Keeper::Nothing) {
+            Keeper::Nothing => {}
+            Keeper::Lease(lease, renewing) => {
+                renewing.abort();
+                // Its holds and waiters go with the lease, in etcd.
+                self.runtime.spawn(async move {
+                    let _ = table.revoke(lease).await;
+                });
+            }
+            Keeper::Child(child) => {
+                self.runtime.spawn(async move {
+                    let _ = table.drop_actor_marking(&child).await;
+                });
+            }
+        }
+    }
+}
+
+impl SessionTable for EtcdSessionTable {
+    fn file_op(
+        &self,
+        actor: Arc<Actor>,
+        wait: Duration,
+        op: ErasedOp,
+    ) -> TableFuture<'_, AnyResult> {
+        Box::pin(async move {
+            let current = self.current().await?;
+            self.runner
+                .run(current, Local::Kept(actor), OpWait::Call(wait), op)
+                .await
+        })
+    }
+
+    fn reserve(
+        &self,
+        targets: Vec<Target>,
+        label: String,
+        wait: Duration,
+    ) -> TableFuture<'_, Box<dyn TableFence>> {
+        Box::pin(async move {
+            let actor = self.current().await?;
+            let targets = scoped_targets(
+                &self.keys,
+                &self.resolver,
+                &actor,
+                &targets,
+                HoldKind::Fence,
+            )?;
+            let request = || AdmitRequest::fence(targets.clone()).label(label.clone());
+            let grant = match self.table.admit(&actor, request().wait_timeout(wait)).await {
+                Ok(grant) => grant,
+                // Asked once more, try-only: granted if the paths came free
+                // as the wait ended, else `Busy` naming who holds them now.
+                Err(Error::Timeout { .. }) => {
+                    self.table.admit(&actor, request().after_timeout()).await?
+                }
+                Err(e) => return Err(e),
+            };
+            let fence = EtcdFence {
+                table: self.table.clone(),
+                hold: grant.hold(),
+                actor,
+                keys: self.keys.clone(),
+                resolver: self.resolver.clone(),
+                runtime: self.runtime.clone(),
+            };
+            Ok(Box::new(fence) as Box<dyn TableFence>)
+        })
+    }
+
+    fn dump(&self) -> TableFuture<'_, (Dump, ActorId)> {
+        Box::pin(async move { Ok((self.table.dump().await?.table, self.actor.id())) })
+    }
+}
+
+/// A `reserve` fence held in etcd.
+struct EtcdFence {
+    table: Table,
+    hold: HoldId,
+    actor: ActorRef,
+    keys: Resolver,
+    resolver: Resolver,
+    runtime: Handle,
+}
+
+impl TableFence for EtcdFence {
+    fn narrow(&mut self, to: Vec<Target>) -> TableFuture<'_, ()> {
+        Box::pin(async move {
+            let to = scoped_targets(
+                &self.keys,
+                &self.resolver,
+                &self.actor,
+                &to,
+                HoldKind::Fence,
+            )?;
+            self.table
+                .narrow(&self.actor, self.hold, &to)
+                .await
+                .map(drop)
+        })
+    }
+}
+
+impl Drop for EtcdFence {
+    fn drop(&mut self) {
+        let (table, hold) = (self.table.clone(), self.hold);
+        self.runtime.spawn(async move {
+            if table.release(hold).await.is_err() {
+                super::file_ops::release_later(table, hold);
+            }
+        });
+    }
+}
+
+impl EtcdBackend {
+    /// The mirror of the etcd actor an MCP session acts as, and the table
+    /// its holds are taken in.
+    pub(in crate::server::rpc) async fn mcp_seat(
+        &self,
+        app: &App,
+        seat: McpSeat<'_>,
+    ) -> Result<(Arc<Actor>, Arc<dyn SessionTable>)> {
+        let table = &self.table;
+        let (actor, keeper) = match seat {
+            McpSeat::Token(id) => (table.actor(id).await?, Keeper::Nothing),
+            McpSeat::Own(name) => {
+                let lease = table.grant_lease(app.ttl).await?;
+                match table.create_actor(lease, name, &app.root, None).await {
+                    Ok(actor) => (actor, Keeper::Lease(lease, self.renew(lease, app.ttl))),
+                    Err(e) => {
+                        let _ = table.revoke(lease).await;
+                        return Err(e);
+                    }
+                }
+            }
+            McpSeat::ChildOf(parent, name) => {
+                let parent = table.actor(parent).await?;
+                // The core's rule for a child's scope (SPEC §3), as
+                // `actor.create` checks it: a workspace child of its
+                // parent's root.
+                let keys = self.keys();
+                let root = parent.root().to_path_buf();
+                super::actor_scope(&keys, &parent).check_child(
+                    parent.name(),
+                    &super::scope_of(&keys, false, None),
+                    &keys.key_for(root.clone(), true),
+                )?;
+                let token = |id: ActorId| -> Result<String> {
+                    Ok(format!(
+                        "{}.{}",
+                        app.handle('a', id.0),
+                        auth::random_hex(32)?
+                    ))
+                };
+                let limited = self.limits != (None, None);
+                let (child, _) = table
+                    .create_actor_with_token_in(
+                        parent.lease(),
+                        name,
+                        &root,
+                        Some(&parent),
+                        Default::default(),
+                        limited.then_some(self.limits),
+                        token,
+                    )
+                    .await?;
+                (child.clone(), Keeper::Child(child))
+            }
+        };
+        // Made before the keeper is handed over, so that a refusal here
+        // still ends the actor (the table's drop does).
+        let session = EtcdSessionTable {
+            table: table.clone(),
+            runner: self.file_runner(),
+            keys: self.keys(),
+            resolver: self.resolver(actor.root(), actor.read_roots()),
+            actor: actor.clone(),
+            keeper,
+            runtime: Handle::current(),
+        };
+        let mirror = self.files.actor(actor.name(), local_grant(&actor))?;
+        if let Some(turn) = actor.turn() {
+            mirror.set_turn(turn);
+        }
+        Ok((Arc::new(mirror), Arc::new(session)))
+    }
+
+    /// Renews `lease` until the task is aborted.
+    fn renew(&self, lease: LeaseId, ttl: Duration) -> JoinHandle<()> {
+        let table = self.table.clone();
+        let period = (ttl / 3).max(Duration::from_millis(100));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let _ = table.keep_alive(lease).await;
+            }
+        })
+    }
+}
