@@ -238,12 +238,7 @@ mod on_etcd {
                 let _ = table.revoke(lease).await;
                 restored
             });
-            let restoring = async move {
-                task.await.map_err(|e| crate::Error::Protocol {
-                    kind: crate::ProtocolError::Internal,
-                    detail: format!("a restore failed to run: {e}"),
-                })?
-            };
+            let restoring = crate::server::rpc::joined(task, "a restore");
             let report = self.long_poll(app, lease, restoring).await?;
             Ok(json!(report))
         }

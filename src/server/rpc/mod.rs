@@ -37,6 +37,15 @@ mod session;
 pub(crate) use etcd::{EtcdBackend, EtcdOptions};
 use request::{FileOp, FileRequest, Request};
 
+/// The answer of a task of the server's own; one that panicked or was
+/// cancelled (the runtime stopping) is an internal error naming `what`.
+async fn joined<T>(task: tokio::task::JoinHandle<Result<T>>, what: &str) -> Result<T> {
+    task.await.map_err(|e| Error::Protocol {
+        kind: ProtocolError::Internal,
+        detail: format!("{what} failed to run: {e}"),
+    })?
+}
+
 /// Who an MCP session on a server whose table is in etcd acts as.
 #[cfg(feature = "mcp")]
 #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
@@ -440,12 +449,7 @@ impl App {
     async fn blocking<T: Send + 'static>(
         f: impl FnOnce() -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(|e| Error::Protocol {
-                kind: ProtocolError::Internal,
-                detail: format!("a file operation failed to run: {e}"),
-            })?
+        joined(tokio::task::spawn_blocking(f), "a file operation").await
     }
 
     /// Runs one method as [`App::call`] does. A `files.write`,

@@ -55,8 +55,7 @@ use crate::files::gate::{MarkStore, ReadMark};
 use crate::files::{Known, OuterAdmission};
 use crate::sched::resolve::Resolver;
 use crate::{
-    Actor, Error, Files, Grant, HoldId, HoldKind, Mode, ProtocolError, Receipt, Result, Scheduler,
-    Target,
+    Actor, Error, Files, Grant, HoldId, HoldKind, Mode, Receipt, Result, Scheduler, Target,
 };
 
 /// What the hook admitted in etcd, for the end of the op.
@@ -321,10 +320,7 @@ impl FileRunner {
             }
             ran.and_then(|(done, _)| done)
         });
-        task.await.map_err(|e| Error::Protocol {
-            kind: ProtocolError::Internal,
-            detail: format!("a file operation failed to run: {e}"),
-        })?
+        super::super::joined(task, "a file operation").await
     }
 }
 
