@@ -3791,19 +3791,21 @@ async fn mcp_agents_on_two_servers_share_one_table() {
         "// alpha again\n// writer\n"
     );
     // Every session has ended with the driver: their actors and holds are
-    // gone from etcd; the named agent lives on for `--mcp-idle`.
+    // gone from etcd; the named agent lives on for `--mcp-idle`, and each
+    // server's MCP root (the sessions' parent, as in process) while it runs.
     poll_until(
         Duration::from_secs(10),
         "the sessions' actors gone",
         || async {
             let dump = one.call("dump", json!({})).await.unwrap();
-            let names: Vec<&str> = dump["actors"]
+            let mut names: Vec<&str> = dump["actors"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .filter_map(|a| a["name"].as_str())
                 .collect();
-            names == ["writer"] && dump["holds"].as_array().unwrap().is_empty()
+            names.sort_unstable();
+            names == ["mcp", "mcp", "writer"] && dump["holds"].as_array().unwrap().is_empty()
         },
     )
     .await;
@@ -3939,4 +3941,69 @@ fn an_mcp_reservation_of_a_killed_server_goes_within_the_ttl() {
         "beta\n"
     );
     drop(two);
+}
+
+/// MCP sessions opened with the session token are children of their
+/// server's MCP root, as in process, so the session's slot limits count
+/// them whichever server they reach; a refused session leaves nothing, and
+/// a session's end frees its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_sessions_on_etcd_count_against_the_sessions_slot_limits() {
+    use mcp_http_client::{McpHttp, Reply};
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let config = writ::Config::default()
+        .durability(writ::Durability::Process)
+        .max_actors(1);
+    let (servers, [one, _]) = file_servers_with(&etcd, &root, "mcp-slots", config).await;
+    let endpoint = |i: usize| format!("{}/mcp", servers[i].url());
+    let opened = |reply: &Reply| reply.message().is_some_and(|m| m.get("result").is_some());
+    let mut first = McpHttp::new(&endpoint(0), SESSION_TOKEN);
+    assert!(opened(&first.initialize("first").await));
+    // Asked by hand: a refused `initialize` opens no session to confirm.
+    let second = McpHttp::new(&endpoint(1), SESSION_TOKEN);
+    let refused = second
+        .post(&serde_json::json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": mcp_http_client::PROTOCOL,
+                "capabilities": {},
+                "clientInfo": {"name": "second", "version": "0"},
+            },
+        }))
+        .await;
+    assert!(!opened(&refused), "{}", refused.body);
+    assert!(refused.body.contains("max_actors"), "{}", refused.body);
+    let children = |dump: serde_json::Value| -> Vec<String> {
+        dump["actors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| !a["parent"].is_null())
+            .filter_map(|a| a["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let dump = one.call("dump", serde_json::json!({})).await.unwrap();
+    assert_eq!(children(dump), ["first"]);
+    assert_eq!(first.close().await, 200);
+    // The first session's end frees its slot (its lease is revoked in a
+    // task of its own): a session through the other server opens then.
+    poll_until(
+        Duration::from_secs(10),
+        "the first session's slot",
+        || async { children(one.call("dump", serde_json::json!({})).await.unwrap()).is_empty() },
+    )
+    .await;
+    let mut third = McpHttp::new(&endpoint(1), SESSION_TOKEN);
+    assert!(opened(&third.initialize("third").await));
+    let (refused, text) = third
+        .call(
+            "write_file",
+            serde_json::json!({"path": "a.md", "content": "a\n"}),
+        )
+        .await;
+    assert!(!refused, "{text}");
+    let dump = one.call("dump", serde_json::json!({})).await.unwrap();
+    assert_eq!(children(dump), ["third"]);
+    drop(servers);
 }

@@ -46,8 +46,8 @@
 //!
 //! On a server whose session's table is in etcd, the same rules hold with
 //! the actors in etcd (`rpc/etcd/mcp_table`): a session-token session acts
-//! as a new actor of the table on a lease this server renews while the
-//! session (or its named agent) lives, an actor token's session acts as
+//! as a new child of this server's MCP root in the table, on a lease this
+//! server renews while the session (or its named agent) lives, an actor token's session acts as
 //! that actor, and every hold a tool takes is taken in etcd, so agents on
 //! every server of the session see each other. Named agents are this
 //! server's.

@@ -72,6 +72,10 @@ pub(crate) struct EtcdBackend {
     /// The session's history folder, the same on every server of the
     /// session (the first one stores it): the journal they all record in.
     pub(super) history_dir: Option<PathBuf>,
+    /// This server's MCP root actor, once a session-token MCP session has
+    /// made it: the parent of its sessions' actors (`mcp_table`).
+    #[cfg(feature = "mcp")]
+    pub(super) mcp_root: tokio::sync::Mutex<Option<(ActorRef, tokio::task::JoinHandle<()>)>>,
 }
 
 impl EtcdBackend {
@@ -156,6 +160,8 @@ impl EtcdBackend {
             files,
             file_op_wait: config.file_op_wait,
             history_dir: config.history_dir.clone(),
+            #[cfg(feature = "mcp")]
+            mcp_root: tokio::sync::Mutex::new(None),
         })
     }
 

@@ -51,8 +51,8 @@ async fn joined<T>(task: tokio::task::JoinHandle<Result<T>>, what: &str) -> Resu
 #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum McpSeat<'a> {
-    /// A new root actor named so: the session's (or its named agent's)
-    /// own, on a lease the server keeps while it lives.
+    /// A new child named so of the server's MCP root: the session's (or
+    /// its named agent's) own, on a lease the server keeps while it lives.
     Own(&'a str),
     /// A new child named so of the token's actor (a named agent).
     ChildOf(crate::ActorId, &'a str),

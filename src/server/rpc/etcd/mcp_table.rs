@@ -14,10 +14,11 @@
 //! session's whole table from etcd.
 //!
 //! Which etcd actor, and who keeps it alive:
-//! - the session token: a new root actor on a lease of its own, which the
-//!   server renews while the session (or its named agent) lives and revokes
-//!   when it goes — a server that dies takes its sessions' holds with it
-//!   within the lease TTL;
+//! - the session token: a new child of this server's MCP root actor (as in
+//!   process, so the session's slot limits count it), on a lease of its
+//!   own, which the server renews while the session (or its named agent)
+//!   lives and revokes when it goes — a server that dies takes its
+//!   sessions' holds with it within the lease TTL;
 //! - an actor token with an agent name: a new child of that actor, on its
 //!   lease, dropped when the agent goes;
 //! - an actor token alone: that actor, kept alive by its token's owner.
@@ -205,8 +206,15 @@ impl EtcdBackend {
         let (actor, keeper) = match seat {
             McpSeat::Token(id) => (table.actor(id).await?, Keeper::Nothing),
             McpSeat::Own(name) => {
+                // A child of this server's MCP root, counted against the
+                // session's slot limits as in process, on a lease of its
+                // own: the session's end revokes just that.
                 let lease = table.grant_lease(app.ttl).await?;
-                match table.create_actor(lease, name, &app.root, None).await {
+                let made = match self.mcp_root(app).await {
+                    Ok(root) => self.mcp_child(app, lease, &root, name).await,
+                    Err(e) => Err(e),
+                };
+                match made {
                     Ok(actor) => (actor, Keeper::Lease(lease, self.renew(lease, app.ttl))),
                     Err(e) => {
                         let _ = table.revoke(lease).await;
@@ -226,25 +234,7 @@ impl EtcdBackend {
                     &super::scope_of(&keys, false, None),
                     &keys.key_for(root.clone(), true),
                 )?;
-                let token = |id: ActorId| -> Result<String> {
-                    Ok(format!(
-                        "{}.{}",
-                        app.handle('a', id.0),
-                        auth::random_hex(32)?
-                    ))
-                };
-                let limited = self.limits != (None, None);
-                let (child, _) = table
-                    .create_actor_with_token_in(
-                        parent.lease(),
-                        name,
-                        &root,
-                        Some(&parent),
-                        Default::default(),
-                        limited.then_some(self.limits),
-                        token,
-                    )
-                    .await?;
+                let child = self.mcp_child(app, parent.lease(), &parent, name).await?;
                 (child.clone(), Keeper::Child(child))
             }
         };
@@ -264,6 +254,83 @@ impl EtcdBackend {
             mirror.set_turn(turn);
         }
         Ok((Arc::new(mirror), Arc::new(session)))
+    }
+
+    /// A workspace child of `parent` named `name`, on `lease`, counted
+    /// against the session's slot limits (SPEC §11) as in process. Its
+    /// token is never handed out: the MCP session is its only user.
+    async fn mcp_child(
+        &self,
+        app: &App,
+        lease: LeaseId,
+        parent: &ActorRef,
+        name: &str,
+    ) -> Result<ActorRef> {
+        let token = |id: ActorId| -> Result<String> {
+            Ok(format!(
+                "{}.{}",
+                app.handle('a', id.0),
+                auth::random_hex(32)?
+            ))
+        };
+        let limited = self.limits != (None, None);
+        let (child, _) = self
+            .table
+            .create_actor_with_token_in(
+                lease,
+                name,
+                parent.root(),
+                Some(parent),
+                Default::default(),
+                limited.then_some(self.limits),
+                token,
+            )
+            .await?;
+        Ok(child)
+    }
+
+    /// This server's MCP root actor (named `mcp`, as in process), made
+    /// with the first session-token session on a lease the server renews
+    /// until it stops; made again if it was lost (its lease ended while
+    /// etcd was out of reach).
+    async fn mcp_root(&self, app: &App) -> Result<ActorRef> {
+        let mut root = self.mcp_root.lock().await;
+        if let Some((known, renewing)) = root.as_ref() {
+            match self.table.actor(known.id()).await {
+                Ok(live) => return Ok(live),
+                Err(Error::UnknownActor { .. }) => {
+                    renewing.abort();
+                    *root = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let lease = self.table.grant_lease(app.ttl).await?;
+        let made = match self.table.create_actor(lease, "mcp", &app.root, None).await {
+            Ok(made) => made,
+            Err(e) => {
+                let _ = self.table.revoke(lease).await;
+                return Err(e);
+            }
+        };
+        let (table, ttl, mut stop) = (self.table.clone(), app.ttl, app.stopping());
+        let renewing = tokio::spawn(async move {
+            let period = (ttl / 3).max(Duration::from_millis(100));
+            loop {
+                let stopped = tokio::select! {
+                    () = tokio::time::sleep(period) => false,
+                    _ = stop.wait_for(|stopped| *stopped) => true,
+                };
+                // Stopping, or gone: the root goes with its lease.
+                if stopped {
+                    let _ = table.revoke(lease).await;
+                    return;
+                }
+                let _ = table.keep_alive(lease).await;
+            }
+        });
+        *root = Some((made.clone(), renewing));
+        Ok(made)
     }
 
     /// Renews `lease` until the task is aborted.
