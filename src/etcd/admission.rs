@@ -92,15 +92,6 @@ impl AdmitRequest {
         self
     }
 
-    /// Marks a try made right after the caller's wait for the same paths
-    /// timed out (how a tool call's wait ends: who holds the paths now, or
-    /// the grant if they came free): its refusal is that wait's, already
-    /// counted as timed out, and is not counted again.
-    pub(crate) fn after_timeout(mut self) -> Self {
-        self.after_timeout = true;
-        self
-    }
-
     /// Wait until the whole set is free (SPEC §4), however long.
     #[must_use]
     pub fn wait(mut self) -> Self {
@@ -316,7 +307,7 @@ pub(super) struct Admission {
     pub(super) replaces: Option<Replace>,
     /// A file op's own hold (`AdmitRequest::file_op`).
     pub(super) file_op: bool,
-    /// A try right after a timed-out wait (`AdmitRequest::after_timeout`).
+    /// A try right after a timed-out wait (`Table::wait_call`).
     pub(super) after_timeout: bool,
     /// The hash of the request's ticket ([`AdmitRequest::ticket`]); for
     /// a widening, the widened hold's (kept in its record, not asked for
@@ -549,6 +540,28 @@ impl Table {
             return self.resume(admission).await;
         }
         self.spawn_admission(admission).await
+    }
+
+    /// A tool call's wait (SPEC §14; `Actor::wait_call` in process):
+    /// `request` waits at most `limit`, then is asked once more, try-only,
+    /// so the answer is who holds a path then (`Busy`), or the grant if
+    /// the paths came free as the wait ended. That try's refusal is the
+    /// wait's, already counted as timed out: it is not counted again.
+    pub(crate) async fn wait_call(
+        &self,
+        actor: &ActorRef,
+        request: AdmitRequest,
+        limit: Duration,
+    ) -> Result<Grant> {
+        match self.admit(actor, request.clone().wait_timeout(limit)).await {
+            Err(Error::Timeout { .. }) => {
+                let mut look = request;
+                look.wait = Wait::Never;
+                look.after_timeout = true;
+                self.admit(actor, look).await
+            }
+            answered => answered,
+        }
     }
 
     /// Runs an admission in a task of its own and waits for its answer.

@@ -296,16 +296,12 @@ pub(super) fn shown(actor: &Actor, path: &Path) -> String {
     }
 }
 
-/// A file operation as the tools run it, given the actor's file tools:
-/// inside the call reservation it waited for, or admitted by the session's
-/// table.
-type FileCall<T> = Box<dyn FnOnce(Files<'_>) -> crate::Result<T> + Send>;
-
-/// Runs a file operation off the async threads (`off_async_threads`);
-/// `call` goes with it and is released when the operation is done.
+/// Runs a file operation off the async threads (`off_async_threads`),
+/// inside `call` when it waited for one; `call` goes with it and is
+/// released when the operation is done.
 async fn blocking<T: Send + 'static>(
     actor: &Arc<Actor>,
-    op: FileCall<T>,
+    op: impl FnOnce(Files<'_>) -> crate::Result<T> + Send + 'static,
     call: Option<Reservation>,
 ) -> crate::Result<T> {
     let actor = actor.clone();
@@ -388,7 +384,7 @@ pub(super) async fn with_wait<T: Send + 'static>(
     let call = actor
         .wait_call(targets, label, server.session.opts.call_wait)
         .await?;
-    blocking(actor, Box::new(op), call).await
+    blocking(actor, op, call).await
 }
 
 /// The table the session's holds are taken in (`None`: its actor's own

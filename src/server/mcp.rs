@@ -282,12 +282,12 @@ struct Seats {
     /// The named agents, shared with `/mcp`'s reaper.
     agents: Arc<Agents>,
     /// In process, session-token sessions get children of one root actor,
-    /// so the dump shows them together and their names are made unique in
-    /// one place. It is made with the first such session: a server no MCP
-    /// client uses shows no MCP actor.
+    /// so the dump shows them together. It is made with the first such
+    /// session: a server no MCP client uses shows no MCP actor. (On etcd
+    /// the table keeps the server's root: `rpc/etcd/mcp_table`.)
     children: OnceLock<Identity>,
-    /// On etcd, how many session-token sessions took each client name:
-    /// their root actors are named `codex`, `codex-2`, … as in process.
+    /// How many session-token sessions took each client name: their
+    /// actors are named `codex`, `codex-2`, …, on either table.
     names: Mutex<HashMap<String, usize>>,
 }
 
@@ -373,28 +373,30 @@ impl Seats {
         Ok(session)
     }
 
-    /// The actor of a session that names no agent.
+    /// The actor of a session that names no agent: a fresh child of the
+    /// MCP root named after the client (session token), or the token's
+    /// actor.
     async fn unnamed(
         &self,
         app: &App,
         caller: Caller,
         start: &SessionStart<'_>,
     ) -> std::result::Result<SessionActor, String> {
-        let name = match caller {
-            Caller::Session => self.unique(start.client_name),
-            Caller::Actor(_) => String::new(),
-        };
-        let seat = match caller {
-            Caller::Session => McpSeat::Own(&name),
-            Caller::Actor(n) => McpSeat::Token(crate::ActorId(n)),
-        };
-        if let Some(made) = app.mcp_seat(seat).await {
-            let (mirror, table) = made.map_err(|e| e.to_string())?;
-            return Ok(SessionActor::owned(mirror).on_table(table));
-        }
         match caller {
-            Caller::Session => self.mcp_root(app)?.open(start),
-            Caller::Actor(n) => Ok(SessionActor::shared(&token_actor(app, n)?)),
+            Caller::Session => {
+                let name = self.unique(start.client_name);
+                match app.mcp_seat(McpSeat::Own(&name)).await {
+                    Some(made) => on_table(made),
+                    None => self
+                        .mcp_root(app)?
+                        .parent_child(&name)
+                        .map(|child| SessionActor::owned(Arc::new(child))),
+                }
+            }
+            Caller::Actor(n) => match app.mcp_seat(McpSeat::Token(crate::ActorId(n))).await {
+                Some(made) => on_table(made),
+                None => Ok(SessionActor::shared(&token_actor(app, n)?)),
+            },
         }
     }
 
@@ -423,6 +425,15 @@ impl Seats {
         *n += 1;
         if *n == 1 { base } else { format!("{base}-{n}") }
     }
+}
+
+/// A session acting as an actor of the table in etcd: its mirror, its
+/// holds taken in `table`.
+fn on_table(
+    made: Result<(Arc<crate::Actor>, Arc<dyn crate::mcp::table::SessionTable>)>,
+) -> std::result::Result<SessionActor, String> {
+    let (mirror, table) = made.map_err(|e| e.to_string())?;
+    Ok(SessionActor::owned(mirror).on_table(table))
 }
 
 /// The in-process actor of an actor token.

@@ -94,15 +94,12 @@ impl Actors for InProcess {
 
 #[cfg(feature = "etcd")]
 mod on_etcd {
-    use std::path::Path;
-
     use super::*;
     use crate::core::scope::Scope;
     use crate::etcd::{ActorRef, AdmitRequest, ChildAsk, GrantRecord};
-    use crate::sched::actor::{check_child_root, scoped_keys};
-    use crate::server::auth;
+    use crate::sched::actor::scoped_keys;
     use crate::server::rpc::EtcdBackend;
-    use crate::server::rpc::etcd::{actor_scope, key_target, scope_of};
+    use crate::server::rpc::etcd::key_target;
     use crate::{ActorId, HoldKind, Target};
 
     impl Actors for EtcdBackend {
@@ -148,13 +145,7 @@ mod on_etcd {
                 fence: fence_targets.clone(),
                 read_roots,
             };
-            let token = |id: ActorId| -> Result<String> {
-                Ok(format!(
-                    "{}.{}",
-                    app.handle('a', id.0),
-                    auth::random_hex(32)?
-                ))
-            };
+            let token = |id: ActorId| app.actor_token(id);
             let table = &self.table;
             let (actor, token) = match (&p.parent, p.lease) {
                 (None, lease) => {
@@ -178,14 +169,7 @@ mod on_etcd {
                 (Some(parent), _) => {
                     let limited = self.limits != (None, None);
                     let parent = self.actor(app, caller, parent).await?;
-                    check_child_root(&self.resolver(parent.root(), parent.read_roots()), &root)?;
-                    // The core's rule for a child's scope (SPEC §3).
-                    let keys = self.resolver(Path::new("/"), &[]);
-                    actor_scope(&keys, &parent).check_child(
-                        parent.name(),
-                        &scope_of(&keys, read_only, fence_targets.as_deref()),
-                        &keys.key_for(root.clone(), true),
-                    )?;
+                    self.check_child(&parent, &root, read_only, fence_targets.as_deref())?;
                     match creation {
                         Creation::Wait => {
                             // Waits for the grant fence's paths, then for a

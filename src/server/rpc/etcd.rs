@@ -38,9 +38,9 @@ use crate::core::key::{self, Key};
 use crate::core::scope::Scope;
 use crate::etcd::tokens::token_hash;
 use crate::etcd::{ActorRef, LeaseId, Table, TableOptions};
-use crate::sched::actor::scoped_keys;
+use crate::sched::actor::{check_child_root, scoped_keys};
 use crate::sched::resolve::Resolver;
-use crate::server::auth::Caller;
+use crate::server::auth::{self, Caller};
 use crate::{ActorId, CaseMode, Config, Error, HoldKind, Mode, Result, Scheduler, Target};
 
 /// Where a server finds its session's table in etcd.
@@ -208,7 +208,7 @@ pub(super) fn scoped_targets(
 /// The scope of an actor with such a grant, as the core's rules take it:
 /// its grant fence folded by `keys` as the session folds keys, and merged
 /// as in process.
-pub(super) fn scope_of(keys: &Resolver, read_only: bool, fence: Option<&[Target]>) -> Scope {
+fn scope_of(keys: &Resolver, read_only: bool, fence: Option<&[Target]>) -> Scope {
     match (read_only, fence) {
         (true, _) => Scope::ReadOnly,
         (false, Some(fence)) => Scope::Fenced(key::merge(
@@ -244,6 +244,15 @@ fn lease_number(lease: LeaseId) -> u64 {
 }
 
 impl App {
+    /// A new actor's token: its handle, then a secret of its own.
+    pub(super) fn actor_token(&self, id: ActorId) -> Result<String> {
+        Ok(format!(
+            "{}.{}",
+            self.handle('a', id.0),
+            auth::random_hex(32)?
+        ))
+    }
+
     /// Feeds the session's events, as etcd orders them, into this server's
     /// event ring until the server stops: `/events`, the log and the
     /// metrics then show what every server of the session does. The
@@ -356,6 +365,45 @@ impl EtcdBackend {
     /// Folds keys as the session does, whatever the actor.
     pub(super) fn keys(&self) -> Resolver {
         self.resolver(Path::new("/"), &[])
+    }
+
+    /// The core's rules for a child of `parent` rooted at `root` with such
+    /// a grant (SPEC §3): its root within the parent's, its scope within
+    /// the parent's scope.
+    pub(super) fn check_child(
+        &self,
+        parent: &ActorRef,
+        root: &Path,
+        read_only: bool,
+        fence: Option<&[Target]>,
+    ) -> Result<()> {
+        check_child_root(&self.resolver(parent.root(), parent.read_roots()), root)?;
+        let keys = self.keys();
+        actor_scope(&keys, parent).check_child(
+            parent.name(),
+            &scope_of(&keys, read_only, fence),
+            &keys.key_for(root.to_path_buf(), true),
+        )
+    }
+
+    /// Renews `lease` until this server stops (then revokes it: what is on
+    /// it was this server's alone) or the task is aborted.
+    pub(super) fn renew(&self, app: &App, lease: LeaseId) -> tokio::task::JoinHandle<()> {
+        let (table, mut stop) = (self.table.clone(), app.stopping());
+        let period = (app.ttl / 3).max(Duration::from_millis(100));
+        tokio::spawn(async move {
+            loop {
+                let stopped = tokio::select! {
+                    () = tokio::time::sleep(period) => false,
+                    _ = stop.wait_for(|stopped| *stopped) => true,
+                };
+                if stopped {
+                    let _ = table.revoke(lease).await;
+                    return;
+                }
+                let _ = table.keep_alive(lease).await;
+            }
+        })
     }
 
     /// Runs a wait: the lease is renewed while it runs (an open long-poll

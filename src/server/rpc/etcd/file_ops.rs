@@ -111,19 +111,15 @@ impl OuterAdmission for EtcdAdmission {
                 Mode::Exclusive => Target::file(&key.path),
             })
             .collect();
-        let asked = || AdmitRequest::call(targets.clone()).label(label).file_op();
-        let admit = |request| {
-            self.runtime
-                .block_on(self.table.admit(&self.actor, request))
-        };
-        let grant = match self.wait {
-            OpWait::Never => admit(asked()),
-            OpWait::For(limit) => admit(asked().wait_timeout(limit)),
-            OpWait::Call(limit) => match admit(asked().wait_timeout(limit)) {
-                Err(Error::Timeout { .. }) => admit(asked().after_timeout()),
-                answered => answered,
-            },
-        }?;
+        let request = AdmitRequest::call(targets).label(label).file_op();
+        let (table, actor) = (&self.table, &self.actor);
+        let grant = self.runtime.block_on(async {
+            match self.wait {
+                OpWait::Never => table.admit(actor, request).await,
+                OpWait::For(limit) => table.admit(actor, request.wait_timeout(limit)).await,
+                OpWait::Call(limit) => table.wait_call(actor, request, limit).await,
+            }
+        })?;
         let norms: Vec<PathBuf> = keys.iter().map(|(k, _)| k.norm.clone()).collect();
         self.admitted.lock().push(Admitted {
             hold: grant.hold(),

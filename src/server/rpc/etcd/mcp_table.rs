@@ -35,7 +35,6 @@ use super::{EtcdBackend, local_grant, scoped_targets};
 use crate::etcd::{ActorRef, AdmitRequest, LeaseId, Table};
 use crate::mcp::table::{AnyResult, ErasedOp, SessionTable, TableFence, TableFuture};
 use crate::sched::resolve::Resolver;
-use crate::server::auth;
 use crate::{Actor, ActorId, Dump, Error, HoldId, HoldKind, Result, Target};
 
 /// What ends with the session's table: the etcd actor the server made for
@@ -43,7 +42,8 @@ use crate::{Actor, ActorId, Dump, Error, HoldId, HoldKind, Result, Target};
 enum Keeper {
     /// Nothing: the token's owner keeps its actor.
     Nothing,
-    /// A root actor on a lease of its own, renewed by `renewing`.
+    /// A child of the server's MCP root on a lease of its own, renewed
+    /// by `renewing`.
     Lease(LeaseId, JoinHandle<()>),
     /// A child on its parent's lease.
     Child(ActorRef),
@@ -128,16 +128,9 @@ impl SessionTable for EtcdSessionTable {
                 &targets,
                 HoldKind::Fence,
             )?;
-            let request = || AdmitRequest::fence(targets.clone()).label(label.clone());
-            let grant = match self.table.admit(&actor, request().wait_timeout(wait)).await {
-                Ok(grant) => grant,
-                // Asked once more, try-only: granted if the paths came free
-                // as the wait ended, else `Busy` naming who holds them now.
-                Err(Error::Timeout { .. }) => {
-                    self.table.admit(&actor, request().after_timeout()).await?
-                }
-                Err(e) => return Err(e),
-            };
+            // Waited for as a contested write is (`Table::wait_call`).
+            let request = AdmitRequest::fence(targets).label(label);
+            let grant = self.table.wait_call(&actor, request, wait).await?;
             let fence = EtcdFence {
                 table: self.table.clone(),
                 hold: grant.hold(),
@@ -215,7 +208,7 @@ impl EtcdBackend {
                     Err(e) => Err(e),
                 };
                 match made {
-                    Ok(actor) => (actor, Keeper::Lease(lease, self.renew(lease, app.ttl))),
+                    Ok(actor) => (actor, Keeper::Lease(lease, self.renew(app, lease))),
                     Err(e) => {
                         let _ = table.revoke(lease).await;
                         return Err(e);
@@ -224,16 +217,9 @@ impl EtcdBackend {
             }
             McpSeat::ChildOf(parent, name) => {
                 let parent = table.actor(parent).await?;
-                // The core's rule for a child's scope (SPEC §3), as
-                // `actor.create` checks it: a workspace child of its
+                // As `actor.create` checks a workspace child of its
                 // parent's root.
-                let keys = self.keys();
-                let root = parent.root().to_path_buf();
-                super::actor_scope(&keys, &parent).check_child(
-                    parent.name(),
-                    &super::scope_of(&keys, false, None),
-                    &keys.key_for(root.clone(), true),
-                )?;
+                self.check_child(&parent, parent.root(), false, None)?;
                 let child = self.mcp_child(app, parent.lease(), &parent, name).await?;
                 (child.clone(), Keeper::Child(child))
             }
@@ -266,13 +252,7 @@ impl EtcdBackend {
         parent: &ActorRef,
         name: &str,
     ) -> Result<ActorRef> {
-        let token = |id: ActorId| -> Result<String> {
-            Ok(format!(
-                "{}.{}",
-                app.handle('a', id.0),
-                auth::random_hex(32)?
-            ))
-        };
+        let token = |id: ActorId| app.actor_token(id);
         let limited = self.limits != (None, None);
         let (child, _) = self
             .table
@@ -313,35 +293,8 @@ impl EtcdBackend {
                 return Err(e);
             }
         };
-        let (table, ttl, mut stop) = (self.table.clone(), app.ttl, app.stopping());
-        let renewing = tokio::spawn(async move {
-            let period = (ttl / 3).max(Duration::from_millis(100));
-            loop {
-                let stopped = tokio::select! {
-                    () = tokio::time::sleep(period) => false,
-                    _ = stop.wait_for(|stopped| *stopped) => true,
-                };
-                // Stopping, or gone: the root goes with its lease.
-                if stopped {
-                    let _ = table.revoke(lease).await;
-                    return;
-                }
-                let _ = table.keep_alive(lease).await;
-            }
-        });
+        let renewing = self.renew(app, lease);
         *root = Some((made.clone(), renewing));
         Ok(made)
-    }
-
-    /// Renews `lease` until the task is aborted.
-    fn renew(&self, lease: LeaseId, ttl: Duration) -> JoinHandle<()> {
-        let table = self.table.clone();
-        let period = (ttl / 3).max(Duration::from_millis(100));
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(period).await;
-                let _ = table.keep_alive(lease).await;
-            }
-        })
     }
 }
