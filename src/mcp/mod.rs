@@ -33,6 +33,7 @@
 
 mod args;
 mod filesystem;
+pub(crate) mod handle;
 pub(crate) mod table;
 mod tools;
 
@@ -184,6 +185,21 @@ pub(crate) struct Opening {
     pub(crate) client_name: String,
     /// The HTTP request that opened the session, when it came over HTTP.
     pub(crate) http: Option<http::request::Parts>,
+    /// The agent one call names in its `agent` argument: that call acts as
+    /// this agent, whatever its session acts as.
+    pub(crate) agent: Option<String>,
+    /// Which revision's lifecycle the opening belongs to.
+    pub(crate) era: Era,
+}
+
+/// The two lifecycles of MCP (SPEC §14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
+pub(crate) enum Era {
+    /// `initialize` opened a session, which outlives the call.
+    Handshake,
+    /// The revision of 2026-07-28: no session, the call is all there is.
+    Modern,
 }
 
 impl Opening {
@@ -216,6 +232,20 @@ pub struct SessionActor {
     /// The table the session's holds are taken in, when it is not the
     /// actor's scheduler.
     table: Option<TableRef>,
+    /// The handle a model passes as `agent` to act as this actor again,
+    /// when it has one (a named or minted agent of a server).
+    handle: Option<Handle>,
+    /// Kept while the session or call acting as this actor lives (a named
+    /// agent counts its users by it).
+    keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+/// An agent's handle, and whether writ minted it for a caller that named
+/// no agent.
+#[derive(Debug, Clone)]
+struct Handle {
+    name: Arc<str>,
+    minted: bool,
 }
 
 /// Reservations made with the `reserve` tool: one session's, or one named
@@ -244,7 +274,7 @@ type Reservations = Arc<Mutex<Vec<Held>>>;
 /// ```
 #[derive(Clone)]
 pub struct Agent {
-    actor: Arc<Actor>,
+    actor: ActorRef,
     reservations: Reservations,
     table: Option<Arc<dyn SessionTable>>,
 }
@@ -252,7 +282,7 @@ pub struct Agent {
 impl fmt::Debug for Agent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Agent")
-            .field("actor", &self.actor.name())
+            .field("actor", &self.actor().map(|a| a.name().to_string()))
             .field("reservations", &self.reservations.lock().len())
             .finish()
     }
@@ -262,7 +292,19 @@ impl Agent {
     /// An agent acting as `actor`, with no reservations yet.
     pub fn new(actor: Arc<Actor>) -> Self {
         Agent {
-            actor,
+            actor: ActorRef::Owned(actor),
+            reservations: Arc::default(),
+            table: None,
+        }
+    }
+
+    /// An agent acting as an actor owned elsewhere (an actor token's): its
+    /// reservations outlive each call, but never the actor, which goes when
+    /// its owner drops it (a revoked lease wins).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn of_shared(actor: &Arc<Actor>) -> Self {
+        Agent {
+            actor: ActorRef::Shared(Arc::downgrade(actor)),
             reservations: Arc::default(),
             table: None,
         }
@@ -276,9 +318,13 @@ impl Agent {
         self
     }
 
-    /// The agent's actor.
-    pub fn actor(&self) -> &Arc<Actor> {
-        &self.actor
+    /// The agent's actor, unless it is gone (an actor owned elsewhere is
+    /// dropped by its owner).
+    pub fn actor(&self) -> Option<Arc<Actor>> {
+        match &self.actor {
+            ActorRef::Owned(actor) => Some(actor.clone()),
+            ActorRef::Shared(weak) => weak.upgrade(),
+        }
     }
 
     /// How many reservations the agent holds.
@@ -301,6 +347,8 @@ impl SessionActor {
             tools: None,
             reservations: None,
             table: None,
+            handle: None,
+            keep: None,
         }
     }
 
@@ -315,15 +363,40 @@ impl SessionActor {
     /// A named agent's actor and reservations, shared with its other
     /// sessions; the agent outlives the session.
     pub fn agent(agent: &Agent) -> Self {
+        let held = match &agent.actor {
+            ActorRef::Owned(actor) => Arc::downgrade(actor),
+            ActorRef::Shared(weak) => weak.clone(),
+        };
         SessionActor {
-            held: ActorRef::Shared(Arc::downgrade(&agent.actor)),
+            held: ActorRef::Shared(held),
             tools: None,
             reservations: Some(agent.reservations.clone()),
             table: agent
                 .table
                 .as_ref()
                 .map(|t| TableRef::Shared(Arc::downgrade(t))),
+            handle: None,
+            keep: None,
         }
+    }
+
+    /// The session acts as the agent a model names by `handle`; `minted`
+    /// when writ made the handle for a caller that named no agent (its
+    /// results then ask the model to pass it).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn with_handle(mut self, handle: &str, minted: bool) -> Self {
+        self.handle = Some(Handle {
+            name: handle.into(),
+            minted,
+        });
+        self
+    }
+
+    /// `keep` lives as long as the session (or call) acting as this actor.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn keeping(mut self, keep: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+        self.keep = Some(keep);
+        self
     }
 
     /// An actor owned elsewhere (e.g. by a server lease): the session acts
@@ -334,7 +407,15 @@ impl SessionActor {
             tools: None,
             reservations: None,
             table: None,
+            handle: None,
+            keep: None,
         }
+    }
+
+    /// The actor, unless it is gone.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn actor(&self) -> Result<Arc<Actor>, String> {
+        self.get()
     }
 
     /// This session gets `tools` instead of the server's default set (a
@@ -591,23 +672,103 @@ impl ToolServer {
         self.session.actor.get().and_then(|a| a.get().ok())
     }
 
-    async fn open(&self, opening: Opening) -> Result<Arc<Actor>, String> {
-        if let Some(actor) = self.session.actor.get() {
-            return self.current(actor);
+    /// The session's seat, decided by its identity on first use.
+    async fn open(&self, opening: Opening) -> Result<SessionActor, String> {
+        if let Some(seat) = self.session.actor.get() {
+            return Ok(seat.clone());
         }
         let _once = self.session.opening.lock().await;
-        if let Some(actor) = self.session.actor.get() {
-            return self.current(actor);
+        if let Some(seat) = self.session.actor.get() {
+            return Ok(seat.clone());
         }
-        let actor = match &self.session.identity.how {
+        let seat = match &self.session.identity.how {
             How::Later(rule) => rule(opening).await?,
             _ => self.session.identity.open(&opening.start())?,
         };
-        let actor = self.session.actor.get_or_init(|| actor);
-        if let Some(shared) = &actor.reservations {
+        let seat = self.session.actor.get_or_init(|| seat);
+        if let Some(shared) = &seat.reservations {
             let _ = self.session.held.set(shared.clone());
         }
-        self.current(actor)
+        Ok(seat.clone())
+    }
+
+    /// A server for one call that acts as `seat` instead of the session's
+    /// actor (the call named another agent): the same tools and options,
+    /// the seat's actor, reservations and table.
+    fn seated(&self, seat: SessionActor) -> ToolServer {
+        let held = OnceLock::new();
+        if let Some(shared) = &seat.reservations {
+            let _ = held.set(shared.clone());
+        }
+        ToolServer {
+            session: Arc::new(Session {
+                identity: self.session.identity.clone(),
+                opts: self.session.opts.clone(),
+                actor: OnceLock::from(seat),
+                opening: tokio::sync::Mutex::new(()),
+                held,
+            }),
+        }
+    }
+
+    /// Runs one `tools/call`: as the agent its `agent` argument names
+    /// (SPEC §14: a handle, or a name), else as the session's actor; the
+    /// result names the agent when it has a handle.
+    async fn serve_call(
+        &self,
+        mut request: CallToolRequestParams,
+        opening: impl Fn() -> Opening,
+    ) -> CallToolResult {
+        let asked = match handle::take_agent(&mut request.arguments) {
+            Ok(asked) => asked,
+            Err(text) => return tool_error(text),
+        };
+        let own = self
+            .session
+            .actor
+            .get()
+            .and_then(|seat| seat.handle.as_ref())
+            .map(|h| h.name.clone());
+        let (server, seat) = match (&asked, &self.session.identity.how) {
+            (Some(name), How::Later(rule)) if own.as_deref() != Some(name.as_str()) => {
+                let opening = Opening {
+                    agent: Some(name.clone()),
+                    ..opening()
+                };
+                match rule(opening).await {
+                    Ok(seat) => (self.seated(seat.clone()), seat),
+                    Err(reason) => return tool_error(reason),
+                }
+            }
+            _ => match self.open(opening()).await {
+                Ok(seat) => (self.clone(), seat),
+                Err(reason) => return tool_error(reason),
+            },
+        };
+        let result = match server.current(&seat) {
+            Ok(actor) => server.dispatch(&actor, request).await,
+            Err(reason) => tool_error(reason),
+        };
+        match &seat.handle {
+            Some(h) => {
+                let tell = if h.minted && asked.is_none() {
+                    handle::Tell::AskToPass
+                } else {
+                    handle::Tell::Quietly
+                };
+                handle::shaped(result, &h.name, tell)
+            }
+            None => result,
+        }
+    }
+
+    /// Whether `reserve` keeps its reservations for an agent that outlives
+    /// the session, rather than for the session alone.
+    fn reservations_are_the_agents(&self) -> bool {
+        self.session
+            .actor
+            .get()
+            .is_some_and(|seat| seat.reservations.is_some())
     }
 
     /// The reservations the session's `reserve` and `release` act on.
@@ -622,25 +783,23 @@ impl ToolServer {
             .inspect_err(|_| self.reservations().lock().clear())
     }
 
-    async fn open_from(
-        &self,
+    /// What a request of `context` opens the session with.
+    fn opening(
         client_name: Option<&str>,
         context: &RequestContext<RoleServer>,
-    ) -> Result<Arc<Actor>, String> {
-        if let Some(actor) = self.session.actor.get() {
-            return self.current(actor);
-        }
+        era: Era,
+    ) -> Opening {
         let peer = context.peer.peer_info();
         let name = client_name
             .map(str::to_string)
             .or_else(|| peer.map(|p| p.client_info.name.clone()))
             .unwrap_or_else(|| "agent".to_string());
-        let http = context.extensions.get::<http::request::Parts>().cloned();
-        self.open(Opening {
+        Opening {
             client_name: name,
-            http,
-        })
-        .await
+            http: context.extensions.get::<http::request::Parts>().cloned(),
+            agent: None,
+            era,
+        }
     }
 
     /// The table the session's holds are taken in (`None`: its actor's
@@ -720,8 +879,11 @@ impl ServerHandler for ToolServer {
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
         let name = request.client_info.name.clone();
-        self.open_from(Some(&name), &context)
+        let seat = self
+            .open(Self::opening(Some(&name), &context, Era::Handshake))
             .await
+            .map_err(|reason| ErrorData::invalid_request(reason.clone(), None))?;
+        self.current(&seat)
             .map_err(|reason| ErrorData::invalid_request(reason, None))?;
         if let Some(slot) = context
             .extensions
@@ -740,10 +902,12 @@ impl ServerHandler for ToolServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(match self.tool_set() {
-            ToolSet::Writ => tools::definitions(),
-            ToolSet::Filesystem => filesystem::definitions(),
-        }))
+        Ok(ListToolsResult::with_all_items(
+            handle::with_agent_argument(match self.tool_set() {
+                ToolSet::Writ => tools::definitions(),
+                ToolSet::Filesystem => filesystem::definitions(),
+            }),
+        ))
     }
 
     async fn call_tool(
@@ -751,11 +915,18 @@ impl ServerHandler for ToolServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let actor = match self.open_from(None, &context).await {
-            Ok(actor) => actor,
-            Err(reason) => return Ok(tool_error(reason).into()),
+        // A modern request carries its revision in `_meta` (rmcp moves it
+        // to the context); a handshake-era one does not.
+        let era = match context
+            .meta
+            .protocol_version()
+            .or_else(|| request.meta.as_ref().and_then(|m| m.protocol_version()))
+        {
+            Some(_) => Era::Modern,
+            None => Era::Handshake,
         };
-        Ok(self.dispatch(&actor, request).await.into())
+        let opening = || Self::opening(None, &context, era);
+        Ok(self.serve_call(request, opening).await.into())
     }
 }
 
@@ -793,17 +964,32 @@ impl SessionTools {
         Some(actor.name().to_string())
     }
 
+    /// The handle of the agent the session acts as, if it has one.
+    pub(crate) fn handle(&self) -> Option<String> {
+        let session = self.0.upgrade()?;
+        let handle = session.actor.get()?.handle.as_ref()?;
+        Some(handle.name.to_string())
+    }
+
     /// Runs one tool call exactly as the session's `tools/call` would; `None`
-    /// when the session has ended or has not been initialized.
-    pub(crate) async fn call(&self, request: CallToolRequestParams) -> Option<CallToolResult> {
+    /// when the session has ended or has not been initialized. `http` is
+    /// the call's request, for a call that names another agent.
+    pub(crate) async fn call(
+        &self,
+        request: CallToolRequestParams,
+        http: &http::request::Parts,
+    ) -> Option<CallToolResult> {
         let server = ToolServer {
             session: self.0.upgrade()?,
         };
-        let actor = server.session.actor.get()?;
-        Some(match server.current(actor) {
-            Ok(actor) => server.dispatch(&actor, request).await,
-            Err(reason) => tool_error(reason),
-        })
+        server.session.actor.get()?;
+        let opening = || Opening {
+            client_name: "agent".to_string(),
+            http: Some(http.clone()),
+            agent: None,
+            era: Era::Handshake,
+        };
+        Some(server.serve_call(request, opening).await)
     }
 }
 

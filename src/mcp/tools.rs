@@ -890,8 +890,15 @@ async fn reserve(
         fence,
         targets: targets.targets().to_vec(),
     });
+    // Only an agent's reservations outlive the session (or call) that made
+    // them; the sentence must say which.
+    let until = if server.reservations_are_the_agents() {
+        "until you call release"
+    } else {
+        "until you call release or this MCP session ends"
+    };
     Ok(format!(
-        "Reserved {} for you: other agents' writes there are refused until you call release. \
+        "Reserved {} for you: other agents' writes there are refused {until}. \
          Read files before changing them, as always.",
         names.join(", ")
     ))

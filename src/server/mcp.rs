@@ -77,17 +77,15 @@ use tokio::sync::oneshot;
 
 use super::auth::{self, Caller};
 use super::rpc::{App, McpSeat};
+use crate::mcp::handle;
 use crate::mcp::{
-    Agent, Identity, Opening, OpeningSlot, SessionActor, SessionStart, SessionTools, ToolOptions,
-    ToolServer, ToolSet,
+    Agent, Era, Identity, Opening, OpeningSlot, SessionActor, SessionStart, SessionTools,
+    ToolOptions, ToolServer, ToolSet,
 };
 use crate::{Error, Grant, ProtocolError, Result};
 
 /// The header that names an MCP session.
 const SESSION_ID: &str = "mcp-session-id";
-
-/// The header that names a session's agent (SPEC §14).
-const AGENT_HEADER: &str = "writ-agent";
 
 /// Adds `/mcp` to the server's routes.
 pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<Arc<App>>> {
@@ -137,53 +135,94 @@ struct Mcp {
     max_body: usize,
 }
 
-/// The named agents of `/mcp`: (caller, name) → the agent.
+/// The agents of `/mcp` that outlive a call: (caller, name) → the agent.
+/// A named or minted agent is keyed by its name; an actor token's own
+/// reservations across modern calls by the empty name (no agent is named
+/// so).
 type Agents = Mutex<HashMap<AgentKey, AgentSlot>>;
 
 type AgentKey = (Caller, String);
 
-/// A named agent and what keeps it alive.
+/// An agent and what keeps it alive.
 struct AgentSlot {
-    agent: Agent,
-    /// Its open sessions.
-    sessions: usize,
-    /// When its last session ended or last request was served.
+    /// The agent; `None` for what a session's own actor left behind when
+    /// the session ended ([`Ghost`]): only its reads, until a call names
+    /// its handle and an agent takes them over.
+    agent: Option<Agent>,
+    /// The reads an agent made under this handle takes over.
+    marks: Vec<crate::ReadMark>,
+    /// The sessions and calls acting as it now ([`AgentUse`]).
+    users: usize,
+    /// When its last user went.
     last: Instant,
 }
 
-/// The longest agent name accepted.
-const MAX_AGENT_NAME: usize = 64;
+/// One session or call acting as an agent: the agent lives while one does,
+/// then `--mcp-idle` after the last.
+struct AgentUse {
+    agents: Weak<Agents>,
+    key: AgentKey,
+}
 
-/// The agent a request names: the `Writ-Agent` header, else `?agent=` on
-/// the URL. An empty name is no name.
-fn agent_name(parts: &axum::http::request::Parts) -> std::result::Result<Option<String>, String> {
-    let from_header = parts
-        .headers
-        .get(AGENT_HEADER)
-        .map(|v| {
-            v.to_str()
-                .map(str::to_string)
-                .map_err(|_| "the Writ-Agent header is not text".to_string())
-        })
-        .transpose()?;
-    let from_query = || {
-        parts.uri.query().and_then(|q| {
-            q.split('&')
-                .filter_map(|pair| pair.strip_prefix("agent="))
-                .next_back()
-                .map(percent_decode)
-        })
-    };
-    let name = from_header.or_else(from_query);
-    let Some(name) = name.map(|n| n.trim().to_string()).filter(|n| !n.is_empty()) else {
-        return Ok(None);
-    };
-    if name.chars().count() > MAX_AGENT_NAME || name.chars().any(char::is_control) {
-        return Err(format!(
-            "an agent name is 1 to {MAX_AGENT_NAME} printable characters"
-        ));
+/// The handle of a handshake-era session's own actor (SPEC §14): when the
+/// session ends and the actor goes, its read marks stay under the handle
+/// for `--mcp-idle`, so a later session or call passing the handle has read
+/// what the session read. Nothing else outlives the session.
+struct Ghost {
+    agents: Weak<Agents>,
+    key: AgentKey,
+    actor: Arc<crate::Actor>,
+}
+
+impl Drop for Ghost {
+    fn drop(&mut self) {
+        let Some(agents) = self.agents.upgrade() else {
+            return;
+        };
+        let marks = self.actor.marks();
+        // A call that named the handle while the session lived made an
+        // agent of its own: that one stays.
+        agents
+            .lock()
+            .entry(self.key.clone())
+            .or_insert_with(|| AgentSlot {
+                agent: None,
+                marks,
+                users: 0,
+                last: Instant::now(),
+            });
     }
-    Ok(Some(name))
+}
+
+impl Drop for AgentUse {
+    fn drop(&mut self) {
+        let Some(agents) = self.agents.upgrade() else {
+            return;
+        };
+        if let Some(slot) = agents.lock().get_mut(&self.key) {
+            slot.users = slot.users.saturating_sub(1);
+            slot.last = Instant::now();
+        }
+    }
+}
+
+/// The agent a request names: the `Writ-Agent` header (or its mirrored
+/// `Mcp-Param-Writ-Agent`), else `?agent=` on the URL. An empty name is no
+/// name.
+fn agent_name(parts: &axum::http::request::Parts) -> std::result::Result<Option<String>, String> {
+    if let Some(name) = handle::header_agent(&parts.headers)? {
+        return Ok(Some(name));
+    }
+    let from_query = parts.uri.query().and_then(|q| {
+        q.split('&')
+            .filter_map(|pair| pair.strip_prefix("agent="))
+            .next_back()
+            .map(percent_decode)
+    });
+    match from_query {
+        Some(name) => handle::checked_name(&name),
+        None => Ok(None),
+    }
 }
 
 /// `%XX` and `+` of a query value, decoded; invalid escapes stay as they are.
@@ -226,8 +265,6 @@ struct Live {
     /// When its last stream closed, if it ever had one: the session ends
     /// the lease TTL after (unless a stream or a request comes).
     stream_lost: Option<Instant>,
-    /// The named agent it acts as, if any.
-    agent: Option<AgentKey>,
     /// Who it acts as, for the log: the agent's name, else its actor's.
     name: String,
     /// The `tools/call`s `/mcp` is answering, by request id: a
@@ -276,6 +313,26 @@ fn service(
     ))
 }
 
+/// An agent as a call or session names it: the handle it is found by, and
+/// the name of its actor.
+struct Handle {
+    key: String,
+    actor: String,
+    /// Writ made the handle for a caller that named no agent.
+    minted: bool,
+}
+
+impl Handle {
+    /// An agent the caller named: its actor bears the name.
+    fn named(name: String) -> Self {
+        Handle {
+            key: name.clone(),
+            actor: name,
+            minted: false,
+        }
+    }
+}
+
 /// Decides which actor each MCP session acts as (SPEC §14).
 struct Seats {
     app: Weak<App>,
@@ -298,19 +355,58 @@ impl Seats {
             .upgrade()
             .ok_or_else(|| "the server is shutting down".to_string())?;
         let start = opening.start();
-        let headers = start.http.map(|parts| &parts.headers);
-        let caller = app
-            .authenticate_any(headers.and_then(auth::bearer))
-            .await
-            .map_err(|e| e.to_string())?;
+        // `/mcp` authenticated the request and left who called in its
+        // extensions; a transport without them authenticates here.
+        let caller = match start.http.and_then(|p| p.extensions.get::<Caller>()) {
+            Some(caller) => caller.clone(),
+            None => app
+                .authenticate_any(start.http.map(|p| &p.headers).and_then(auth::bearer))
+                .await
+                .map_err(|e| e.to_string())?,
+        };
         let asked = start
             .http
             .map(|parts| asked_tools(&parts.uri))
             .transpose()?;
-        let named = start.http.map(agent_name).transpose()?.flatten();
-        let actor = match named {
-            Some(name) => self.agent(&app, caller, name).await?,
-            None => self.unnamed(&app, caller, &start).await?,
+        let named = match &opening.agent {
+            Some(name) => Some(name.clone()),
+            None => start.http.map(agent_name).transpose()?.flatten(),
+        };
+        // SPEC §14: an actor token acts as its actor (a name makes a child
+        // of it); the session token acts as the agent it names, else as a
+        // new agent whose handle writ mints, so that a client with no
+        // session to carry it (the modern revision, or a session per call)
+        // continues as its agent by passing the handle.
+        let actor = match (named, &caller) {
+            (Some(name), _) => self.agent(&app, caller, Handle::named(name)).await?,
+            // A modern call has no session: its agent lives on by itself
+            // (`--mcp-idle` after its last call), reservations and all.
+            (None, Caller::Session) if opening.era == Era::Modern => {
+                let handle = Handle {
+                    key: handle::mint()?,
+                    actor: self.unique(start.client_name),
+                    minted: true,
+                };
+                self.agent(&app, caller, handle).await?
+            }
+            // A session's actor and reservations go with it (a killed
+            // client's within the lease TTL), but what it read outlives it
+            // under its handle, so a client that opens a session per call
+            // continues by passing the handle.
+            (None, Caller::Session) => {
+                let seat = self.unnamed(&app, caller.clone(), &start).await?;
+                let key = handle::mint()?;
+                let ghost = Ghost {
+                    agents: Arc::downgrade(&self.agents),
+                    key: (caller, key.clone()),
+                    actor: seat.actor()?,
+                };
+                seat.with_handle(&key, true).keeping(Arc::new(ghost))
+            }
+            (None, Caller::Actor(n)) if opening.era == Era::Modern => {
+                self.token_agent(&app, *n).await?
+            }
+            (None, Caller::Actor(_)) => self.unnamed(&app, caller, &start).await?,
         };
         Ok(match asked.flatten() {
             Some(tools) => actor.with_tools(tools),
@@ -318,30 +414,50 @@ impl Seats {
         })
     }
 
-    /// A named agent's actor: all sessions of one (token, name) share it.
+    /// A session or call acting as the agent of `key`, counted as its
+    /// user while it lives (the agents' lock held).
+    fn seat(
+        &self,
+        agents: &mut HashMap<AgentKey, AgentSlot>,
+        key: &AgentKey,
+    ) -> Option<SessionActor> {
+        let slot = agents.get_mut(key)?;
+        let agent = slot.agent.as_ref()?;
+        let seat = SessionActor::agent(agent);
+        slot.users += 1;
+        slot.last = Instant::now();
+        let user = AgentUse {
+            agents: Arc::downgrade(&self.agents),
+            key: key.clone(),
+        };
+        Some(seat.keeping(Arc::new(user)))
+    }
+
+    /// A named (or minted) agent's actor: all sessions and calls of one
+    /// (token, handle) share it.
     async fn agent(
         &self,
         app: &App,
         caller: Caller,
-        name: String,
+        handle: Handle,
     ) -> std::result::Result<SessionActor, String> {
-        let key = (caller.clone(), name.clone());
-        if let Some(slot) = self.agents.lock().get_mut(&key) {
-            slot.last = Instant::now();
-            return Ok(SessionActor::agent(&slot.agent));
+        let key = (caller.clone(), handle.key.clone());
+        let named = |seat: SessionActor| seat.with_handle(&handle.key, handle.minted);
+        let name = &handle.actor;
+        if let Some(seat) = self.seat(&mut self.agents.lock(), &key) {
+            return Ok(named(seat));
         }
         let seat = match &caller {
-            Caller::Session => McpSeat::Own(&name),
-            Caller::Actor(n) => McpSeat::ChildOf(crate::ActorId(*n), &name),
+            Caller::Session => McpSeat::Own(name),
+            Caller::Actor(n) => McpSeat::ChildOf(crate::ActorId(*n), name),
         };
         // On etcd the actor is made first (that awaits); in process, under
         // the lock. A racing first session of the agent may have made it
         // meanwhile: the first one stays, one made here goes.
         let made = app.mcp_seat(seat).await;
         let mut agents = self.agents.lock();
-        if let Some(slot) = agents.get_mut(&key) {
-            slot.last = Instant::now();
-            return Ok(SessionActor::agent(&slot.agent));
+        if let Some(seat) = self.seat(&mut agents, &key) {
+            return Ok(named(seat));
         }
         let agent = match made {
             Some(made) => {
@@ -350,7 +466,7 @@ impl Seats {
             }
             None => {
                 let actor = match &caller {
-                    Caller::Session => self.mcp_root(app)?.parent_child(&name),
+                    Caller::Session => self.mcp_root(app)?.parent_child(name),
                     Caller::Actor(n) => {
                         let parent = token_actor(app, *n)?;
                         parent
@@ -361,16 +477,60 @@ impl Seats {
                 Agent::new(Arc::new(actor))
             }
         };
-        let session = SessionActor::agent(&agent);
+        self.keep(&mut agents, key, agent).map(named)
+    }
+
+    /// An actor token's own seat for modern calls: its actor, with
+    /// reservations that outlive each call (there is no session to keep
+    /// them) but never the actor, which its lease keeps.
+    async fn token_agent(&self, app: &App, n: u64) -> std::result::Result<SessionActor, String> {
+        let key = (Caller::Actor(n), String::new());
+        if let Some(seat) = self.seat(&mut self.agents.lock(), &key) {
+            return Ok(seat);
+        }
+        let made = app.mcp_seat(McpSeat::Token(crate::ActorId(n))).await;
+        let mut agents = self.agents.lock();
+        if let Some(seat) = self.seat(&mut agents, &key) {
+            return Ok(seat);
+        }
+        let agent = match made {
+            Some(made) => {
+                let (mirror, table) = made.map_err(|e| e.to_string())?;
+                Agent::new(mirror).on_table(table)
+            }
+            None => Agent::of_shared(&token_actor(app, n)?),
+        };
+        self.keep(&mut agents, key, agent)
+    }
+
+    /// Keeps a new agent under `key`, seated once.
+    fn keep(
+        &self,
+        agents: &mut HashMap<AgentKey, AgentSlot>,
+        key: AgentKey,
+        agent: Agent,
+    ) -> std::result::Result<SessionActor, String> {
+        let marks = agents
+            .remove(&key)
+            .map(|ghost| ghost.marks)
+            .unwrap_or_default();
+        if let Some(actor) = agent.actor() {
+            for mark in marks {
+                // A read of a path the new actor may not read is dropped.
+                let _ = actor.add_mark(mark);
+            }
+        }
         agents.insert(
-            key,
+            key.clone(),
             AgentSlot {
-                agent,
-                sessions: 0,
+                agent: Some(agent),
+                marks: Vec::new(),
+                users: 0,
                 last: Instant::now(),
             },
         );
-        Ok(session)
+        self.seat(agents, &key)
+            .ok_or_else(|| "the agent went as it was made".to_string())
     }
 
     /// The actor of a session that names no agent: a fresh child of the
@@ -524,7 +684,7 @@ async fn reap(mcp: Weak<Mcp>) {
             let mut agents = mcp.agents.lock();
             let expired: Vec<AgentKey> = agents
                 .iter()
-                .filter(|(_, a)| a.sessions == 0 && now.duration_since(a.last) >= mcp.idle)
+                .filter(|(_, a)| a.users == 0 && now.duration_since(a.last) >= mcp.idle)
                 .map(|(k, _)| k.clone())
                 .collect();
             expired.iter().filter_map(|k| agents.remove(k)).collect()
@@ -553,18 +713,9 @@ struct Activity<'a> {
 
 impl Drop for Activity<'_> {
     fn drop(&mut self) {
-        let agent = match self.mcp.live.lock().get_mut(self.id) {
-            Some(live) => {
-                live.in_progress -= 1;
-                live.last = Instant::now();
-                live.agent.clone()
-            }
-            None => None,
-        };
-        if let Some(key) = agent {
-            if let Some(slot) = self.mcp.agents.lock().get_mut(&key) {
-                slot.last = Instant::now();
-            }
+        if let Some(live) = self.mcp.live.lock().get_mut(self.id) {
+            live.in_progress -= 1;
+            live.last = Instant::now();
         }
     }
 }
@@ -670,6 +821,9 @@ impl Mcp {
             .map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned());
         let method = request.method().clone();
         let mut request = request;
+        // Who called, for the tools' identity (a call naming an agent, a
+        // modern call): authenticated once, here.
+        request.extensions_mut().insert(caller.clone());
         let _activity = match session.as_deref().map(|id| self.enter(id, &caller)) {
             Some(Lookup::Foreign) => {
                 let e = Error::Forbidden {
@@ -693,12 +847,11 @@ impl Mcp {
             Some(Lookup::Unknown) | None => None,
         };
         let opening = OpeningSlot::default();
-        let mut named = None;
         if session.is_none() {
             request.extensions_mut().insert(opening.clone());
             let (parts, body) = request.into_parts();
-            named = match agent_name(&parts) {
-                Ok(name) => name,
+            match agent_name(&parts) {
+                Ok(_) => {}
                 Err(reason) => {
                     let e = Error::Protocol {
                         kind: ProtocolError::InvalidParams,
@@ -711,7 +864,7 @@ impl Mcp {
         }
         let response = self.service.handle(request).await;
         match (&session, method) {
-            (None, Method::POST) => self.opened(&response, caller, &opening, named),
+            (None, Method::POST) => self.opened(&response, caller, &opening),
             (Some(id), Method::DELETE) if response.status().is_success() => {
                 self.end_session(id);
                 // rmcp answers 202; a terminated session is a plain 200 to
@@ -776,7 +929,8 @@ impl Mcp {
                 return Answer::Done(auth::refuse(StatusCode::BAD_REQUEST, &e));
             }
         };
-        let pass = |bytes: Bytes| Answer::Pass(Request::from_parts(parts, Body::from(bytes)));
+        let pass =
+            |parts, bytes: Bytes| Answer::Pass(Request::from_parts(parts, Body::from(bytes)));
         if let Ok(message) = serde_json::from_slice::<Incoming<'_, CallToolRequestParams>>(&bytes)
             && message.is("tools/call", true)
             && let Some(request_id) = message.id
@@ -787,12 +941,15 @@ impl Mcp {
                 .as_ref()
                 .is_some_and(|m| m.protocol_version().is_some());
             if revision_in_meta || call.input_responses.is_some() || call.request_state.is_some() {
-                return pass(bytes);
+                return pass(parts, bytes);
             }
-            return match self.call(id, &tools, request_id.clone(), call).await {
+            return match self
+                .call(id, &tools, request_id.clone(), call, &parts)
+                .await
+            {
                 Called::Answered(result) => Answer::Done(json_reply(&request_id, &result)),
                 Called::Cancelled => Answer::Done(no_reply()),
-                Called::Closed => pass(bytes),
+                Called::Closed => pass(parts, bytes),
             };
         }
         if let Ok(message) =
@@ -809,7 +966,7 @@ impl Mcp {
             }
             // Not one of ours: rmcp's, or already answered.
         }
-        pass(bytes)
+        pass(parts, bytes)
     }
 
     /// Runs one `tools/call` of session `id`, registered so that a
@@ -820,6 +977,7 @@ impl Mcp {
         tools: &SessionTools,
         request_id: RequestId,
         call: CallToolRequestParams,
+        parts: &axum::http::request::Parts,
     ) -> Called {
         let (stop, stopped) = oneshot::channel();
         let (number, _unnamed) = {
@@ -845,7 +1003,7 @@ impl Mcp {
             None => return Called::Closed,
         };
         let outcome = tokio::select! {
-            result = tools.call(call) => match result {
+            result = tools.call(call, parts) => match result {
                 Some(result) => Called::Answered(result),
                 None => Called::Closed,
             },
@@ -872,32 +1030,20 @@ impl Mcp {
 
     /// Records a session a POST without a session id opened (if it did):
     /// who opened it, and its tools.
-    fn opened<B>(
-        &self,
-        response: &axum::http::Response<B>,
-        caller: Caller,
-        opening: &OpeningSlot,
-        named: Option<String>,
-    ) {
+    fn opened<B>(&self, response: &axum::http::Response<B>, caller: Caller, opening: &OpeningSlot) {
         let Some(id) = response.headers().get(SESSION_ID) else {
             return;
         };
         let id = String::from_utf8_lossy(id.as_bytes()).into_owned();
         let tools = opening.opened();
-        let name = named
+        let handle = tools.as_ref().and_then(SessionTools::handle);
+        let name = handle
             .clone()
             .or_else(|| tools.as_ref().and_then(SessionTools::actor_name))
             .unwrap_or_default();
-        tracing::info!(agent = %name, named = named.is_some(), "MCP session opened");
+        tracing::info!(agent = %name, named = handle.is_some(), "MCP session opened");
         if let Some(app) = self.app.upgrade() {
             app.metrics.mcp_session_opened();
-        }
-        let agent = named.map(|name| (caller.clone(), name));
-        if let Some(key) = &agent {
-            if let Some(slot) = self.agents.lock().get_mut(key) {
-                slot.sessions += 1;
-                slot.last = Instant::now();
-            }
         }
         self.live.lock().insert(
             id,
@@ -908,7 +1054,6 @@ impl Mcp {
                 in_progress: 0,
                 streams: 0,
                 stream_lost: None,
-                agent,
                 name,
                 calls: HashMap::new(),
                 next_call: 0,
@@ -916,20 +1061,15 @@ impl Mcp {
         );
     }
 
-    /// Forgets a session that ended; its named agent, if any, has one
-    /// session fewer (and lives `--mcp-idle` past its last).
+    /// Forgets a session that ended. Its agent, if it acts as one, has a
+    /// user fewer once rmcp drops the session's tools (and lives
+    /// `--mcp-idle` past its last).
     fn end_session(&self, id: &str) {
         let ended = self.live.lock().remove(id);
         if let Some(live) = &ended {
             tracing::info!(agent = %live.name, "MCP session closed");
             if let Some(app) = self.app.upgrade() {
                 app.metrics.mcp_session_closed();
-            }
-        }
-        if let Some(key) = ended.and_then(|live| live.agent) {
-            if let Some(slot) = self.agents.lock().get_mut(&key) {
-                slot.sessions = slot.sessions.saturating_sub(1);
-                slot.last = Instant::now();
             }
         }
     }

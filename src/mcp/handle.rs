@@ -1,0 +1,255 @@
+//! Identity by handle (SPEC §14): the optional `agent` argument every tool
+//! takes, in both tool sets, and what a result tells the model about it.
+//!
+//! The MCP revision of 2026-07-28 has no sessions, so nothing carries an
+//! agent from one call to the next but the call itself: a client names its
+//! agent in the `agent` argument (mirrored by modern clients into the
+//! `Mcp-Param-Writ-Agent` header, and accepted as `Writ-Agent` too), and a
+//! call that names none acts as a fresh agent whose handle the result gives
+//! back. Both tool sets go through this one module: the argument is added
+//! to every schema here, taken out of every call here (the tools never see
+//! it), and every result is shaped here.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
+use serde_json::{Value, json};
+
+/// The argument that names the agent a call acts as.
+pub(crate) const AGENT_ARG: &str = "agent";
+
+/// The header a modern client mirrors `agent` into (`x-mcp-header`), and
+/// the one handshake-era clients set themselves.
+pub(crate) const AGENT_HEADER: &str = "writ-agent";
+
+/// The standard header a modern client mirrors an `x-mcp-header` argument
+/// into (SEP-2243): `Mcp-Param-` and the annotation's name.
+pub(crate) const MIRRORED_AGENT_HEADER: &str = "mcp-param-writ-agent";
+
+/// The longest agent name accepted.
+pub(crate) const MAX_AGENT_NAME: usize = 64;
+
+const AGENT_DOC: &str = "Your agent handle, exactly as an earlier result of these tools gave it \
+(structuredContent.agent, or the sentence asking you to pass it). Pass it on every call so that \
+what you read and reserved carries over from call to call; leave it out only on your very first \
+call, and you are given one.";
+
+/// Every tool of `tools` with the optional `agent` argument in its input
+/// schema (and `agent` in its output schema, where it has one, since the
+/// structured result carries it).
+pub(crate) fn with_agent_argument(mut tools: Vec<Tool>) -> Vec<Tool> {
+    for tool in &mut tools {
+        let mut input = (*tool.input_schema).clone();
+        if let Some(Value::Object(properties)) = input.get_mut("properties") {
+            properties.insert(
+                AGENT_ARG.into(),
+                json!({"type": "string", "description": AGENT_DOC, "x-mcp-header": "Writ-Agent"}),
+            );
+        }
+        tool.input_schema = Arc::new(input);
+        if let Some(output) = &tool.output_schema {
+            let mut output = (**output).clone();
+            if let Some(Value::Object(properties)) = output.get_mut("properties") {
+                properties.insert(AGENT_ARG.into(), json!({"type": "string"}));
+            }
+            tool.output_schema = Some(Arc::new(output));
+        }
+    }
+    tools
+}
+
+/// An agent name checked: trimmed, 1 to [`MAX_AGENT_NAME`] characters, no
+/// control or bidirectional-override character. An empty name is none.
+pub(crate) fn checked_name(name: &str) -> Result<Option<String>, String> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Ok(None);
+    }
+    if name.chars().count() > MAX_AGENT_NAME || name.chars().any(forbidden_in_name) {
+        return Err(format!(
+            "an agent name is 1 to {MAX_AGENT_NAME} printable characters, without control or \
+             text-direction characters"
+        ));
+    }
+    Ok(Some(name.to_string()))
+}
+
+/// A character no agent name may hold: a control character, or one that
+/// reorders the text around it when shown (U+202A–U+202E, U+2066–U+2069).
+fn forbidden_in_name(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Takes the `agent` argument out of a call's arguments: the agent it
+/// names, if any. A value that is not a valid name is the model's mistake,
+/// told in a sentence.
+pub(crate) fn take_agent(arguments: &mut Option<JsonObject>) -> Result<Option<String>, String> {
+    let Some(value) = arguments.as_mut().and_then(|args| args.remove(AGENT_ARG)) else {
+        return Ok(None);
+    };
+    match value {
+        Value::Null => Ok(None),
+        Value::String(name) => checked_name(&name).map_err(|why| {
+            format!(
+                "The `agent` argument is not a handle these tools gave: {why}. Nothing was done."
+            )
+        }),
+        other => Err(format!(
+            "The `agent` argument must be a string (the handle an earlier result gave you), not \
+             {other}. Nothing was done."
+        )),
+    }
+}
+
+/// The agent a request's headers name: `Writ-Agent`, else the mirrored
+/// `Mcp-Param-Writ-Agent` (plain, or in SEP-2243's `=?base64?…?=` form).
+pub(crate) fn header_agent(headers: &http::HeaderMap) -> Result<Option<String>, String> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .map(|v| {
+                v.to_str()
+                    .map(str::to_string)
+                    .map_err(|_| format!("the {name} header is not text"))
+            })
+            .transpose()
+    };
+    let plain = text(AGENT_HEADER)?;
+    let mirrored = match text(MIRRORED_AGENT_HEADER)? {
+        Some(value) => Some(
+            decode_header_value(&value)
+                .ok_or_else(|| format!("the {MIRRORED_AGENT_HEADER} header is not valid Base64"))?,
+        ),
+        None => None,
+    };
+    match plain.or(mirrored) {
+        Some(name) => checked_name(&name),
+        None => Ok(None),
+    }
+}
+
+/// A SEP-2243 header value: `=?base64?…?=` decoded, anything else as it is.
+fn decode_header_value(value: &str) -> Option<String> {
+    use base64::Engine as _;
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        Some(encoded) => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok()),
+        None => Some(value.to_string()),
+    }
+}
+
+/// How a result names the agent the call acted as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tell {
+    /// In `structuredContent.agent` only: the call named its agent.
+    Quietly,
+    /// There, and in a sentence asking the model to pass it: the call
+    /// named no agent, so unless the model passes the handle its next call
+    /// is someone else.
+    AskToPass,
+}
+
+/// `result`, naming `handle` as `tell` says.
+pub(crate) fn shaped(mut result: CallToolResult, handle: &str, tell: Tell) -> CallToolResult {
+    match &mut result.structured_content {
+        Some(Value::Object(fields)) => {
+            fields.insert(AGENT_ARG.into(), json!(handle));
+        }
+        Some(_) => {}
+        None => result.structured_content = Some(json!({ AGENT_ARG: handle })),
+    }
+    if tell == Tell::AskToPass {
+        result.content.push(ContentBlock::text(pass_it_on(handle)));
+    }
+    result
+}
+
+/// The sentence that asks the model to pass its handle.
+pub(crate) fn pass_it_on(handle: &str) -> String {
+    format!(
+        "Pass \"agent\": \"{handle}\" in the arguments of your next calls to these tools, so that \
+         what you read and reserved here carries over to them."
+    )
+}
+
+/// A new handle: a short name nobody can guess, so no two calls share one
+/// by accident or by a guess.
+pub(crate) fn mint() -> Result<String, String> {
+    let mut bytes = [0u8; 9];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map_err(|e| format!("cannot make an agent handle: {e}"))?;
+    const ALPHABET: &[u8; 32] = b"abcdefghijkmnpqrstuvwxyz23456789";
+    let mut handle = String::from("agent-");
+    // 72 bits, five per character: 14 characters (the last takes two bits).
+    let mut bits: u128 = 0;
+    for b in bytes {
+        bits = (bits << 8) | u128::from(b);
+    }
+    for _ in 0..14 {
+        handle.push(ALPHABET[(bits & 31) as usize] as char);
+        bits >>= 5;
+    }
+    Ok(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_distinct_and_fit_a_name() {
+        let a = mint().unwrap();
+        let b = mint().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(checked_name(&a).unwrap().as_deref(), Some(a.as_str()));
+        assert_eq!(a.len(), "agent-".len() + 14);
+    }
+
+    #[test]
+    fn the_agent_argument_is_taken_out_and_checked() {
+        let mut args = serde_json::from_value(json!({"path": "a", "agent": "h1"})).ok();
+        assert_eq!(take_agent(&mut args).unwrap().as_deref(), Some("h1"));
+        assert!(!args.unwrap().contains_key("agent"));
+        let mut bad = serde_json::from_value(json!({"agent": 7})).ok();
+        assert!(
+            take_agent(&mut bad)
+                .unwrap_err()
+                .contains("must be a string")
+        );
+        let mut bidi = serde_json::from_value(json!({"agent": "a\u{202E}b"})).ok();
+        assert!(take_agent(&mut bidi).is_err());
+        let mut none = None;
+        assert_eq!(take_agent(&mut none).unwrap(), None);
+    }
+
+    #[test]
+    fn a_result_names_its_agent_and_asks_only_when_told() {
+        let quiet = shaped(CallToolResult::success(vec![]), "h", Tell::Quietly);
+        assert_eq!(quiet.structured_content, Some(json!({"agent": "h"})));
+        assert!(quiet.content.is_empty());
+        let asked = shaped(CallToolResult::success(vec![]), "h", Tell::AskToPass);
+        assert_eq!(asked.content.len(), 1);
+        let mut kept = CallToolResult::success(vec![]);
+        kept.structured_content = Some(json!({"content": "x"}));
+        let kept = shaped(kept, "h", Tell::Quietly);
+        assert_eq!(
+            kept.structured_content,
+            Some(json!({"content": "x", "agent": "h"}))
+        );
+    }
+
+    #[test]
+    fn mirrored_headers_are_decoded() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(MIRRORED_AGENT_HEADER, "=?base64?aDE=?=".parse().unwrap());
+        assert_eq!(header_agent(&headers).unwrap().as_deref(), Some("h1"));
+        headers.insert(AGENT_HEADER, "named".parse().unwrap());
+        assert_eq!(header_agent(&headers).unwrap().as_deref(), Some("named"));
+    }
+}
