@@ -88,6 +88,20 @@ impl ToolSet {
     }
 }
 
+impl ToolSet {
+    /// The tool set a request's URL asks for (`?tools=filesystem`), if any.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn asked_in(uri: &http::Uri) -> Result<Option<ToolSet>, String> {
+        let query = uri.query().unwrap_or_default();
+        query
+            .split('&')
+            .filter_map(|pair| pair.strip_prefix("tools="))
+            .next_back()
+            .map(str::parse)
+            .transpose()
+    }
+}
+
 impl std::str::FromStr for ToolSet {
     type Err = String;
 
@@ -900,10 +914,18 @@ impl ServerHandler for ToolServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        // A modern listing has no session: the URL it came to says the set.
+        let asked = match self.session.actor.get() {
+            Some(_) => None,
+            None => context
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|parts| ToolSet::asked_in(&parts.uri).ok().flatten()),
+        };
         Ok(ListToolsResult::with_all_items(
-            handle::with_agent_argument(match self.tool_set() {
+            handle::with_agent_argument(match asked.unwrap_or_else(|| self.tool_set()) {
                 ToolSet::Writ => tools::definitions(),
                 ToolSet::Filesystem => filesystem::definitions(),
             }),

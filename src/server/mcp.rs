@@ -366,7 +366,7 @@ impl Seats {
         };
         let asked = start
             .http
-            .map(|parts| asked_tools(&parts.uri))
+            .map(|parts| ToolSet::asked_in(&parts.uri))
             .transpose()?;
         let named = match &opening.agent {
             Some(name) => Some(name.clone()),
@@ -603,17 +603,6 @@ fn token_actor(app: &App, n: u64) -> std::result::Result<Arc<crate::Actor>, Stri
         .get(&n)
         .map(|slot| slot.actor.clone())
         .ok_or_else(|| "this token's actor is gone".to_string())
-}
-
-/// The tool set the `tools` query parameter asks for, if any.
-fn asked_tools(uri: &axum::http::Uri) -> std::result::Result<Option<ToolSet>, String> {
-    let query = uri.query().unwrap_or_default();
-    query
-        .split('&')
-        .filter_map(|pair| pair.strip_prefix("tools="))
-        .next_back()
-        .map(str::parse)
-        .transpose()
 }
 
 /// One open GET stream of a session; dropped with the response body.

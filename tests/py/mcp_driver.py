@@ -5,10 +5,18 @@ Usage: python mcp_driver.py SCRIPT.json
 SCRIPT is {"agents": {NAME: AGENT}, "steps": [STEP, ...]} where AGENT is
   {"stdio": [command, arg, ...], "env": {...}}   a server process on stdio, or
   {"http": URL, "token": TOKEN}                  a Streamable HTTP endpoint,
-and STEP is
+optionally with "client": true: the SDK's high-level `mcp.Client` at its
+defaults (it negotiates the current revision, 2026-07-28, where the server
+offers it: no session), instead of a handshake-era `ClientSession`; with
+"mode": M it is pinned to that mode (e.g. "2026-07-28" or "legacy"). A
+`ClientSession` agent opens its session at its first step, with
+clientInfo.name = NAME.
+STEP is
   {"agent": NAME, "tool": TOOL, "args": {...}}   call a tool,
   {"agent": NAME, "list_tools": true}            list the tools,
-  {"agent": NAME, "close": true}                 end that agent's session.
+  {"agent": NAME, "close": true}                 end that agent's session;
+a call step with "agent_from": K passes as its `agent` argument the handle
+step K's result gave (structuredContent.agent).
 Each agent's session opens at its first step, with clientInfo.name = NAME.
 Prints one JSON line per step: {"is_error": bool, "text": str, "content":
 [block, ...], "structured": obj} for a call, {"tools": [{"name", "title",
@@ -22,14 +30,34 @@ import sys
 
 import anyio
 import httpx2
-from mcp import ClientSession, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
 
+async def open_client(stack, name, spec):
+    """Enters an `mcp.Client` of one agent on `stack`, at its defaults but
+    for the mode the spec pins."""
+    if "stdio" in spec:
+        command, *args = spec["stdio"]
+        server = StdioServerParameters(command=command, args=args, env=spec.get("env"))
+    else:
+        headers = {}
+        if spec.get("token"):
+            headers["Authorization"] = "Bearer " + spec["token"]
+        if spec.get("headers"):
+            headers.update(spec["headers"])
+        http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
+        server = streamable_http_client(spec["http"], http_client=http)
+    options = {"mode": spec["mode"]} if spec.get("mode") else {}
+    return await stack.enter_async_context(Client(server, **options))
+
+
 async def open_session(stack, name, spec):
     """Enters the transport and the client session of one agent on `stack`."""
+    if spec.get("client"):
+        return await open_client(stack, name, spec)
     if "stdio" in spec:
         command, *args = spec["stdio"]
         params = StdioServerParameters(command=command, args=args, env=spec.get("env"))
@@ -38,6 +66,8 @@ async def open_session(stack, name, spec):
         headers = {}
         if spec.get("token"):
             headers["Authorization"] = "Bearer " + spec["token"]
+        if spec.get("headers"):
+            headers.update(spec["headers"])
         client = await stack.enter_async_context(
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0))
         )
@@ -71,12 +101,15 @@ async def perform(session, step):
         }
     result = await session.call_tool(step["tool"], step.get("args"))
     text = "\n".join(c.text for c in result.content if c.type == "text")
-    return {
+    out = {
         "is_error": bool(result.is_error),
         "text": text,
         "content": [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content],
         "structured": result.structured_content,
     }
+    if step.get("protocol"):
+        out["protocol"] = session.protocol_version
+    return out
 
 
 async def agent_task(name, spec, inbox, outbox):
@@ -109,8 +142,13 @@ async def run(script):
             outbox, from_agent = anyio.create_memory_object_stream(1)
             agents[name] = {"to": to_agent, "from": from_agent, "open": True}
             tg.start_soon(agent_task, name, spec, inbox, outbox)
+        results = []
         for step in script["steps"]:
             agent = agents[step["agent"]]
+            if "agent_from" in step:
+                # The handle an earlier step's result gave, passed as `agent`.
+                handle = (results[step["agent_from"]].get("structured") or {}).get("agent")
+                step = dict(step, args=dict(step.get("args") or {}, agent=handle))
             if not agent["open"]:
                 out = {"error": "this agent's session already ended"}
             else:
@@ -118,6 +156,7 @@ async def run(script):
                 out = await agent["from"].receive()
                 if step.get("close"):
                     agent["open"] = False
+            results.append(out)
             print(json.dumps(out), flush=True)
         for agent in agents.values():
             if agent["open"]:

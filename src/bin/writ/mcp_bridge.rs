@@ -16,6 +16,15 @@
 //! reserved goes with it, and a write it made cannot be made twice (the
 //! new session has read nothing, so the write sent again is refused until
 //! the client reads the file).
+//!
+//! A client on the current revision (2026-07-28) has no session: each of
+//! its requests carries its revision in `_meta` and goes on its own, with
+//! the headers that revision requires of an HTTP request
+//! (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, and `agent` mirrored
+//! into `Mcp-Param-Writ-Agent`), which a stdio client never sends. The
+//! bridge is one client, so it keeps one agent for it: the handle the
+//! server gives its first call goes, as `Writ-Agent`, with every later call
+//! that names no agent.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +70,9 @@ struct Link {
     discover: Discover,
     /// `Mcp-Session-Id` and `MCP-Protocol-Version`, learned from `initialize`.
     session: Mutex<(Option<String>, Option<String>)>,
+    /// The agent a modern call acts as when it names none: the handle the
+    /// server gave the bridge's first such call.
+    handle: Mutex<Option<String>>,
     /// The client's `initialize` and `notifications/initialized`, to open a
     /// session again after a restart.
     opening: Mutex<(Option<Value>, Option<String>)>,
@@ -111,6 +123,7 @@ pub async fn run(url: &str, token: &str, bridge: Bridge<'_>) -> Result<(), Strin
         agent: bridge.agent.map(str::to_string),
         discover: bridge.discover,
         session: Mutex::new((None, None)),
+        handle: Mutex::new(None),
         opening: Mutex::new((None, None)),
         generation: AtomicU64::new(0),
         reopening: tokio::sync::Mutex::new(()),
@@ -178,8 +191,18 @@ impl Link {
         let _ = out.flush().await;
     }
 
-    fn request(&self, method: Method, body: Bytes) -> Option<Request<Full<Bytes>>> {
-        let (session, version) = self.session.lock().clone();
+    /// A request to the server; `modern`, the headers of a request of the
+    /// current revision, which goes with no session.
+    fn request(
+        &self,
+        method: Method,
+        body: Bytes,
+        modern: Option<&Modern>,
+    ) -> Option<Request<Full<Bytes>>> {
+        let (session, version) = match modern {
+            Some(m) => (None, Some(m.version.clone())),
+            None => self.session.lock().clone(),
+        };
         let target = self.target.lock().clone();
         let accept = match method {
             Method::GET => "text/event-stream",
@@ -191,8 +214,15 @@ impl Link {
             .header(hyper::header::AUTHORIZATION, target.authorization)
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header(hyper::header::ACCEPT, accept);
-        if let Some(agent) = &self.agent {
+        let learned = match modern {
+            Some(m) if !m.names_agent => self.handle.lock().clone(),
+            _ => None,
+        };
+        if let Some(agent) = self.agent.clone().or(learned) {
             builder = builder.header("writ-agent", agent);
+        }
+        for (name, value) in modern.map(|m| m.headers.as_slice()).unwrap_or_default() {
+            builder = builder.header(*name, value);
         }
         if let Some(id) = session {
             builder = builder.header("mcp-session-id", id);
@@ -205,7 +235,12 @@ impl Link {
 
     /// Sends one message on the current session.
     async fn send(&self, method: Method, body: Bytes) -> Sent {
-        let Some(request) = self.request(method, body) else {
+        self.send_as(method, body, None).await
+    }
+
+    /// Sends one message, on the current session or, `modern`, on none.
+    async fn send_as(&self, method: Method, body: Bytes, modern: Option<&Modern>) -> Sent {
+        let Some(request) = self.request(method, body, modern) else {
             return Sent::Lost("cannot build the request".into());
         };
         match self.pool.request(request).await {
@@ -318,6 +353,19 @@ impl Link {
     /// more, on a new session ([`Link::reopen`]).
     async fn forward(self: Arc<Self>, message: Value, line: String) {
         let id = message.get("id").cloned();
+        if let Some(modern) = Modern::of(&message) {
+            let sent = self
+                .send_as(Method::POST, Bytes::from(line), Some(&modern))
+                .await;
+            if let Err(reason) = self.deliver(sent, id.as_ref()).await
+                && let Some(id) = id
+            {
+                let error = json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32603, "message": reason}});
+                self.emit(&error.to_string()).await;
+            }
+            return;
+        }
         let is_initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
         let mut again = !is_initialize;
         let reason = loop {
@@ -402,8 +450,22 @@ impl Link {
             _ => answer,
         };
         self.learn_version(&answer);
+        self.learn_handle(&answer);
         self.emit(&answer.to_string()).await;
         Ok(())
+    }
+
+    /// Remembers the first agent handle the server gives a call: the
+    /// bridge's client acts as that agent from then on.
+    fn learn_handle(&self, answer: &Value) {
+        if let Some(handle) = answer
+            .get("result")
+            .and_then(|r| r.get("structuredContent"))
+            .and_then(|s| s.get("agent"))
+            .and_then(Value::as_str)
+        {
+            self.handle.lock().get_or_insert_with(|| handle.to_string());
+        }
     }
 
     /// Remembers the protocol version `initialize` agreed on.
@@ -434,6 +496,7 @@ impl Link {
                 if let Some(message) = event_data(&event[..end.0]) {
                     if let Ok(value) = serde_json::from_str::<Value>(&message) {
                         self.learn_version(&value);
+                        self.learn_handle(&value);
                         answered |= id.is_some_and(|id| value.get("id") == Some(id));
                     }
                     self.emit(&message).await;
@@ -450,6 +513,71 @@ impl Link {
             return;
         }
         let _ = self.send(Method::DELETE, Bytes::new()).await;
+    }
+}
+
+/// A request of the current revision (2026-07-28), and the headers its
+/// HTTP request must carry (SEP-2243): its revision, method and name, and
+/// the arguments its tools mirror (`agent`).
+struct Modern {
+    version: String,
+    headers: Vec<(&'static str, String)>,
+    /// The call names its agent itself.
+    names_agent: bool,
+}
+
+impl Modern {
+    /// The message as a modern request, if it is one (its `_meta` names
+    /// its revision).
+    fn of(message: &Value) -> Option<Modern> {
+        let params = message.get("params");
+        let version = params?
+            .get("_meta")?
+            .get("io.modelcontextprotocol/protocolVersion")?
+            .as_str()?
+            .to_string();
+        let method = message.get("method").and_then(Value::as_str)?;
+        let mut headers = vec![("mcp-method", header_value(method))];
+        let name = match method {
+            "tools/call" | "prompts/get" => params.and_then(|p| p.get("name")),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                params.and_then(|p| p.get("uri"))
+            }
+            "tasks/get" | "tasks/update" | "tasks/cancel" => params.and_then(|p| p.get("taskId")),
+            _ => None,
+        };
+        if let Some(name) = name.and_then(Value::as_str) {
+            headers.push(("mcp-name", header_value(name)));
+        }
+        let agent = (method == "tools/call")
+            .then(|| params?.get("arguments")?.get("agent")?.as_str())
+            .flatten();
+        if let Some(agent) = agent {
+            headers.push(("mcp-param-writ-agent", header_value(agent)));
+        }
+        Some(Modern {
+            version,
+            headers,
+            names_agent: agent.is_some(),
+        })
+    }
+}
+
+/// A header value as SEP-2243 writes it: as it is when it is plain
+/// printable ASCII without surrounding blanks, else `=?base64?…?=`.
+fn header_value(value: &str) -> String {
+    use base64::Engine as _;
+    let plain = !value.starts_with([' ', '\t'])
+        && !value.ends_with([' ', '\t'])
+        && value.chars().all(|c| (' '..='~').contains(&c))
+        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    if plain {
+        value.to_string()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(value)
+        )
     }
 }
 
