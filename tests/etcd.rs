@@ -3712,6 +3712,51 @@ async fn drive(script: serde_json::Value) -> Vec<serde_json::Value> {
         .unwrap()
 }
 
+/// Agents on the current MCP revision (the SDK's `mcp.Client` at its
+/// defaults: no session) against two servers of one session: a minted
+/// handle carries the agent's reads and reservations from call to call on
+/// the server that minted it, its reservation holds against a client of
+/// the other server, and the other server answers the handle with a
+/// sentence naming the server that holds it, never a silent new agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_handles_on_etcd_belong_to_the_server_that_minted_them() {
+    use mcp_driver::{call, ok, refused};
+    use serde_json::json;
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::write(root.join("a.txt"), "one\n").unwrap();
+    let (servers, _sessions) = file_servers(&etcd, &root, "mcp-handles").await;
+    let modern = |server: &writ::server::Server| json!({"http": format!("{}/mcp", server.url()), "token": SESSION_TOKEN, "client": true});
+    let script = json!({
+        "agents": {"one": modern(&servers[0]), "two": modern(&servers[1])},
+        "steps": [
+            {"agent": "one", "tool": "read_file", "args": {"path": "a.txt"}, "protocol": true},
+            {"agent": "one", "tool": "reserve", "args": {"paths": ["b/"]}, "agent_from": 0},
+            call("two", "write_file", json!({"path": "b/x.txt", "content": "two\n"})),
+            {"agent": "two", "tool": "write_file", "args": {"path": "a.txt", "content": "stolen\n"}, "agent_from": 0},
+            {"agent": "one", "tool": "write_file", "args": {"path": "a.txt", "content": "two\n"}, "agent_from": 0},
+            {"agent": "one", "tool": "release", "args": {}, "agent_from": 0},
+            call("two", "write_file", json!({"path": "b/x.txt", "content": "two\n"})),
+        ],
+    });
+    let r = drive(script).await;
+    assert_eq!(r[0]["protocol"], "2026-07-28", "{}", r[0]);
+    ok(&r[0]);
+    let handle = r[0]["structured"]["agent"].as_str().unwrap().to_string();
+    let one_url = servers[0].url().to_string();
+    assert!(handle.ends_with(one_url.trim_start_matches("http://")), "{handle}");
+    ok(&r[1]);
+    refused(&r[2], &["b/x.txt"]);
+    refused(&r[3], &["another server of this session", &one_url]);
+    ok(&r[4]);
+    assert!(ok(&r[5]).contains("Released"), "{}", r[5]);
+    ok(&r[6]);
+    assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "two\n");
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
 /// `/mcp` on two servers of one session, driven by the official MCP Python
 /// SDK (and one agent through `writ mcp`, the stdio bridge): agents on
 /// different servers see each other's reservations and writes, the version

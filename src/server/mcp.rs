@@ -313,6 +313,38 @@ fn service(
     ))
 }
 
+/// A new agent handle. On etcd, named agents are each server's own (SPEC
+/// §14), so a handle minted there names its server after an `@`: another
+/// server of the session can then say where it belongs.
+fn mint(app: &App) -> std::result::Result<String, String> {
+    let handle = handle::mint()?;
+    Ok(match app.in_etcd() {
+        true => format!("{handle}@{}", authority(&app.url)),
+        false => handle,
+    })
+}
+
+/// `host:port` of a server's URL.
+fn authority(url: &str) -> &str {
+    url.strip_prefix("http://").unwrap_or(url)
+}
+
+/// Refuses a handle another server of the session minted: passing it here
+/// would silently make a new agent that has read nothing.
+fn elsewhere(app: &App, name: &str) -> std::result::Result<(), String> {
+    let Some((_, server)) = name.split_once('@') else {
+        return Ok(());
+    };
+    if !app.in_etcd() || !name.starts_with("agent-") || server == authority(&app.url) {
+        return Ok(());
+    }
+    Err(format!(
+        "The agent handle \"{name}\" was given by the writ server at http://{server}, another \
+         server of this session; a handle works only on the server that gave it. Send your calls \
+         to http://{server}, or leave out \"agent\" to act as a new agent here. Nothing was done."
+    ))
+}
+
 /// An agent as a call or session names it: the handle it is found by, and
 /// the name of its actor.
 struct Handle {
@@ -377,13 +409,16 @@ impl Seats {
         // new agent whose handle writ mints, so that a client with no
         // session to carry it (the modern revision, or a session per call)
         // continues as its agent by passing the handle.
+        if let Some(name) = &named {
+            elsewhere(&app, name)?;
+        }
         let actor = match (named, &caller) {
             (Some(name), _) => self.agent(&app, caller, Handle::named(name)).await?,
             // A modern call has no session: its agent lives on by itself
             // (`--mcp-idle` after its last call), reservations and all.
             (None, Caller::Session) if opening.era == Era::Modern => {
                 let handle = Handle {
-                    key: handle::mint()?,
+                    key: mint(&app)?,
                     actor: self.unique(start.client_name),
                     minted: true,
                 };
@@ -395,7 +430,7 @@ impl Seats {
             // continues by passing the handle.
             (None, Caller::Session) => {
                 let seat = self.unnamed(&app, caller.clone(), &start).await?;
-                let key = handle::mint()?;
+                let key = mint(&app)?;
                 let ghost = Ghost {
                     agents: Arc::downgrade(&self.agents),
                     key: (caller, key.clone()),

@@ -470,6 +470,7 @@ impl Server {
             let backend = rpc::EtcdBackend::connect(etcd, &options.config, &root, &token).await?;
             app = app.with_etcd(backend);
         }
+        app.url = url.clone();
         let app = Arc::new(app);
         let signals = options
             .stop_on_signal

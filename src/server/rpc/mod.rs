@@ -78,6 +78,9 @@ pub(crate) struct App {
     /// `--mcp-idle`: how long an MCP session without a stream, or a named
     /// agent without a session, outlives its last request.
     pub(crate) mcp_idle: Duration,
+    /// This server's URL, once it listens: on etcd, the agent handles it
+    /// mints name it, so another server can say where they belong.
+    pub(crate) url: String,
     pub(crate) max_body: usize,
     /// `--max-targets`: the most targets one request may name.
     pub(crate) max_targets: usize,
@@ -210,6 +213,7 @@ impl App {
             ttl: options.lease_ttl,
             call_wait: options.call_wait,
             mcp_idle: options.mcp_idle,
+            url: String::new(),
             max_body: options.max_body,
             max_targets: options.limits.max_targets,
             limits: options.limits,
