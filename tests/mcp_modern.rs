@@ -323,3 +323,49 @@ fn every_tool_of_both_sets_takes_an_agent_mirrored_into_a_header() {
         server.shutdown().await;
     });
 }
+
+#[test]
+fn an_actor_tokens_modern_reservation_outlives_its_call_but_not_a_revoke() {
+    let (_dir, root) = workspace();
+    let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let token = server.token().to_string();
+        let session = writ::remote::Session::connect(server.url(), &token)
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let worker = session
+            .actor("worker", writ::Grant::workspace(&root))
+            .await
+            .unwrap_or_else(|e| panic!("actor: {e}"));
+        let agents = json!({"worker": modern(&server, worker.token()), "other": modern(&server, &token)});
+        let reserve = json!({
+            "agents": agents,
+            "steps": [
+                call("worker", "reserve", json!({"paths": ["src/"]})),
+                call("other", "write_file", json!({"path": "src/x.rs", "content": "other\n"})),
+            ],
+        });
+        let r = run(reserve, scratch.path().to_path_buf()).await;
+        // The token is the identity: no handle to pass, none asked for.
+        let reserved = ok(&r[0]);
+        assert!(reserved.contains("until you call release."), "{reserved}");
+        assert_eq!(handle(&r[0]), "worker");
+        assert!(!r[0]["text"].as_str().unwrap_or_default().contains("Pass \""));
+        refused(&r[1], &["'worker'", "src/x.rs"]);
+        // Revoking the actor's lease frees what its calls reserved at once.
+        let lease = worker.lease().to_string();
+        session
+            .call("lease.revoke", json!({"lease": lease}))
+            .await
+            .unwrap_or_else(|e| panic!("revoke: {e}"));
+        let dump = server.scheduler().dump();
+        assert!(dump.holds.is_empty(), "{dump}");
+        let after = json!({
+            "agents": {"other": modern(&server, &token)},
+            "steps": [call("other", "write_file", json!({"path": "src/x.rs", "content": "other\n"}))],
+        });
+        ok(&run(after, scratch.path().to_path_buf()).await[0]);
+        server.shutdown().await;
+    });
+}

@@ -67,15 +67,16 @@ fn tools_are_listed_with_schemas_for_every_input() {
         keys.sort();
         keys
     };
-    assert_eq!(props("read_file"), ["limit", "offset", "path"]);
+    // Every tool takes the optional `agent` handle (SPEC §14).
+    assert_eq!(props("read_file"), ["agent", "limit", "offset", "path"]);
     assert_eq!(
         props("edit_file"),
-        ["new_string", "old_string", "path", "replace_all"]
+        ["agent", "new_string", "old_string", "path", "replace_all"]
     );
-    assert_eq!(props("move_file"), ["from", "to"]);
-    assert_eq!(props("reserve"), ["note", "paths"]);
-    assert_eq!(props("release"), ["paths"]);
-    assert!(props("writ_status").is_empty());
+    assert_eq!(props("move_file"), ["agent", "from", "to"]);
+    assert_eq!(props("reserve"), ["agent", "note", "paths"]);
+    assert_eq!(props("release"), ["agent", "paths"]);
+    assert_eq!(props("writ_status"), ["agent"]);
     for tool in &tools {
         let description = tool["description"].as_str().unwrap_or_default();
         assert!(description.len() > 80, "{description}");

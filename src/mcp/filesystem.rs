@@ -51,7 +51,9 @@ read it again after each change. When a tool refuses, its message says why (anot
 writing there, the file changed since you read it, a protected file) and what to do next. A \
 refusal because the file changed or was not read shows its current content and counts as \
 reading it: redo your change on top of that content at once. Otherwise wait and retry, or work \
-on another file.";
+on another file. Every tool takes an optional `agent`: when a result gives you a handle \
+(structuredContent.agent, or a sentence asking you to pass it), pass it as \"agent\" on all your \
+later calls, so that what you read carries over from call to call.";
 
 /// The reference server's tool definitions (its `tools/list`), with the
 /// write tools' descriptions telling the read-before-write rule.

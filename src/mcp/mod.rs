@@ -874,7 +874,9 @@ a tool refuses, its message says why (another agent is writing there, the file c
 you read it, a protected file) and what to do next. A refusal because the file changed or was \
 not read shows its current content and counts as reading it: redo your change on top of that \
 content at once. Otherwise wait and retry, or work on another file. Use reserve for multi-step work on several files and release \
-when done; writ_status shows who works where.";
+when done; writ_status shows who works where. Every tool takes an optional `agent`: when a result gives you \
+a handle (structuredContent.agent, or a sentence asking you to pass it), pass it as \"agent\" on all your \
+later calls, so that what you read and reserved carries over from call to call.";
 
 impl ServerHandler for ToolServer {
     fn get_info(&self) -> ServerConfig {

@@ -412,6 +412,14 @@ impl Seats {
         if let Some(name) = &named {
             elsewhere(&app, name)?;
         }
+        // An actor token's modern results name its actor; passing that
+        // name back is the token's own seat, not a child of that name.
+        let named = match (named, &caller) {
+            (Some(name), Caller::Actor(n)) if self.token_handle(*n).as_deref() == Some(&name) => {
+                None
+            }
+            (named, _) => named,
+        };
         let actor = match (named, &caller) {
             (Some(name), _) => self.agent(&app, caller, Handle::named(name)).await?,
             // A modern call has no session: its agent lives on by itself
@@ -515,18 +523,30 @@ impl Seats {
         self.keep(&mut agents, key, agent).map(named)
     }
 
+    /// The handle an actor token's modern seat names: its actor's name,
+    /// once the seat exists.
+    fn token_handle(&self, n: u64) -> Option<String> {
+        let agents = self.agents.lock();
+        let slot = agents.get(&(Caller::Actor(n), String::new()))?;
+        Some(slot.agent.as_ref()?.actor()?.name().to_string())
+    }
+
     /// An actor token's own seat for modern calls: its actor, with
     /// reservations that outlive each call (there is no session to keep
     /// them) but never the actor, which its lease keeps.
     async fn token_agent(&self, app: &App, n: u64) -> std::result::Result<SessionActor, String> {
         let key = (Caller::Actor(n), String::new());
+        let named = |seat: SessionActor| {
+            let name = seat.actor()?.name().to_string();
+            Ok(seat.with_handle(&name, false))
+        };
         if let Some(seat) = self.seat(&mut self.agents.lock(), &key) {
-            return Ok(seat);
+            return named(seat);
         }
         let made = app.mcp_seat(McpSeat::Token(crate::ActorId(n))).await;
         let mut agents = self.agents.lock();
         if let Some(seat) = self.seat(&mut agents, &key) {
-            return Ok(seat);
+            return named(seat);
         }
         let agent = match made {
             Some(made) => {
@@ -535,7 +555,7 @@ impl Seats {
             }
             None => Agent::of_shared(&token_actor(app, n)?),
         };
-        self.keep(&mut agents, key, agent)
+        named(self.keep(&mut agents, key, agent)?)
     }
 
     /// Keeps a new agent under `key`, seated once.
