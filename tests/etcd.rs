@@ -3744,14 +3744,20 @@ async fn mcp_handles_on_etcd_belong_to_the_server_that_minted_them() {
     ok(&r[0]);
     let handle = r[0]["structured"]["agent"].as_str().unwrap().to_string();
     let one_url = servers[0].url().to_string();
-    assert!(handle.ends_with(one_url.trim_start_matches("http://")), "{handle}");
+    assert!(
+        handle.ends_with(one_url.trim_start_matches("http://")),
+        "{handle}"
+    );
     ok(&r[1]);
     refused(&r[2], &["b/x.txt"]);
     refused(&r[3], &["another server of this session", &one_url]);
     ok(&r[4]);
     assert!(ok(&r[5]).contains("Released"), "{}", r[5]);
     ok(&r[6]);
-    assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "two\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).unwrap(),
+        "two\n"
+    );
     for server in servers {
         server.shutdown().await;
     }

@@ -103,7 +103,11 @@ fn without_agent(mut result: Value) -> Value {
         structured.remove("agent");
     }
     if let Some(blocks) = result["content"].as_array_mut() {
-        blocks.retain(|b| !b["text"].as_str().is_some_and(|t| t.starts_with("Pass \"agent\"")));
+        blocks.retain(|b| {
+            !b["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("Pass \"agent\""))
+        });
         let text: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
         result["text"] = json!(text.join("\n"));
     }

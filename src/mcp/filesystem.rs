@@ -14,13 +14,14 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ResourceContents, Tool};
+use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, Tool};
 use serde_json::{Value, json};
 
 use super::ToolServer;
 use super::args::Args;
 use super::tools::{
-    Access, Failure, Show, read_whole, refused_with_current, with_wait, write_args, write_whole,
+    Access, Call, Failure, Show, finished, no_such_tool, read_whole, refused_with_current,
+    with_wait, write_args, write_whole,
 };
 use crate::files::folders::MAX_DEPTH;
 use crate::{Actor, EntryKind, Error, Target};
@@ -100,41 +101,29 @@ fn bad(text: impl Into<String>) -> Failure {
 }
 
 /// Runs one tool call; every failure is a tool result with `isError: true`.
-pub(super) async fn call(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    name: &str,
-    arguments: Option<JsonObject>,
-) -> (&'static str, CallToolResult) {
+pub(super) async fn call(name: &str, call: Call<'_>) -> (&'static str, CallToolResult) {
     let outcome = match name {
-        "read_file" | "read_text_file" => read_text_file(server, actor, name, arguments).await,
-        "read_media_file" => read_media_file(server, actor, arguments).await,
-        "read_multiple_files" => read_multiple_files(server, actor, arguments).await,
-        "write_file" => write_file(server, actor, arguments).await,
-        "edit_file" => edit_file(server, actor, arguments).await,
-        "create_directory" => create_directory(server, actor, arguments).await,
-        "list_directory" => list_directory(actor, arguments, false).await,
-        "list_directory_with_sizes" => list_directory(actor, arguments, true).await,
-        "directory_tree" => directory_tree(actor, arguments).await,
-        "move_file" => move_file(server, actor, arguments).await,
-        "search_files" => search_files(actor, arguments).await,
-        "get_file_info" => get_file_info(actor, arguments).await,
-        "list_allowed_directories" => Args::new(name, arguments, &[])
-            .map_err(bad)
-            .map(|_| text(format!("Allowed directories:\n{}", actor.root().display()))),
-        other => Err(bad(format!(
-            "There is no tool named '{}'; the tools are {}.",
-            other.chars().take(100).collect::<String>(),
-            FILESYSTEM_TOOL_NAMES.join(", ")
-        ))),
+        "read_file" | "read_text_file" => read_text_file(name, call).await,
+        "read_media_file" => read_media_file(call).await,
+        "read_multiple_files" => read_multiple_files(call).await,
+        "write_file" => write_file(call).await,
+        "edit_file" => edit_file(call).await,
+        "create_directory" => create_directory(call).await,
+        "list_directory" => list_directory(call, false).await,
+        "list_directory_with_sizes" => list_directory(call, true).await,
+        "directory_tree" => directory_tree(call).await,
+        "move_file" => move_file(call).await,
+        "search_files" => search_files(call).await,
+        "get_file_info" => get_file_info(call).await,
+        "list_allowed_directories" => Args::new(name, call.arguments, &[]).map_err(bad).map(|_| {
+            text(format!(
+                "Allowed directories:\n{}",
+                call.actor.root().display()
+            ))
+        }),
+        other => Err(no_such_tool(other, &FILESYSTEM_TOOL_NAMES)),
     };
-    match outcome {
-        Ok(result) if result.is_error == Some(true) => ("error", result),
-        Ok(result) => ("ok", result),
-        Err(Failure::Bad(text)) => ("bad_arguments", super::tool_error(text)),
-        Err(Failure::Current(kind, text)) => (kind, super::tool_error(text)),
-        Err(Failure::Refused(e)) => (e.kind(), super::tool_error(e.to_string())),
-    }
+    finished(outcome)
 }
 
 /// The absolute path `path` names (checked against the grant: inside the
@@ -194,12 +183,8 @@ fn head(text: &str, n: usize) -> String {
     lines.join("\n")
 }
 
-async fn read_text_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    name: &str,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn read_text_file(name: &str, call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new(name, arguments, &["path", "head", "tail"])?;
     let path = args.path("path")?;
     // 0 counts as not given, as in the reference server.
@@ -257,11 +242,8 @@ fn file_url(path: &Path) -> String {
     url
 }
 
-async fn read_media_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn read_media_file(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("read_media_file", arguments, &["path"])?;
     let path = args.path("path")?;
     let resolved = resolve(actor, &path)?;
@@ -286,11 +268,8 @@ async fn read_media_file(
     Ok(result)
 }
 
-async fn read_multiple_files(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn read_multiple_files(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("read_multiple_files", arguments, &["paths"])?;
     let paths = args.paths("paths")?;
     let mut parts = Vec::with_capacity(paths.len());
@@ -310,11 +289,8 @@ async fn read_multiple_files(
     Ok(text(parts.join("\n---\n")))
 }
 
-async fn write_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn write_file(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let (path, content) = write_args(arguments)?;
     match write_whole(server, actor, &path, content).await {
         Ok(_) => Ok(text(format!("Successfully wrote to {path}"))),
@@ -585,11 +561,8 @@ fn edited(path: &str, bytes: &[u8], edits: &[Edit]) -> Result<(String, String), 
     Ok((modified, diff))
 }
 
-async fn edit_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn edit_file(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("edit_file", arguments, &["path", "edits", "dryRun"])?;
     let path = args.path("path")?;
     let edits = edits_of(&args)?;
@@ -631,11 +604,8 @@ async fn edit_file(
     }
 }
 
-async fn create_directory(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn create_directory(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("create_directory", arguments, &["path"])?;
     let path = args.path("path")?;
     // `Files::create_dir` makes it through folder handles, under an
@@ -747,7 +717,8 @@ fn folder(actor: &Actor, path: &str) -> Result<PathBuf, Failure> {
     resolve(actor, path)
 }
 
-async fn list_directory(actor: &Arc<Actor>, arguments: Option<JsonObject>, sizes: bool) -> Outcome {
+async fn list_directory(call: Call<'_>, sizes: bool) -> Outcome {
+    let (_, actor, arguments) = call.parts();
     let tool = if sizes {
         "list_directory_with_sizes"
     } else {
@@ -1025,7 +996,8 @@ fn tree(
     Ok(out)
 }
 
-async fn directory_tree(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outcome {
+async fn directory_tree(call: Call<'_>) -> Outcome {
+    let (_, actor, arguments) = call.parts();
     let args = Args::new("directory_tree", arguments, &["path", "excludePatterns"])?;
     let path = args.path("path")?;
     let exclude = args.opt_paths("excludePatterns")?.unwrap_or_default();
@@ -1039,11 +1011,8 @@ async fn directory_tree(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Ou
     .await
 }
 
-async fn move_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn move_file(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("move_file", arguments, &["source", "destination"])?;
     let source = args.path("source")?;
     let destination = args.path("destination")?;
@@ -1110,7 +1079,8 @@ fn search(
     Ok(found)
 }
 
-async fn search_files(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outcome {
+async fn search_files(call: Call<'_>) -> Outcome {
+    let (_, actor, arguments) = call.parts();
     let args = Args::new(
         "search_files",
         arguments,
@@ -1165,7 +1135,8 @@ fn js_date(time: SystemTime) -> String {
     )
 }
 
-async fn get_file_info(actor: &Arc<Actor>, arguments: Option<JsonObject>) -> Outcome {
+async fn get_file_info(call: Call<'_>) -> Outcome {
+    let (_, actor, arguments) = call.parts();
     let args = Args::new("get_file_info", arguments, &["path"])?;
     let path = args.path("path")?;
     let a = actor.clone();

@@ -356,8 +356,13 @@ enum ActorRef {
 impl SessionActor {
     /// An actor that lives as long as the session (dropped when it ends).
     pub fn owned(actor: Arc<Actor>) -> Self {
+        Self::acting_as(ActorRef::Owned(actor))
+    }
+
+    /// A seat acting as `held`, with nothing else yet.
+    fn acting_as(held: ActorRef) -> Self {
         SessionActor {
-            held: ActorRef::Owned(actor),
+            held,
             tools: None,
             reservations: None,
             table: None,
@@ -382,15 +387,12 @@ impl SessionActor {
             ActorRef::Shared(weak) => weak.clone(),
         };
         SessionActor {
-            held: ActorRef::Shared(held),
-            tools: None,
             reservations: Some(agent.reservations.clone()),
             table: agent
                 .table
                 .as_ref()
                 .map(|t| TableRef::Shared(Arc::downgrade(t))),
-            handle: None,
-            keep: None,
+            ..Self::acting_as(ActorRef::Shared(held))
         }
     }
 
@@ -416,14 +418,7 @@ impl SessionActor {
     /// An actor owned elsewhere (e.g. by a server lease): the session acts
     /// as it while it lives and never keeps it alive.
     pub fn shared(actor: &Arc<Actor>) -> Self {
-        SessionActor {
-            held: ActorRef::Shared(Arc::downgrade(actor)),
-            tools: None,
-            reservations: None,
-            table: None,
-            handle: None,
-            keep: None,
-        }
+        Self::acting_as(ActorRef::Shared(Arc::downgrade(actor)))
     }
 
     /// The actor, unless it is gone.
@@ -956,11 +951,14 @@ impl ServerHandler for ToolServer {
 
 impl ToolServer {
     async fn dispatch(&self, actor: &Arc<Actor>, request: CallToolRequestParams) -> CallToolResult {
+        let call = tools::Call {
+            server: self,
+            actor,
+            arguments: request.arguments,
+        };
         let (outcome, result) = match self.tool_set() {
-            ToolSet::Writ => tools::call(self, actor, &request.name, request.arguments).await,
-            ToolSet::Filesystem => {
-                filesystem::call(self, actor, &request.name, request.arguments).await
-            }
+            ToolSet::Writ => tools::call(&request.name, call).await,
+            ToolSet::Filesystem => filesystem::call(&request.name, call).await,
         };
         if let Some(observer) = &self.session.opts.on_call {
             (observer.0)(&request.name, outcome);

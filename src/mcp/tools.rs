@@ -228,33 +228,58 @@ pub(super) fn definitions() -> Vec<Tool> {
     ]
 }
 
+/// One tool call of either set: the server of the session it came on,
+/// the actor it acts as, and its arguments (the `agent` handle already
+/// taken out: see `mcp/handle`).
+pub(super) struct Call<'a> {
+    pub(super) server: &'a ToolServer,
+    pub(super) actor: &'a Arc<Actor>,
+    pub(super) arguments: Option<JsonObject>,
+}
+
+impl<'a> Call<'a> {
+    /// The server, the actor and the arguments.
+    pub(super) fn parts(self) -> (&'a ToolServer, &'a Arc<Actor>, Option<JsonObject>) {
+        (self.server, self.actor, self.arguments)
+    }
+}
+
 /// Runs one tool call; every failure is a tool result with `isError: true`.
 /// Returned with its outcome: `ok`, `bad_arguments`, or the refusal's kind.
-pub(super) async fn call(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    name: &str,
-    arguments: Option<JsonObject>,
-) -> (&'static str, CallToolResult) {
+pub(super) async fn call(name: &str, call: Call<'_>) -> (&'static str, CallToolResult) {
     let outcome = match name {
-        "read_file" => read_file(server, actor, arguments).await,
-        "write_file" => write_file(server, actor, arguments).await,
-        "edit_file" => edit_file(server, actor, arguments).await,
-        "append_file" => append_file(server, actor, arguments).await,
-        "delete_file" => delete_file(server, actor, arguments).await,
-        "move_file" => move_file(server, actor, arguments).await,
-        "list_dir" => list_dir(server, actor, arguments).await,
-        "reserve" => reserve(server, actor, arguments).await,
-        "release" => release(server, actor, arguments).await,
-        "writ_status" => writ_status(server, actor, arguments).await,
-        other => Err(Failure::Bad(format!(
-            "There is no tool named '{}'; the tools are {}.",
-            other.chars().take(100).collect::<String>(),
-            TOOL_NAMES.join(", ")
-        ))),
+        "read_file" => read_file(call).await,
+        "write_file" => write_file(call).await,
+        "edit_file" => edit_file(call).await,
+        "append_file" => append_file(call).await,
+        "delete_file" => delete_file(call).await,
+        "move_file" => move_file(call).await,
+        "list_dir" => list_dir(call).await,
+        "reserve" => reserve(call).await,
+        "release" => release(call).await,
+        "writ_status" => writ_status(call).await,
+        other => Err(no_such_tool(other, &TOOL_NAMES)),
     };
+    finished(outcome.map(tool_ok))
+}
+
+/// A call of a tool the set does not have.
+pub(super) fn no_such_tool(name: &str, tools: &[&str]) -> Failure {
+    Failure::Bad(format!(
+        "There is no tool named '{}'; the tools are {}.",
+        name.chars().take(100).collect::<String>(),
+        tools.join(", ")
+    ))
+}
+
+/// A call's result as the model gets it, and its outcome as it is counted:
+/// `ok`, `error` (a result the tool itself marked so), `bad_arguments`, or
+/// the refusal's kind. The one place a refusal becomes a tool result, for
+/// both tool sets.
+pub(super) fn finished(outcome: Result<CallToolResult, Failure>) -> (&'static str, CallToolResult) {
     match outcome {
-        Ok(text) => ("ok", tool_ok(text)),
+        Ok(result) if result.is_error == Some(true) => ("error", result),
+        Ok(result) => ("ok", result),
         Err(Failure::Bad(text)) => ("bad_arguments", tool_error(text)),
         Err(Failure::Current(kind, text)) => (kind, tool_error(text)),
         Err(Failure::Refused(e)) => (e.kind(), tool_error(e.to_string())),
@@ -428,11 +453,8 @@ fn is_binary(bytes: &[u8]) -> bool {
     bytes.iter().take(8192).any(|b| *b == 0) || std::str::from_utf8(bytes).is_err()
 }
 
-async fn read_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn read_file(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("read_file", arguments, &["path", "offset", "limit"])?;
     let path = args.path("path")?;
     let offset = args.opt_count("offset", 1)?.unwrap_or(1);
@@ -508,11 +530,8 @@ fn numbered(path: &str, text: &str, offset: u64, limit: u64, opts: &super::ToolO
     out
 }
 
-async fn write_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn write_file(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let (path, content) = write_args(arguments)?;
     match write_whole(server, actor, &path, content).await {
         Ok(receipt) => Ok(done(actor, &receipt)),
@@ -681,11 +700,8 @@ fn plain(text: &str, bound: usize) -> String {
     )
 }
 
-async fn edit_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn edit_file(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new(
         "edit_file",
         arguments,
@@ -725,11 +741,8 @@ async fn edit_file(
     }
 }
 
-async fn append_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn append_file(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("append_file", arguments, &["path", "content"])?;
     let path = args.path("path")?;
     let content = args.string("content")?;
@@ -746,11 +759,8 @@ async fn append_file(
     }
 }
 
-async fn delete_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn delete_file(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("delete_file", arguments, &["path"])?;
     let path = args.path("path")?;
     let p = path.clone();
@@ -761,11 +771,8 @@ async fn delete_file(
     Ok(done(actor, &receipt))
 }
 
-async fn move_file(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn move_file(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("move_file", arguments, &["from", "to"])?;
     let from = args.path("from")?;
     let to = args.path("to")?;
@@ -777,11 +784,8 @@ async fn move_file(
     Ok(done(actor, &receipt))
 }
 
-async fn list_dir(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn list_dir(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("list_dir", arguments, &["path"])?;
     let path = args.opt_string("path")?.filter(|p| !p.is_empty());
     let path = path.unwrap_or_else(|| ".".to_string());
@@ -845,11 +849,8 @@ fn entry_line(entry: &crate::FolderEntry) -> String {
     }
 }
 
-async fn reserve(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn reserve(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("reserve", arguments, &["paths", "note"])?;
     let paths = args.paths("paths")?;
     let note = args.opt_string("note")?.filter(|n| !n.trim().is_empty());
@@ -912,11 +913,8 @@ fn target_name(actor: &Actor, target: &Target) -> String {
     name
 }
 
-async fn release(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn release(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     let args = Args::new("release", arguments, &["paths"])?;
     let paths = args.opt_paths("paths")?.unwrap_or_default();
     let reservations = server.reservations().clone();
@@ -987,11 +985,8 @@ async fn release(
     Ok(format!("Released {}.", released.join(", ")))
 }
 
-async fn writ_status(
-    server: &ToolServer,
-    actor: &Arc<Actor>,
-    arguments: Option<JsonObject>,
-) -> Outcome {
+async fn writ_status(call: Call<'_>) -> Outcome {
+    let (server, actor, arguments) = call.parts();
     Args::new("writ_status", arguments, &[])?;
     let (dump, me) = match session_table(server)? {
         Some(table) => table.dump().await?,

@@ -567,11 +567,10 @@ impl Modern {
 /// printable ASCII without surrounding blanks, else `=?base64?…?=`.
 fn header_value(value: &str) -> String {
     use base64::Engine as _;
-    let plain = !value.starts_with([' ', '\t'])
-        && !value.ends_with([' ', '\t'])
-        && value.chars().all(|c| (' '..='~').contains(&c))
-        && !(value.starts_with("=?base64?") && value.ends_with("?="));
-    if plain {
+    let blank_ends = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
+    let printable = value.chars().all(|c| (' '..='~').contains(&c));
+    let looks_encoded = value.starts_with("=?base64?") && value.ends_with("?=");
+    if printable && !blank_ends && !looks_encoded {
         value.to_string()
     } else {
         format!(
