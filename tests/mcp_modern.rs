@@ -12,6 +12,8 @@
 
 #[path = "common/mcp_driver.rs"]
 mod driver;
+#[path = "common/mcp_http_client.rs"]
+mod http_client;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -368,4 +370,36 @@ fn an_actor_tokens_modern_reservation_outlives_its_call_but_not_a_revoke() {
         ok(&run(after, scratch.path().to_path_buf()).await[0]);
         server.shutdown().await;
     });
+}
+
+/// The benchmarks' own client of the current revision (hyper, no SDK):
+/// what it sends is what the revision requires, and carrying the handle it
+/// was given costs it no call.
+#[test]
+fn a_raw_modern_client_carries_its_handle_with_no_extra_call() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let url = format!("{}/mcp", server.url());
+        let mut client = http_client::McpHttp::modern(&url, server.token());
+        let (error, text) = client.call("read_file", json!({"path": "a.txt"})).await;
+        assert!(!error, "{text}");
+        let (error, text) = client
+            .call(
+                "edit_file",
+                json!({"path": "a.txt", "old_string": "two", "new_string": "2"}),
+            )
+            .await;
+        assert!(!error, "{text}");
+        let mut other = http_client::McpHttp::modern(&url, server.token());
+        let (error, text) = other
+            .call("append_file", json!({"path": "a.txt", "content": "x\n"}))
+            .await;
+        assert!(error, "an anonymous call has read nothing: {text}");
+        server.shutdown().await;
+    });
+    assert_eq!(
+        fs::read_to_string(root.join("a.txt")).unwrap_or_default(),
+        "one\n2\nthree\n"
+    );
 }

@@ -17,6 +17,10 @@ use serde_json::{Value, json};
 /// The protocol revision the client asks for.
 pub const PROTOCOL: &str = "2025-11-25";
 
+/// The current revision, which has no session: a client of it sends its
+/// revision with every request and carries its agent in a handle.
+pub const MODERN: &str = "2026-07-28";
+
 /// One HTTP client (one kept-alive connection per concurrent request) for an
 /// MCP endpoint.
 #[derive(Clone)]
@@ -28,6 +32,9 @@ pub struct McpHttp {
     next_id: u64,
     /// Headers sent with every request (a `Writ-Agent`, say).
     extra: Vec<(String, String)>,
+    /// On the current revision: the agent handle writ gave the first call,
+    /// passed on every later one (`Some(None)` until then).
+    modern: Option<Option<String>>,
 }
 
 /// One HTTP exchange: status, headers, body.
@@ -64,6 +71,18 @@ impl McpHttp {
             session: None,
             next_id: 0,
             extra: Vec::new(),
+            modern: None,
+        }
+    }
+
+    /// A client of the current revision (2026-07-28): no `initialize`, no
+    /// session; it passes the handle its first call is given as `agent` on
+    /// every later call, as a model told so does.
+    #[allow(dead_code)] // not every test binary speaks the current revision
+    pub fn modern(url: &str, token: &str) -> Self {
+        McpHttp {
+            modern: Some(None),
+            ..McpHttp::new(url, token)
         }
     }
 
@@ -102,7 +121,14 @@ impl McpHttp {
             .method(method)
             .uri(self.url.as_str())
             .header("authorization", format!("Bearer {}", self.token))
-            .header("mcp-protocol-version", PROTOCOL);
+            .header(
+                "mcp-protocol-version",
+                if self.modern.is_some() {
+                    MODERN
+                } else {
+                    PROTOCOL
+                },
+            );
         for (name, value) in &self.extra {
             request = request.header(name.as_str(), value.as_str());
         }
@@ -195,10 +221,31 @@ impl McpHttp {
 
     /// Calls a tool; returns `(is_error, text)`. Panics on a transport or
     /// protocol error.
-    pub async fn call(&mut self, tool: &str, args: Value) -> (bool, String) {
-        let reply = self
-            .request("tools/call", json!({"name": tool, "arguments": args}))
-            .await;
+    pub async fn call(&mut self, tool: &str, mut args: Value) -> (bool, String) {
+        let reply = match self.modern.clone() {
+            None => {
+                self.request("tools/call", json!({"name": tool, "arguments": args}))
+                    .await
+            }
+            Some(handle) => {
+                let mut headers = vec![("mcp-method", "tools/call".to_string())];
+                headers.push(("mcp-name", tool.to_string()));
+                if let Some(handle) = handle {
+                    args["agent"] = json!(handle);
+                    headers.push(("mcp-param-writ-agent", handle));
+                }
+                self.next_id += 1;
+                let message = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+                "params": {"name": tool, "arguments": args, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": MODERN,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "io.modelcontextprotocol/clientInfo": {"name": "writ-bench", "version": "0"},
+                }}});
+                let headers: Vec<(&str, &str)> =
+                    headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                self.post_with(&message, &headers).await
+            }
+        };
         let message = reply
             .message()
             .unwrap_or_else(|| panic!("{tool}: {} {}", reply.status, reply.body));
@@ -211,6 +258,12 @@ impl McpHttp {
             .and_then(|c| c["text"].as_str())
             .unwrap_or_default()
             .to_string();
+        if let (Some(handle @ None), Some(given)) = (
+            &mut self.modern,
+            result["structuredContent"]["agent"].as_str(),
+        ) {
+            *handle = Some(given.to_string());
+        }
         (result["isError"].as_bool().unwrap_or(false), text)
     }
 
