@@ -21,7 +21,9 @@ const PLATFORMS = {
   "linux-arm64": { os: "linux", cpu: "arm64", libc: "glibc", target: "aarch64-unknown-linux-gnu" },
   "darwin-x64": { os: "darwin", cpu: "x64", target: "x86_64-apple-darwin" },
   "darwin-arm64": { os: "darwin", cpu: "arm64", target: "aarch64-apple-darwin" },
-  "win32-x64": { os: "win32", cpu: "x64", target: "x86_64-pc-windows-msvc" },
+  // No win32-x64 yet: writ's file layer is POSIX-only (the release
+  // workflow's Windows build says when that changes). On Windows the
+  // launcher says there is no prebuilt writ, and WSL runs the Linux one.
 };
 
 function fail(message) {
