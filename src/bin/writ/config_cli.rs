@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The MCP clients `writ config` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -104,40 +104,51 @@ impl Client {
         vec!["mcp".into(), root, "--agent".into(), self.name().into()]
     }
 
-    /// writ's entry in the client's JSON servers object.
-    fn json_entry(self, root: &Path) -> Value {
+    /// writ's entry in the client's JSON servers object, as text: its keys
+    /// in the order the client's documentation shows them, on one line.
+    fn entry_text(self, root: &Path) -> String {
+        let list = |items: &[String]| -> String {
+            let quoted: Vec<String> = items.iter().map(|a| json_string(a)).collect();
+            format!("[{}]", quoted.join(", "))
+        };
         let args = self.args(root);
         match self {
             Client::Opencode => {
                 let mut command = vec!["writ".to_string()];
                 command.extend(args);
-                json!({"type": "local", "command": command})
+                format!(r#"{{"type": "local", "command": {}}}"#, list(&command))
             }
-            Client::Vscode => json!({"type": "stdio", "command": "writ", "args": args}),
-            _ => json!({"command": "writ", "args": args}),
+            Client::Vscode => format!(
+                r#"{{"type": "stdio", "command": "writ", "args": {}}}"#,
+                list(&args)
+            ),
+            _ => format!(r#"{{"command": "writ", "args": {}}}"#, list(&args)),
         }
     }
 
     /// The snippet as the client's file has it.
     fn snippet(self, root: &Path) -> String {
         match self.section() {
-            Some(section) => {
-                let doc = json!({ section: { "writ": self.json_entry(root) } });
-                // A `Value` always serializes.
-                serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
-            }
+            Some(section) => format!(
+                "{{\n  {}: {{\n    \"writ\": {}\n  }}\n}}\n",
+                json_string(section),
+                self.entry_text(root)
+            ),
             None => codex_table(&self.args(root)),
         }
     }
 }
 
+/// `text` as a JSON string literal.
+fn json_string(text: &str) -> String {
+    // A string always serializes.
+    serde_json::to_string(text).unwrap_or_default()
+}
+
 /// Codex's `[mcp_servers.writ]` table. A JSON string literal is a valid
 /// TOML basic string (the same escapes), so paths are written with it.
 fn codex_table(args: &[String]) -> String {
-    let quoted: Vec<String> = args
-        .iter()
-        .map(|a| serde_json::to_string(a).unwrap_or_default())
-        .collect();
+    let quoted: Vec<String> = args.iter().map(|a| json_string(a)).collect();
     format!(
         "[mcp_servers.writ]\ncommand = \"writ\"\nargs = [{}]\n",
         quoted.join(", ")
@@ -182,7 +193,12 @@ fn run_inner(cmd: ConfigCmd) -> Result<(), String> {
         Err(e) => return Err(format!("{}: {e}", file.display())),
     };
     let merged = match client.section() {
-        Some(section) => merge_json(existing.as_deref(), section, &client.json_entry(&root)),
+        Some(section) => merge_json(
+            existing.as_deref(),
+            section,
+            &client.entry_text(&root),
+            &snippet,
+        ),
         None => merge_codex(existing.as_deref(), &snippet),
     };
     match merged {
@@ -216,17 +232,15 @@ fn run_inner(cmd: ConfigCmd) -> Result<(), String> {
 fn merge_json(
     existing: Option<&str>,
     section: &str,
-    entry: &Value,
+    entry_text: &str,
+    snippet: &str,
 ) -> Result<Option<String>, String> {
-    let wanted = json!({ section: { "writ": entry } });
     let text = match existing {
         Some(text) if !text.trim().is_empty() => text,
-        _ => {
-            return Ok(Some(
-                serde_json::to_string_pretty(&wanted).unwrap_or_default() + "\n",
-            ));
-        }
+        _ => return Ok(Some(snippet.to_string())),
     };
+    let entry: &Value = &serde_json::from_str(entry_text)
+        .map_err(|e| format!("writ's own entry is not JSON ({e})"))?;
     let original: Value = serde_json::from_str(text)
         .map_err(|e| format!("not plain JSON ({e}), so writ will not rewrite it"))?;
     let Value::Object(top) = &original else {
@@ -248,13 +262,18 @@ fn merge_json(
             let open = member_value_offset(text, section)
                 .ok_or("writ could not find where the servers start")?;
             insert_at = open + 1;
-            addition = member_text(text, insert_at, "writ", entry);
+            addition = member_text(text, insert_at, "writ", entry_text);
         }
         Some(_) => return Err(format!("\"{section}\" is not a JSON object")),
         None => {
             let open = text.find('{').ok_or("its top level is not a JSON object")?;
             insert_at = open + 1;
-            addition = member_text(text, insert_at, section, &json!({ "writ": entry }));
+            addition = member_text(
+                text,
+                insert_at,
+                section,
+                &format!("{{\"writ\": {entry_text}}}"),
+            );
         }
     }
     let mut merged = String::with_capacity(text.len() + addition.len());
@@ -285,7 +304,7 @@ fn merge_json(
 /// `"key": value,` to insert at `at` (just after an object's `{`),
 /// indented like the member that follows it; no comma when the object is
 /// empty.
-fn member_text(text: &str, at: usize, key: &str, value: &Value) -> String {
+fn member_text(text: &str, at: usize, key: &str, value: &str) -> String {
     let rest = &text[at..];
     let gap_len = rest.len() - rest.trim_start().len();
     let gap = &rest[..gap_len];
@@ -299,9 +318,7 @@ fn member_text(text: &str, at: usize, key: &str, value: &Value) -> String {
         }
         _ => {}
     }
-    let key = serde_json::to_string(key).unwrap_or_default();
-    let value = serde_json::to_string(value).unwrap_or_default();
-    let _ = write!(out, "{key}: {value}");
+    let _ = write!(out, "{}: {value}", json_string(key));
     if !empty {
         out.push(',');
         if !gap.contains('\n') {
@@ -492,37 +509,38 @@ fn on_path(command: &str) -> bool {
 mod tests {
     use super::*;
 
+    const ENTRY: &str = r#"{"command": "writ", "args": ["mcp", "/r", "--agent", "claude"]}"#;
+
     fn entry() -> Value {
-        json!({"command": "writ", "args": ["mcp", "/r", "--agent", "claude"]})
+        serde_json::from_str(ENTRY).unwrap()
+    }
+
+    fn merge(text: &str) -> Result<Option<String>, String> {
+        merge_json(Some(text), "mcpServers", ENTRY, "unused")
     }
 
     #[test]
     fn an_entry_goes_in_before_the_first_server_keeping_the_rest() {
         let text =
             "{\n  \"other\": 1,\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\"}\n  }\n}\n";
-        let merged = merge_json(Some(text), "mcpServers", &entry())
-            .unwrap()
-            .unwrap();
-        let writ = serde_json::to_string(&entry()).unwrap();
+        let merged = merge(text).unwrap().unwrap();
         assert_eq!(
             merged,
             format!(
-                "{{\n  \"other\": 1,\n  \"mcpServers\": {{\n    \"writ\": {writ},\n    \"a\": {{\"command\": \"x\"}}\n  }}\n}}\n"
+                "{{\n  \"other\": 1,\n  \"mcpServers\": {{\n    \"writ\": {ENTRY},\n    \"a\": {{\"command\": \"x\"}}\n  }}\n}}\n"
             )
         );
-        assert_eq!(merge_json(Some(&merged), "mcpServers", &entry()), Ok(None));
+        assert_eq!(merge(&merged), Ok(None));
     }
 
     #[test]
     fn a_missing_section_is_added_to_a_compact_or_empty_object() {
         for text in ["{\"x\":{\"mcpServers\":2}}", "{}", "  { } "] {
-            let merged = merge_json(Some(text), "mcpServers", &entry())
-                .unwrap()
-                .unwrap();
+            let merged = merge(text).unwrap().unwrap();
             let value: Value = serde_json::from_str(&merged).unwrap();
             assert_eq!(value["mcpServers"]["writ"], entry(), "{text} -> {merged}");
         }
-        let merged = merge_json(Some("{\"x\":{\"mcpServers\":2}}"), "mcpServers", &entry());
+        let merged = merge("{\"x\":{\"mcpServers\":2}}");
         let value: Value = serde_json::from_str(&merged.unwrap().unwrap()).unwrap();
         assert_eq!(value["x"]["mcpServers"], 2);
     }
@@ -531,9 +549,7 @@ mod tests {
     fn keys_with_escapes_and_nested_strings_do_not_confuse_the_scan() {
         let text =
             r#"{"a\"mcpServers": {"}": "{"}, "list": [1, "]", {"b": []}], "mcpServers": {}}"#;
-        let merged = merge_json(Some(text), "mcpServers", &entry())
-            .unwrap()
-            .unwrap();
+        let merged = merge(text).unwrap().unwrap();
         let value: Value = serde_json::from_str(&merged).unwrap();
         assert_eq!(value["mcpServers"]["writ"], entry());
         assert_eq!(value["a\"mcpServers"]["}"], "{");
