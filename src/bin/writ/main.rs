@@ -1,5 +1,6 @@
 //! The `writ` command: the demo, the history tools and the MCP server.
 
+mod config_cli;
 mod demo;
 mod demo_delegate;
 mod demo_files;
@@ -24,8 +25,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// writ keeps concurrent AI agents from destroying each other's work.
+// Named here: clap would otherwise take the package's name (`writ-sched`),
+// and the command is `writ`.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(name = "writ", version, about)]
 struct Cli {
     /// How log lines on stderr look: text (one line each) or json (one
     /// object each). RUST_LOG chooses which are written (default: info for
@@ -99,6 +102,9 @@ enum Command {
     /// writ's file tools for an agent over MCP on stdio.
     #[cfg(feature = "mcp")]
     Mcp(mcp_cli::McpCmd),
+    /// Print an MCP client's configuration for writ (the `writ mcp` bridge:
+    /// no port, no token), or merge it into the client's file with --write.
+    Config(config_cli::ConfigCmd),
     /// Hooks for coding agents' built-in file tools (through `writ serve`).
     #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
     Hook(hook_cli::HookCmd),
@@ -170,6 +176,7 @@ fn main() -> ExitCode {
         Command::History(cmd) => history_cli::run(cmd),
         #[cfg(feature = "mcp")]
         Command::Mcp(cmd) => mcp_cli::run(cmd),
+        Command::Config(cmd) => config_cli::run(cmd),
         #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
         Command::Hook(cmd) => hook_cli::run(cmd),
         #[cfg(all(feature = "server", feature = "remote"))]

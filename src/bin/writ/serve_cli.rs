@@ -240,6 +240,9 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
     runtime()?.block_on(async move {
         let server = Server::start(options).await.map_err(|e| e.to_string())?;
         println!("writ serve: {} for {}", server.url(), root.display());
+        // The page reads the token from the fragment, which the browser
+        // never sends; the terminal is the session owner's.
+        println!("live page: {}/#token={}", server.url(), server.token());
         if let Some(session) = &cmd.session {
             println!("table: etcd session '{session}' at {}", cmd.etcd.join(","));
         }
@@ -263,7 +266,7 @@ fn with_etcd(options: Options, cmd: &ServeCmd, session: &str) -> Result<Options,
 
 #[cfg(not(feature = "etcd"))]
 fn with_etcd(_: Options, _: &ServeCmd, _: &str) -> Result<Options, String> {
-    Err("this writ was built without etcd; build it with `cargo install writ --features etcd` (needs protoc)".into())
+    Err("this writ was built without etcd; build it with `cargo install writ-sched --features etcd` (needs protoc)".into())
 }
 
 fn stop(discovery: &Path) -> Result<(), String> {
