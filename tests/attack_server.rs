@@ -360,3 +360,157 @@ fn a_request_past_max_targets_admits_nothing_and_huge_ones_starve_nobody() {
         server.shutdown().await;
     });
 }
+
+#[test]
+fn configured_sensitive_names_never_expose_the_session_token() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        // The way the docs show extending the sensitive names.
+        let file: writ::server::ConfigFile =
+            serde_json::from_value(json!({"sensitive_names": [".env", "*.pem", "*.secret"]}))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let server = Server::start(Options::new(&root).config_file(file))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let (url, token) = (server.url().to_string(), server.token().to_string());
+        let made = rpc(
+            &url,
+            &token,
+            "actor.create",
+            json!({"name": "reader", "grant": {"read_only": true}}),
+        )
+        .await;
+        let (actor, actor_token) = (
+            made["result"]["actor"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            made["result"]["token"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+        let read = rpc(
+            &url,
+            &actor_token,
+            "files.read",
+            json!({"actor": actor, "path": ".writ/serve.json"}),
+        )
+        .await;
+        assert_eq!(kind(&read), "policy", "{read}");
+        assert!(
+            !read.to_string().contains(&token),
+            "the token leaked: {read}"
+        );
+        // The configured names are refused too.
+        let secret = rpc(
+            &url,
+            &token,
+            "files.write",
+            json!({"actor": workspace_actor(&url, &token, "w").await,
+                   "path": "db.secret", "content": "x"}),
+        )
+        .await;
+        assert_eq!(kind(&secret), "policy", "{secret}");
+        // And through MCP's read_file.
+        let mut mcp = McpHttp::new(&format!("{url}/mcp"), &actor_token);
+        mcp.initialize("reader").await;
+        let (refused, text) = mcp
+            .call("read_file", json!({"path": ".writ/serve.json"}))
+            .await;
+        assert!(!text.contains(&token), "the token leaked: {text}");
+        assert!(refused, "{text}");
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn mcp_sessions_per_token_are_capped_and_a_closed_one_frees_its_seat() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = Server::start(Options::new(&root).max_mcp_sessions(3))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let (url, token) = (server.url().to_string(), server.token().to_string());
+        let made = rpc(
+            &url,
+            &token,
+            "actor.create",
+            json!({"name": "opener", "grant": {"workspace": true}}),
+        )
+        .await;
+        let actor_token = made["result"]["token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{made}"))
+            .to_string();
+        let mut open = Vec::new();
+        for i in 0..3 {
+            let mut client = McpHttp::new(&format!("{url}/mcp"), &actor_token);
+            let reply = client.initialize(&format!("c{i}")).await;
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            open.push(client);
+        }
+        let one_more = McpHttp::new(&format!("{url}/mcp"), &actor_token);
+        let reply = one_more
+            .post(&json!({
+                "jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": http_client::PROTOCOL, "capabilities": {},
+                           "clientInfo": {"name": "c3", "version": "0"}},
+            }))
+            .await;
+        assert!(
+            reply.body.contains("\"error\""),
+            "a fourth session opened: {}",
+            reply.body
+        );
+        assert!(
+            reply.body.contains("--max-mcp-sessions 3"),
+            "{} {}",
+            reply.status,
+            reply.body
+        );
+        // Another token has its own seats.
+        let mut other = McpHttp::new(&format!("{url}/mcp"), &token);
+        assert_eq!(other.initialize("other").await.status, 200);
+        // A closed session frees its seat.
+        let mut first = open.swap_remove(0);
+        assert!(first.close().await.is_success());
+        let mut again = McpHttp::new(&format!("{url}/mcp"), &actor_token);
+        let reply = again.initialize("again").await;
+        assert!(
+            reply.headers.contains_key("mcp-session-id"),
+            "{}",
+            reply.body
+        );
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn an_unfinished_mcp_body_is_cut_by_the_body_timeout_like_rpcs() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = Server::start(Options::new(&root))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let addr = server.addr().to_string();
+        let token = server.token().to_string();
+        let started = Instant::now();
+        let codes = tokio::task::spawn_blocking(move || {
+            ["/mcp", "/rpc"].map(|route| {
+                raw(
+                    &addr,
+                    &format!(
+                        "POST {route} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+                         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+                         Content-Length: 100\r\n\r\n{{\"jsonrpc\": \"2.0\""
+                    ),
+                )
+            })
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(codes, [408, 408], "after {:?}", started.elapsed());
+        server.shutdown().await;
+    });
+}

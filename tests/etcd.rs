@@ -3057,6 +3057,51 @@ async fn the_version_gate_holds_across_servers_and_names_the_writer_of_the_other
     }
 }
 
+/// SPEC §6 on etcd: a refused append asked with `current: true` carries
+/// only the tail, and the mark it stores in etcd is good for an append
+/// only, through either server: a write or a delete of the file still
+/// needs a read of the whole of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_that_carried_only_the_tail_marks_for_appends_only_across_servers() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let lines: String = (1..=1000).map(|n| format!("line {n}\n")).collect();
+    std::fs::write(root.join("log.md"), &lines).unwrap();
+    let (servers, [one, two]) = file_servers(&etcd, &root, "tail").await;
+    let alice = one
+        .actor("alice", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let alice = alice.handle().to_string();
+    let append = serde_json::json!({"path": "log.md", "content": "alice\n", "current": true});
+    assert!(matches!(
+        file_op(&one, "files.append", &alice, append.clone()).await,
+        Err(Error::NotRead { .. })
+    ));
+    for via in [&one, &two] {
+        assert!(matches!(
+            write_through(via, &alice, "log.md", "all mine\n").await,
+            Err(Error::NotRead { .. })
+        ));
+        let delete = serde_json::json!({"path": "log.md"});
+        assert!(matches!(
+            file_op(via, "files.delete", &alice, delete).await,
+            Err(Error::NotRead { .. })
+        ));
+    }
+    assert_eq!(std::fs::read_to_string(root.join("log.md")).unwrap(), lines);
+    file_op(&two, "files.append", &alice, append).await.unwrap();
+    assert!(
+        std::fs::read_to_string(root.join("log.md"))
+            .unwrap()
+            .ends_with("line 1000\nalice\n")
+    );
+    nothing_held(&[one, two]).await;
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
 /// SPEC §8 on etcd: every server of a session records in the session's
 /// journal (one history folder, checked when a server starts), under the
 /// actor's turn kept in etcd, so a turn written through two servers is

@@ -539,7 +539,44 @@ impl Table {
         if request.resume {
             return self.resume(admission).await;
         }
+        if let Some(ticket) = &request.ticket {
+            self.ticket_room(actor, ticket).await?;
+        }
         self.spawn_admission(admission).await
+    }
+
+    /// A ticket of `actor` within the bounds every table keeps (SPEC §13):
+    /// its length, and, when etcd does not know it yet, the actor's live
+    /// tickets, counted (keys only) before one more is stored.
+    async fn ticket_room(&self, actor: &ActorRef, ticket: &str) -> Result<()> {
+        crate::tickets::check_len(ticket)?;
+        let layout = self.layout();
+        let counted = self
+            .read(vec![
+                TxnOp::get(
+                    layout.ticket(actor.id.0, &tokens::token_hash(ticket)),
+                    Some(GetOptions::new().with_count_only()),
+                ),
+                TxnOp::get(
+                    layout.tickets_of(actor.id.0),
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                ),
+            ])
+            .await
+            .map_err(unavailable)?;
+        let counts: Vec<i64> = counted
+            .op_responses()
+            .into_iter()
+            .map(|op| match op {
+                etcd_client::TxnOpResponse::Get(get) => get.count(),
+                _ => 0,
+            })
+            .collect();
+        match counts.as_slice() {
+            [known, _] if *known > 0 => Ok(()),
+            [_, live] => crate::tickets::check_room(usize::try_from(*live).unwrap_or(usize::MAX)),
+            _ => Ok(()),
+        }
     }
 
     /// A tool call's wait (SPEC §14; `Actor::wait_call` in process):
@@ -1061,6 +1098,7 @@ impl Table {
     /// # Ok(()) }
     /// ```
     pub async fn give_up(&self, actor: &ActorRef, ticket: &str) -> Result<Option<HoldId>> {
+        self.ticket_room(actor, ticket).await?;
         let key = self
             .layout()
             .ticket(actor.id.0, &tokens::token_hash(ticket));

@@ -108,6 +108,14 @@ pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<A
         max_body: app.max_body,
     });
     tokio::spawn(reap(Arc::downgrade(&mcp)));
+    let gone = Arc::downgrade(&mcp);
+    let _ = app
+        .on_actors_gone
+        .set(super::rpc::ActorsGone(Box::new(move |ids| {
+            if let Some(mcp) = gone.upgrade() {
+                tokio::spawn(async move { mcp.actors_gone(&ids).await });
+            }
+        })));
     Ok(router.route(
         "/mcp",
         any(move |State(app): State<Arc<App>>, request: Request| {
@@ -178,11 +186,12 @@ fn agent_name(parts: &axum::http::request::Parts) -> std::result::Result<Option<
     let Some(name) = name.map(|n| n.trim().to_string()).filter(|n| !n.is_empty()) else {
         return Ok(None);
     };
-    if name.chars().count() > MAX_AGENT_NAME || name.chars().any(char::is_control) {
+    if name.chars().count() > MAX_AGENT_NAME {
         return Err(format!(
             "an agent name is 1 to {MAX_AGENT_NAME} printable characters"
         ));
     }
+    crate::text::check_name("an agent name", &name)?;
     Ok(Some(name))
 }
 
@@ -303,6 +312,8 @@ impl Seats {
             .authenticate_any(headers.and_then(auth::bearer))
             .await
             .map_err(|e| e.to_string())?;
+        crate::text::check_name("an MCP client name", start.client_name)?;
+        let seat = app.mcp_sessions.claim(&caller)?;
         let asked = start
             .http
             .map(|parts| asked_tools(&parts.uri))
@@ -312,6 +323,7 @@ impl Seats {
             Some(name) => self.agent(&app, caller, name).await?,
             None => self.unnamed(&app, caller, &start).await?,
         };
+        seat.keep();
         Ok(match asked.flatten() {
             Some(tools) => actor.with_tools(tools),
             None => actor,
@@ -924,6 +936,7 @@ impl Mcp {
             tracing::info!(agent = %live.name, "MCP session closed");
             if let Some(app) = self.app.upgrade() {
                 app.metrics.mcp_session_closed();
+                app.mcp_sessions.release(&live.owner);
             }
         }
         if let Some(key) = ended.and_then(|live| live.agent) {
@@ -1018,4 +1031,34 @@ fn internal() -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     response
+}
+
+impl Mcp {
+    /// Actors made over the wire were dropped (their lease revoked or
+    /// lapsed, or `actor.drop`): the sessions their tokens opened end, and
+    /// so do those tokens' named agents, with every reservation they made,
+    /// at once, whatever their streams or `--mcp-idle` say (SPEC §14:
+    /// revoke wins).
+    async fn actors_gone(&self, ids: &[u64]) {
+        let of_gone = |caller: &Caller| matches!(caller, Caller::Actor(n) if ids.contains(n));
+        let ended: Vec<String> = self
+            .live
+            .lock()
+            .iter()
+            .filter(|(_, s)| of_gone(&s.owner))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ended {
+            self.end_session(&id);
+            if let Err(e) = self.sessions.close_session(&Arc::from(id.as_str())).await {
+                tracing::warn!("closing the MCP session {id} of a dropped actor: {e}");
+            }
+        }
+        let gone: Vec<AgentSlot> = {
+            let mut agents = self.agents.lock();
+            let keys: Vec<AgentKey> = agents.keys().filter(|(c, _)| of_gone(c)).cloned().collect();
+            keys.iter().filter_map(|k| agents.remove(k)).collect()
+        };
+        drop(gone);
+    }
 }
