@@ -421,12 +421,21 @@ fn configured_sensitive_names_never_expose_the_session_token() {
         let file: writ::server::ConfigFile =
             serde_json::from_value(json!({"sensitive_names": [".env", "*.pem", "*.secret"]}))
                 .unwrap_or_else(|e| panic!("{e}"));
-        let server = Server::start(Options::new(&root).config_file(file))
-            .await
-            .unwrap_or_else(|e| panic!("start: {e}"));
+        let discovery = writ::server::discovery_path(&root, None);
+        let server = Server::start(
+            Options::new(&root)
+                .config_file(file)
+                .discovery_file(&discovery),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
         let (url, token) = (server.url().to_string(), server.token().to_string());
         let (actor, actor_token) =
             actor_with_token(&url, &token, "reader", json!({"read_only": true})).await;
+        assert!(
+            std::fs::read_to_string(&discovery).is_ok_and(|found| found.contains(&token)),
+            "the discovery file holds the token"
+        );
         let read = rpc(
             &url,
             &actor_token,

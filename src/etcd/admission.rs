@@ -536,18 +536,35 @@ impl Table {
             after_timeout: request.after_timeout,
             ticket: request.ticket.as_deref().map(tokens::token_hash),
         };
+        if let Some(ticket) = &request.ticket {
+            crate::tickets::check_len(ticket)?;
+        }
         if request.resume {
             return self.resume(admission).await;
         }
-        if let Some(ticket) = &request.ticket {
-            self.ticket_room(actor, ticket).await?;
+        let Some(ticket) = &request.ticket else {
+            return self.spawn_admission(admission).await;
+        };
+        // The actor's tickets are counted beside the admission, not before
+        // it, so a ticket costs no round trip; a grant made past the bound
+        // is handed back (its answer key goes with it).
+        let (room, granted) = tokio::join!(
+            self.ticket_room(actor, ticket),
+            self.spawn_admission(admission)
+        );
+        match (room, granted) {
+            (Ok(()), granted) => granted,
+            (Err(e), Ok(grant)) => {
+                self.release(grant.hold()).await?;
+                Err(e)
+            }
+            (Err(e), Err(_)) => Err(e),
         }
-        self.spawn_admission(admission).await
     }
 
     /// A ticket of `actor` within the bounds every table keeps (SPEC §13):
-    /// its length, and, when etcd does not know it yet, the actor's live
-    /// tickets, counted (keys only) before one more is stored.
+    /// its length, and the actor's other live tickets, counted (keys only)
+    /// so that one more stays within the bound.
     async fn ticket_room(&self, actor: &ActorRef, ticket: &str) -> Result<()> {
         crate::tickets::check_len(ticket)?;
         let layout = self.layout();
@@ -572,11 +589,11 @@ impl Table {
                 _ => 0,
             })
             .collect();
-        match counts.as_slice() {
-            [known, _] if *known > 0 => Ok(()),
-            [_, live] => crate::tickets::check_room(usize::try_from(*live).unwrap_or(usize::MAX)),
-            _ => Ok(()),
-        }
+        let others = match counts.as_slice() {
+            [own, live] => live.saturating_sub(*own),
+            _ => 0,
+        };
+        crate::tickets::check_room(usize::try_from(others).unwrap_or(usize::MAX))
     }
 
     /// A tool call's wait (SPEC §14; `Actor::wait_call` in process):
