@@ -75,6 +75,7 @@ pub(crate) fn deceptive(c: char) -> bool {
 /// A name an agent chose (an actor, an MCP client or agent, a label), as
 /// SPEC §13 takes it: refused with a sentence saying why when it holds a
 /// [`deceptive`] character. `what` names it ("an actor name").
+#[cfg_attr(not(any(feature = "server", feature = "mcp")), allow(dead_code))]
 pub(crate) fn check_name(what: &str, name: &str) -> Result<(), String> {
     match name.chars().find(|&c| deceptive(c)) {
         None => Ok(()),
@@ -85,7 +86,8 @@ pub(crate) fn check_name(what: &str, name: &str) -> Result<(), String> {
     }
 }
 
-/// `text` with every [`deceptive`] character written as an escape (`\n`,
+/// `text` with every control character and bidirectional override or
+/// isolate (U+202A–U+202E, U+2066–U+2069) written as an escape (`\n`,
 /// `\u{202e}`), so that what an agent chose (a path, a name) shown in a
 /// log line, on the page or in `writ top` can neither forge a line nor
 /// reorder or recolour one. Escaping twice changes nothing more.
