@@ -72,6 +72,8 @@ pub struct ReadmeDoctests;
 mod error;
 mod kinds;
 pub mod text;
+#[cfg_attr(not(any(feature = "server", feature = "etcd")), allow(dead_code))]
+mod tickets;
 
 // The layers, bottom up; imports point down only (docs/ARCHITECTURE.md).
 mod core;

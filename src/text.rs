@@ -63,3 +63,81 @@ mod tests {
         assert_eq!(table(&["a", "b"], &[vec!["x".into()]]), "a  b\nx\n");
     }
 }
+
+/// Whether `c` could deceive a person reading a name or a log line: a
+/// control character (a newline forges a line, an escape drives the
+/// terminal) or a bidirectional override or isolate (U+202A–U+202E,
+/// U+2066–U+2069), which reorders the text after it.
+pub(crate) fn deceptive(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A name an agent chose (an actor, an MCP client or agent, a label), as
+/// SPEC §13 takes it: refused with a sentence saying why when it holds a
+/// [`deceptive`] character. `what` names it ("an actor name").
+#[cfg_attr(not(any(feature = "server", feature = "mcp")), allow(dead_code))]
+pub(crate) fn check_name(what: &str, name: &str) -> Result<(), String> {
+    match name.chars().find(|&c| deceptive(c)) {
+        None => Ok(()),
+        Some(c) => Err(format!(
+            "{what} may not hold control characters or bidirectional overrides; this one holds U+{:04X}",
+            u32::from(c)
+        )),
+    }
+}
+
+/// `text` with every control character and bidirectional override or
+/// isolate (U+202A–U+202E, U+2066–U+2069) written as an escape (`\n`,
+/// `\u{202e}`), so that what an agent chose (a path, a name) shown in a
+/// log line, on the page or in `writ top` can neither forge a line nor
+/// reorder or recolour one. Escaping twice changes nothing more.
+///
+/// ```
+/// assert_eq!(writ::text::escape("a\nb\u{202e}c"), "a\\nb\\u{202e}c");
+/// assert_eq!(writ::text::escape("src/lib.rs"), "src/lib.rs");
+/// ```
+pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(deceptive) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if deceptive(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn names_with_controls_or_bidi_overrides_are_refused() {
+        assert!(check_name("a name", "helper-2 (review)").is_ok());
+        assert!(check_name("a name", "解析器").is_ok());
+        for bad in [
+            "a\nb",
+            "a\u{1b}[31m",
+            "a\u{202e}b",
+            "a\u{2066}b",
+            "a\u{85}b",
+        ] {
+            assert!(check_name("a name", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn escaped_text_has_no_raw_control_or_bidi_character() {
+        let forged = "x.rs\n2026-01-01T00:00:00Z  INFO refused actor=root\u{1b}]0;t\u{7}\u{202e}";
+        let shown = escape(forged);
+        assert!(!shown.chars().any(deceptive), "{shown}");
+        assert!(shown.contains("x.rs\\n2026"), "{shown}");
+        assert_eq!(escape(&shown), shown, "escaping twice changes nothing more");
+    }
+}

@@ -63,6 +63,29 @@ async fn workspace_actor(server_url: &str, token: &str, name: &str) -> String {
         .to_string()
 }
 
+/// An actor made with the session token: its handle and its own token.
+async fn actor_with_token(
+    server_url: &str,
+    token: &str,
+    name: &str,
+    grant: Value,
+) -> (String, String) {
+    let made = rpc(
+        server_url,
+        token,
+        "actor.create",
+        json!({"name": name, "grant": grant}),
+    )
+    .await;
+    let field = |key: &str| {
+        made["result"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{made}"))
+            .to_string()
+    };
+    (field("actor"), field("token"))
+}
+
 fn kind(answer: &Value) -> &str {
     answer["error"]["data"]["kind"].as_str().unwrap_or("")
 }
@@ -233,6 +256,35 @@ fn tickets_are_bounded_and_a_live_ticket_is_never_overwritten() {
         let (at, answer) = refused.unwrap_or_else(|| panic!("80 live tickets were kept"));
         assert_eq!(at, 64, "{answer}");
         assert_eq!(kind(&answer), "invalid_params", "{answer}");
+        // Giving up a ticket never asked with stores it too: bounded in
+        // length, and refused past the actor's count.
+        let other = made("other").await;
+        let long = "g".repeat(1 << 20);
+        let answer = rpc(
+            &url,
+            &token,
+            "release",
+            json!({"actor": other, "ticket": long}),
+        )
+        .await;
+        assert_eq!(kind(&answer), "invalid_params", "{answer:.300}");
+        let mut refused = None;
+        for i in 0..80 {
+            let answer = rpc(
+                &url,
+                &token,
+                "release",
+                json!({"actor": other, "ticket": format!("never-{i}")}),
+            )
+            .await;
+            if answer.get("error").is_some() {
+                refused = Some((i, answer));
+                break;
+            }
+        }
+        let (at, answer) = refused.unwrap_or_else(|| panic!("80 unused tickets were kept"));
+        assert_eq!(at, 64, "{answer}");
+        assert_eq!(kind(&answer), "invalid_params", "{answer}");
         // Two live requests with one ticket: the second is refused, and the
         // first's grant stays reachable by its ticket.
         let fence = rpc(
@@ -356,6 +408,191 @@ fn a_request_past_max_targets_admits_nothing_and_huge_ones_starve_nobody() {
         assert!(
             slowest < Duration::from_secs(5),
             "a small request waited {slowest:?}"
+        );
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn configured_sensitive_names_never_expose_the_session_token() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        // The way the docs show extending the sensitive names.
+        let file: writ::server::ConfigFile =
+            serde_json::from_value(json!({"sensitive_names": [".env", "*.pem", "*.secret"]}))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let discovery = writ::server::discovery_path(&root, None);
+        let server = Server::start(
+            Options::new(&root)
+                .config_file(file)
+                .discovery_file(&discovery),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        let (url, token) = (server.url().to_string(), server.token().to_string());
+        let (actor, actor_token) =
+            actor_with_token(&url, &token, "reader", json!({"read_only": true})).await;
+        assert!(
+            std::fs::read_to_string(&discovery).is_ok_and(|found| found.contains(&token)),
+            "the discovery file holds the token"
+        );
+        let read = rpc(
+            &url,
+            &actor_token,
+            "files.read",
+            json!({"actor": actor, "path": ".writ/serve.json"}),
+        )
+        .await;
+        assert_eq!(kind(&read), "policy", "{read}");
+        assert!(
+            !read.to_string().contains(&token),
+            "the token leaked: {read}"
+        );
+        // The configured names are refused too.
+        let secret = rpc(
+            &url,
+            &token,
+            "files.write",
+            json!({"actor": workspace_actor(&url, &token, "w").await,
+                   "path": "db.secret", "content": "x"}),
+        )
+        .await;
+        assert_eq!(kind(&secret), "policy", "{secret}");
+        // And through MCP's read_file.
+        let mut mcp = McpHttp::new(&format!("{url}/mcp"), &actor_token);
+        mcp.initialize("reader").await;
+        let (refused, text) = mcp
+            .call("read_file", json!({"path": ".writ/serve.json"}))
+            .await;
+        assert!(!text.contains(&token), "the token leaked: {text}");
+        assert!(refused, "{text}");
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn mcp_sessions_per_token_are_capped_and_a_closed_one_frees_its_seat() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = Server::start(Options::new(&root).max_mcp_sessions(3))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let (url, token) = (server.url().to_string(), server.token().to_string());
+        let (_, actor_token) =
+            actor_with_token(&url, &token, "opener", json!({"workspace": true})).await;
+        let mut open = Vec::new();
+        for i in 0..3 {
+            let mut client = McpHttp::new(&format!("{url}/mcp"), &actor_token);
+            let reply = client.initialize(&format!("c{i}")).await;
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            open.push(client);
+        }
+        let one_more = McpHttp::new(&format!("{url}/mcp"), &actor_token);
+        let reply = one_more
+            .post(&json!({
+                "jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": http_client::PROTOCOL, "capabilities": {},
+                           "clientInfo": {"name": "c3", "version": "0"}},
+            }))
+            .await;
+        assert!(
+            reply.body.contains("\"error\""),
+            "a fourth session opened: {}",
+            reply.body
+        );
+        assert!(
+            reply.body.contains("--max-mcp-sessions 3"),
+            "{} {}",
+            reply.status,
+            reply.body
+        );
+        // Another token has its own seats.
+        let mut other = McpHttp::new(&format!("{url}/mcp"), &token);
+        assert_eq!(other.initialize("other").await.status, 200);
+        // A closed session frees its seat.
+        let mut first = open.swap_remove(0);
+        assert!(first.close().await.is_success());
+        let mut again = McpHttp::new(&format!("{url}/mcp"), &actor_token);
+        let reply = again.initialize("again").await;
+        assert!(
+            reply.headers.contains_key("mcp-session-id"),
+            "{}",
+            reply.body
+        );
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn an_unfinished_mcp_body_is_cut_by_the_body_timeout_like_rpcs() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = Server::start(Options::new(&root))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let addr = server.addr().to_string();
+        let token = server.token().to_string();
+        let started = Instant::now();
+        let codes = tokio::task::spawn_blocking(move || {
+            ["/mcp", "/rpc"].map(|route| {
+                raw(
+                    &addr,
+                    &format!(
+                        "POST {route} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+                         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+                         Content-Length: 100\r\n\r\n{{\"jsonrpc\": \"2.0\""
+                    ),
+                )
+            })
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(codes, [408, 408], "after {:?}", started.elapsed());
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn idle_connections_at_the_cap_never_make_a_new_client_wait() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = Server::start(Options::new(&root).max_connections(8))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let addr = server.addr().to_string();
+        let answered = tokio::task::spawn_blocking(move || {
+            // Eight kept-alive connections, each done with its request and
+            // left open: the cap is reached, and every one is idle.
+            let mut idle = Vec::new();
+            for _ in 0..8 {
+                let mut stream =
+                    TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connect: {e}"));
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
+                stream
+                    .write_all(format!("GET /health HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+                    .unwrap_or_else(|e| panic!("send: {e}"));
+                let mut reader = BufReader::new(stream);
+                let mut status = String::new();
+                let _ = reader.read_line(&mut status);
+                assert!(status.contains(" 200 "), "{status}");
+                idle.push(reader);
+            }
+            let started = Instant::now();
+            let code = raw(
+                &addr,
+                &format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+            );
+            (code, started.elapsed(), idle.len())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (code, waited, _) = answered;
+        assert_eq!(code, 200, "after {waited:?}");
+        // The header timeout (10 s) would have freed a slot; closing the
+        // longest-idle connection frees one at once.
+        assert!(
+            waited < Duration::from_secs(3),
+            "a new client waited {waited:?}"
         );
         server.shutdown().await;
     });

@@ -2827,6 +2827,44 @@ async fn a_ticket_given_up_through_another_table_is_never_granted_or_is_released
     );
 }
 
+/// SPEC §13 on etcd: tickets are bounded in length and in number per
+/// actor on every path that stores one: give-ups of tickets never asked
+/// with stop at the bound, through either table, and a ticket too long
+/// is refused by admit and give-up alike, with nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_are_bounded_in_length_and_number_per_actor_on_etcd() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("bounds").await, etcd.table("bounds").await);
+    let caller = actor(&one, "caller").await;
+    let long = "t".repeat(129);
+    let refused = |e: &Error| matches!(e, Error::Protocol { .. });
+    let given_up = one.give_up(&caller, &long).await;
+    assert!(given_up.as_ref().is_err_and(refused), "{given_up:?}");
+    let asked = AdmitRequest::call(["/ws/a.rs"]).ticket(long.clone());
+    let admitted = one.admit(&caller, asked).await;
+    assert!(admitted.as_ref().is_err_and(refused), "{admitted:?}");
+    assert!(etcd_keys(&etcd, "bounds", "g/").await.is_empty());
+    let mut stopped = None;
+    for i in 0..150 {
+        let via = if i % 2 == 0 { &one } else { &two };
+        if let Err(e) = via.give_up(&caller, &format!("never-{i}")).await {
+            stopped = Some((i, e));
+            break;
+        }
+    }
+    let (at, error) = stopped.unwrap_or_else(|| panic!("150 unused tickets were stored"));
+    assert_eq!(at, 64, "{error}");
+    assert!(refused(&error), "{error:?}");
+    assert_eq!(etcd_keys(&etcd, "bounds", "g/").await.len(), 64);
+    // At the bound a new ticket is refused for an admit too; one already
+    // stored may still be given up again.
+    let asked = AdmitRequest::call(["/ws/b.rs"]).ticket("one-more");
+    let admitted = two.admit(&caller, asked).await;
+    assert!(admitted.as_ref().is_err_and(refused), "{admitted:?}");
+    assert_eq!(two.give_up(&caller, "never-3").await.unwrap(), None);
+    assert!(two.dump().await.unwrap().table.holds.is_empty());
+}
+
 // ---- the file tools through two servers (SPEC §6–§7 across servers) ----
 
 /// Two `writ serve --etcd` in this process on session `session` of `etcd`,
@@ -3053,6 +3091,51 @@ async fn the_version_gate_holds_across_servers_and_names_the_writer_of_the_other
     nothing_held(&[one, two]).await;
     for server in servers {
         assert!(server.scheduler().dump().actors.is_empty());
+        server.shutdown().await;
+    }
+}
+
+/// SPEC §6 on etcd: a refused append asked with `current: true` carries
+/// only the tail, and the mark it stores in etcd is good for an append
+/// only, through either server: a write or a delete of the file still
+/// needs a read of the whole of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_that_carried_only_the_tail_marks_for_appends_only_across_servers() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let lines: String = (1..=1000).map(|n| format!("line {n}\n")).collect();
+    std::fs::write(root.join("log.md"), &lines).unwrap();
+    let (servers, [one, two]) = file_servers(&etcd, &root, "tail").await;
+    let alice = one
+        .actor("alice", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let alice = alice.handle().to_string();
+    let append = serde_json::json!({"path": "log.md", "content": "alice\n", "current": true});
+    assert!(matches!(
+        file_op(&one, "files.append", &alice, append.clone()).await,
+        Err(Error::NotRead { .. })
+    ));
+    for via in [&one, &two] {
+        assert!(matches!(
+            write_through(via, &alice, "log.md", "all mine\n").await,
+            Err(Error::NotRead { .. })
+        ));
+        let delete = serde_json::json!({"path": "log.md"});
+        assert!(matches!(
+            file_op(via, "files.delete", &alice, delete).await,
+            Err(Error::NotRead { .. })
+        ));
+    }
+    assert_eq!(std::fs::read_to_string(root.join("log.md")).unwrap(), lines);
+    file_op(&two, "files.append", &alice, append).await.unwrap();
+    assert!(
+        std::fs::read_to_string(root.join("log.md"))
+            .unwrap()
+            .ends_with("line 1000\nalice\n")
+    );
+    nothing_held(&[one, two]).await;
+    for server in servers {
         server.shutdown().await;
     }
 }

@@ -335,6 +335,7 @@ fn marks_round_trip_through_serde_and_add_mark() {
         sha256: "0".repeat(64),
         len: 0,
         read_at: std::time::SystemTime::now(),
+        tail_only: false,
     };
     assert!(matches!(
         b.add_mark(outside),

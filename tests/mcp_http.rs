@@ -1481,3 +1481,118 @@ fn a_tool_call_from_a_foreign_host_or_origin_is_refused_and_writes_nothing() {
         server.shutdown().await;
     });
 }
+
+/// SPEC §6: a refused append carries only the file's tail, and the mark it
+/// records is good for an append only — a `write_file`, an edit, a delete
+/// or a move still needs a read of the whole file, so 1,000 lines the agent
+/// never saw are never overwritten.
+#[test]
+fn a_refusal_that_carried_only_the_tail_marks_the_file_for_appends_only() {
+    let (_dir, root) = workspace();
+    let lines: String = (1..=1000).map(|n| format!("line {n}\n")).collect();
+    fs::write(root.join("log.md"), &lines).unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let url = format!("{}/mcp", server.url());
+        let append = json!({"path": "log.md", "content": "agent\n"});
+        for (tool, args) in [
+            (
+                "write_file",
+                json!({"path": "log.md", "content": "all mine\n"}),
+            ),
+            (
+                "edit_file",
+                json!({"path": "log.md", "old_string": "line 1000\n", "new_string": "x\n"}),
+            ),
+            ("delete_file", json!({"path": "log.md"})),
+            ("move_file", json!({"from": "log.md", "to": "moved.md"})),
+        ] {
+            // A fresh agent each time: a refused write_file carries the
+            // whole file (within the read bound), which is a read.
+            let mut agent =
+                http_client::McpHttp::new(&url, server.token()).with_header("Writ-Agent", tool);
+            assert_eq!(agent.initialize(tool).await.status, 200);
+            let (error, text) = agent.call("append_file", append.clone()).await;
+            assert!(error, "{text}");
+            assert!(text.contains("  1000\tline 1000"), "{text}");
+            assert!(!text.contains("\tline 1\n"), "{text}");
+            let (error, text) = agent.call(tool, args).await;
+            assert!(error, "{tool} passed on a mark of the tail: {text}");
+            assert!(text.contains("not read"), "{tool}: {text}");
+            assert_eq!(
+                fs::read_to_string(root.join("log.md")).unwrap_or_default(),
+                lines,
+                "{tool} changed the file"
+            );
+        }
+        // Appending is what the tail was for.
+        let mut agent =
+            http_client::McpHttp::new(&url, server.token()).with_header("Writ-Agent", "appender");
+        assert_eq!(agent.initialize("appender").await.status, 200);
+        let (error, text) = agent.call("append_file", append.clone()).await;
+        assert!(error, "{text}");
+        let (error, text) = agent.call("append_file", append).await;
+        assert!(!error, "{text}");
+        server.shutdown().await;
+    });
+}
+
+/// SPEC §14: a named agent opened with an actor token is that actor's
+/// child; revoking the actor's lease, or dropping the actor, drops the
+/// agent and its reservations at once, though its session keeps a GET
+/// stream open and `--mcp-idle` is long.
+#[test]
+fn revoking_an_actor_drops_its_named_agents_and_their_reservations() {
+    let (_dir, root) = workspace();
+    fs::create_dir_all(root.join("src")).unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let rpc = http_client::McpHttp::new(&format!("{}/rpc", server.url()), server.token());
+        let call = |method: &'static str, params: Value| {
+            let rpc = rpc.clone();
+            async move {
+                let reply = rpc
+                    .post(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+                    .await;
+                serde_json::from_str::<Value>(&reply.body)
+                    .unwrap_or_else(|e| panic!("{method}: {e}: {}", reply.body))
+            }
+        };
+        for end in ["lease.revoke", "actor.drop"] {
+            let made = call(
+                "actor.create",
+                json!({"name": format!("sub-{end}"), "grant": {"workspace": true}}),
+            )
+            .await;
+            let result = &made["result"];
+            let (actor, token, lease) = (
+                result["actor"].as_str().unwrap_or_default().to_string(),
+                result["token"].as_str().unwrap_or_default().to_string(),
+                result["lease"].as_str().unwrap_or_default().to_string(),
+            );
+            let mut helper = http_client::McpHttp::new(&format!("{}/mcp", server.url()), &token)
+                .with_header("Writ-Agent", "helper");
+            assert_eq!(helper.initialize("helper").await.status, 200);
+            let (error, text) = helper.call("reserve", json!({"paths": ["src/"]})).await;
+            assert!(!error, "{text}");
+            let (status, stream) = helper.hold_stream().await;
+            assert_eq!(status, 200);
+            until(&server, "the reservation", |d| {
+                d.holds.iter().any(|h| h.actor == "helper")
+            })
+            .await;
+            let ended = match end {
+                "lease.revoke" => call(end, json!({"lease": lease})).await,
+                _ => call(end, json!({"actor": actor})).await,
+            };
+            assert!(ended.get("result").is_some(), "{ended}");
+            until(&server, "the agent and its reservation to go", |d| {
+                !d.holds.iter().any(|h| h.actor == "helper")
+                    && !d.actors.iter().any(|a| a.name == "helper")
+            })
+            .await;
+            stream.abort();
+        }
+        server.shutdown().await;
+    });
+}

@@ -330,3 +330,107 @@ fn writ_top_without_a_terminal_says_so_and_fails() {
     );
     assert!(out.stdout.is_empty(), "nothing drawn");
 }
+
+/// SPEC §13 "Names and logs": a path an agent chose is escaped in the log
+/// (it can neither forge a line nor drive the terminal), a name holding a
+/// control or bidi character is refused, a policy refusal is logged at
+/// info and counted, and the MCP library's own lines stay out of an
+/// `info` log.
+#[test]
+fn the_log_escapes_what_agents_choose_and_tells_policy_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap().join("ws");
+    std::fs::create_dir_all(&root).unwrap();
+    let state = dir.path().join("state");
+    let forged =
+        "x.rs\n2026-01-01T00:00:00.000000Z  INFO writ: lease revoked lease=l1\u{1b}[31m\u{202e}";
+    let mut serve = Serve::start(&root, &state, &[], &[("RUST_LOG", "info")]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let scrape = rt.block_on(async {
+        let session = Session::connect(&serve.url, &serve.token).await.unwrap();
+        let alice = session
+            .actor("alice", Grant::workspace(&root))
+            .await
+            .unwrap();
+        let bob = session.actor("bob", Grant::workspace(&root)).await.unwrap();
+        alice.files().write(forged, "one\n").await.unwrap();
+        let refused = bob.files().write(forged, "two\n").await;
+        assert!(
+            matches!(refused, Err(writ::Error::NotRead { .. })),
+            "{refused:?}"
+        );
+        let policy = bob.files().write(".env", "TOKEN=1\n").await;
+        assert!(
+            matches!(policy, Err(writ::Error::Policy { .. })),
+            "{policy:?}"
+        );
+        let outside = bob.files().write("../out.txt", "x\n").await;
+        assert!(outside.is_err(), "{outside:?}");
+        for name in ["evil\u{202e}gnp.rs", "two\nlines", "esc\u{1b}[2J"] {
+            let made = session
+                .call(
+                    "actor.create",
+                    json!({"name": name, "grant": {"workspace": true}}),
+                )
+                .await;
+            assert!(
+                matches!(&made, Err(writ::Error::Protocol { .. })),
+                "{name:?}: {made:?}"
+            );
+        }
+        let mut mcp = McpHttp::new(&format!("{}/mcp", serve.url), &serve.token);
+        assert_eq!(mcp.initialize("quiet").await.status, 200);
+        let mut bidi = McpHttp::new(&format!("{}/mcp", serve.url), &serve.token)
+            .with_header("Writ-Agent", "a\u{202e}b");
+        assert_ne!(bidi.initialize("bidi").await.status, 200);
+        assert_eq!(mcp.close().await, 200);
+        let (status, scrape) = get(&format!("{}/metrics", serve.url), Some(&serve.token)).await;
+        assert_eq!(status, 200, "{scrape}");
+        alice.close().await.unwrap();
+        bob.close().await.unwrap();
+        session.close().await.unwrap();
+        scrape
+    });
+    serve.terminate();
+    let log = std::fs::read_to_string(&serve.log).unwrap();
+    assert!(
+        !log.chars()
+            .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+        "a raw control or bidi character reached the log:\n{log:?}"
+    );
+    for line in log.lines() {
+        assert!(
+            line.starts_with(|c: char| c.is_ascii_digit()) && !line.starts_with("2026-01-01"),
+            "a line the server did not write:\n{line}\nin:\n{log}"
+        );
+    }
+    assert!(log.contains("x.rs\\n2026-01-01"), "{log}");
+    let refused: Vec<&str> = log.lines().filter(|l| l.contains(" refused ")).collect();
+    assert!(
+        refused
+            .iter()
+            .any(|l| l.contains("kind=policy") && l.contains("path=.env")),
+        "{log}"
+    );
+    assert!(!log.contains("holder=-") && !log.contains("None"), "{log}");
+    assert!(
+        !log.contains("rmcp"),
+        "the MCP library logged at info:\n{log}"
+    );
+    let samples = parse_with_python(&scrape, dir.path());
+    assert_eq!(
+        samples.get(r#"writ_refusals_total{kind="policy"}"#),
+        Some(&1.0),
+        "{scrape}"
+    );
+    assert!(
+        samples
+            .get(r#"writ_refusals_total{kind="outside_grant"}"#)
+            .is_some_and(|n| *n >= 1.0),
+        "{scrape}"
+    );
+}

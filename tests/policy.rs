@@ -128,11 +128,13 @@ fn sensitive_names_can_be_allowed_or_reconfigured() {
     files.write(".env.example", "PORT=2\n").unwrap();
     // Only what was allowed.
     policy_reason(files.read(".env"));
-    // A scheduler with its own patterns.
+    // A scheduler with its own patterns: added to the built-in ones, which
+    // no configuration removes (they protect `.writ/`).
     let sched2 = sched(Config::default().sensitive_names(["*.secret"]));
     let b = sched2.actor("b", Grant::workspace(ws.path())).unwrap();
-    b.files().read(".env").unwrap();
+    policy_reason(b.files().read(".env"));
     policy_reason(b.files().write("db.secret", "x"));
+    policy_reason(b.files().write(".writ/serve.json", "{}"));
 }
 
 #[test]

@@ -536,10 +536,64 @@ impl Table {
             after_timeout: request.after_timeout,
             ticket: request.ticket.as_deref().map(tokens::token_hash),
         };
+        if let Some(ticket) = &request.ticket {
+            crate::tickets::check_len(ticket)?;
+        }
         if request.resume {
             return self.resume(admission).await;
         }
-        self.spawn_admission(admission).await
+        let Some(ticket) = &request.ticket else {
+            return self.spawn_admission(admission).await;
+        };
+        // The actor's tickets are counted beside the admission, not before
+        // it, so a ticket costs no round trip; a grant made past the bound
+        // is handed back (its answer key goes with it).
+        let (room, granted) = tokio::join!(
+            self.ticket_room(actor, ticket),
+            self.spawn_admission(admission)
+        );
+        match (room, granted) {
+            (Ok(()), granted) => granted,
+            (Err(e), Ok(grant)) => {
+                self.release(grant.hold()).await?;
+                Err(e)
+            }
+            (Err(e), Err(_)) => Err(e),
+        }
+    }
+
+    /// A ticket of `actor` within the bounds every table keeps (SPEC §13):
+    /// its length, and the actor's other live tickets, counted (keys only)
+    /// so that one more stays within the bound.
+    async fn ticket_room(&self, actor: &ActorRef, ticket: &str) -> Result<()> {
+        crate::tickets::check_len(ticket)?;
+        let layout = self.layout();
+        let counted = self
+            .read(vec![
+                TxnOp::get(
+                    layout.ticket(actor.id.0, &tokens::token_hash(ticket)),
+                    Some(GetOptions::new().with_count_only()),
+                ),
+                TxnOp::get(
+                    layout.tickets_of(actor.id.0),
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                ),
+            ])
+            .await
+            .map_err(unavailable)?;
+        let counts: Vec<i64> = counted
+            .op_responses()
+            .into_iter()
+            .map(|op| match op {
+                etcd_client::TxnOpResponse::Get(get) => get.count(),
+                _ => 0,
+            })
+            .collect();
+        let others = match counts.as_slice() {
+            [own, live] => live.saturating_sub(*own),
+            _ => 0,
+        };
+        crate::tickets::check_room(usize::try_from(others).unwrap_or(usize::MAX))
     }
 
     /// A tool call's wait (SPEC §14; `Actor::wait_call` in process):
@@ -1061,6 +1115,7 @@ impl Table {
     /// # Ok(()) }
     /// ```
     pub async fn give_up(&self, actor: &ActorRef, ticket: &str) -> Result<Option<HoldId>> {
+        self.ticket_room(actor, ticket).await?;
         let key = self
             .layout()
             .ticket(actor.id.0, &tokens::token_hash(ticket));

@@ -196,6 +196,11 @@ impl Layout {
         self.under(format!("g/{}/{ticket_hash}", hex(actor)).as_bytes())
     }
 
+    /// Every ticket answer of `actor`, counted against its bound.
+    pub(crate) fn tickets_of(&self, actor: u64) -> Vec<u8> {
+        self.under(format!("g/{}/", hex(actor)).as_bytes())
+    }
+
     pub(crate) fn holds(&self) -> Vec<u8> {
         self.under(b"h/")
     }

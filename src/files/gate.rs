@@ -77,6 +77,16 @@ pub struct ReadMark {
     /// When the read was admitted. A `Stale` names another actor as the
     /// writer only for a write made after this moment.
     pub read_at: SystemTime,
+    /// The reader was shown only the file's tail (a refused append carries
+    /// just that, SPEC §6): the mark is good for an append only, and a
+    /// write, an edit, a delete or a move of the file still needs a read of
+    /// the whole of it (`NotRead`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tail_only: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// An actor's read marks, keyed by canonical key.
@@ -331,9 +341,16 @@ impl Gate {
     }
 
     /// The gate itself: a write to the existing file `key`, whose content
-    /// hashes to `current`, needs `mark` to be of exactly that content.
-    pub(crate) fn check(&self, key: &Key, mark: Option<ReadMark>, current: &str) -> Result<()> {
-        let Some(mark) = mark else {
+    /// hashes to `current`, needs `mark` to be of exactly that content; a
+    /// mark of the tail only does for an `append` and nothing else.
+    pub(crate) fn check(
+        &self,
+        key: &Key,
+        mark: Option<ReadMark>,
+        current: &str,
+        append: bool,
+    ) -> Result<()> {
+        let Some(mark) = mark.filter(|m| append || !m.tail_only) else {
             return Err(Error::NotRead {
                 path: key.path.clone(),
             });

@@ -513,6 +513,30 @@ impl<'a> Files<'a> {
 
     /// Step 1: resolve and check the policy.
     fn place(&self, path: &Path, follow: bool, access: Access) -> Result<Place> {
+        self.told(self.placed(path, follow, access))
+    }
+
+    /// A refusal of the path rules (a sensitive name, a path out of the
+    /// grant or the fence, a read-only actor) is an event of the stream,
+    /// as a busy path is: the refusals an operator most wants to see are
+    /// logged and counted like every other (SPEC §13).
+    fn told<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(
+            e @ (Error::Policy { .. }
+            | Error::OutsideGrant { .. }
+            | Error::OutsideFence { .. }
+            | Error::ReadOnly { .. }),
+        ) = &result
+        {
+            let meta = self.meta();
+            self.actor
+                .sched
+                .emit(|| crate::sched::events::refused(meta.id, meta.name.clone(), e));
+        }
+        result
+    }
+
+    fn placed(&self, path: &Path, follow: bool, access: Access) -> Result<Place> {
         let meta = self.meta();
         if access == Access::Write && matches!(meta.scope, Scope::ReadOnly) {
             return Err(Error::ReadOnly {
@@ -538,6 +562,10 @@ impl<'a> Files<'a> {
     /// on the way be swapped for a symlink afterwards, the `O_NOFOLLOW` walk
     /// in step 6 refuses it: the hold and the I/O always agree.
     fn admit(&self, places: &[(&Place, Mode)], label: String) -> Result<Option<Reservation>> {
+        self.told(self.admitted(places, label))
+    }
+
+    fn admitted(&self, places: &[(&Place, Mode)], label: String) -> Result<Option<Reservation>> {
         if let Some(outer) = &self.outer {
             let keys: Vec<(Key, Mode)> = places.iter().map(|(p, m)| (p.key.clone(), *m)).collect();
             let known = outer.admit(&keys, &label)?;
@@ -661,16 +689,17 @@ impl<'a> Files<'a> {
     }
 
     /// Step 3: a write to the existing file at `place` whose content hashes
-    /// to `current` needs this actor's current mark.
-    fn gate(&self, place: &Place, current: &str) -> Result<()> {
+    /// to `current` needs this actor's current mark (for an `append`, a
+    /// mark of the tail is enough).
+    fn gate(&self, place: &Place, current: &str, append: bool) -> Result<()> {
         let mark = MarkStore::of(self.meta()).get(&place.key.norm);
-        Gate::of(&self.actor.sched).check(&place.key, mark, current)
+        Gate::of(&self.actor.sched).check(&place.key, mark, current, append)
     }
 
     /// [`Files::gate`] for a write: a refusal is an event of the stream
     /// (`refused`, kind `stale` or `not_read`), as a busy path is.
-    fn gate_write(&self, place: &Place, current: &str) -> Result<()> {
-        let checked = self.gate(place, current);
+    fn gate_write(&self, place: &Place, current: &str, append: bool) -> Result<()> {
+        let checked = self.gate(place, current, append);
         if let Err(e) = &checked {
             let meta = self.meta();
             self.actor
@@ -742,7 +771,33 @@ impl<'a> Files<'a> {
     /// a write in progress). A missing file is `NotFound`; a folder is
     /// `InvalidPath`; a sensitive name is `Policy`.
     pub fn read(&self, path: impl AsRef<Path>) -> Result<(Vec<u8>, ReadMark)> {
-        let place = self.place(path.as_ref(), true, Access::Read)?;
+        self.read_marking(path.as_ref(), false)
+    }
+
+    /// Reads a whole file for a caller that shows only its tail (a refused
+    /// append carrying the file's last lines, SPEC §6) and records a mark
+    /// good for an append only ([`ReadMark::tail_only`]): a write, an edit,
+    /// a delete or a move of the file still needs a read of the whole of it.
+    /// A current whole-file mark the actor already holds is kept.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::write(dir.path().join("log.md"), "a\nb\n").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+    /// let (_, mark) = agent.files().read_for_append("log.md")?;
+    /// assert!(mark.tail_only);
+    /// assert!(matches!(agent.files().write("log.md", b""), Err(writ::Error::NotRead { .. })));
+    /// agent.files().append("log.md", b"c\n")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_for_append(&self, path: impl AsRef<Path>) -> Result<(Vec<u8>, ReadMark)> {
+        self.read_marking(path.as_ref(), true)
+    }
+
+    fn read_marking(&self, path: &Path, tail_only: bool) -> Result<(Vec<u8>, ReadMark)> {
+        let place = self.place(path, true, Access::Read)?;
         let _hold = self.admit(
             &[(&place, Mode::Shared)],
             format!("read {}", place.rel.display()),
@@ -750,13 +805,21 @@ impl<'a> Files<'a> {
         let read_at = SystemTime::now();
         let (file, meta) = self.open_file(&place)?;
         let (bytes, sha256) = self.load(&place, &file, StatKey::of(&meta))?;
+        let marks = MarkStore::of(self.meta());
+        if let Some(whole) = marks
+            .get(&place.key.norm)
+            .filter(|m| tail_only && !m.tail_only && m.sha256 == sha256)
+        {
+            return Ok((bytes, whole));
+        }
         let mark = ReadMark {
             path: place.key.path.clone(),
             sha256,
             len: bytes.len() as u64,
             read_at,
+            tail_only,
         };
-        MarkStore::of(self.meta()).put(place.key.norm.clone(), mark.clone());
+        marks.put(place.key.norm.clone(), mark.clone());
         Ok((bytes, mark))
     }
 
@@ -806,6 +869,7 @@ impl<'a> Files<'a> {
             sha256,
             len,
             read_at,
+            tail_only: false,
         };
         MarkStore::of(self.meta()).put(place.key.norm.clone(), mark.clone());
         Ok((slice, mark))
@@ -822,7 +886,7 @@ impl<'a> Files<'a> {
         )?;
         let (file, meta) = self.open_file(&place)?;
         let current = self.current_hash(&place, &file, StatKey::of(&meta))?;
-        self.gate(&place, &current)?;
+        self.gate(&place, &current, false)?;
         MarkStore::of(self.meta())
             .get(&place.key.norm)
             .ok_or_else(|| Error::NotRead {
@@ -993,7 +1057,7 @@ impl<'a> Files<'a> {
                 } else {
                     (None, self.current_hash(&place, file, stat)?)
                 };
-                self.gate_write(&place, &hash)?;
+                self.gate_write(&place, &hash, op == FileOp::Append)?;
                 (bytes, Some(hash), Some(meta.permissions().mode()))
             }
         };
@@ -1048,6 +1112,7 @@ impl<'a> Files<'a> {
                     sha256: after.to_owned(),
                     len,
                     read_at: SystemTime::now(),
+                    tail_only: false,
                 };
                 MarkStore::of(meta).put(place.key.norm.clone(), mark);
             }
@@ -1070,7 +1135,7 @@ impl<'a> Files<'a> {
                 } else {
                     (None, self.current_hash(place, &file, stat)?)
                 };
-                self.gate_write(place, &hash)?;
+                self.gate_write(place, &hash, false)?;
                 Ok(Some(Removed {
                     sha256: Some(hash),
                     mode: Some(meta.permissions().mode()),

@@ -574,7 +574,11 @@ impl Identity {
 
 /// A client name fit for an actor name: printable, bounded.
 pub(crate) fn clean_name(name: &str) -> String {
-    let cleaned: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+    let cleaned: String = name
+        .chars()
+        .filter(|&c| !crate::text::deceptive(c))
+        .take(64)
+        .collect();
     let cleaned = cleaned.trim();
     if cleaned.is_empty() {
         "agent".to_string()

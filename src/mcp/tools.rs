@@ -462,7 +462,7 @@ async fn read_file(call: Call<'_>) -> Outcome {
     let limit = args
         .opt_count("limit", 1)?
         .unwrap_or(opts.read_lines as u64);
-    let (bytes, mark) = read_text(server, actor, &path).await?;
+    let (bytes, mark) = read_text(server, actor, &path, false).await?;
     let shown_path = shown(actor, &mark.path);
     if is_binary(&bytes) {
         return Err(Failure::Bad(format!(
@@ -576,16 +576,22 @@ pub(super) async fn read_whole(
 
 /// A whole file read to be shown as text. A binary one is shown nothing,
 /// so the read leaves no mark: the model cannot overwrite what it never
-/// saw. The mark goes inside the operation, before the session's table
-/// keeps what it read.
+/// saw; one shown only by its tail leaves a mark good for an append only.
+/// The mark goes inside the operation, before the session's table keeps
+/// what it read.
 async fn read_text(
     server: &ToolServer,
     actor: &Arc<Actor>,
     path: &str,
+    tail_only: bool,
 ) -> crate::Result<(Vec<u8>, crate::ReadMark)> {
     let (p, reader) = (path.to_string(), actor.clone());
     with_wait(server, actor, &[path], Access::Read, move |files| {
-        let (bytes, mark) = files.read(&p)?;
+        let (bytes, mark) = if tail_only {
+            files.read_for_append(&p)?
+        } else {
+            files.read(&p)?
+        };
         if is_binary(&bytes) {
             reader.forget_mark(&mark.path);
         }
@@ -641,7 +647,7 @@ pub(super) async fn refused_with_current(
         }
         _ => return Failure::Refused(error),
     };
-    let (bytes, mark) = match read_text(server, actor, path).await {
+    let (bytes, mark) = match read_text(server, actor, path, show == Show::Tail).await {
         Ok(read) => read,
         Err(_) => return Failure::Refused(error),
     };
@@ -854,6 +860,9 @@ async fn reserve(call: Call<'_>) -> Outcome {
     let args = Args::new("reserve", arguments, &["paths", "note"])?;
     let paths = args.paths("paths")?;
     let note = args.opt_string("note")?.filter(|n| !n.trim().is_empty());
+    if let Some(note) = &note {
+        crate::text::check_name("reserve: `note`", note).map_err(Failure::Bad)?;
+    }
     let label = match &note {
         Some(note) => format!("reserve: {}", note.chars().take(200).collect::<String>()),
         None => "reserve".to_string(),

@@ -213,13 +213,33 @@ impl Config {
         self
     }
 
-    /// Replace the sensitive-name patterns (see [`DEFAULT_SENSITIVE`]).
+    /// Add sensitive-name patterns to the built-in ones
+    /// ([`DEFAULT_SENSITIVE`]). The built-in patterns cannot be configured
+    /// away: they protect `.writ/`, where a server keeps its session token,
+    /// so a configuration that replaced them would hand that token to any
+    /// agent. A person allows one name per handle with
+    /// [`Files::allow_sensitive`](crate::Files::allow_sensitive).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::write(dir.path().join(".env"), "TOKEN=1\n").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().sensitive_names(["*.secret"]));
+    /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
+    /// assert!(matches!(agent.files().write("db.secret", "x"), Err(writ::Error::Policy { .. })));
+    /// assert!(matches!(agent.files().read(".env"), Err(writ::Error::Policy { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn sensitive_names<I, S>(mut self, patterns: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.sensitive = patterns.into_iter().map(Into::into).collect();
+        for pattern in patterns.into_iter().map(Into::into) {
+            if !self.sensitive.contains(&pattern) {
+                self.sensitive.push(pattern);
+            }
+        }
         self
     }
 

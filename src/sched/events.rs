@@ -322,6 +322,8 @@ pub(crate) fn refused(actor: ActorId, actor_name: Arc<str>, err: &Error) -> Even
         Error::Busy(busy) => (Some(busy.path.clone()), Some(busy.holder.clone())),
         Error::Stale { path, writer, .. } => (Some(path.clone()), writer.clone()),
         Error::NotRead { path }
+        | Error::Policy { path, .. }
+        | Error::OutsideGrant { path, .. }
         | Error::OutsideFence { path, .. }
         | Error::ReadOnly { path, .. }
         | Error::NotApproved { path, .. } => (Some(path.clone()), None),

@@ -8,7 +8,8 @@
 //! request's headers must arrive within `--header-timeout` (hyper's timer
 //! drops a slow-loris client, answered by nobody), a body within
 //! [`BODY_DEADLINE`]; at most `--max-connections` connections are open per
-//! listener (more wait in the kernel's backlog, costing no descriptor), and
+//! listener (more wait in the kernel's backlog, costing no descriptor,
+//! while the connection idle the longest is closed to make room), and
 //! on TCP every request whose `Host` is not a loopback authority is 403
 //! before any route runs. When a client disconnects, hyper drops the
 //! handler's future, which drops a waiting `Acquire`: the wait is cancelled
@@ -47,7 +48,7 @@ fn router(app: Arc<App>) -> Router {
     let routes = super::events::mount(routes);
     #[cfg(feature = "mcp")]
     let routes = match super::mcp::mount(routes.clone(), &app) {
-        Ok(with_mcp) => with_mcp,
+        Ok(with_mcp) => with_mcp.layer(axum::middleware::from_fn_with_state(app.clone(), mcp_body)),
         Err(e) => {
             tracing::error!(error = %e, "cannot serve /mcp; serving the rest");
             routes
@@ -81,37 +82,81 @@ where
     L: axum::serve::Listener,
 {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let max = limits.max_connections;
+    let open = Arc::new(tokio::sync::Semaphore::new(max));
+    let conns = Arc::new(super::conns::Conns::default());
     loop {
         // A permit before the accept: past the cap, connections wait in
-        // the backlog instead of taking descriptors.
-        let permit = tokio::select! {
-            permit = open.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            _ = stop.wait_for(|s| *s) => break,
+        // the backlog instead of taking descriptors, and the connection
+        // idle the longest is closed to make room for them.
+        let permit = loop {
+            if let Ok(permit) = open.clone().try_acquire_owned() {
+                break Some(permit);
+            }
+            let closing = conns.close_longest_idle();
+            tokio::select! {
+                permit = open.clone().acquire_owned() => break permit.ok(),
+                () = conns.idle(), if !closing => {}
+                _ = stop.wait_for(|s| *s) => break None,
+            }
         };
+        let Some(permit) = permit else { break };
         let (io, _) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = stop.wait_for(|s| *s) => break,
         };
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let (id, close) = conns.opened();
+        let service = {
+            let (router, conns) = (router.clone(), conns.clone());
+            hyper::service::service_fn(
+                move |request: axum::http::Request<hyper::body::Incoming>| {
+                    let busy = conns.begin(id);
+                    let mut router = router.clone();
+                    async move {
+                        let response =
+                            tower_service::Service::call(&mut router, request.map(Body::new))
+                                .await?;
+                        // Busy until the response body is dropped: sent whole,
+                        // or its client gone.
+                        Ok::<_, std::convert::Infallible>(response.map(|body| {
+                            Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
+                                let _busy = &busy;
+                                frame
+                            }))
+                        }))
+                    }
+                },
+            )
+        };
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
             .serve_connection(TokioIo::new(io), service);
-        let connection = graceful.watch(connection);
+        let (conns, mut stopped) = (conns.clone(), stop.clone());
         tokio::spawn(async move {
+            let mut connection = std::pin::pin!(connection);
             // A client that sent its headers too slowly, or went away, ends
-            // its own connection; nothing else to do about it.
-            let _ = connection.await;
+            // its own connection; told to close (it was idle the longest at
+            // the cap, or the server stops), it ends once idle.
+            let told = tokio::select! {
+                _ = connection.as_mut() => false,
+                () = close.notified() => true,
+                stopping = stopped.wait_for(|s| *s) => stopping.is_ok(),
+            };
+            if told {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.as_mut().await;
+            }
+            conns.closed(id);
             drop(permit);
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    conns.close_all();
+    // Every connection has ended once all the permits are back.
+    let _ = open
+        .acquire_many(u32::try_from(max).unwrap_or(u32::MAX))
+        .await;
     Ok(())
 }
 
@@ -268,6 +313,61 @@ async fn admit_caller(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Resp
         })
 }
 
+/// A request body, whole: within `max_body` bytes (else 413) and within
+/// [`BODY_DEADLINE`] (else 408), so a client that never finishes its body
+/// holds neither a connection nor anything it would keep alive. Asked by
+/// `/rpc` and `/mcp` alike (SPEC §13).
+async fn whole_body(
+    body: Body,
+    max_body: usize,
+) -> std::result::Result<axum::body::Bytes, Box<Response>> {
+    match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, max_body)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => {
+            let e = protocol(
+                ProtocolError::BodyTooLarge,
+                format!("the request body is larger than {max_body} bytes (--max-body) or broken"),
+            );
+            Err(Box::new(json_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &error_body(&Value::Null, &e),
+            )))
+        }
+        Err(_) => {
+            let e = protocol(
+                ProtocolError::InvalidRequest,
+                format!("the request body did not arrive within {BODY_DEADLINE:?}"),
+            );
+            Err(Box::new(json_response(
+                StatusCode::REQUEST_TIMEOUT,
+                &error_body(&Value::Null, &e),
+            )))
+        }
+    }
+}
+
+/// `/mcp`'s POST bodies are read whole (see [`whole_body`]) before the MCP
+/// service sees them, which would otherwise wait for an unfinished one
+/// for as long as its client keeps the connection.
+#[cfg(feature = "mcp")]
+async fn mcp_body(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if request.uri().path() != "/mcp" || request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    match whole_body(body, app.max_body).await {
+        Ok(bytes) => {
+            next.run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(response) => *response,
+    }
+}
+
 async fn rpc(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let caller = match admit_caller(&app, &headers).await {
         Ok(c) => c,
@@ -281,27 +381,10 @@ async fn rpc(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Res
             return *response;
         }
     };
-    let bytes =
-        match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, app.max_body)).await {
-            Ok(Ok(bytes)) => bytes,
-            Ok(Err(_)) => {
-                let e = protocol(
-                    ProtocolError::BodyTooLarge,
-                    format!(
-                        "the request body is larger than {} bytes (--max-body) or broken",
-                        app.max_body
-                    ),
-                );
-                return json_response(StatusCode::PAYLOAD_TOO_LARGE, &error_body(&Value::Null, &e));
-            }
-            Err(_) => {
-                let e = protocol(
-                    ProtocolError::InvalidRequest,
-                    format!("the request body did not arrive within {BODY_DEADLINE:?}"),
-                );
-                return json_response(StatusCode::REQUEST_TIMEOUT, &error_body(&Value::Null, &e));
-            }
-        };
+    let bytes = match whole_body(body, app.max_body).await {
+        Ok(bytes) => bytes,
+        Err(response) => return *response,
+    };
     let request: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
         Err(e) => {

@@ -106,6 +106,14 @@ pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<A
         max_body: app.max_body,
     });
     tokio::spawn(reap(Arc::downgrade(&mcp)));
+    let gone = Arc::downgrade(&mcp);
+    let _ = app
+        .on_actors_gone
+        .set(super::rpc::ActorsGone(Box::new(move |ids| {
+            if let Some(mcp) = gone.upgrade() {
+                tokio::spawn(async move { mcp.actors_gone(&ids).await });
+            }
+        })));
     Ok(router.route(
         "/mcp",
         any(move |State(app): State<Arc<App>>, request: Request| {
@@ -151,6 +159,8 @@ struct AgentSlot {
     agent: Option<Agent>,
     /// The reads an agent made under this handle takes over.
     marks: Vec<crate::ReadMark>,
+    /// A minted agent's place under its token's cap, freed when it goes.
+    claim: Option<super::mcp_cap::Claim>,
     /// The sessions and calls acting as it now ([`AgentUse`]).
     users: usize,
     /// When its last user went.
@@ -188,6 +198,7 @@ impl Drop for Ghost {
             .or_insert_with(|| AgentSlot {
                 agent: None,
                 marks,
+                claim: None,
                 users: 0,
                 last: Instant::now(),
             });
@@ -396,6 +407,14 @@ impl Seats {
                 .await
                 .map_err(|e| e.to_string())?,
         };
+        crate::text::check_name("an MCP client name", start.client_name)?;
+        // A session counts against its token's cap (`--max-mcp-sessions`)
+        // from its opening to its end; a call that names an agent inside a
+        // session opens none.
+        let session = match (opening.era, &opening.agent) {
+            (Era::Handshake, None) => Some(app.mcp_sessions.claim(&caller)?),
+            _ => None,
+        };
         let asked = start
             .http
             .map(|parts| ToolSet::asked_in(&parts.uri))
@@ -424,13 +443,21 @@ impl Seats {
             (Some(name), _) => self.agent(&app, caller, Handle::named(name)).await?,
             // A modern call has no session: its agent lives on by itself
             // (`--mcp-idle` after its last call), reservations and all.
+            // It counts against the token's cap as a session would, until
+            // it goes.
             (None, Caller::Session) if opening.era == Era::Modern => {
+                let claim = app.mcp_sessions.claim(&caller)?;
+                let key = (caller.clone(), mint(&app)?);
                 let handle = Handle {
-                    key: mint(&app)?,
+                    key: key.1.clone(),
                     actor: self.unique(start.client_name),
                     minted: true,
                 };
-                self.agent(&app, caller, handle).await?
+                let seat = self.agent(&app, caller, handle).await?;
+                if let Some(slot) = self.agents.lock().get_mut(&key) {
+                    slot.claim = Some(claim);
+                }
+                seat
             }
             // A session's actor and reservations go with it (a killed
             // client's within the lease TTL), but what it read outlives it
@@ -451,6 +478,9 @@ impl Seats {
             }
             (None, Caller::Actor(_)) => self.unnamed(&app, caller, &start).await?,
         };
+        if let Some(session) = session {
+            session.keep();
+        }
         Ok(match asked.flatten() {
             Some(tools) => actor.with_tools(tools),
             None => actor,
@@ -580,6 +610,7 @@ impl Seats {
             AgentSlot {
                 agent: Some(agent),
                 marks: Vec::new(),
+                claim: None,
                 users: 0,
                 last: Instant::now(),
             },
@@ -1114,6 +1145,7 @@ impl Mcp {
             tracing::info!(agent = %live.name, "MCP session closed");
             if let Some(app) = self.app.upgrade() {
                 app.metrics.mcp_session_closed();
+                app.mcp_sessions.release(&live.owner);
             }
         }
     }
@@ -1202,4 +1234,34 @@ fn internal() -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     response
+}
+
+impl Mcp {
+    /// Actors made over the wire were dropped (their lease revoked or
+    /// lapsed, or `actor.drop`): the sessions their tokens opened end, and
+    /// so do those tokens' named agents, with every reservation they made,
+    /// at once, whatever their streams or `--mcp-idle` say (SPEC §14:
+    /// revoke wins).
+    async fn actors_gone(&self, ids: &[u64]) {
+        let of_gone = |caller: &Caller| matches!(caller, Caller::Actor(n) if ids.contains(n));
+        let ended: Vec<String> = self
+            .live
+            .lock()
+            .iter()
+            .filter(|(_, s)| of_gone(&s.owner))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ended {
+            self.end_session(&id);
+            if let Err(e) = self.sessions.close_session(&Arc::from(id.as_str())).await {
+                tracing::warn!("closing the MCP session {id} of a dropped actor: {e}");
+            }
+        }
+        let gone: Vec<AgentSlot> = {
+            let mut agents = self.agents.lock();
+            let keys: Vec<AgentKey> = agents.keys().filter(|(c, _)| of_gone(c)).cloned().collect();
+            keys.iter().filter_map(|k| agents.remove(k)).collect()
+        };
+        drop(gone);
+    }
 }

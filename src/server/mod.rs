@@ -32,6 +32,7 @@
 //! The protocol is documented in docs/PROTOCOL.md.
 
 pub(crate) mod auth;
+mod conns;
 mod discovery;
 #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 mod events;
@@ -39,6 +40,8 @@ pub(crate) mod lease;
 mod listen;
 #[cfg(feature = "mcp")]
 mod mcp;
+#[cfg(feature = "mcp")]
+mod mcp_cap;
 mod observe;
 mod rpc;
 mod socket;
@@ -118,6 +121,7 @@ pub(crate) struct Limits {
     pub(crate) header_timeout: Duration,
     pub(crate) max_connections: usize,
     pub(crate) max_targets: usize,
+    pub(crate) max_mcp_sessions: usize,
 }
 
 impl Default for Limits {
@@ -126,6 +130,7 @@ impl Default for Limits {
             header_timeout: Duration::from_secs(10),
             max_connections: 512,
             max_targets: 4096,
+            max_mcp_sessions: 256,
         }
     }
 }
@@ -135,7 +140,7 @@ impl Default for Limits {
 /// ```
 /// let file: writ::server::ConfigFile = serde_json::from_str(
 ///     r#"{"max_actors": 6, "max_writers": 3, "case": "insensitive",
-///         "sensitive_names": [".env", "*.pem", ".writ/"], "read_roots": ["/usr/share/doc"],
+///         "sensitive_names": ["*.secret"], "read_roots": ["/usr/share/doc"],
 ///         "events_ring": 65536}"#,
 /// ).unwrap();
 /// let options = writ::server::Options::new(".").config_file(file);
@@ -152,7 +157,8 @@ pub struct ConfigFile {
     pub case: Option<CaseName>,
     /// `Config::portable_names`.
     pub portable_names: Option<bool>,
-    /// `Config::sensitive_names` (replaces the defaults).
+    /// `Config::sensitive_names`: added to the built-in patterns, never a
+    /// replacement for them (`.writ/` stays refused whatever this says).
     pub sensitive_names: Option<Vec<String>>,
     /// Read-only roots added to every actor's grant.
     #[serde(default)]
@@ -369,6 +375,14 @@ impl Options {
         self
     }
 
+    /// The most MCP sessions one token may have open at once (default 256):
+    /// one more is refused with a sentence naming the cap, so no client
+    /// grows the server by opening sessions it never closes.
+    pub fn max_mcp_sessions(mut self, sessions: usize) -> Self {
+        self.limits.max_mcp_sessions = sessions.max(1);
+        self
+    }
+
     /// The scheduler's configuration (slots, case, sensitive names, history).
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
@@ -504,7 +518,12 @@ impl Server {
             stop_rx,
             options.discovery.clone(),
         ));
-        tracing::info!(%url, socket = ?socket_path, root = %root.display(), "writ serve listening");
+        tracing::info!(
+            %url,
+            socket = socket_path.as_deref().map(|p| tracing::field::display(p.display())),
+            root = %root.display(),
+            "writ serve listening"
+        );
         Ok(Server {
             url,
             token,

@@ -36,6 +36,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::rpc::App;
+use crate::text::escape;
 use crate::{Event, EventKind, Subscription, WaitCause};
 
 /// A metric's one label: a kind (`busy`, `stale`, ...).
@@ -121,12 +122,15 @@ impl Metrics {
 
     /// Counts and logs one event of the stream.
     fn take(&self, event: &Event, root: &Path) {
+        // Paths and names are agents' choices: escaped, so that none forges
+        // a line or drives the terminal (SPEC §13), whatever the format.
         let shown = |path: &Path| -> String {
-            match path.strip_prefix(root) {
+            let text = match path.strip_prefix(root) {
                 Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
                 Ok(rel) => rel.display().to_string(),
                 Err(_) => path.display().to_string(),
-            }
+            };
+            escape(&text).into_owned()
         };
         let paths = |paths: &[crate::PathEntry]| -> String {
             paths
@@ -154,11 +158,11 @@ impl Metrics {
                     })
                     .inc();
                 tracing::info!(
-                    actor = %actor_name,
+                    actor = %escape(actor_name),
                     kind = %error,
-                    path = %path.as_deref().map_or_else(|| "-".to_string(), shown),
-                    holder = %holder.as_deref().unwrap_or("-"),
-                    reason = %message,
+                    path = path.as_deref().map(shown).map(tracing::field::display),
+                    holder = holder.as_deref().map(escape).map(tracing::field::display),
+                    reason = %escape(message),
                     "refused"
                 );
             }
@@ -170,22 +174,28 @@ impl Metrics {
             } => {
                 self.wait_seconds.observe(*waited_ms as f64 / 1000.0);
                 let (path, holder) = match cause {
-                    Some(WaitCause::Path { path, holder }) => (shown(path), holder.as_str()),
-                    Some(other) => (other.to_string(), "-"),
-                    None => ("-".to_string(), "-"),
+                    Some(WaitCause::Path { path, holder }) => {
+                        (Some(shown(path)), Some(escape(holder).into_owned()))
+                    }
+                    Some(other) => (Some(escape(&other.to_string()).into_owned()), None),
+                    None => (None, None),
                 };
                 tracing::info!(
-                    actor = %actor_name,
+                    actor = %escape(actor_name),
                     waited_ms,
-                    %path,
-                    %holder,
+                    path = path.map(tracing::field::display),
+                    holder = holder.map(tracing::field::display),
                     "timed out"
                 );
             }
             EventKind::Deadlock {
                 actor_name, cycle, ..
             } => {
-                tracing::info!(actor = %actor_name, cycle = %cycle.join(" -> "), "deadlock refused");
+                tracing::info!(
+                    actor = %escape(actor_name),
+                    cycle = %escape(&cycle.join(" -> ")),
+                    "deadlock refused"
+                );
             }
             EventKind::Woken {
                 actor_name,
@@ -193,7 +203,7 @@ impl Metrics {
                 ..
             } => {
                 self.wait_seconds.observe(*waited_ms as f64 / 1000.0);
-                tracing::debug!(actor = %actor_name, waited_ms, "woken");
+                tracing::debug!(actor = %escape(actor_name), waited_ms, "woken");
             }
             EventKind::Admitted {
                 hold,
@@ -204,11 +214,11 @@ impl Metrics {
                 waited_ms,
                 ..
             } => tracing::debug!(
-                actor = %actor_name,
+                actor = %escape(actor_name),
                 hold = hold.0,
                 kind = ?hold_kind,
                 paths = %paths(held),
-                label = %label.as_deref().unwrap_or("-"),
+                label = label.as_deref().map(escape).map(tracing::field::display),
                 waited_ms,
                 "admitted"
             ),
@@ -217,26 +227,41 @@ impl Metrics {
                 paths: wanted,
                 cause,
                 ..
-            } => tracing::debug!(actor = %actor_name, paths = %paths(wanted), %cause, "waiting"),
+            } => tracing::debug!(
+                actor = %escape(actor_name),
+                paths = %paths(wanted),
+                cause = %escape(&cause.to_string()),
+                "waiting"
+            ),
             EventKind::Cancelled { actor_name, .. } => {
-                tracing::debug!(actor = %actor_name, "wait cancelled");
+                tracing::debug!(actor = %escape(actor_name), "wait cancelled");
             }
             EventKind::Released {
                 hold, actor_name, ..
-            } => tracing::debug!(actor = %actor_name, hold = hold.0, "released"),
+            } => tracing::debug!(actor = %escape(actor_name), hold = hold.0, "released"),
             EventKind::Changed {
                 hold,
                 actor_name,
                 paths: now,
                 ..
             } => {
-                tracing::debug!(actor = %actor_name, hold = hold.0, paths = %paths(now), "fence changed")
+                tracing::debug!(
+                    actor = %escape(actor_name),
+                    hold = hold.0,
+                    paths = %paths(now),
+                    "fence changed"
+                )
             }
             EventKind::ActorCreated {
                 actor, name, scope, ..
-            } => tracing::debug!(actor = %name, id = actor.0, scope = ?scope, "actor created"),
+            } => tracing::debug!(
+                actor = %escape(name),
+                id = actor.0,
+                scope = ?scope,
+                "actor created"
+            ),
             EventKind::ActorDropped { actor, name } => {
-                tracing::debug!(actor = %name, id = actor.0, "actor dropped");
+                tracing::debug!(actor = %escape(name), id = actor.0, "actor dropped");
             }
             EventKind::FileWritten {
                 actor_name,
@@ -245,14 +270,14 @@ impl Metrics {
                 turn,
                 ..
             } => tracing::debug!(
-                actor = %actor_name,
+                actor = %escape(actor_name),
                 op = %op,
                 path = %shown(path),
-                turn = %turn.as_deref().unwrap_or("-"),
+                turn = turn.as_deref().map(escape).map(tracing::field::display),
                 "file written"
             ),
             EventKind::Rewound { turn, redo, paths } => tracing::debug!(
-                turn = %turn,
+                turn = %escape(turn),
                 redo,
                 files = paths.len(),
                 "turn restored"

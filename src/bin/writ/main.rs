@@ -53,7 +53,17 @@ enum LogFormat {
 /// and `writ serve`'s first line there is its URL.
 fn init_logs(format: LogFormat, default: &str) {
     use tracing_subscriber::EnvFilter;
+    let asked = std::env::var("RUST_LOG").ok();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // The MCP library logs each session's internals at info (debug dumps,
+    // session ids): kept at warn unless RUST_LOG names it.
+    let filter = match asked {
+        Some(asked) if asked.contains("rmcp") => filter,
+        _ => match "rmcp=warn".parse() {
+            Ok(quiet) => filter.add_directive(quiet),
+            Err(_) => filter,
+        },
+    };
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -73,6 +73,10 @@ pub struct ServeCmd {
     /// with nothing admitted.
     #[arg(long, default_value = "4096", value_parser = at_least_one)]
     max_targets: usize,
+    /// The most MCP sessions one token may have open at once; one more is
+    /// refused.
+    #[arg(long, default_value = "256", value_parser = at_least_one)]
+    max_mcp_sessions: usize,
     /// Where file history is kept (default: the user's state folder).
     #[arg(long)]
     history_dir: Option<PathBuf>,
@@ -114,8 +118,9 @@ pub struct ServeCmd {
     /// (etcd's own --max-txn-ops); a request that needs more is refused.
     #[arg(long, default_value = "128", value_parser = at_least_one, requires = "etcd")]
     max_txn_ops: usize,
-    /// The file the session token is kept in (mode 0600; made with a fresh
-    /// token if missing). Servers of one etcd session need the same token:
+    /// The file the session token is kept in (made mode 0600 with a fresh
+    /// token if missing; it may be made group-readable, e.g. for a
+    /// Prometheus scrape). Servers of one etcd session need the same token:
     /// give them one file (default: the user's state folder for ROOT).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
@@ -209,6 +214,7 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         .header_timeout(cmd.header_timeout)
         .max_connections(cmd.max_connections)
         .max_targets(cmd.max_targets)
+        .max_mcp_sessions(cmd.max_mcp_sessions)
         .mcp_tools(cmd.mcp_tools)
         .config(config)
         .discovery_file(&discovery)

@@ -102,7 +102,9 @@ impl View {
                 self.log.pop_front();
             }
             let at = event["at_ms"].as_u64().map_or_else(String::new, clock);
-            self.log.push_back(format!("{at}  {line}"));
+            // Names, paths and sentences came from agents: escaped.
+            self.log
+                .push_back(format!("{at}  {}", writ::text::escape(&line)));
             self.version += 1;
         }
         true
@@ -370,9 +372,11 @@ pub fn next_message(buffer: &mut String) -> Option<(u64, Value)> {
     None
 }
 
+/// A value of the dump or an event as a table cell: names and paths are
+/// agents' choices, escaped so none drives the terminal.
 fn text(v: &Value) -> String {
     match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) => writ::text::escape(s).into_owned(),
         Value::Null => String::new(),
         other => other.to_string(),
     }

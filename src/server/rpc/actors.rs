@@ -88,6 +88,7 @@ impl Actors for InProcess {
             reg.actors.remove(&n)
         };
         drop(slot);
+        app.actors_gone(vec![n]);
         Ok(json!({"dropped": p.actor}))
     }
 }
@@ -225,6 +226,7 @@ mod on_etcd {
         ) -> Result<Value> {
             let actor = self.actor(app, caller, &p.actor).await?;
             self.table.drop_actor_marking(&actor).await?;
+            app.actors_gone(vec![actor.id().0]);
             Ok(json!({"dropped": p.actor}))
         }
     }

@@ -37,7 +37,12 @@ impl Done {
 /// Runs `op` with an actor's file tools.
 pub(super) fn run(files: Files<'_>, op: FileOp) -> Result<Done> {
     match op {
-        FileOp::Read { path, lines } => match lines {
+        FileOp::Read {
+            path,
+            lines,
+            tail_only,
+        } => match lines {
+            None if tail_only => files.read_for_append(&path),
             None => files.read(&path),
             Some((start, None)) => files.read_range(&path, start..),
             Some((start, Some(end))) => files.read_range(&path, start..end),

@@ -11,13 +11,7 @@ use serde_json::{Value, json};
 use super::{App, invalid};
 use crate::server::auth::{self, Caller};
 use crate::server::lease::{ActorSlot, Guard, HoldSlot, Ticket};
-use crate::{Actor, Error, Result};
-
-/// A ticket is a client's name for one request: this long at most.
-pub(crate) const MAX_TICKET_LEN: usize = 128;
-
-/// Tickets one actor may have live at once (waiting, granted or given up).
-pub(crate) const MAX_TICKETS_PER_ACTOR: usize = 64;
+use crate::{Actor, Error, Result, tickets};
 
 /// A ticket claimed for one request: while it lives the ticket is
 /// `Waiting`; dropped before the grant (an error, a timeout, a client that
@@ -40,6 +34,16 @@ impl Drop for TicketClaim {
         ) {
             reg.tickets.remove(&self.key);
         }
+    }
+}
+
+/// What runs when actors made over the wire are dropped (see
+/// [`App::actors_gone`]); `/mcp` sets it.
+pub(crate) struct ActorsGone(pub(crate) Box<dyn Fn(Vec<u64>) + Send + Sync>);
+
+impl std::fmt::Debug for ActorsGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ActorsGone")
     }
 }
 
@@ -102,7 +106,23 @@ impl App {
     /// Drops a lease exactly as dropping its actors and guards in process.
     pub(crate) fn drop_lease(&self, lease: u64) -> Option<(usize, usize)> {
         let dropped = self.reg.lock().remove_lease(lease)?;
-        Some(dropped.release())
+        let gone: Vec<u64> = dropped.actors.iter().map(|a| a.id().0).collect();
+        let counts = dropped.release();
+        self.actors_gone(gone);
+        Some(counts)
+    }
+
+    /// Tells what hangs on actors made over the wire (MCP sessions opened
+    /// with their tokens, and those sessions' named agents) that the
+    /// actors `gone` were dropped: a revoke wins over their lifetimes
+    /// (SPEC §14).
+    pub(crate) fn actors_gone(&self, gone: Vec<u64>) {
+        if gone.is_empty() {
+            return;
+        }
+        if let Some(hook) = self.on_actors_gone.get() {
+            (hook.0)(gone);
+        }
     }
 
     /// Drops everything (shutdown).
@@ -206,12 +226,7 @@ impl App {
         ticket: String,
         lease: u64,
     ) -> Result<TicketClaim> {
-        if ticket.is_empty() || ticket.len() > MAX_TICKET_LEN {
-            return Err(invalid(format!(
-                "a ticket is 1 to {MAX_TICKET_LEN} bytes long; this one is {}",
-                ticket.len()
-            )));
-        }
+        tickets::check_len(&ticket)?;
         let mut reg = self.reg.lock();
         let key = (n, ticket);
         if reg.tickets.contains_key(&key) {
@@ -221,12 +236,7 @@ impl App {
                 key.1
             )));
         }
-        let live = reg.tickets.keys().filter(|(owner, _)| *owner == n).count();
-        if live >= MAX_TICKETS_PER_ACTOR {
-            return Err(invalid(format!(
-                "the actor has {live} live tickets, the limit; release holds or give tickets up first"
-            )));
-        }
+        tickets::check_room(reg.tickets.keys().filter(|(owner, _)| *owner == n).count())?;
         reg.tickets.insert(key.clone(), (Ticket::Waiting, lease));
         Ok(TicketClaim {
             app: self.clone(),
@@ -280,6 +290,7 @@ impl App {
         ticket: &str,
     ) -> Result<Option<u64>> {
         let n = self.parse('a', "an actor", actor)?;
+        tickets::check_len(ticket)?;
         let mut reg = self.reg.lock();
         let slot = reg.actors.get(&n).ok_or_else(|| Error::UnknownActor {
             actor: actor.to_string(),
@@ -296,10 +307,8 @@ impl App {
             None => {
                 // Never seen: marked so a request still on its way is
                 // refused, within the actor's ticket limit.
-                let live = reg.tickets.keys().filter(|(owner, _)| *owner == n).count();
-                if live < MAX_TICKETS_PER_ACTOR {
-                    reg.tickets.insert(key, (Ticket::Abandoned, lease));
-                }
+                tickets::check_room(reg.tickets.keys().filter(|(owner, _)| *owner == n).count())?;
+                reg.tickets.insert(key, (Ticket::Abandoned, lease));
                 Ok(None)
             }
         }

@@ -35,6 +35,7 @@ mod session;
 
 #[cfg(feature = "etcd")]
 pub(crate) use etcd::{EtcdBackend, EtcdOptions};
+pub(crate) use local::ActorsGone;
 use request::{FileOp, FileRequest, Request};
 
 /// The answer of a task of the server's own; one that panicked or was
@@ -86,6 +87,11 @@ pub(crate) struct App {
     pub(crate) max_targets: usize,
     /// The header timeout and connection cap of the listeners.
     pub(crate) limits: super::Limits,
+    /// What `/mcp` does when actors made over the wire are dropped.
+    pub(crate) on_actors_gone: std::sync::OnceLock<local::ActorsGone>,
+    /// `--max-mcp-sessions`: the open MCP sessions of each token.
+    #[cfg(feature = "mcp")]
+    pub(crate) mcp_sessions: super::mcp_cap::SessionCap,
     /// The tools `/mcp` serves unless a session asks for a set.
     #[cfg(feature = "mcp")]
     pub(crate) mcp_tools: crate::mcp::ToolSet,
@@ -217,6 +223,9 @@ impl App {
             max_body: options.max_body,
             max_targets: options.limits.max_targets,
             limits: options.limits,
+            on_actors_gone: std::sync::OnceLock::new(),
+            #[cfg(feature = "mcp")]
+            mcp_sessions: super::mcp_cap::SessionCap::new(options.limits.max_mcp_sessions),
             #[cfg(feature = "mcp")]
             mcp_tools: options.mcp_tools,
             history_dir,
@@ -486,6 +495,7 @@ impl App {
                     op: FileOp::Read {
                         path: (*path).to_string(),
                         lines: None,
+                        tail_only: append,
                     },
                     current: false,
                 };

@@ -12,6 +12,21 @@ fn params<T: DeserializeOwned>(value: Value) -> Result<T> {
     serde_json::from_value(value).map_err(|e| invalid(format!("invalid params: {e}")))
 }
 
+/// An actor's name, as every name an agent chooses: refused when it holds
+/// a control character or a bidirectional override (SPEC §13).
+fn named(p: CreateParams) -> Result<CreateParams> {
+    crate::text::check_name("an actor name", &p.name).map_err(invalid)?;
+    Ok(p)
+}
+
+/// A request's label, as [`named`].
+fn labelled(p: AdmitParams) -> Result<AdmitParams> {
+    if let Some(label) = &p.label {
+        crate::text::check_name("a label", label).map_err(invalid)?;
+    }
+    Ok(p)
+}
+
 /// `actor.create` and `actor.child_wait`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -191,6 +206,9 @@ pub(super) enum FileOp {
     Read {
         path: String,
         lines: Option<(usize, Option<usize>)>,
+        /// Read for a refused append that carries only the tail: the mark
+        /// is good for an append only (SPEC §6).
+        tail_only: bool,
     },
     Write {
         path: String,
@@ -313,11 +331,11 @@ impl Request {
         Ok(match method {
             "session.info" => Request::Info,
             "session.stop" => Request::Stop,
-            "actor.create" => Request::Create(params(p)?, Creation::Now),
-            "actor.child_wait" => Request::Create(params(p)?, Creation::Wait),
+            "actor.create" => Request::Create(named(params(p)?)?, Creation::Now),
+            "actor.child_wait" => Request::Create(named(params(p)?)?, Creation::Wait),
             "actor.drop" => Request::DropActor(params(p)?),
-            "admit" => Request::Admit(params(p)?, HoldKind::Call),
-            "fence" => Request::Admit(params(p)?, HoldKind::Fence),
+            "admit" => Request::Admit(labelled(params(p)?)?, HoldKind::Call),
+            "fence" => Request::Admit(labelled(params(p)?)?, HoldKind::Fence),
             "fence.extend" => Request::Change(params(p)?, Change::Extend),
             "fence.narrow" => Request::Change(params(p)?, Change::Narrow),
             "release" => Request::Release(params::<ReleaseParams>(p)?.read()?),
@@ -332,6 +350,7 @@ impl Request {
                     op: FileOp::Read {
                         path: p.path,
                         lines: p.lines,
+                        tail_only: false,
                     },
                     current: false,
                 })

@@ -1,0 +1,150 @@
+//! The open connections of one listener, for its cap (SPEC §13): at
+//! `--max-connections`, the connection idle the longest (no request in
+//! flight, no response streaming) is closed to make room, so connections
+//! a client keeps open and idle never make a new client wait.
+//!
+//! A connection is busy from the moment a request's head has arrived
+//! until its response body is dropped (sent, or abandoned): a long-poll
+//! or an event stream is never taken for idle. A connection whose request
+//! head has not arrived yet is idle, so half-sent requests make room too.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// One listener's connections.
+#[derive(Debug, Default)]
+pub(crate) struct Conns {
+    open: Mutex<HashMap<u64, Conn>>,
+    next: std::sync::atomic::AtomicU64,
+    /// Poked when a connection becomes idle: an accept waiting at the cap
+    /// looks again for one to close.
+    became_idle: Notify,
+}
+
+#[derive(Debug)]
+struct Conn {
+    busy: usize,
+    idle_since: Instant,
+    /// Told once to close (it closes as soon as it is idle).
+    close: Arc<Notify>,
+    closing: bool,
+}
+
+/// A request in flight on a connection, until its response is dropped.
+#[derive(Debug)]
+pub(crate) struct Busy {
+    conns: Arc<Conns>,
+    id: u64,
+}
+
+impl Conns {
+    /// A connection was accepted: its id, and what tells it to close.
+    pub(crate) fn opened(&self) -> (u64, Arc<Notify>) {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let close = Arc::new(Notify::new());
+        self.open.lock().insert(
+            id,
+            Conn {
+                busy: 0,
+                idle_since: Instant::now(),
+                close: close.clone(),
+                closing: false,
+            },
+        );
+        (id, close)
+    }
+
+    /// The connection `id` ended.
+    pub(crate) fn closed(&self, id: u64) {
+        self.open.lock().remove(&id);
+    }
+
+    /// A request of connection `id` began.
+    pub(crate) fn begin(self: &Arc<Self>, id: u64) -> Busy {
+        if let Some(conn) = self.open.lock().get_mut(&id) {
+            conn.busy += 1;
+        }
+        Busy {
+            conns: self.clone(),
+            id,
+        }
+    }
+
+    /// Tells the connection idle the longest to close; false when every
+    /// connection is busy (or already closing).
+    pub(crate) fn close_longest_idle(&self) -> bool {
+        let mut open = self.open.lock();
+        let Some(conn) = open
+            .values_mut()
+            .filter(|c| c.busy == 0 && !c.closing)
+            .min_by_key(|c| c.idle_since)
+        else {
+            return false;
+        };
+        conn.closing = true;
+        conn.close.notify_one();
+        true
+    }
+
+    /// Tells every connection to close (shutdown).
+    pub(crate) fn close_all(&self) {
+        for conn in self.open.lock().values_mut() {
+            conn.closing = true;
+            conn.close.notify_one();
+        }
+    }
+
+    /// Waits until a connection may have become idle.
+    pub(crate) async fn idle(&self) {
+        self.became_idle.notified().await;
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let idle = match self.conns.open.lock().get_mut(&self.id) {
+            Some(conn) => {
+                conn.busy = conn.busy.saturating_sub(1);
+                if conn.busy == 0 {
+                    conn.idle_since = Instant::now();
+                }
+                conn.busy == 0
+            }
+            None => false,
+        };
+        if idle {
+            self.conns.became_idle.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_idle_connection_is_closed_never_a_busy_one() {
+        let conns = Arc::new(Conns::default());
+        let (old, old_close) = conns.opened();
+        let (busy, _) = conns.opened();
+        let (_new, _) = conns.opened();
+        let working = conns.begin(busy);
+        let _ = old;
+        assert!(conns.close_longest_idle());
+        // The oldest idle one was told; the busy one never is.
+        let told = old_close.notified();
+        tokio::pin!(told);
+        assert!(
+            futures_util::FutureExt::now_or_never(told.as_mut()).is_some(),
+            "the longest-idle connection was not told to close"
+        );
+        assert!(conns.close_longest_idle(), "the newer idle one");
+        assert!(!conns.close_longest_idle(), "only the busy one is left");
+        drop(working);
+        assert!(conns.close_longest_idle(), "idle once its request ended");
+    }
+}
