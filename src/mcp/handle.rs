@@ -58,26 +58,19 @@ pub(crate) fn with_agent_argument(mut tools: Vec<Tool>) -> Vec<Tool> {
     tools
 }
 
-/// An agent name checked: trimmed, 1 to [`MAX_AGENT_NAME`] characters, no
-/// control or bidirectional-override character. An empty name is none.
+/// An agent name checked: trimmed, 1 to [`MAX_AGENT_NAME`] characters, and
+/// the rule every name an agent chooses keeps (`text::check_name`: no
+/// control or bidirectional-override character). An empty name is none.
 pub(crate) fn checked_name(name: &str) -> Result<Option<String>, String> {
     let name = name.trim();
     if name.is_empty() {
         return Ok(None);
     }
-    if name.chars().count() > MAX_AGENT_NAME || name.chars().any(forbidden_in_name) {
-        return Err(format!(
-            "an agent name is 1 to {MAX_AGENT_NAME} printable characters, without control or \
-             text-direction characters"
-        ));
+    if name.chars().count() > MAX_AGENT_NAME {
+        return Err(format!("an agent name is 1 to {MAX_AGENT_NAME} characters"));
     }
+    crate::text::check_name("an agent name", name)?;
     Ok(Some(name.to_string()))
-}
-
-/// A character no agent name may hold: a control character, or one that
-/// reorders the text around it when shown (U+202A–U+202E, U+2066–U+2069).
-fn forbidden_in_name(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Takes the `agent` argument out of a call's arguments: the agent it
