@@ -403,3 +403,35 @@ fn a_raw_modern_client_carries_its_handle_with_no_extra_call() {
         "one\n2\nthree\n"
     );
 }
+
+/// A call of the current revision has no session to count, so the agent it
+/// mints counts against its token's `--max-mcp-sessions` until it goes:
+/// calls that never pass their handle cannot grow the server without bound.
+#[test]
+fn minted_agents_count_against_the_tokens_session_cap() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let config = writ::Config::default().durability(writ::Durability::Process);
+        let server = Server::start(Options::new(&root).config(config).max_mcp_sessions(2))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let url = format!("{}/mcp", server.url());
+        let mut first = http_client::McpHttp::modern(&url, server.token());
+        for n in 0..2 {
+            let mut anonymous = http_client::McpHttp::modern(&url, server.token());
+            let (error, text) = anonymous.call("read_file", json!({"path": "a.txt"})).await;
+            assert!(!error, "call {n}: {text}");
+            if n == 0 {
+                first = anonymous;
+            }
+        }
+        let mut third = http_client::McpHttp::modern(&url, server.token());
+        let (error, text) = third.call("read_file", json!({"path": "a.txt"})).await;
+        assert!(error, "a third minted agent is refused: {text}");
+        assert!(text.contains("--max-mcp-sessions 2"), "{text}");
+        // An agent that passes its handle is not a new one.
+        let (error, text) = first.call("read_file", json!({"path": "a.txt"})).await;
+        assert!(!error, "{text}");
+        server.shutdown().await;
+    });
+}
