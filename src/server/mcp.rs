@@ -496,6 +496,11 @@ impl Live {
         if self.in_progress > 0 || self.streams > 0 {
             return false;
         }
+        // An `initialize` whose opening was refused (a bad name, the
+        // session cap) still got an id from rmcp: nothing acts in it.
+        if self.tools.is_none() {
+            return true;
+        }
         let quiet = now.duration_since(self.last);
         match self.stream_lost {
             Some(lost) => now.duration_since(lost).min(quiet) >= ttl,
@@ -903,6 +908,9 @@ impl Mcp {
         tracing::info!(agent = %name, named = named.is_some(), "MCP session opened");
         if let Some(app) = self.app.upgrade() {
             app.metrics.mcp_session_opened();
+            if tools.is_some() {
+                app.mcp_sessions.bind(&id, &caller);
+            }
         }
         let agent = named.map(|name| (caller.clone(), name));
         if let Some(key) = &agent {
@@ -936,7 +944,7 @@ impl Mcp {
             tracing::info!(agent = %live.name, "MCP session closed");
             if let Some(app) = self.app.upgrade() {
                 app.metrics.mcp_session_closed();
-                app.mcp_sessions.release(&live.owner);
+                app.mcp_sessions.ended(id);
             }
         }
         if let Some(key) = ended.and_then(|live| live.agent) {
