@@ -86,6 +86,13 @@ async fn actor_with_token(
     (field("actor"), field("token"))
 }
 
+/// A server with `options`, started.
+async fn start(options: Options) -> Server {
+    Server::start(options)
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"))
+}
+
 fn kind(answer: &Value) -> &str {
     answer["error"]["data"]["kind"].as_str().unwrap_or("")
 }
@@ -94,9 +101,7 @@ fn kind(answer: &Value) -> &str {
 fn a_foreign_host_is_refused_on_every_endpoint() {
     let (_dir, root) = workspace();
     runtime().block_on(async {
-        let server = Server::start(Options::new(&root))
-            .await
-            .unwrap_or_else(|e| panic!("start: {e}"));
+        let server = start(Options::new(&root)).await;
         let addr = server.url().trim_start_matches("http://").to_string();
         let token = server.token().to_string();
         let body = r#"{"jsonrpc":"2.0","id":1,"method":"dump"}"#;
@@ -221,9 +226,7 @@ fn half_sent_requests_by_the_thousand_never_stop_the_server_answering() {
 fn tickets_are_bounded_and_a_live_ticket_is_never_overwritten() {
     let (_dir, root) = workspace();
     runtime().block_on(async {
-        let server = Server::start(Options::new(&root))
-            .await
-            .unwrap_or_else(|e| panic!("start: {e}"));
+        let server = start(Options::new(&root)).await;
         let (url, token) = (server.url().to_string(), server.token().to_string());
         let made = |name: &'static str| workspace_actor(&url, &token, name);
         let (holder, waiter) = (made("holder").await, made("waiter").await);
@@ -346,9 +349,7 @@ fn tickets_are_bounded_and_a_live_ticket_is_never_overwritten() {
 fn a_request_past_max_targets_admits_nothing_and_huge_ones_starve_nobody() {
     let (_dir, root) = workspace();
     runtime().block_on(async {
-        let server = Server::start(Options::new(&root))
-            .await
-            .unwrap_or_else(|e| panic!("start: {e}"));
+        let server = start(Options::new(&root)).await;
         let (url, token) = (server.url().to_string(), server.token().to_string());
         let actor = |name: &'static str| workspace_actor(&url, &token, name);
         let big = actor("big").await;
@@ -422,13 +423,12 @@ fn configured_sensitive_names_never_expose_the_session_token() {
             serde_json::from_value(json!({"sensitive_names": [".env", "*.pem", "*.secret"]}))
                 .unwrap_or_else(|e| panic!("{e}"));
         let discovery = writ::server::discovery_path(&root, None);
-        let server = Server::start(
+        let server = start(
             Options::new(&root)
                 .config_file(file)
                 .discovery_file(&discovery),
         )
-        .await
-        .unwrap_or_else(|e| panic!("start: {e}"));
+        .await;
         let (url, token) = (server.url().to_string(), server.token().to_string());
         let (actor, actor_token) =
             actor_with_token(&url, &token, "reader", json!({"read_only": true})).await;
@@ -474,9 +474,7 @@ fn configured_sensitive_names_never_expose_the_session_token() {
 fn mcp_sessions_per_token_are_capped_and_a_closed_one_frees_its_seat() {
     let (_dir, root) = workspace();
     runtime().block_on(async {
-        let server = Server::start(Options::new(&root).max_mcp_sessions(3))
-            .await
-            .unwrap_or_else(|e| panic!("start: {e}"));
+        let server = start(Options::new(&root).max_mcp_sessions(3)).await;
         let (url, token) = (server.url().to_string(), server.token().to_string());
         let (_, actor_token) =
             actor_with_token(&url, &token, "opener", json!({"workspace": true})).await;
@@ -527,9 +525,7 @@ fn mcp_sessions_per_token_are_capped_and_a_closed_one_frees_its_seat() {
 fn an_unfinished_mcp_body_is_cut_by_the_body_timeout_like_rpcs() {
     let (_dir, root) = workspace();
     runtime().block_on(async {
-        let server = Server::start(Options::new(&root))
-            .await
-            .unwrap_or_else(|e| panic!("start: {e}"));
+        let server = start(Options::new(&root)).await;
         let addr = server.addr().to_string();
         let token = server.token().to_string();
         let started = Instant::now();
@@ -556,9 +552,7 @@ fn an_unfinished_mcp_body_is_cut_by_the_body_timeout_like_rpcs() {
 fn idle_connections_at_the_cap_never_make_a_new_client_wait() {
     let (_dir, root) = workspace();
     runtime().block_on(async {
-        let server = Server::start(Options::new(&root).max_connections(8))
-            .await
-            .unwrap_or_else(|e| panic!("start: {e}"));
+        let server = start(Options::new(&root).max_connections(8)).await;
         let addr = server.addr().to_string();
         let answered = tokio::task::spawn_blocking(move || {
             // Eight kept-alive connections, each done with its request and

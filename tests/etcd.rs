@@ -3140,6 +3140,42 @@ async fn a_refusal_that_carried_only_the_tail_marks_for_appends_only_across_serv
     }
 }
 
+/// SPEC §13 on etcd: a refusal of the path rules (here a sensitive name)
+/// is decided by the server before anything reaches etcd, and still shows
+/// in that server's `writ_refusals_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_refusal_on_etcd_is_counted_by_the_server_that_refused_it() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let (servers, [one, two]) = file_servers(&etcd, &root, "policy").await;
+    let bob = one
+        .actor("bob", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let bob = bob.handle().to_string();
+    let refused = write_through(&one, &bob, ".env", "TOKEN=1\n").await;
+    assert!(matches!(refused, Err(Error::Policy { .. })), "{refused:?}");
+    let url = servers[0].url().to_string();
+    poll_until(
+        Duration::from_secs(10),
+        "the policy refusal counted",
+        || {
+            let url = url.clone();
+            async move {
+                let samples = tokio::task::spawn_blocking(move || scrape(&url))
+                    .await
+                    .unwrap();
+                samples.get(r#"writ_refusals_total{kind="policy"}"#) == Some(&1.0)
+            }
+        },
+    )
+    .await;
+    drop((one, two));
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
 /// SPEC §8 on etcd: every server of a session records in the session's
 /// journal (one history folder, checked when a server starts), under the
 /// actor's turn kept in etcd, so a turn written through two servers is

@@ -719,6 +719,11 @@ impl Live {
         if self.in_progress > 0 || self.streams > 0 {
             return false;
         }
+        // An `initialize` whose opening was refused (a bad name, the
+        // session cap) still got an id from rmcp: nothing acts in it.
+        if self.tools.is_none() {
+            return true;
+        }
         let quiet = now.duration_since(self.last);
         match self.stream_lost {
             Some(lost) => now.duration_since(lost).min(quiet) >= ttl,
@@ -1119,6 +1124,9 @@ impl Mcp {
         tracing::info!(agent = %name, named = handle.is_some(), "MCP session opened");
         if let Some(app) = self.app.upgrade() {
             app.metrics.mcp_session_opened();
+            if tools.is_some() {
+                app.mcp_sessions.bind(&id, &caller);
+            }
         }
         self.live.lock().insert(
             id,
@@ -1145,7 +1153,7 @@ impl Mcp {
             tracing::info!(agent = %live.name, "MCP session closed");
             if let Some(app) = self.app.upgrade() {
                 app.metrics.mcp_session_closed();
-                app.mcp_sessions.release(&live.owner);
+                app.mcp_sessions.ended(id);
             }
         }
     }

@@ -17,6 +17,9 @@ use super::auth::Caller;
 pub(crate) struct SessionCap {
     max: usize,
     open: Arc<Mutex<HashMap<Caller, usize>>>,
+    /// The sessions that opened on a claim, by session id: only their end
+    /// frees a seat (an `initialize` refused still gets an id from rmcp).
+    bound: Mutex<HashMap<String, Caller>>,
 }
 
 /// One session counted against its token until [`Claim::keep`] hands it
@@ -31,6 +34,7 @@ impl SessionCap {
         SessionCap {
             max: max.max(1),
             open: Arc::default(),
+            bound: Mutex::default(),
         }
     }
 
@@ -53,9 +57,16 @@ impl SessionCap {
         })
     }
 
-    /// A session of `caller` ended.
-    pub(crate) fn release(&self, caller: &Caller) {
-        release(&self.open, caller);
+    /// The session `id` opened on a claim of `caller` ([`Claim::keep`]).
+    pub(crate) fn bind(&self, id: &str, caller: &Caller) {
+        self.bound.lock().insert(id.to_string(), caller.clone());
+    }
+
+    /// The session `id` ended: its seat is free again, if it held one.
+    pub(crate) fn ended(&self, id: &str) {
+        if let Some(caller) = self.bound.lock().remove(id) {
+            release(&self.open, &caller);
+        }
     }
 }
 
@@ -71,7 +82,7 @@ fn release(open: &Mutex<HashMap<Caller, usize>>, caller: &Caller) {
 
 impl Claim {
     /// The session opened: it stays counted until
-    /// [`SessionCap::release`] at its end.
+    /// [`SessionCap::ended`] at its end.
     pub(crate) fn keep(mut self) {
         self.caller = None;
     }
@@ -94,16 +105,23 @@ mod tests {
         let cap = SessionCap::new(2);
         let caller = Caller::Session;
         cap.claim(&caller).unwrap().keep();
+        cap.bind("s1", &caller);
         cap.claim(&caller).unwrap().keep();
+        cap.bind("s2", &caller);
         let refused = cap.claim(&caller).err().unwrap_or_default();
         assert!(refused.contains("--max-mcp-sessions 2"), "{refused}");
         assert!(
             cap.claim(&Caller::Actor(7)).is_ok(),
             "another token is not counted"
         );
-        cap.release(&caller);
+        // A session that never held a seat frees none.
+        cap.ended("refused");
+        assert!(cap.claim(&caller).is_err());
+        cap.ended("s1");
+        cap.ended("s1");
         let claim = cap.claim(&caller).unwrap();
         drop(claim); // never opened: the seat is free again
         cap.claim(&caller).unwrap().keep();
+        assert!(cap.claim(&caller).is_err(), "one end frees one seat");
     }
 }

@@ -271,7 +271,34 @@ impl App {
                 _ = stop.wait_for(|s| *s) => {}
             }
         });
+        self.follow_path_refusals(backend.files.subscribe());
         Ok(())
+    }
+
+    /// The file tools' refusals of the path rules (a sensitive name, a path
+    /// out of the grant or the fence, a read-only actor) are decided by
+    /// this server before anything reaches etcd: they come from the file
+    /// machinery's own scheduler into this server's ring, so its log and
+    /// `writ_refusals_total` show them as in process (SPEC §13).
+    fn follow_path_refusals(&self, mut refusals: crate::sched::events::Subscription) {
+        let sched = self.sched.clone();
+        let mut stop = self.stopping();
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    event = refusals.next() => event,
+                    _ = stop.wait_for(|s| *s) => return,
+                };
+                if let crate::EventKind::Refused { error, .. } = &event.kind {
+                    if matches!(
+                        error.as_str(),
+                        "policy" | "outside_grant" | "outside_fence" | "read_only"
+                    ) {
+                        sched.emit(|| event.kind.clone());
+                    }
+                }
+            }
+        });
     }
 
     pub(super) fn lease_handle(&self, lease: LeaseId) -> String {
