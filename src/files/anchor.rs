@@ -29,9 +29,10 @@ use similar::{Algorithm, DiffOp};
 pub(crate) enum Edit<'e> {
     /// An append: it overwrites nothing.
     Append,
-    /// One or more exact replacements, all of which must be anchored
-    /// (the filesystem tools' `edits` list: all or none).
-    Replace(&'e [&'e [u8]]),
+    /// One or more exact replacements (`old`, `new`), made in order, all
+    /// of which must be anchored (the filesystem tools' `edits` list: all
+    /// or none).
+    Replace(&'e [(&'e [u8], &'e [u8])]),
 }
 
 /// Why an edit cannot be applied on top of the changes since its mark.
@@ -63,7 +64,7 @@ pub(crate) fn decide(
     let c_lines = lines(current);
     let ops = similar::capture_diff_slices_deadline(Algorithm::Myers, &m_lines, &c_lines, deadline);
     let starts = line_starts(&m_lines);
-    for old in olds {
+    for (old, _) in olds {
         let at = unique(marked, old)?;
         unique(current, old)?;
         let first = line_at(&starts, at);
@@ -73,6 +74,17 @@ pub(crate) fn decide(
         }
     }
     Ok(())
+}
+
+/// `current` with each replacement (`old`, `new`) made in order at the one
+/// occurrence of `old`; `None` when one of them is not there exactly once.
+pub(crate) fn replaced(current: &[u8], pairs: &[(&[u8], &[u8])]) -> Option<Vec<u8>> {
+    let mut out = current.to_vec();
+    for (old, new) in pairs {
+        let at = unique(&out, old).ok()?;
+        out.splice(at..at + old.len(), new.iter().copied());
+    }
+    Some(out)
 }
 
 /// Does `op` touch the span of lines `first..end` (of the marked version)
@@ -163,7 +175,7 @@ mod tests {
         decide(
             marked.as_bytes(),
             current.as_bytes(),
-            Edit::Replace(&[old.as_bytes()]),
+            Edit::Replace(&[(old.as_bytes(), b"")]),
             None,
         )
     }
@@ -235,17 +247,25 @@ mod tests {
         assert_eq!(replace(FILE, FILE, "zz"), Err(Unanchored::Missing));
         assert_eq!(replace(FILE, FILE, ""), Err(Unanchored::Missing));
         // Every edit of a list must be anchored.
-        let olds: [&[u8]; 2] = [b"a\n", b"e\n"];
+        let olds: [(&[u8], &[u8]); 2] = [(b"a\n", b""), (b"e\n", b"")];
         let current = b"a\nb\nc\nd\ne\nF\ng\n";
         assert_eq!(
             decide(FILE.as_bytes(), current, Edit::Replace(&olds), None),
             Err(Unanchored::Touched)
         );
-        let olds: [&[u8]; 2] = [b"a\n", b"c\n"];
+        let olds: [(&[u8], &[u8]); 2] = [(b"a\n", b""), (b"c\n", b"")];
         assert_eq!(
             decide(FILE.as_bytes(), current, Edit::Replace(&olds), None),
             Ok(())
         );
+    }
+
+    #[test]
+    fn replacements_are_made_in_order_at_the_one_occurrence() {
+        let pairs: [(&[u8], &[u8]); 2] = [(b"b", b"xb"), (b"xb", b"y")];
+        assert_eq!(replaced(b"abc", &pairs).as_deref(), Some(&b"ayc"[..]));
+        let pairs: [(&[u8], &[u8]); 1] = [(b"a", b"z")];
+        assert_eq!(replaced(b"aa", &pairs), None);
     }
 
     #[test]
@@ -258,7 +278,7 @@ mod tests {
         assert_eq!(replace("a\nb", "A\nx\nb", "b"), Err(Unanchored::Touched));
         assert_eq!(replace("a\nb\nc", "a\nb\nc\nd", "a"), Ok(()));
         let marked = b"\xff\n\xfe\nq\n";
-        let olds: [&[u8]; 1] = [b"\xfe"];
+        let olds: [(&[u8], &[u8]); 1] = [(b"\xfe", b"")];
         assert_eq!(
             decide(marked, b"\xff\n\xfe\nq\nr\n", Edit::Replace(&olds), None),
             Ok(())

@@ -754,13 +754,18 @@ impl<'a> Files<'a> {
     /// anchored edits are on, history holds the marked version and
     /// [`anchor::decide`] finds the edit cannot overwrite unseen work;
     /// otherwise `stale` stands.
-    fn anchored(
+    ///
+    /// `apply` makes the new content of `current`; for a replace it must be
+    /// exactly the replacements the decision was asked about (the
+    /// filesystem tools' matching is looser), or `stale` stands.
+    fn anchored<'d>(
         &self,
         place: &Place,
         edit: Edit<'_>,
         current: &[u8],
         stale: Error,
-    ) -> Result<Anchored> {
+        apply: impl FnOnce(Option<&[u8]>) -> Result<Cow<'d, [u8]>>,
+    ) -> Result<(Cow<'d, [u8]>, Anchored)> {
         let config = &self.actor.sched.shared.config;
         let (true, Some(hook)) = (config.anchored_edits, &self.history) else {
             return Err(stale);
@@ -777,18 +782,29 @@ impl<'a> Files<'a> {
         if anchor::decide(&marked, current, edit, Some(deadline)).is_err() {
             return Err(stale);
         }
+        let Ok(new) = apply(Some(current)) else {
+            return Err(stale);
+        };
+        if let Edit::Replace(pairs) = edit {
+            if anchor::replaced(current, pairs).as_deref() != Some(&*new) {
+                return Err(stale);
+            }
+        }
         let writer = match stale {
             Error::Stale { writer, .. } => writer,
             _ => None,
         };
         let bound = usize::try_from(config.max_read_bytes).unwrap_or(usize::MAX);
         let (diff, truncated) = anchor::changes(&marked, current, bound);
-        Ok(Anchored {
-            marked: mark.sha256,
-            writer,
-            diff,
-            truncated,
-        })
+        Ok((
+            new,
+            Anchored {
+                marked: mark.sha256,
+                writer,
+                diff,
+                truncated,
+            },
+        ))
     }
 
     fn not_a_file(place: &Place, entry: &Entry) -> Error {
@@ -981,28 +997,33 @@ impl<'a> Files<'a> {
     ) -> Result<Receipt> {
         let (old, new) = (old.as_ref().as_bytes(), new.as_ref().as_bytes());
         let path = path.as_ref();
-        self.edit(path, FileOp::Replace, Some(Edit::Replace(&[old])), |pre| {
-            let pre = pre.unwrap_or_default();
-            let (first, count) = if old.is_empty() {
-                (None, 0)
-            } else {
-                occurrences(pre, old)
-            };
-            match (first, count) {
-                (Some(at), 1) => {
-                    let mut out = Vec::with_capacity(pre.len() - old.len() + new.len());
-                    out.extend_from_slice(&pre[..at]);
-                    out.extend_from_slice(new);
-                    out.extend_from_slice(&pre[at + old.len()..]);
-                    Ok(Cow::Owned(out))
+        self.edit(
+            path,
+            FileOp::Replace,
+            Some(Edit::Replace(&[(old, new)])),
+            |pre| {
+                let pre = pre.unwrap_or_default();
+                let (first, count) = if old.is_empty() {
+                    (None, 0)
+                } else {
+                    occurrences(pre, old)
+                };
+                match (first, count) {
+                    (Some(at), 1) => {
+                        let mut out = Vec::with_capacity(pre.len() - old.len() + new.len());
+                        out.extend_from_slice(&pre[..at]);
+                        out.extend_from_slice(new);
+                        out.extend_from_slice(&pre[at + old.len()..]);
+                        Ok(Cow::Owned(out))
+                    }
+                    (_, 0) => Err(Error::NoMatch { path: path.into() }),
+                    (_, count) => Err(Error::AmbiguousMatch {
+                        path: path.into(),
+                        count,
+                    }),
                 }
-                (_, 0) => Err(Error::NoMatch { path: path.into() }),
-                (_, count) => Err(Error::AmbiguousMatch {
-                    path: path.into(),
-                    count,
-                }),
-            }
-        })
+            },
+        )
     }
 
     /// Replaces every non-overlapping occurrence of `old` with `new`, under
@@ -1075,20 +1096,24 @@ impl<'a> Files<'a> {
         })
     }
 
-    /// [`Files::rewrite`] for a list of exact replacements that `f`
-    /// applies: with a stale mark it is an anchored edit when every one of
-    /// `olds` is (all or none), as [`Files::replace`] says.
+    /// [`Files::rewrite`] for a list of replacements (`old`, `new`) that
+    /// `f` applies in order: with a stale mark it is an anchored edit when
+    /// every one of them is (all or none), as [`Files::replace`] says, and
+    /// what `f` made is exactly those replacements.
     pub(crate) fn rewrite_anchored(
         &self,
         path: impl AsRef<Path>,
-        olds: &[&str],
+        edits: &[(&str, &str)],
         f: impl FnOnce(&[u8]) -> Result<Vec<u8>>,
     ) -> Result<Receipt> {
-        let olds: Vec<&[u8]> = olds.iter().map(|o| o.as_bytes()).collect();
+        let pairs: Vec<(&[u8], &[u8])> = edits
+            .iter()
+            .map(|(old, new)| (old.as_bytes(), new.as_bytes()))
+            .collect();
         self.edit(
             path.as_ref(),
             FileOp::Replace,
-            Some(Edit::Replace(&olds)),
+            Some(Edit::Replace(&pairs)),
             |pre| f(pre.unwrap_or_default()).map(Cow::Owned),
         )
     }
@@ -1121,7 +1146,7 @@ impl<'a> Files<'a> {
         // Gate, then pre-image. A plain write reads the old bytes only when
         // history needs them; otherwise the (cached) hash is enough.
         let needs_bytes = op != FileOp::Write || self.history.is_some();
-        let mut anchored = None;
+        let mut stale = None;
         let (pre_bytes, before, old_mode) = match &existing {
             None => (None, None, None),
             Some((file, meta)) => {
@@ -1133,18 +1158,24 @@ impl<'a> Files<'a> {
                 } else {
                     (None, self.current_hash(&place, file, stat)?)
                 };
-                match (self.gate(&place, &hash), anchor, &bytes) {
-                    (Ok(()), ..) => {}
-                    (Err(stale @ Error::Stale { .. }), Some(edit), Some(current)) => {
-                        let found = self.anchored(&place, edit, current, stale);
-                        anchored = Some(self.refused_if_err(found)?);
+                match (self.gate(&place, &hash), anchor) {
+                    (Ok(()), _) => {}
+                    (Err(e @ Error::Stale { .. }), Some(edit)) if bytes.is_some() => {
+                        stale = Some((e, edit));
                     }
-                    (Err(e), ..) => return self.refused_if_err(Err(e)),
+                    (Err(e), _) => return self.refused_if_err(Err(e)),
                 }
                 (bytes, Some(hash), Some(meta.permissions().mode()))
             }
         };
-        let new = apply(pre_bytes.as_deref())?;
+        let (new, anchored) = match (stale, &pre_bytes) {
+            (Some((stale, edit)), Some(current)) => {
+                let found = self.anchored(&place, edit, current, stale, apply);
+                let (new, anchored) = self.refused_if_err(found)?;
+                (new, Some(anchored))
+            }
+            _ => (apply(pre_bytes.as_deref())?, None),
+        };
         let mut protected = true;
         if let Some(hook) = &self.history {
             let state = match (&before, old_mode, &pre_bytes) {
