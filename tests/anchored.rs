@@ -4,9 +4,10 @@
 //! random interleavings of several actors.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
+use proptest::test_runner::{FileFailurePersistence, TestRunner};
 use writ::{Actor, Config, Durability, Error, Grant, Receipt, Scheduler};
 
 struct Env {
@@ -343,11 +344,17 @@ fn run(steps: &[Step]) -> Result<(), TestCaseError> {
                             );
                         }
                         prop_assert_eq!(receipt.anchored.is_some(), !current(&seen));
+                        if receipt.anchored.is_some() {
+                            count(&SEEN.anchored_replace);
+                        }
                         let mut lines = model.current.clone();
                         lines.splice(i..i + old_lines.len(), new_lines);
                         model.landed(&now, lines);
                     }
-                    Err(Error::Stale { .. }) => prop_assert!(!current(&seen)),
+                    Err(Error::Stale { .. }) => {
+                        count(&SEEN.refused_replace);
+                        prop_assert!(!current(&seen))
+                    }
                     Err(Error::NoMatch { .. }) => prop_assert!(found.is_none()),
                     Err(e) => prop_assert!(false, "{step:?}: {e}"),
                 }
@@ -360,8 +367,11 @@ fn run(steps: &[Step]) -> Result<(), TestCaseError> {
                 let result = actors[a].files().append("f.py", &line.1);
                 let known = current(&seen) || model.history.contains(&Model::text(&seen));
                 match result {
-                    Ok(_) => {
+                    Ok(receipt) => {
                         prop_assert!(known, "{step:?} appended with an unknown mark");
+                        if receipt.anchored.is_some() {
+                            count(&SEEN.anchored_append);
+                        }
                         let mut lines = model.current.clone();
                         lines.push(line);
                         model.landed(&now, lines);
@@ -397,7 +407,10 @@ fn run(steps: &[Step]) -> Result<(), TestCaseError> {
                         model.moved |= moving;
                         model.landed(&now, lines);
                     }
-                    Err(Error::Stale { .. }) => prop_assert!(!current(&seen)),
+                    Err(Error::Stale { .. }) => {
+                        count(&SEEN.refused_write);
+                        prop_assert!(!current(&seen))
+                    }
                     Err(e) => prop_assert!(false, "{step:?}: {e}"),
                 }
             }
@@ -416,8 +429,29 @@ fn run(steps: &[Step]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig {
+/// How often each outcome the property must exercise occurred.
+#[derive(Debug, Default)]
+struct Seen {
+    anchored_replace: AtomicUsize,
+    anchored_append: AtomicUsize,
+    refused_replace: AtomicUsize,
+    refused_write: AtomicUsize,
+}
+
+static SEEN: Seen = Seen {
+    anchored_replace: AtomicUsize::new(0),
+    anchored_append: AtomicUsize::new(0),
+    refused_replace: AtomicUsize::new(0),
+    refused_write: AtomicUsize::new(0),
+};
+
+fn count(what: &AtomicUsize) {
+    what.fetch_add(1, Ordering::Relaxed);
+}
+
+#[test]
+fn interleaved_edits_keep_every_accepted_change_and_replace_only_seen_text() {
+    let config = ProptestConfig {
         cases: std::env::var("PROPTEST_CASES")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -426,12 +460,20 @@ proptest! {
             "proptest-regressions/anchored.txt",
         ))),
         ..ProptestConfig::default()
-    })]
-
-    #[test]
-    fn interleaved_edits_keep_every_accepted_change_and_replace_only_seen_text(
-        steps in proptest::collection::vec(step(), 1..40)
-    ) {
-        run(&steps)?;
+    };
+    let mut runner = TestRunner::new(config);
+    let steps = proptest::collection::vec(step(), 1..40);
+    if let Err(e) = runner.run(&steps, |steps| run(&steps)) {
+        panic!("{e}");
+    }
+    // A generator that never anchors or never refuses would pass vacuously.
+    println!("{SEEN:?}");
+    for (what, n) in [
+        ("anchored replace", &SEEN.anchored_replace),
+        ("anchored append", &SEEN.anchored_append),
+        ("stale replace", &SEEN.refused_replace),
+        ("stale write", &SEEN.refused_write),
+    ] {
+        assert!(n.load(Ordering::Relaxed) > 0, "no {what} occurred");
     }
 }
