@@ -27,6 +27,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "common/rounds.rs"]
+mod rounds;
+
 use criterion::Criterion;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
@@ -159,30 +162,25 @@ fn roundtrip_interleaved(
     client: &Client<HttpConnector, Full<Bytes>>,
     url: &str,
 ) {
-    let rounds: usize = std::env::var("WRIT_SERVE_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(15);
-    if rounds == 0 {
-        return;
-    }
     const ITERS: u64 = 300;
     let per_pair = |d: Duration| d.as_secs_f64() * 1e6 / ITERS as f64;
-    let mut seen: Vec<(f64, f64, f64)> = (0..rounds)
-        .map(|_| {
+    let Some(r) = rounds::measure(
+        "WRIT_SERVE_ROUNDS",
+        || {
             let echo = per_pair(rt.block_on(time_echo_twice(client, url, ITERS)));
             let remote = per_pair(rt.block_on(time_remote(actor, ITERS)));
-            (remote / echo, echo, remote)
-        })
-        .collect();
-    seen.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let (ratio, echo, remote) = seen[rounds / 2];
+            [echo, remote]
+        },
+        |[echo, remote]| remote / echo,
+    ) else {
+        return;
+    };
+    let [echo, remote] = r.median;
     println!(
-        "roundtrip interleaved ({rounds} rounds of {ITERS} pairs each): median round echo twice \
-         {echo:.1} µs, try_admit + release {remote:.1} µs; ratio median {ratio:.2} (min {:.2}, \
+        "roundtrip interleaved ({} rounds of {ITERS} pairs each): median round echo twice \
+         {echo:.1} µs, try_admit + release {remote:.1} µs; ratio median {:.2} (min {:.2}, \
          max {:.2}; target ≤ 1.5)",
-        seen[0].0,
-        seen[rounds - 1].0
+        r.rounds, r.ratio, r.min, r.max
     );
 }
 
