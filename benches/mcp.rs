@@ -32,6 +32,9 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+#[path = "common/rounds.rs"]
+mod rounds;
+
 use criterion::Criterion;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
@@ -277,29 +280,25 @@ fn interleaved(
     echo: &Echo,
     body: &Bytes,
 ) {
-    let rounds: usize = std::env::var("WRIT_MCP_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(15);
-    if rounds == 0 {
-        return;
-    }
     const ITERS: u64 = 300;
     let per_call = |d: Duration| d.as_secs_f64() * 1e6 / ITERS as f64;
-    let mut seen = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        let a = per_call(time_in_process(local, data, ITERS));
-        let b = per_call(rt.block_on(echo.time(body, ITERS)));
-        let m = per_call(rt.block_on(time_mcp(client, data, ITERS)));
-        seen.push((m / (a + b), a, b, m));
-    }
-    seen.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let (ratio, a, b, m) = seen[rounds / 2];
+    let Some(r) = rounds::measure(
+        "WRIT_MCP_ROUNDS",
+        || {
+            let a = per_call(time_in_process(local, data, ITERS));
+            let b = per_call(rt.block_on(echo.time(body, ITERS)));
+            let m = per_call(rt.block_on(time_mcp(client, data, ITERS)));
+            [a, b, m]
+        },
+        |[a, b, m]| m / (a + b),
+    ) else {
+        return;
+    };
+    let [a, b, m] = r.median;
     println!(
-        "mcp_write interleaved ({rounds} rounds of {ITERS} calls each): median round A {a:.1} µs, \
-         B {b:.1} µs, M {m:.1} µs; M ÷ (A + B) median {ratio:.2} (min {:.2}, max {:.2}; target ≤ 1.5)",
-        seen[0].0,
-        seen[rounds - 1].0
+        "mcp_write interleaved ({} rounds of {ITERS} calls each): median round A {a:.1} µs, \
+         B {b:.1} µs, M {m:.1} µs; M ÷ (A + B) median {:.2} (min {:.2}, max {:.2}; target ≤ 1.5)",
+        r.rounds, r.ratio, r.min, r.max
     );
 }
 

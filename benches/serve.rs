@@ -3,7 +3,8 @@
 //! - `roundtrip`: `try_admit` + `release` through `writ::remote` over
 //!   loopback HTTP (two requests), against the same pair in process and
 //!   against a bare HTTP echo round trip on the same stack (axum server,
-//!   hyper-util client, one connection kept alive) done twice.
+//!   hyper-util client, one connection kept alive) done twice; then the
+//!   ratio of the two again, in rounds that take both one after the other.
 //! - `load` (printed after criterion's groups): 64 concurrent clients, each
 //!   with its own session and connections, admitting random sets of 1–4 of
 //!   256 files (waiting when contested) for a few seconds, with an oracle
@@ -25,6 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+#[path = "common/rounds.rs"]
+mod rounds;
 
 use criterion::Criterion;
 use http_body_util::{BodyExt as _, Full};
@@ -94,16 +98,7 @@ fn roundtrip(c: &mut Criterion) {
         (server, session, actor)
     });
     group.bench_function("http_try_admit_release", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    let r = actor.try_admit(["src/lib.rs"]).await.unwrap();
-                    r.release().await.unwrap();
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| rt.block_on(time_remote(&actor, iters)))
     });
 
     let (client, url) = rt.block_on(async {
@@ -114,30 +109,79 @@ fn roundtrip(c: &mut Criterion) {
             Client::builder(TokioExecutor::new()).build(connector);
         (client, url)
     });
-    let body = br#"{"jsonrpc":"2.0","id":1,"method":"admit","params":{"actor":"a-0-1","targets":["src/lib.rs"],"wait":false}}"#;
     group.bench_function("http_echo_twice", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let start = Instant::now();
-                for _ in 0..iters * 2 {
-                    let request = hyper::Request::post(url.as_str())
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from_static(body)))
-                        .unwrap();
-                    let response = client.request(request).await.unwrap();
-                    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-                    black_box(bytes);
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| rt.block_on(time_echo_twice(&client, &url, iters)))
     });
     group.finish();
+    roundtrip_interleaved(&rt, &actor, &client, &url);
     rt.block_on(async move {
         drop(actor);
         drop(session);
         server.shutdown().await;
     });
+}
+
+/// `iters` pairs of `try_admit` + `release` through `writ::remote`.
+async fn time_remote(actor: &writ::remote::Actor, iters: u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        let r = actor.try_admit(["src/lib.rs"]).await.unwrap();
+        r.release().await.unwrap();
+    }
+    start.elapsed()
+}
+
+/// `iters` pairs of bare HTTP echo round trips, each with a body the size
+/// of an admit request.
+async fn time_echo_twice(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    url: &str,
+    iters: u64,
+) -> Duration {
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"admit","params":{"actor":"a-0-1","targets":["src/lib.rs"],"wait":false}}"#;
+    let start = Instant::now();
+    for _ in 0..iters * 2 {
+        let request = hyper::Request::post(url)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(body)))
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        black_box(bytes);
+    }
+    start.elapsed()
+}
+
+/// The round trip's ratio over two echoes, measured in rounds that take
+/// both one after the other (`WRIT_SERVE_ROUNDS`, default 15; 0 skips
+/// it): load that comes and goes during a run then weighs on both alike,
+/// where criterion's functions, seconds apart, each meet their own.
+fn roundtrip_interleaved(
+    rt: &tokio::runtime::Runtime,
+    actor: &writ::remote::Actor,
+    client: &Client<HttpConnector, Full<Bytes>>,
+    url: &str,
+) {
+    const ITERS: u64 = 300;
+    let per_pair = |d: Duration| d.as_secs_f64() * 1e6 / ITERS as f64;
+    let Some(r) = rounds::measure(
+        "WRIT_SERVE_ROUNDS",
+        || {
+            let echo = per_pair(rt.block_on(time_echo_twice(client, url, ITERS)));
+            let remote = per_pair(rt.block_on(time_remote(actor, ITERS)));
+            [echo, remote]
+        },
+        |[echo, remote]| remote / echo,
+    ) else {
+        return;
+    };
+    let [echo, remote] = r.median;
+    println!(
+        "roundtrip interleaved ({} rounds of {ITERS} pairs each): median round echo twice \
+         {echo:.1} µs, try_admit + release {remote:.1} µs; ratio median {:.2} (min {:.2}, \
+         max {:.2}; target ≤ 1.5)",
+        r.rounds, r.ratio, r.min, r.max
+    );
 }
 
 /// An `/events` reader that reads one chunk every 50 ms: far slower than the

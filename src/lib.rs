@@ -121,7 +121,7 @@ pub use error::{Busy, ERROR_KINDS, Error, ErrorKind, ProtocolError, Result, Slot
 pub use files::WriteStep;
 pub use files::folders::{EntryKind, FolderEntry};
 pub use files::gate::ReadMark;
-pub use files::{FileOp, Files, HistoryStatus, Receipt};
+pub use files::{Anchored, FileOp, Files, HistoryStatus, Receipt};
 pub use kinds::{HoldKind, Mode};
 pub use sched::actor::{Actor, Grant};
 pub use sched::config::{Approval, Config, DEFAULT_MAX_READ_BYTES, DEFAULT_SENSITIVE, Durability};

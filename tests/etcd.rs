@@ -3176,6 +3176,70 @@ async fn a_policy_refusal_on_etcd_is_counted_by_the_server_that_refused_it() {
     }
 }
 
+/// SPEC §6, anchored edits, on etcd: Alice's mark was taken through one
+/// server and Bob changed the file through the other; her replace away
+/// from his change and her append are applied on top of it (the version
+/// her mark names is in the session's history, whichever server wrote it),
+/// the receipt carrying his change and naming him, while a replace of the
+/// line he touched and a whole write are still refused. With
+/// `--strict-gate` every one of them is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anchored_edits_hold_across_servers_and_strict_gate_refuses_them() {
+    for anchored in [true, false] {
+        let etcd = Etcd::start();
+        let (_dir, root) = workspace_root();
+        let history = tempfile::tempdir().unwrap();
+        std::fs::write(root.join("r.py"), "A = [\n    # end\n]\nB = 0\n").unwrap();
+        let config = writ::Config::default()
+            .durability(writ::Durability::Process)
+            .history_dir(history.path())
+            .anchored_edits(anchored);
+        let (_servers, [one, two]) = file_servers_with(&etcd, &root, "anchored", config).await;
+        let alice = one
+            .actor("alice", writ::Grant::workspace(&root))
+            .await
+            .unwrap();
+        let bob = two
+            .actor("bob", writ::Grant::workspace(&root))
+            .await
+            .unwrap();
+        let (alice, bob) = (alice.handle().to_string(), bob.handle().to_string());
+        read_through(&one, &alice, "r.py").await;
+        read_through(&two, &bob, "r.py").await;
+        let theirs = serde_json::json!({"path": "r.py", "old": "B = 0", "new": "B = 1"});
+        file_op(&two, "files.replace", &bob, theirs).await.unwrap();
+        let ours = serde_json::json!({"path": "r.py", "old": "    # end\n", "new": "    \"alice\",\n    # end\n"});
+        let replaced = file_op(&one, "files.replace", &alice, ours).await;
+        let append = serde_json::json!({"path": "r.py", "content": "C = 1\n"});
+        let appended = file_op(&two, "files.append", &alice, append).await;
+        let touched = serde_json::json!({"path": "r.py", "old": "]\n", "new": ")\n"});
+        let bob_line = file_op(&one, "files.replace", &alice, touched).await;
+        assert!(matches!(bob_line, Err(Error::Stale { .. })), "{bob_line:?}");
+        let written = write_through(&one, &alice, "r.py", "gone\n").await;
+        // The last writer: Alice's own append when it landed.
+        let last = if anchored { "alice" } else { "bob" };
+        assert_eq!(stale_writer(written).as_deref(), Some(last));
+        if anchored {
+            let receipt = replaced.unwrap();
+            assert_eq!(receipt["anchored"]["writer"], "bob", "{receipt}");
+            let diff = receipt["anchored"]["diff"].as_str().unwrap();
+            assert!(diff.contains("-B = 0\n+B = 1\n"), "{diff}");
+            assert!(appended.unwrap()["anchored"].is_object());
+            assert_eq!(
+                std::fs::read_to_string(root.join("r.py")).unwrap(),
+                "A = [\n    \"alice\",\n    # end\n]\nB = 1\nC = 1\n"
+            );
+        } else {
+            assert_eq!(stale_writer(replaced).as_deref(), Some("bob"));
+            assert_eq!(stale_writer(appended).as_deref(), Some("bob"));
+            assert_eq!(
+                std::fs::read_to_string(root.join("r.py")).unwrap(),
+                "A = [\n    # end\n]\nB = 1\n"
+            );
+        }
+    }
+}
+
 /// SPEC §8 on etcd: every server of a session records in the session's
 /// journal (one history folder, checked when a server starts), under the
 /// actor's turn kept in etcd, so a turn written through two servers is

@@ -26,7 +26,7 @@ fn the_short_form_loses_nothing_through_writ_and_accounts_for_every_call() {
     let (agents, tasks) = (4, 3);
     let params = Params::new(agents, tasks, 1, 0.02);
     let all = agents * tasks;
-    for mode in [Mode::Writ, Mode::WritReread, Mode::Blind, Mode::Worktree] {
+    for mode in Mode::ALL {
         let r = runtime
             .block_on(workload::run(mode, &params, dir.path()))
             .unwrap_or_else(|e| panic!("{}: {e}", mode.name()));
@@ -34,13 +34,25 @@ fn the_short_form_loses_nothing_through_writ_and_accounts_for_every_call() {
         let what = format!("{}: {r:?}", mode.name());
         assert_eq!(r.intended, all * 4, "{what}");
         match mode {
-            Mode::Writ | Mode::WritReread => {
+            Mode::Writ | Mode::WritStrict | Mode::WritReread => {
                 assert_eq!((r.lost, r.extra), (0, 0), "{what}");
                 assert_eq!(r.landed_tasks, all, "{what}");
                 assert!(r.refusals.keys().all(|(kind, _)| kind == "stale"), "{what}");
+                if mode == Mode::Writ {
+                    // Anchored edits: the registry line, the changelog entry
+                    // and the function edit cannot overwrite unseen work;
+                    // only the version bump, whose `old` the others change,
+                    // is ever refused.
+                    assert!(
+                        r.refusals.keys().all(|(_, file)| file == "version.py"),
+                        "{what}"
+                    );
+                } else {
+                    assert_eq!(r.anchored, 0, "{what}");
+                }
                 // A refusal that carries the content costs its retry only;
                 // one that does not costs a read_file as well.
-                let per_refusal = if mode == Mode::Writ { 1 } else { 2 };
+                let per_refusal = if mode == Mode::WritReread { 2 } else { 1 };
                 assert_eq!(r.calls, MIN_CALLS * all + per_refusal * refusals, "{what}");
             }
             Mode::Blind => {

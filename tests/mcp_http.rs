@@ -1596,3 +1596,97 @@ fn revoking_an_actor_drops_its_named_agents_and_their_reservations() {
         server.shutdown().await;
     });
 }
+
+/// Anchored edits through `/mcp` (SPEC §6): with file history, an
+/// `edit_file` or `append_file` whose read is stale but which cannot
+/// overwrite unseen work is applied, and its result tells the model so and
+/// shows what changed since its read; the filesystem set's `edit_file`
+/// anchors its `edits` list all or none; an edit of a line another agent
+/// changed is still refused with the current content.
+#[test]
+fn an_edit_that_cannot_overwrite_unseen_work_is_applied_with_the_changes_shown() {
+    let (_dir, root) = workspace();
+    let history = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    fs::write(root.join("reg.py"), "R = [\n    # end\n]\nV = 1\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let config = writ::Config::default()
+            .durability(writ::Durability::Process)
+            .history_dir(history.path());
+        let server = Server::start(Options::new(&root).config(config))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        let url = format!("{}/mcp", server.url());
+        let mut agents = Vec::new();
+        for (name, url) in [
+            ("alpha", url.clone()),
+            ("beta", url.clone()),
+            ("gamma", format!("{url}?tools=filesystem")),
+        ] {
+            let mut client =
+                http_client::McpHttp::new(&url, server.token()).with_header("Writ-Agent", name);
+            assert_eq!(client.initialize(name).await.status, 200);
+            agents.push(client);
+        }
+        let [alpha, beta, gamma] = &mut agents[..] else {
+            unreachable!()
+        };
+        let read = json!({"path": "reg.py"});
+        for agent in [&mut *alpha, &mut *beta] {
+            assert!(!agent.call("read_file", read.clone()).await.0);
+        }
+        assert!(!gamma.call("read_text_file", read.clone()).await.0);
+        let entry = |who: &str| {
+            json!({"path": "reg.py", "old_string": "    # end\n",
+                   "new_string": format!("    \"{who}\",\n    # end\n")})
+        };
+        let (error, text) = alpha.call("edit_file", entry("alpha")).await;
+        assert!(!error, "{text}");
+        assert!(!text.contains("applied on top"), "{text}");
+        let (error, text) = beta.call("edit_file", entry("beta")).await;
+        assert!(!error, "{text}");
+        assert!(
+            text.contains("('alpha' wrote it last)")
+                && text.contains("applied on top of them")
+                && text.contains("+    \"alpha\",\n"),
+            "{text}"
+        );
+        let (error, text) = beta
+            .call(
+                "append_file",
+                json!({"path": "reg.py", "content": "W = 2\n"}),
+            )
+            .await;
+        assert!(!error && text.contains("applied on top of them"), "{text}");
+        // The filesystem set: both edits anchored, the diff of the edit
+        // itself first, then what changed since gamma's read.
+        let edits = json!({"path": "reg.py", "edits": [
+            {"oldText": "R = [", "newText": "Q = ["},
+            {"oldText": "V = 1", "newText": "V = 3"},
+        ]});
+        let (error, text) = gamma.call("edit_file", edits).await;
+        assert!(!error, "{text}");
+        assert!(
+            text.contains("+V = 3") && text.contains("+W = 2\n") && text.contains("applied on top"),
+            "{text}"
+        );
+        // Beta's read still names the start: a replace of the line gamma
+        // changed, and a whole write, are refused with the content.
+        let (error, text) = beta
+            .call(
+                "edit_file",
+                json!({"path": "reg.py", "old_string": "]\n", "new_string": ")\n"}),
+            )
+            .await;
+        assert!(
+            error && text.contains("changed since you read it"),
+            "{text}"
+        );
+        assert!(text.contains("\tV = 3\n"), "{text}");
+        server.shutdown().await;
+    });
+    assert_eq!(
+        fs::read_to_string(root.join("reg.py")).unwrap_or_default(),
+        "Q = [\n    \"alpha\",\n    \"beta\",\n    # end\n]\nV = 3\nW = 2\n"
+    );
+}

@@ -11,7 +11,8 @@
 //! Flags: `--agents 4,8` (agent counts), `--seeds 3` (seeds 1..=N; the
 //! summary gives medians), `--tasks 10` (per agent), `--time-scale 1.0`
 //! (multiplies the think and turn times: 0.1 runs ten times faster),
-//! `--modes writ,writ-reread,blind,worktree`. The workload and the modes
+//! `--modes writ,writ-strict,writ-reread,blind,worktree` (`writ`: anchored
+//! edits, `writ serve`'s default; `writ-strict`: `--strict-gate`). The workload and the modes
 //! are described in `workload.rs`; docs/PERFORMANCE.md has the figures.
 
 #[path = "../../tests/common/mcp_http_client.rs"]
@@ -37,7 +38,7 @@ fn parse() -> Result<Args, String> {
         seeds: 3,
         tasks: 10,
         time_scale: 1.0,
-        modes: vec![Mode::Writ, Mode::WritReread, Mode::Blind, Mode::Worktree],
+        modes: Mode::ALL.to_vec(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -132,7 +133,7 @@ fn main() {
                         println!(
                             "  agents {agents} seed {seed} {:<11} calls {:>4} changes {:>3}/{:<3} \
                              landed {:>3}/{:<3} \
-                             lost {:>3} extra {:>2} refusals {:>3} wall {:>7.2?}{}",
+                             lost {:>3} extra {:>2} refusals {:>3} anchored {:>3} wall {:>7.2?}{}",
                             mode.name(),
                             report.calls,
                             report.accepted,
@@ -142,6 +143,7 @@ fn main() {
                             report.lost,
                             report.extra,
                             report.refusals.values().sum::<usize>(),
+                            report.anchored,
                             report.wall,
                             if mode == Mode::Worktree {
                                 format!(" + merge {:.2?}", report.merge)
@@ -162,7 +164,7 @@ fn main() {
     summary(&args, &reports);
     let failed = reports
         .iter()
-        .any(|r| matches!(r.mode, Mode::Writ | Mode::WritReread) && (r.lost > 0 || r.extra > 0));
+        .any(|r| r.mode.is_writ() && (r.lost > 0 || r.extra > 0));
     if failed {
         eprintln!("friction: writ lost or invented an update");
         std::process::exit(1);
@@ -179,10 +181,11 @@ fn summary(args: &Args, reports: &[Report]) {
     );
     println!(
         "| agents | mode | lost updates (of {} changes per agent) | calls per landed task | \
-         ÷ minimum | tasks landed | refusals per task | wall ÷ blind |",
+         ÷ minimum | tasks landed | refusals per task | retries refused again | \
+         anchored per task | wall ÷ blind |",
         args.tasks * 4
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &agents in &args.agents {
         for &mode in &args.modes {
             let runs: Vec<&Report> = reports
@@ -199,13 +202,23 @@ fn summary(args: &Args, reports: &[Report]) {
                     })
             };
             let calls = of(&|r| r.calls_per_task());
+            // Summed over seeds: a seed may retry nothing.
+            let (retries, again) = runs.iter().fold((0, 0), |(n, again), r| {
+                (n + r.retries, again + r.retries_refused)
+            });
+            let again = if retries == 0 {
+                "—".to_string()
+            } else {
+                format!("{:.0}% of {retries}", 100.0 * again as f64 / retries as f64)
+            };
             println!(
-                "| {agents} | {} | {} | {calls:.2} | {:.2} | {} | {:.2} | {:.2} |",
+                "| {agents} | {} | {} | {calls:.2} | {:.2} | {} | {:.2} | {again} | {:.2} | {:.2} |",
                 mode.name(),
                 of(&|r| r.lost as f64),
                 calls / MIN_CALLS as f64,
                 of(&|r| r.landed_tasks as f64),
                 of(&|r| r.refusals.values().sum::<usize>() as f64 / r.landed_tasks.max(1) as f64),
+                of(&|r| r.anchored as f64 / r.landed_tasks.max(1) as f64),
                 of(&wall_ratio),
             );
         }

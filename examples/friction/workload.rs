@@ -9,11 +9,13 @@
 //! (`turn` seconds), and before the function edit it thinks (`think`
 //! seconds); both drawn from a seeded generator per agent.
 //!
-//! The same agents run in four ways ([`Mode`]): through `writ serve`'s
-//! `/mcp` (using the current content a refusal carries, or reading again
-//! after every refusal as a model told "read it again" does), with a
-//! blind whole-file overwrite, and each in its own git worktree merged at
-//! the end. An oracle independent of the tools then checks every change
+//! The same agents run in five ways ([`Mode`]): through `writ serve`'s
+//! `/mcp` (with anchored edits, as `writ serve` runs by default; with
+//! `--strict-gate`, using the current content a refusal carries; or
+//! reading again after every refusal as a model told "read it again"
+//! does), with a blind whole-file overwrite, and each in its own git
+//! worktree merged at the end. The servers keep file history, as `writ
+//! serve` does: an anchored edit finds the version its agent read there. An oracle independent of the tools then checks every change
 //! each tool accepted against the final files.
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,12 +31,17 @@ use crate::mcp_http_client::McpHttp;
 /// How the agents share the folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mode {
-    /// `writ serve` over MCP; after a refusal that carries the current
-    /// content the agent redoes its change on it at once.
+    /// `writ serve` over MCP with anchored edits (its default): a stale
+    /// replace or append that cannot overwrite unseen work is applied;
+    /// after a refusal, which carries the current content, the agent
+    /// redoes its change on it at once.
     Writ,
-    /// `writ serve` over MCP; after every refusal the agent calls
-    /// `read_file` before it redoes its change (what agents did before
-    /// refusals carried the content).
+    /// `writ serve --strict-gate` over MCP: every stale write is refused;
+    /// the agent redoes its change on the content the refusal carries.
+    WritStrict,
+    /// `writ serve --strict-gate` over MCP; after every refusal the agent
+    /// calls `read_file` before it redoes its change (what agents did
+    /// before refusals carried the content).
     WritReread,
     /// Each agent reads a file and writes back the whole file it made of
     /// what it read; nothing checks what happened in between.
@@ -50,17 +57,30 @@ impl Mode {
     pub fn name(self) -> &'static str {
         match self {
             Mode::Writ => "writ",
+            Mode::WritStrict => "writ-strict",
             Mode::WritReread => "writ-reread",
             Mode::Blind => "blind",
             Mode::Worktree => "worktree",
         }
     }
 
+    /// Every mode, in the report's order.
+    pub const ALL: [Mode; 5] = [
+        Mode::Writ,
+        Mode::WritStrict,
+        Mode::WritReread,
+        Mode::Blind,
+        Mode::Worktree,
+    ];
+
+    /// Whether the agents go through writ.
+    pub fn is_writ(self) -> bool {
+        matches!(self, Mode::Writ | Mode::WritStrict | Mode::WritReread)
+    }
+
     /// The mode of a command-line name.
     pub fn parse(name: &str) -> Option<Mode> {
-        [Mode::Writ, Mode::WritReread, Mode::Blind, Mode::Worktree]
-            .into_iter()
-            .find(|m| m.name() == name)
+        Mode::ALL.into_iter().find(|m| m.name() == name)
     }
 }
 
@@ -118,6 +138,13 @@ pub struct Report {
     pub calls: usize,
     /// Refusals by kind and file.
     pub refusals: BTreeMap<(String, String), usize>,
+    /// Attempts at a change after a refusal of it.
+    pub retries: usize,
+    /// Of those, the ones refused again.
+    pub retries_refused: usize,
+    /// Changes applied on top of others' changes since the agent's read
+    /// (anchored edits).
+    pub anchored: usize,
     /// Files a merge found in conflict (worktree mode).
     pub conflicts: usize,
     /// From the first call to the last agent's end.
@@ -326,6 +353,9 @@ struct Agent {
     seen: HashMap<String, String>,
     calls: usize,
     refusals: BTreeMap<(String, String), usize>,
+    retries: usize,
+    retries_refused: usize,
+    anchored: usize,
     /// Which changes a tool accepted.
     accepted: Vec<(usize, Step)>,
 }
@@ -364,13 +394,15 @@ impl Agent {
     /// Makes one change (after a turn), retrying as a model would after a
     /// refusal; true when a tool accepted it.
     async fn change(&mut self, t: usize, step: Step, file: &str, a: usize) -> bool {
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
+            let retry = attempt > 0;
             self.pause(self.params.turn).await;
             let seen = self.seen.get(file).cloned().unwrap_or_default();
             let Some(change) = step.change(a, t, &seen) else {
                 return false;
             };
             self.calls += 1;
+            self.retries += usize::from(retry);
             match &mut self.tools {
                 Tools::Disk { root } => {
                     let new = match change {
@@ -400,8 +432,10 @@ impl Agent {
                     };
                     let (error, text) = client.call(tool, args).await;
                     if !error {
+                        self.anchored += usize::from(text.contains("applied on top of them"));
                         return true;
                     }
+                    self.retries_refused += usize::from(retry);
                     let kind = refusal_kind(&text);
                     *self
                         .refusals
@@ -509,8 +543,15 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
             )?;
         }
     }
-    if matches!(mode, Mode::Writ | Mode::WritReread) {
-        let options = writ::server::Options::new(&main).lease_ttl(Duration::from_secs(60));
+    if mode.is_writ() {
+        let history = root.join("history");
+        std::fs::create_dir_all(&history).map_err(|e| format!("history: {e}"))?;
+        let config = writ::Config::default()
+            .history_dir(history)
+            .anchored_edits(mode == Mode::Writ);
+        let options = writ::server::Options::new(&main)
+            .config(config)
+            .lease_ttl(Duration::from_secs(60));
         server = Some(
             writ::server::Server::start(options)
                 .await
@@ -529,7 +570,7 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
                 }
                 Tools::Mcp {
                     client: Box::new(client),
-                    use_content: mode == Mode::Writ,
+                    use_content: mode != Mode::WritReread,
                 }
             }
             None => Tools::Disk {
@@ -543,6 +584,9 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
             seen: HashMap::new(),
             calls: 0,
             refusals: BTreeMap::new(),
+            retries: 0,
+            retries_refused: 0,
+            anchored: 0,
             accepted: Vec::new(),
         });
     }
@@ -588,6 +632,9 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
     let accepted: Vec<Vec<(usize, Step)>> = done.iter().map(|a| a.accepted.clone()).collect();
     let mut report = check(mode, params, &main, &accepted);
     report.calls = done.iter().map(|a| a.calls).sum();
+    report.retries = done.iter().map(|a| a.retries).sum();
+    report.retries_refused = done.iter().map(|a| a.retries_refused).sum();
+    report.anchored = done.iter().map(|a| a.anchored).sum();
     for agent in &done {
         for (key, n) in &agent.refusals {
             *report.refusals.entry(key.clone()).or_default() += n;
@@ -654,6 +701,9 @@ fn check(mode: Mode, params: &Params, main: &Path, agents: &[Vec<(usize, Step)>]
         extra,
         calls: 0,
         refusals: BTreeMap::new(),
+        retries: 0,
+        retries_refused: 0,
+        anchored: 0,
         conflicts: 0,
         wall: Duration::ZERO,
         merge: Duration::ZERO,

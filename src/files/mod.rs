@@ -18,6 +18,7 @@
 //!
 //! There is no write path that skips step 2.
 
+pub(crate) mod anchor;
 pub(crate) mod atomic;
 pub(crate) mod folders;
 pub(crate) mod gate;
@@ -36,6 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use atomic::WriteStep;
 use atomic::{Dir, Entry, StepHook};
 
+use self::anchor::Edit;
 use self::gate::{Gate, MarkStore, ReadMark, StatKey};
 use self::policy::Access;
 use crate::core::key::{Key, Mode, Target};
@@ -128,6 +130,56 @@ pub struct Receipt {
     pub mode: Option<u32>,
     /// Whether file history covers this change.
     pub history: HistoryStatus,
+    /// Set when a replace or an append met a stale mark and was applied
+    /// on top of the changes since (an anchored edit, SPEC §6): what
+    /// changed between the version the mark names and the content the edit
+    /// was applied to. The mark is not refreshed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchored: Option<Anchored>,
+}
+
+/// What an anchored edit was applied on top of: the changes since the
+/// agent's read, which it has now seen (see [`Receipt::anchored`]).
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let history = tempfile::tempdir()?;
+/// std::fs::write(dir.path().join("list.py"), "ITEMS = [\n    # end\n]\n")?;
+/// let sched = writ::Scheduler::new(writ::Config::default().history_dir(history.path()));
+/// let (a, b) = (
+///     sched.actor("a", writ::Grant::workspace(dir.path()))?,
+///     sched.actor("b", writ::Grant::workspace(dir.path()))?,
+/// );
+/// a.files().read("list.py")?;
+/// b.files().read("list.py")?;
+/// a.files().replace("list.py", "    # end\n", "    \"a\",\n    # end\n")?;
+/// // b's mark is stale, but its edit cannot overwrite what a wrote.
+/// let receipt = b.files().replace("list.py", "    # end\n", "    \"b\",\n    # end\n")?;
+/// let anchored = receipt.anchored.expect("applied on top of a's change");
+/// assert_eq!(anchored.writer.as_deref(), Some("a"));
+/// assert!(anchored.diff.contains("+    \"a\",\n"));
+/// assert_eq!(
+///     std::fs::read_to_string(dir.path().join("list.py"))?,
+///     "ITEMS = [\n    \"a\",\n    \"b\",\n    # end\n]\n"
+/// );
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Anchored {
+    /// sha256 of the version the agent's mark names (what it read).
+    pub marked: String,
+    /// Who produced the content the edit was applied to, after the mark,
+    /// as `Stale` would name them (`None`: changed outside writ, or not
+    /// only by the last writer).
+    pub writer: Option<String>,
+    /// A unified diff from the marked version to the content the edit was
+    /// applied to, within `Config::max_read_bytes`.
+    pub diff: String,
+    /// The diff was cut short at that bound.
+    #[serde(default)]
+    pub truncated: bool,
 }
 
 impl fmt::Display for Receipt {
@@ -150,10 +202,14 @@ impl fmt::Display for Receipt {
         }
         match &self.history {
             HistoryStatus::Incomplete { reason } => {
-                write!(f, "; written, history incomplete ({reason})")
+                write!(f, "; written, history incomplete ({reason})")?;
             }
-            HistoryStatus::Unprotected => f.write_str("; unprotected (no snapshot)"),
-            _ => Ok(()),
+            HistoryStatus::Unprotected => f.write_str("; unprotected (no snapshot)")?,
+            _ => {}
+        }
+        match &self.anchored {
+            Some(_) => f.write_str("; applied on top of changes made since the read"),
+            None => Ok(()),
         }
     }
 }
@@ -195,6 +251,11 @@ pub(crate) trait HistoryHook: Send + Sync {
     ) -> Result<bool>;
     /// Journals the finished change.
     fn record(&self, actor: &ActorMeta, receipt: &Receipt) -> Result<()>;
+    /// The content whose sha256 is `sha256`, if history holds it: the
+    /// version a stale mark names, for an anchored edit.
+    fn version(&self, _sha256: &str) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// Admission by a table outside this process (the session's table in etcd,
@@ -227,6 +288,10 @@ pub(crate) struct Known {
     /// clocks).
     pub(crate) writer: Option<(String, String, std::time::Duration)>,
 }
+
+/// How long an anchored edit's line diff may take before it settles for a
+/// less minimal one.
+const ANCHOR_DIFF_TIME: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A resolved path of one operation.
 struct Place {
@@ -699,7 +764,11 @@ impl<'a> Files<'a> {
     /// [`Files::gate`] for a write: a refusal is an event of the stream
     /// (`refused`, kind `stale` or `not_read`), as a busy path is.
     fn gate_write(&self, place: &Place, current: &str, append: bool) -> Result<()> {
-        let checked = self.gate(place, current, append);
+        self.refused_if_err(self.gate(place, current, append))
+    }
+
+    /// A gate's refusal, told to the event stream.
+    fn refused_if_err<T>(&self, checked: Result<T>) -> Result<T> {
         if let Err(e) = &checked {
             let meta = self.meta();
             self.actor
@@ -707,6 +776,64 @@ impl<'a> Files<'a> {
                 .emit(|| crate::sched::events::refused(meta.id, meta.name.clone(), e));
         }
         checked
+    }
+
+    /// An anchored edit (SPEC §6): `edit` met `stale`, a refusal of this
+    /// actor's mark at `place` whose content is now `current`. Applied when
+    /// anchored edits are on, history holds the marked version and
+    /// [`anchor::decide`] finds the edit cannot overwrite unseen work;
+    /// otherwise `stale` stands.
+    ///
+    /// `apply` makes the new content of `current`; for a replace it must be
+    /// exactly the replacements the decision was asked about (the
+    /// filesystem tools' matching is looser), or `stale` stands.
+    fn anchored<'d>(
+        &self,
+        place: &Place,
+        edit: Edit<'_>,
+        current: &[u8],
+        stale: Error,
+        apply: impl FnOnce(Option<&[u8]>) -> Result<Cow<'d, [u8]>>,
+    ) -> Result<(Cow<'d, [u8]>, Anchored)> {
+        let config = &self.actor.sched.shared.config;
+        let (true, Some(hook)) = (config.anchored_edits, &self.history) else {
+            return Err(stale);
+        };
+        let Some(mark) = MarkStore::of(self.meta()).get(&place.key.norm) else {
+            return Err(stale);
+        };
+        let Some(marked) = hook.version(&mark.sha256) else {
+            return Err(stale);
+        };
+        // The diff runs inside the exclusive hold: a pathological pair of
+        // versions gets a less minimal diff (more refusals), not a stall.
+        let deadline = std::time::Instant::now() + ANCHOR_DIFF_TIME;
+        if anchor::decide(&marked, current, edit, Some(deadline)).is_err() {
+            return Err(stale);
+        }
+        let Ok(new) = apply(Some(current)) else {
+            return Err(stale);
+        };
+        if let Edit::Replace(pairs) = edit {
+            if anchor::replaced(current, pairs).as_deref() != Some(&*new) {
+                return Err(stale);
+            }
+        }
+        let writer = match stale {
+            Error::Stale { writer, .. } => writer,
+            _ => None,
+        };
+        let bound = usize::try_from(config.max_read_bytes).unwrap_or(usize::MAX);
+        let (diff, truncated) = anchor::changes(&marked, current, bound);
+        Ok((
+            new,
+            Anchored {
+                marked: mark.sha256,
+                writer,
+                diff,
+                truncated,
+            },
+        ))
     }
 
     fn not_a_file(place: &Place, entry: &Entry) -> Error {
@@ -899,15 +1026,19 @@ impl<'a> Files<'a> {
     /// `Stale`); a new one does not.
     pub fn write(&self, path: impl AsRef<Path>, data: impl AsRef<[u8]>) -> Result<Receipt> {
         let data = data.as_ref();
-        self.edit(path.as_ref(), FileOp::Write, |_| Ok(Cow::Borrowed(data)))
+        self.edit(path.as_ref(), FileOp::Write, None, |_| {
+            Ok(Cow::Borrowed(data))
+        })
     }
 
     /// Appends to the file (creating it if missing). An existing file needs
     /// a current read mark; reading its tail with [`Files::read_range`] is
-    /// enough. The whole file is replaced atomically, never torn.
+    /// enough. The whole file is replaced atomically, never torn. A stale
+    /// mark whose version history holds is an anchored append (see
+    /// [`Receipt::anchored`]).
     pub fn append(&self, path: impl AsRef<Path>, data: impl AsRef<[u8]>) -> Result<Receipt> {
         let data = data.as_ref();
-        self.edit(path.as_ref(), FileOp::Append, |pre| {
+        self.edit(path.as_ref(), FileOp::Append, Some(Edit::Append), |pre| {
             let mut out = pre.unwrap_or_default().to_vec();
             out.extend_from_slice(data);
             Ok(Cow::Owned(out))
@@ -917,7 +1048,11 @@ impl<'a> Files<'a> {
     /// Replaces the one occurrence of `old` with `new`. The file must exist
     /// (`NotFound`) and be read (`NotRead`, `Stale`); `old` must occur
     /// exactly once (`NoMatch` — also for an empty `old` — or
-    /// `AmbiguousMatch`), checked before anything is written.
+    /// `AmbiguousMatch`), checked before anything is written. With a stale
+    /// mark it is applied when it cannot overwrite unseen work (an anchored
+    /// edit, [`Receipt::anchored`]): `old` occurs once in the version the
+    /// mark names and once now, and no change between them touches it or
+    /// a line beside it.
     pub fn replace(
         &self,
         path: impl AsRef<Path>,
@@ -926,28 +1061,33 @@ impl<'a> Files<'a> {
     ) -> Result<Receipt> {
         let (old, new) = (old.as_ref().as_bytes(), new.as_ref().as_bytes());
         let path = path.as_ref();
-        self.edit(path, FileOp::Replace, |pre| {
-            let pre = pre.unwrap_or_default();
-            let (first, count) = if old.is_empty() {
-                (None, 0)
-            } else {
-                occurrences(pre, old)
-            };
-            match (first, count) {
-                (Some(at), 1) => {
-                    let mut out = Vec::with_capacity(pre.len() - old.len() + new.len());
-                    out.extend_from_slice(&pre[..at]);
-                    out.extend_from_slice(new);
-                    out.extend_from_slice(&pre[at + old.len()..]);
-                    Ok(Cow::Owned(out))
+        self.edit(
+            path,
+            FileOp::Replace,
+            Some(Edit::Replace(&[(old, new)])),
+            |pre| {
+                let pre = pre.unwrap_or_default();
+                let (first, count) = if old.is_empty() {
+                    (None, 0)
+                } else {
+                    occurrences(pre, old)
+                };
+                match (first, count) {
+                    (Some(at), 1) => {
+                        let mut out = Vec::with_capacity(pre.len() - old.len() + new.len());
+                        out.extend_from_slice(&pre[..at]);
+                        out.extend_from_slice(new);
+                        out.extend_from_slice(&pre[at + old.len()..]);
+                        Ok(Cow::Owned(out))
+                    }
+                    (_, 0) => Err(Error::NoMatch { path: path.into() }),
+                    (_, count) => Err(Error::AmbiguousMatch {
+                        path: path.into(),
+                        count,
+                    }),
                 }
-                (_, 0) => Err(Error::NoMatch { path: path.into() }),
-                (_, count) => Err(Error::AmbiguousMatch {
-                    path: path.into(),
-                    count,
-                }),
-            }
-        })
+            },
+        )
     }
 
     /// Replaces every non-overlapping occurrence of `old` with `new`, under
@@ -973,7 +1113,7 @@ impl<'a> Files<'a> {
     ) -> Result<Receipt> {
         let (old, new) = (old.as_ref().as_bytes(), new.as_ref().as_bytes());
         let path = path.as_ref();
-        self.edit(path, FileOp::Replace, |pre| {
+        self.edit(path, FileOp::Replace, None, |pre| {
             let pre = pre.unwrap_or_default();
             if old.is_empty() || occurrences(pre, old).1 == 0 {
                 return Err(Error::NoMatch { path: path.into() });
@@ -1015,16 +1155,40 @@ impl<'a> Files<'a> {
         path: impl AsRef<Path>,
         f: impl FnOnce(&[u8]) -> Result<Vec<u8>>,
     ) -> Result<Receipt> {
-        self.edit(path.as_ref(), FileOp::Replace, |pre| {
+        self.edit(path.as_ref(), FileOp::Replace, None, |pre| {
             f(pre.unwrap_or_default()).map(Cow::Owned)
         })
     }
 
-    /// The shared pipeline of write, append and replace.
+    /// [`Files::rewrite`] for a list of replacements (`old`, `new`) that
+    /// `f` applies in order: with a stale mark it is an anchored edit when
+    /// every one of them is (all or none), as [`Files::replace`] says, and
+    /// what `f` made is exactly those replacements.
+    pub(crate) fn rewrite_anchored(
+        &self,
+        path: impl AsRef<Path>,
+        edits: &[(&str, &str)],
+        f: impl FnOnce(&[u8]) -> Result<Vec<u8>>,
+    ) -> Result<Receipt> {
+        let pairs: Vec<(&[u8], &[u8])> = edits
+            .iter()
+            .map(|(old, new)| (old.as_bytes(), new.as_bytes()))
+            .collect();
+        self.edit(
+            path.as_ref(),
+            FileOp::Replace,
+            Some(Edit::Replace(&pairs)),
+            |pre| f(pre.unwrap_or_default()).map(Cow::Owned),
+        )
+    }
+
+    /// The shared pipeline of write, append and replace; `anchor` is the
+    /// edit as an anchored edit sees it, when it may be one.
     fn edit<'d>(
         &self,
         path: &Path,
         op: FileOp,
+        anchor: Option<Edit<'_>>,
         apply: impl FnOnce(Option<&[u8]>) -> Result<Cow<'d, [u8]>>,
     ) -> Result<Receipt> {
         let place = self.place(path, true, Access::Write)?;
@@ -1046,6 +1210,7 @@ impl<'a> Files<'a> {
         // Gate, then pre-image. A plain write reads the old bytes only when
         // history needs them; otherwise the (cached) hash is enough.
         let needs_bytes = op != FileOp::Write || self.history.is_some();
+        let mut stale = None;
         let (pre_bytes, before, old_mode) = match &existing {
             None => (None, None, None),
             Some((file, meta)) => {
@@ -1057,11 +1222,24 @@ impl<'a> Files<'a> {
                 } else {
                     (None, self.current_hash(&place, file, stat)?)
                 };
-                self.gate_write(&place, &hash, op == FileOp::Append)?;
+                match (self.gate(&place, &hash, op == FileOp::Append), anchor) {
+                    (Ok(()), _) => {}
+                    (Err(e @ Error::Stale { .. }), Some(edit)) if bytes.is_some() => {
+                        stale = Some((e, edit));
+                    }
+                    (Err(e), _) => return self.refused_if_err(Err(e)),
+                }
                 (bytes, Some(hash), Some(meta.permissions().mode()))
             }
         };
-        let new = apply(pre_bytes.as_deref())?;
+        let (new, anchored) = match (stale, &pre_bytes) {
+            (Some((stale, edit)), Some(current)) => {
+                let found = self.anchored(&place, edit, current, stale, apply);
+                let (new, anchored) = self.refused_if_err(found)?;
+                (new, Some(anchored))
+            }
+            _ => (apply(pre_bytes.as_deref())?, None),
+        };
         let mut protected = true;
         if let Some(hook) = &self.history {
             let state = match (&before, old_mode, &pre_bytes) {
@@ -1085,7 +1263,9 @@ impl<'a> Files<'a> {
         }
         let mode = dir.replace(&name, &new, old_mode, self.durable(), self.steps.as_ref())?;
         let after = gate::sha256_hex(&new);
-        self.wrote(&place, Some(&after), new.len() as u64);
+        // An anchored edit leaves the mark as it was: the agent has seen
+        // the changes, not the file.
+        self.wrote(&place, Some(&after), new.len() as u64, anchored.is_none());
         let mut receipt = Receipt {
             op,
             path: place.key.path.clone(),
@@ -1095,6 +1275,7 @@ impl<'a> Files<'a> {
             size: new.len() as u64,
             mode: Some(mode),
             history: HistoryStatus::Off,
+            anchored,
         };
         receipt.history = self.history_status(&receipt, protected);
         Ok(receipt)
@@ -1102,11 +1283,11 @@ impl<'a> Files<'a> {
 
     /// Step 7: the session-wide record of who produced this content, and
     /// (only if configured) a refreshed mark.
-    fn wrote(&self, place: &Place, after: Option<&str>, len: u64) {
+    fn wrote(&self, place: &Place, after: Option<&str>, len: u64, refresh: bool) {
         let meta = self.meta();
         Gate::of(&self.actor.sched).record_write(&place.key.norm, &meta.name, after);
         if let Some(after) = after {
-            if self.actor.sched.shared.config.refresh_mark_on_write {
+            if refresh && self.actor.sched.shared.config.refresh_mark_on_write {
                 let mark = ReadMark {
                     path: place.key.path.clone(),
                     sha256: after.to_owned(),
@@ -1174,7 +1355,7 @@ impl<'a> Files<'a> {
             )?;
         }
         dir.unlink(&name, self.durable(), self.steps.as_ref())?;
-        self.wrote(&place, None, 0);
+        self.wrote(&place, None, 0, true);
         let mut receipt = Receipt {
             op: FileOp::Delete,
             path: place.key.path.clone(),
@@ -1184,6 +1365,7 @@ impl<'a> Files<'a> {
             size: 0,
             mode: None,
             history: HistoryStatus::Off,
+            anchored: None,
         };
         receipt.history = self.history_status(&receipt, protected);
         Ok(receipt)
@@ -1237,8 +1419,8 @@ impl<'a> Files<'a> {
             self.durable(),
             self.steps.as_ref(),
         )?;
-        self.wrote(&src, None, 0);
-        self.wrote(&dst, moved.sha256.as_deref(), moved.size);
+        self.wrote(&src, None, 0, true);
+        self.wrote(&dst, moved.sha256.as_deref(), moved.size, true);
         let mut receipt = Receipt {
             op: FileOp::Rename,
             path: dst.key.path.clone(),
@@ -1248,6 +1430,7 @@ impl<'a> Files<'a> {
             size: moved.size,
             mode: moved.mode,
             history: HistoryStatus::Off,
+            anchored: None,
         };
         receipt.history = self.history_status(&receipt, protected);
         Ok(receipt)

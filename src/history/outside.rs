@@ -123,6 +123,7 @@ impl Actor {
             size: after.map_or(0, |a| a.1),
             mode: after.map(|a| a.2),
             history: HistoryStatus::Off,
+            anchored: None,
         };
         if !history.enabled() {
             return Ok(receipt);

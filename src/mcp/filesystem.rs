@@ -578,7 +578,9 @@ async fn edit_file(call: Call<'_>) -> Outcome {
     let outcome: Arc<parking_lot::Mutex<Option<Result<String, String>>>> = Arc::default();
     let (p, o) = (path.clone(), outcome.clone());
     let written = with_wait(server, actor, &[&path], Access::Write, move |files| {
-        files.rewrite(&p, |bytes| {
+        // All anchored or none (SPEC §6), and only as exact replacements.
+        let pairs: Vec<(&str, &str)> = edits.iter().map(|e| (&*e.old, &*e.new)).collect();
+        files.rewrite_anchored(&p, &pairs, |bytes| {
             let result = edited(&shown_path, bytes, &edits);
             let new = result
                 .as_ref()
@@ -593,7 +595,7 @@ async fn edit_file(call: Call<'_>) -> Outcome {
     .await;
     let computed = outcome.lock().take();
     match (written, computed) {
-        (Ok(_), Some(Ok(diff))) => Ok(text(diff)),
+        (Ok(receipt), Some(Ok(diff))) => Ok(text(diff + &super::anchored::note(&receipt))),
         (Err(Error::NoMatch { .. }), Some(Err(message))) => Err(bad(message)),
         (Err(e), _) => {
             Err(refused_with_current(server, actor, &path, e, Show::Plain, "edit_file").await)

@@ -31,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+mod anchored;
 mod args;
 mod filesystem;
 pub(crate) mod handle;

@@ -446,6 +446,7 @@ fn done(actor: &Actor, receipt: &Receipt) -> String {
         crate::HistoryStatus::Unprotected => text.push_str(" (Written without a snapshot.)"),
         _ => {}
     }
+    text.push_str(&super::anchored::note(receipt));
     text
 }
 

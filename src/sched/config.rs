@@ -66,6 +66,7 @@ pub struct Config {
     pub(crate) max_read_bytes: u64,
     pub(crate) durability: Durability,
     pub(crate) refresh_mark_on_write: bool,
+    pub(crate) anchored_edits: bool,
     pub(crate) sensitive: Vec<String>,
     pub(crate) events_ring: usize,
 }
@@ -111,6 +112,7 @@ impl Default for Config {
             max_read_bytes: DEFAULT_MAX_READ_BYTES,
             durability: Durability::Machine,
             refresh_mark_on_write: false,
+            anchored_edits: true,
             sensitive: DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect(),
             events_ring: crate::sched::events::EVENT_RING,
         }
@@ -213,6 +215,20 @@ impl Config {
         self
     }
 
+    /// Anchored edits (SPEC §6, default on): a replace or an append whose
+    /// read mark is stale is applied to the current content when it cannot
+    /// overwrite anything the agent has not seen — the version the mark
+    /// names is found in history and, for a replace, `old` is unique in it
+    /// and in the current content and untouched by the changes between
+    /// them. The receipt then carries those changes
+    /// ([`Receipt::anchored`](crate::Receipt::anchored)). Off (`writ serve
+    /// --strict-gate`), every stale mark is refused. Needs
+    /// [`Config::history_dir`]: without history no marked version is found.
+    pub fn anchored_edits(mut self, on: bool) -> Self {
+        self.anchored_edits = on;
+        self
+    }
+
     /// Add sensitive-name patterns to the built-in ones
     /// ([`DEFAULT_SENSITIVE`]). The built-in patterns cannot be configured
     /// away: they protect `.writ/`, where a server keeps its session token,
@@ -279,6 +295,7 @@ impl fmt::Debug for Config {
             .field("max_read_bytes", &self.max_read_bytes)
             .field("durability", &self.durability)
             .field("refresh_mark_on_write", &self.refresh_mark_on_write)
+            .field("anchored_edits", &self.anchored_edits)
             .field("sensitive", &self.sensitive)
             .field("events_ring", &self.events_ring)
             .finish()

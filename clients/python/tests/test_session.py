@@ -218,6 +218,28 @@ def test_file_operations(session: Session, server: Server) -> None:
     assert not (server.root / "notes" / "b.txt").exists()
 
 
+def test_an_edit_on_a_stale_read_that_overwrites_nothing_unseen_is_anchored(
+    session: Session, server: Server
+) -> None:
+    """SPEC §6: the receipt carries ``anchored`` with the changes since the read."""
+    (server.root / "r.py").write_text("A = 0\n\nB = 0\n")
+    a, b = session.actor("a"), session.actor("b")
+    a.read("r.py")
+    b.read("r.py")
+    a.edit("r.py", "A = 0", "A = 1")
+    receipt = b.edit("r.py", "B = 0", "B = 2")
+    anchored = receipt["anchored"]
+    assert anchored["writer"] == "a"
+    assert "-A = 0\n+A = 1\n" in anchored["diff"]
+    assert "anchored" in b.append("r.py", "C = 3\n")
+    assert (server.root / "r.py").read_text() == "A = 1\n\nB = 2\nC = 3\n"
+    # A replace of a line that changed since the read is still refused.
+    with pytest.raises(writ_client.Stale):
+        b.edit("r.py", "A = 0", "A = 4")
+    with pytest.raises(writ_client.Stale):
+        b.write("r.py", "gone\n")
+
+
 def test_file_operations_wait_with_a_timeout(session: Session, server: Server) -> None:
     """With ``timeout=`` the server waits for the path instead of refusing."""
     a = session.actor("a")

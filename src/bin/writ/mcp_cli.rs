@@ -46,6 +46,11 @@ pub struct McpCmd {
     /// server runs for ROOT.
     #[arg(long)]
     embedded: bool,
+    /// Refuse every write whose read is stale, even a replace or an append
+    /// that cannot overwrite unseen work (anchored edits off). Embedded
+    /// mode only: bridged, the server's `--strict-gate` decides.
+    #[arg(long)]
+    strict_gate: bool,
 }
 
 /// A duration from seconds given on the command line.
@@ -131,6 +136,12 @@ fn serve(cmd: McpCmd) -> Result<(), String> {
     let runtime = runtime()?;
     #[cfg(feature = "remote")]
     if let Some((url, token)) = server_for(&cmd, &root, &runtime) {
+        if cmd.strict_gate {
+            return Err(format!(
+                "--strict-gate applies to an embedded session; this one bridges to {url}, whose \
+                 own `writ serve --strict-gate` decides (or pass --embedded)"
+            ));
+        }
         let tools = (cmd.tools == ToolSet::Filesystem).then_some("filesystem");
         // After a restart the server is found again the same way: by the
         // discovery file, or at the same --url.
@@ -155,7 +166,7 @@ fn serve(cmd: McpCmd) -> Result<(), String> {
         };
         return runtime.block_on(crate::mcp_bridge::run(&url, &token, bridge));
     }
-    let mut config = Config::default();
+    let mut config = Config::default().anchored_edits(!cmd.strict_gate);
     if let Some(dir) = cmd.history_dir.or_else(|| default_history_dir(&root)) {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create the history folder {}: {e}", dir.display()))?;

@@ -83,6 +83,10 @@ pub struct ServeCmd {
     /// Keep no file history.
     #[arg(long, conflicts_with = "history_dir")]
     no_history: bool,
+    /// Refuse every write whose read is stale, even a replace or an append
+    /// that cannot overwrite unseen work (anchored edits off).
+    #[arg(long)]
+    strict_gate: bool,
     /// A JSON file of Config knobs: max_actors, max_writers, case,
     /// portable_names, sensitive_names, read_roots, file_op_wait_ms, session,
     /// events_ring.
@@ -192,7 +196,7 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
             ));
         }
     }
-    let mut config = writ::Config::default();
+    let mut config = writ::Config::default().anchored_edits(!cmd.strict_gate);
     if cmd.no_fsync {
         config = config.durability(writ::Durability::Process);
     }

@@ -881,12 +881,22 @@ class Actor:
         return _dict(self._file_call("files.write", params, timeout))
 
     def append(self, path: str, content: Union[str, bytes], *, timeout: Optional[float] = None) -> Dict[str, Any]:
-        """Append to a file (creating it if missing)."""
+        """Append to a file (creating it if missing).
+
+        The receipt carries ``anchored`` (``marked``, ``writer``, ``diff``,
+        ``truncated``) when the mark was stale and the append was applied on
+        top of the changes since the read (SPEC §6, anchored edits).
+        """
         params = {"path": path, "content": _content_to_wire(content)}
         return _dict(self._file_call("files.append", params, timeout))
 
     def edit(self, path: str, old: str, new: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:
-        """Replace the one occurrence of ``old`` by ``new`` (``NoMatch``/``AmbiguousMatch``)."""
+        """Replace the one occurrence of ``old`` by ``new`` (``NoMatch``/``AmbiguousMatch``).
+
+        With a stale mark the edit is applied when it cannot overwrite unseen
+        work; the receipt then carries ``anchored`` with the ``diff`` of what
+        changed since the read (SPEC §6, anchored edits).
+        """
         return _dict(self._file_call("files.replace", {"path": path, "old": old, "new": new}, timeout))
 
     def delete(self, path: str, *, timeout: Optional[float] = None) -> Dict[str, Any]:

@@ -1,0 +1,299 @@
+//! Anchored edits (SPEC §6): whether a replace or an append made against an
+//! older version of a file can be applied to the current one without
+//! overwriting anything its author has not seen, and what changed between
+//! the two. Pure: bytes in, a decision out; the pipeline asks it when a
+//! mark is stale, with the marked version found in history.
+//!
+//! # Implementation details
+//!
+//! - The two versions are compared line by line (`similar`, Myers), lines
+//!   kept with their terminators, as bytes: a file need not be UTF-8.
+//! - A replace's `old` spans the lines holding any of its bytes. A change
+//!   between the versions *touches* a line when it deletes or rewrites it;
+//!   the edit is refused when a change touches a spanned line or the line
+//!   on either side, or inserts lines between two spanned lines. Lines
+//!   inserted just before or just after the span (two agents adding
+//!   entries at the end of one list) touch nothing: every spanned and
+//!   neighbouring line is then the same in both versions.
+//! - That the span is unchanged and `old` occurs exactly once in each
+//!   version makes the current occurrence the very text the agent saw: the
+//!   spanned lines are equal, so `old` lies in them at the same offset, and
+//!   it occurs nowhere else.
+
+use std::time::Instant;
+
+use similar::{Algorithm, DiffOp};
+
+/// An edit that met a stale mark and may be anchored.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Edit<'e> {
+    /// An append: it overwrites nothing.
+    Append,
+    /// One or more exact replacements (`old`, `new`), made in order, all
+    /// of which must be anchored (the filesystem tools' `edits` list: all
+    /// or none).
+    Replace(&'e [(&'e [u8], &'e [u8])]),
+}
+
+/// Why an edit cannot be applied on top of the changes since its mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unanchored {
+    /// `old` is missing from one of the versions (or empty).
+    Missing,
+    /// `old` occurs more than once in one of the versions.
+    Ambiguous,
+    /// A change between the versions touches `old` or a line beside it.
+    Touched,
+}
+
+/// Decides whether `edit`, made by an agent that read `marked`, can be
+/// applied to `current` without overwriting anything it has not seen.
+/// `deadline` bounds the line diff; a diff cut short is less minimal, which
+/// can only refuse more.
+pub(crate) fn decide(
+    marked: &[u8],
+    current: &[u8],
+    edit: Edit<'_>,
+    deadline: Option<Instant>,
+) -> Result<(), Unanchored> {
+    let olds = match edit {
+        Edit::Append => return Ok(()),
+        Edit::Replace(olds) => olds,
+    };
+    let m_lines = lines(marked);
+    let c_lines = lines(current);
+    let ops = similar::capture_diff_slices_deadline(Algorithm::Myers, &m_lines, &c_lines, deadline);
+    let starts = line_starts(&m_lines);
+    for (old, _) in olds {
+        let at = unique(marked, old)?;
+        unique(current, old)?;
+        let first = line_at(&starts, at);
+        let end = line_at(&starts, at + old.len() - 1) + 1;
+        if ops.iter().any(|op| touches(op, first, end)) {
+            return Err(Unanchored::Touched);
+        }
+    }
+    Ok(())
+}
+
+/// `current` with each replacement (`old`, `new`) made in order at the one
+/// occurrence of `old`; `None` when one of them is not there exactly once.
+pub(crate) fn replaced(current: &[u8], pairs: &[(&[u8], &[u8])]) -> Option<Vec<u8>> {
+    let mut out = current.to_vec();
+    for (old, new) in pairs {
+        let at = unique(&out, old).ok()?;
+        out.splice(at..at + old.len(), new.iter().copied());
+    }
+    Some(out)
+}
+
+/// Does `op` touch the span of lines `first..end` (of the marked version)
+/// or a line beside it?
+fn touches(op: &DiffOp, first: usize, end: usize) -> bool {
+    match *op {
+        DiffOp::Equal { .. } => false,
+        // Lines inserted at `at` go between lines `at - 1` and `at`.
+        DiffOp::Insert { old_index: at, .. } => first < at && at < end,
+        DiffOp::Delete {
+            old_index, old_len, ..
+        }
+        | DiffOp::Replace {
+            old_index, old_len, ..
+        } => old_index < end + 1 && first.saturating_sub(1) < old_index + old_len,
+    }
+}
+
+/// The offset of the one occurrence of `needle` in `hay`.
+fn unique(hay: &[u8], needle: &[u8]) -> Result<usize, Unanchored> {
+    if needle.is_empty() {
+        return Err(Unanchored::Missing);
+    }
+    let mut found = memchr::memmem::find_iter(hay, needle);
+    match (found.next(), found.next()) {
+        (Some(at), None) => Ok(at),
+        (None, _) => Err(Unanchored::Missing),
+        (Some(_), Some(_)) => Err(Unanchored::Ambiguous),
+    }
+}
+
+/// Lines with their terminators; a final line may have none.
+fn lines(bytes: &[u8]) -> Vec<&[u8]> {
+    bytes.split_inclusive(|&b| b == b'\n').collect()
+}
+
+/// Where each line starts.
+fn line_starts(lines: &[&[u8]]) -> Vec<usize> {
+    let mut at = 0;
+    lines
+        .iter()
+        .map(|line| {
+            let start = at;
+            at += line.len();
+            start
+        })
+        .collect()
+}
+
+/// The line holding byte `offset`.
+fn line_at(starts: &[usize], offset: usize) -> usize {
+    starts.partition_point(|&s| s <= offset).saturating_sub(1)
+}
+
+/// What changed from `marked` to `current`, as a unified diff (two lines
+/// of context; bytes that are not UTF-8 shown as U+FFFD), cut at a line end
+/// within `bound` bytes. `true` beside it when it was cut.
+pub(crate) fn changes(marked: &[u8], current: &[u8], bound: usize) -> (String, bool) {
+    let (old, new) = (
+        String::from_utf8_lossy(marked),
+        String::from_utf8_lossy(current),
+    );
+    let diff = similar::TextDiff::configure()
+        .algorithm(Algorithm::Myers)
+        .timeout(std::time::Duration::from_millis(500))
+        .diff_lines(old.as_ref(), new.as_ref());
+    let text = diff
+        .unified_diff()
+        .context_radius(2)
+        .header("your read", "now")
+        .to_string();
+    if text.len() <= bound {
+        return (text, false);
+    }
+    let mut end = bound;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = text[..end].rfind('\n').map_or(0, |i| i + 1);
+    (text[..cut].to_string(), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replace(marked: &str, current: &str, old: &str) -> Result<(), Unanchored> {
+        decide(
+            marked.as_bytes(),
+            current.as_bytes(),
+            Edit::Replace(&[(old.as_bytes(), b"")]),
+            None,
+        )
+    }
+
+    const FILE: &str = "a\nb\nc\nd\ne\nf\ng\n";
+
+    #[test]
+    fn a_change_away_from_old_is_anchored() {
+        assert_eq!(replace(FILE, "A\nb\nc\nd\ne\nf\ng\n", "e\n"), Ok(()));
+        assert_eq!(replace(FILE, "a\nb\nc\nd\ne\nf\nG\n", "c\n"), Ok(()));
+        assert_eq!(replace(FILE, "a\nb\nc\nd\ne\nf\n", "c"), Ok(()));
+        // Lines added just before or after the span touch nothing.
+        assert_eq!(replace(FILE, "a\nb\nc\nX\nd\ne\nf\ng\n", "d\n"), Ok(()));
+        assert_eq!(replace(FILE, "a\nb\nc\nd\nX\ne\nf\ng\n", "d\n"), Ok(()));
+        // A span of several lines, partial at both ends.
+        assert_eq!(replace(FILE, "a\nb\nc\nd\ne\nf\ng\nh\n", "c\nd\ne"), Ok(()));
+    }
+
+    #[test]
+    fn a_change_to_old_or_a_line_beside_it_is_touched() {
+        // The line itself, the one before, the one after.
+        assert_eq!(
+            replace(FILE, "a\nb\nc\nD\ne\nf\ng\n", "d"),
+            Err(Unanchored::Missing)
+        );
+        assert_eq!(
+            replace(FILE, "a\nb\nC\nd\ne\nf\ng\n", "d\n"),
+            Err(Unanchored::Touched)
+        );
+        assert_eq!(
+            replace(FILE, "a\nb\nc\nd\nE\nf\ng\n", "d\n"),
+            Err(Unanchored::Touched)
+        );
+        // Part of the line `old` sits in, outside `old` itself.
+        assert_eq!(
+            replace("x = 1 + 2\n", "x = 1 + 3\n", "1"),
+            Err(Unanchored::Touched)
+        );
+        // A line deleted beside it, a line inserted inside a span.
+        assert_eq!(
+            replace(FILE, "a\nb\nd\ne\nf\ng\n", "d\n"),
+            Err(Unanchored::Touched)
+        );
+        assert_eq!(
+            replace(FILE, "a\nb\nc\nX\nd\ne\nf\ng\n", "c\nd\n"),
+            Err(Unanchored::Missing)
+        );
+        assert_eq!(
+            replace(FILE, "a\nb\nc\nX\nd\ne\nf\ng\n", "c\nX"),
+            Err(Unanchored::Missing)
+        );
+        // The same text, moved: the line before it is now after it.
+        assert_eq!(
+            replace("p\nq\nr\ns\n", "p\nr\ns\nq\n", "q\n"),
+            Err(Unanchored::Touched)
+        );
+    }
+
+    #[test]
+    fn old_must_be_unique_in_both_versions() {
+        assert_eq!(
+            replace(FILE, "a\nb\nc\nd\ne\nf\ng\nd\n", "d\n"),
+            Err(Unanchored::Ambiguous)
+        );
+        assert_eq!(
+            replace("d\nd\n", "d\nx\n", "d\n"),
+            Err(Unanchored::Ambiguous)
+        );
+        assert_eq!(replace(FILE, FILE, "zz"), Err(Unanchored::Missing));
+        assert_eq!(replace(FILE, FILE, ""), Err(Unanchored::Missing));
+        // Every edit of a list must be anchored.
+        let olds: [(&[u8], &[u8]); 2] = [(b"a\n", b""), (b"e\n", b"")];
+        let current = b"a\nb\nc\nd\ne\nF\ng\n";
+        assert_eq!(
+            decide(FILE.as_bytes(), current, Edit::Replace(&olds), None),
+            Err(Unanchored::Touched)
+        );
+        let olds: [(&[u8], &[u8]); 2] = [(b"a\n", b""), (b"c\n", b"")];
+        assert_eq!(
+            decide(FILE.as_bytes(), current, Edit::Replace(&olds), None),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn replacements_are_made_in_order_at_the_one_occurrence() {
+        let pairs: [(&[u8], &[u8]); 2] = [(b"b", b"xb"), (b"xb", b"y")];
+        assert_eq!(replaced(b"abc", &pairs).as_deref(), Some(&b"ayc"[..]));
+        let pairs: [(&[u8], &[u8]); 1] = [(b"a", b"z")];
+        assert_eq!(replaced(b"aa", &pairs), None);
+    }
+
+    #[test]
+    fn an_append_is_always_anchored() {
+        assert_eq!(decide(b"a\n", b"", Edit::Append, None), Ok(()));
+    }
+
+    #[test]
+    fn files_without_a_final_newline_and_not_utf8() {
+        assert_eq!(replace("a\nb", "A\nx\nb", "b"), Err(Unanchored::Touched));
+        assert_eq!(replace("a\nb\nc", "a\nb\nc\nd", "a"), Ok(()));
+        let marked = b"\xff\n\xfe\nq\n";
+        let olds: [(&[u8], &[u8]); 1] = [(b"\xfe", b"")];
+        assert_eq!(
+            decide(marked, b"\xff\n\xfe\nq\nr\n", Edit::Replace(&olds), None),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn the_changes_are_a_unified_diff_cut_at_a_line_end() {
+        let (diff, cut) = changes(b"a\nb\n", b"a\nB\n", 1 << 20);
+        assert!(!cut);
+        assert!(diff.contains("-b\n+B\n"), "{diff}");
+        assert!(diff.starts_with("--- your read\n+++ now\n"), "{diff}");
+        let (short, cut) = changes(b"a\nb\n", b"a\nB\n", 20);
+        assert!(cut);
+        assert!(short.ends_with('\n') && short.len() <= 20, "{short:?}");
+        assert_eq!(changes(b"a\n", b"a\n", 100), (String::new(), false));
+    }
+}
