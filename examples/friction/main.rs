@@ -11,8 +11,10 @@
 //! Flags: `--agents 4,8` (agent counts), `--seeds 3` (seeds 1..=N; the
 //! summary gives medians), `--tasks 10` (per agent), `--time-scale 1.0`
 //! (multiplies the think and turn times: 0.1 runs ten times faster),
-//! `--modes writ,writ-strict,writ-reread,blind,worktree` (`writ`: anchored
-//! edits, `writ serve`'s default; `writ-strict`: `--strict-gate`). The workload and the modes
+//! `--modes writ,writ-modern,writ-strict,writ-reread,blind,worktree`
+//! (`writ`: anchored edits, `writ serve`'s default; `writ-modern`: the same
+//! with agents on the current MCP revision, carrying a handle instead of a
+//! session; `writ-strict`: `--strict-gate`). The workload and the modes
 //! are described in `workload.rs`; docs/PERFORMANCE.md has the figures.
 
 #[path = "../../tests/common/mcp_http_client.rs"]

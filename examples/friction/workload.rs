@@ -36,6 +36,11 @@ pub enum Mode {
     /// after a refusal, which carries the current content, the agent
     /// redoes its change on it at once.
     Writ,
+    /// As [`Mode::Writ`], with agents on the current MCP revision
+    /// (2026-07-28): no `initialize`, no session; each agent's first call
+    /// names no agent and is given a handle, which it passes on every later
+    /// call, as a model told so does (the handle must cost no call).
+    WritModern,
     /// `writ serve --strict-gate` over MCP: every stale write is refused;
     /// the agent redoes its change on the content the refusal carries.
     WritStrict,
@@ -57,6 +62,7 @@ impl Mode {
     pub fn name(self) -> &'static str {
         match self {
             Mode::Writ => "writ",
+            Mode::WritModern => "writ-modern",
             Mode::WritStrict => "writ-strict",
             Mode::WritReread => "writ-reread",
             Mode::Blind => "blind",
@@ -65,8 +71,9 @@ impl Mode {
     }
 
     /// Every mode, in the report's order.
-    pub const ALL: [Mode; 5] = [
+    pub const ALL: [Mode; 6] = [
         Mode::Writ,
+        Mode::WritModern,
         Mode::WritStrict,
         Mode::WritReread,
         Mode::Blind,
@@ -75,7 +82,10 @@ impl Mode {
 
     /// Whether the agents go through writ.
     pub fn is_writ(self) -> bool {
-        matches!(self, Mode::Writ | Mode::WritStrict | Mode::WritReread)
+        matches!(
+            self,
+            Mode::Writ | Mode::WritModern | Mode::WritStrict | Mode::WritReread
+        )
     }
 
     /// The mode of a command-line name.
@@ -548,7 +558,7 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
         std::fs::create_dir_all(&history).map_err(|e| format!("history: {e}"))?;
         let config = writ::Config::default()
             .history_dir(history)
-            .anchored_edits(mode == Mode::Writ);
+            .anchored_edits(matches!(mode, Mode::Writ | Mode::WritModern));
         let options = writ::server::Options::new(&main)
             .config(config)
             .lease_ttl(Duration::from_secs(60));
@@ -561,6 +571,13 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
     let mut agents = Vec::new();
     for (a, folder) in folders.iter().enumerate() {
         let tools = match &server {
+            Some(server) if mode == Mode::WritModern => Tools::Mcp {
+                client: Box::new(McpHttp::modern(
+                    &format!("{}/mcp", server.url()),
+                    server.token(),
+                )),
+                use_content: true,
+            },
             Some(server) => {
                 let mut client = McpHttp::new(&format!("{}/mcp", server.url()), server.token())
                     .with_header("Writ-Agent", &format!("agent-{a}"));
