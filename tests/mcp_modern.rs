@@ -435,3 +435,29 @@ fn minted_agents_count_against_the_tokens_session_cap() {
         server.shutdown().await;
     });
 }
+
+/// `writ mcp` on a scheduler of its own (no server) serves one client, so
+/// a modern stdio client is one agent for the life of the process: no
+/// handle to carry, and reads count for its writes.
+#[test]
+fn a_modern_stdio_client_of_an_embedded_writ_mcp_is_one_agent() {
+    let (_dir, root) = workspace();
+    let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let embedded =
+        json!({"stdio": [env!("CARGO_BIN_EXE_writ"), "mcp", root, "--embedded"], "client": true});
+    let script = json!({
+        "agents": {"e": embedded},
+        "steps": [
+            {"agent": "e", "tool": "read_file", "args": {"path": "a.txt"}, "protocol": true},
+            call("e", "write_file", json!({"path": "a.txt", "content": "embedded\n"})),
+        ],
+    });
+    let r = driver::run(&script, scratch.path());
+    assert_eq!(r[0]["protocol"], "2026-07-28", "{}", r[0]);
+    ok(&r[0]);
+    ok(&r[1]);
+    assert_eq!(
+        fs::read_to_string(root.join("a.txt")).unwrap_or_default(),
+        "embedded\n"
+    );
+}
