@@ -382,6 +382,26 @@ fn a_raw_modern_client_carries_its_handle_with_no_extra_call() {
         let server = start(&root).await;
         let url = format!("{}/mcp", server.url());
         let mut client = http_client::McpHttp::modern(&url, server.token());
+        // `server/discover` names both eras' revisions.
+        let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
+            "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                 "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let reply = client
+            .post_with(&discover, &[("mcp-method", "server/discover")])
+            .await;
+        let versions = reply
+            .message()
+            .map(|m| m["result"]["supportedVersions"].clone())
+            .unwrap_or_default();
+        for version in ["2025-06-18", "2025-11-25", "2026-07-28"] {
+            assert!(
+                versions
+                    .as_array()
+                    .is_some_and(|v| v.contains(&json!(version))),
+                "{version} in {versions}: {}",
+                reply.body
+            );
+        }
         let (error, text) = client.call("read_file", json!({"path": "a.txt"})).await;
         assert!(!error, "{text}");
         let (error, text) = client
