@@ -76,7 +76,11 @@ pub(super) fn definitions() -> Vec<Tool> {
                     .to_string()
                     + GATED,
             ),
-            "edit_file" | "move_file" => tool.description.as_deref().map(|d| format!("{d}{GATED}")),
+            "edit_file" => tool
+                .description
+                .as_deref()
+                .map(|d| format!("{d}{GATED} {}", super::tools::ANCHORED)),
+            "move_file" => tool.description.as_deref().map(|d| format!("{d}{GATED}")),
             _ => None,
         };
         if let Some(description) = extra {

@@ -31,6 +31,10 @@ pub const TOOL_NAMES: [&str; 10] = [
 const PATH: &str =
     "A file path relative to the workspace root (an absolute path inside the root also works).";
 
+pub(super) const ANCHORED: &str = "If the file changed since you read it but your change cannot overwrite \
+anything you have not seen (the text you replace is unchanged, or you append), it is applied on \
+top of the other changes, and the result says so and shows what changed since your read.";
+
 const REFUSALS: &str = "If the tool refuses, nothing was changed; its message says why and what to do: \
 'being written by <agent>' means another agent is working on the file — retry in a moment or work on \
 another file; 'you had not read it' or 'changed since you read it' comes with the file's current \
@@ -109,7 +113,7 @@ pub(super) fn definitions() -> Vec<Tool> {
                 "Replaces `old_string` with `new_string` in a file. `old_string` must match the \
                  file exactly (including indentation) and occur exactly once, unless \
                  `replace_all` is true; include enough surrounding lines to make it unique. You \
-                 must have read the file with read_file since it last changed. {REFUSALS}"
+                 must have read the file with read_file. {ANCHORED} {REFUSALS}"
             ),
             schema(
                 json!({
@@ -128,7 +132,7 @@ pub(super) fn definitions() -> Vec<Tool> {
             format!(
                 "Appends text to the end of a file, creating it when it does not exist. For an \
                  existing file, read it first (reading just its last lines with read_file's \
-                 `offset` is enough). {REFUSALS}"
+                 `offset` is enough). {ANCHORED} {REFUSALS}"
             ),
             schema(
                 json!({
