@@ -36,19 +36,28 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
 
+def stdio_params(spec):
+    """The server process an agent's spec names."""
+    command, *args = spec["stdio"]
+    return StdioServerParameters(command=command, args=args, env=spec.get("env"))
+
+
+def http_headers(spec):
+    """The headers an agent's spec gives its HTTP requests."""
+    headers = {}
+    if spec.get("token"):
+        headers["Authorization"] = "Bearer " + spec["token"]
+    headers.update(spec.get("headers") or {})
+    return headers
+
+
 async def open_client(stack, name, spec):
     """Enters an `mcp.Client` of one agent on `stack`, at its defaults but
     for the mode the spec pins."""
     if "stdio" in spec:
-        command, *args = spec["stdio"]
-        server = StdioServerParameters(command=command, args=args, env=spec.get("env"))
+        server = stdio_params(spec)
     else:
-        headers = {}
-        if spec.get("token"):
-            headers["Authorization"] = "Bearer " + spec["token"]
-        if spec.get("headers"):
-            headers.update(spec["headers"])
-        http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
+        http = await stack.enter_async_context(httpx2.AsyncClient(headers=http_headers(spec)))
         server = streamable_http_client(spec["http"], http_client=http)
     options = {"mode": spec["mode"]} if spec.get("mode") else {}
     return await stack.enter_async_context(Client(server, **options))
@@ -59,17 +68,10 @@ async def open_session(stack, name, spec):
     if spec.get("client"):
         return await open_client(stack, name, spec)
     if "stdio" in spec:
-        command, *args = spec["stdio"]
-        params = StdioServerParameters(command=command, args=args, env=spec.get("env"))
-        read, write = await stack.enter_async_context(stdio_client(params))
+        read, write = await stack.enter_async_context(stdio_client(stdio_params(spec)))
     else:
-        headers = {}
-        if spec.get("token"):
-            headers["Authorization"] = "Bearer " + spec["token"]
-        if spec.get("headers"):
-            headers.update(spec["headers"])
         client = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0))
+            httpx2.AsyncClient(headers=http_headers(spec), timeout=httpx2.Timeout(30.0))
         )
         read, write = await stack.enter_async_context(
             streamable_http_client(spec["http"], http_client=client)
