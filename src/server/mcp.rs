@@ -751,25 +751,10 @@ async fn reap(mcp: Weak<Mcp>) {
             .filter(|(_, s)| s.ended(now, mcp.ttl, mcp.idle))
             .map(|(id, _)| id.clone())
             .collect();
-        for id in ended {
-            mcp.end_session(&id);
-            // The session's tools, reservations and owned actor go with it.
-            if let Err(e) = mcp.sessions.close_session(&Arc::from(id.as_str())).await {
-                tracing::warn!("closing ended MCP session {id}: {e}");
-            }
-        }
+        mcp.close_sessions(ended).await;
         // An agent's actor and reservations go once it has no session and
         // has been idle for `--mcp-idle`.
-        let gone: Vec<AgentSlot> = {
-            let mut agents = mcp.agents.lock();
-            let expired: Vec<AgentKey> = agents
-                .iter()
-                .filter(|(_, a)| a.users == 0 && now.duration_since(a.last) >= mcp.idle)
-                .map(|(k, _)| k.clone())
-                .collect();
-            expired.iter().filter_map(|k| agents.remove(k)).collect()
-        };
-        drop(gone);
+        mcp.drop_agents(|_, a| a.users == 0 && now.duration_since(a.last) >= mcp.idle);
     }
 }
 
@@ -1259,17 +1244,34 @@ impl Mcp {
             .filter(|(_, s)| of_gone(&s.owner))
             .map(|(id, _)| id.clone())
             .collect();
-        for id in ended {
+        self.close_sessions(ended).await;
+        self.drop_agents(|(caller, _), _| of_gone(caller));
+    }
+
+    /// Ends these sessions: forgotten here, then closed in rmcp, and with
+    /// them their tools, reservations and owned actors.
+    async fn close_sessions(&self, ids: Vec<String>) {
+        for id in ids {
             self.end_session(&id);
             if let Err(e) = self.sessions.close_session(&Arc::from(id.as_str())).await {
-                tracing::warn!("closing the MCP session {id} of a dropped actor: {e}");
+                tracing::warn!("closing the MCP session {id}: {e}");
             }
         }
-        let gone: Vec<AgentSlot> = {
+    }
+
+    /// Drops the agents `gone` picks, with their reservations. They are
+    /// dropped after the agents' lock is released: a dropped agent's
+    /// guards take that lock again.
+    fn drop_agents(&self, gone: impl Fn(&AgentKey, &AgentSlot) -> bool) {
+        let dropped: Vec<AgentSlot> = {
             let mut agents = self.agents.lock();
-            let keys: Vec<AgentKey> = agents.keys().filter(|(c, _)| of_gone(c)).cloned().collect();
+            let keys: Vec<AgentKey> = agents
+                .iter()
+                .filter(|(key, slot)| gone(key, slot))
+                .map(|(key, _)| key.clone())
+                .collect();
             keys.iter().filter_map(|k| agents.remove(k)).collect()
         };
-        drop(gone);
+        drop(dropped);
     }
 }
