@@ -268,6 +268,10 @@ fn a_client_that_opens_a_session_per_call_continues_by_its_handle() {
         let r = run(script, scratch.path().to_path_buf()).await;
         ok(&r[0]);
         asks_to_pass(&r[0]);
+        // Only its reads outlive the session, and the sentence says so.
+        let told = r[0]["text"].as_str().unwrap_or_default();
+        assert!(told.contains("what you read here carries over"), "{told}");
+        assert!(told.contains("or this MCP session ends"), "{told}");
         let reserved = ok(&r[1]);
         assert!(reserved.contains("or this MCP session ends"), "{reserved}");
         assert!(ok(&r[3]).contains("Edited a.txt"), "{}", r[3]);

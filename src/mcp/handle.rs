@@ -143,8 +143,12 @@ pub(crate) enum Tell {
     Quietly,
     /// There, and in a sentence asking the model to pass it: the call
     /// named no agent, so unless the model passes the handle its next call
-    /// is someone else.
+    /// is someone else. Its reads and reservations carry over.
     AskToPass,
+    /// The same for a handshake session's own actor, whose reservations
+    /// end with the session: only its reads carry over, and the sentence
+    /// says so.
+    AskToPassReads,
 }
 
 /// `result`, naming `handle` as `tell` says.
@@ -156,8 +160,14 @@ pub(crate) fn shaped(mut result: CallToolResult, handle: &str, tell: Tell) -> Ca
         Some(_) => {}
         None => result.structured_content = Some(json!({ AGENT_ARG: handle })),
     }
-    if tell == Tell::AskToPass {
-        result.content.push(ContentBlock::text(pass_it_on(handle)));
+    match tell {
+        Tell::Quietly => {}
+        Tell::AskToPass => result.content.push(ContentBlock::text(pass_it_on(handle))),
+        Tell::AskToPassReads => result.content.push(ContentBlock::text(format!(
+            "Pass \"agent\": \"{handle}\" in the arguments of your next calls to these tools, \
+             so that what you read here carries over to them (what you reserve lasts until you \
+             release it or this MCP session ends)."
+        ))),
     }
     result
 }

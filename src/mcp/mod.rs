@@ -765,10 +765,12 @@ impl ToolServer {
         };
         match &seat.handle {
             Some(h) => {
-                let tell = if h.minted && asked.is_none() {
-                    handle::Tell::AskToPass
-                } else {
-                    handle::Tell::Quietly
+                // Only an agent's own reservations list outlives the
+                // session; a session's own goes with it.
+                let tell = match (h.minted && asked.is_none(), seat.reservations.is_some()) {
+                    (false, _) => handle::Tell::Quietly,
+                    (true, true) => handle::Tell::AskToPass,
+                    (true, false) => handle::Tell::AskToPassReads,
                 };
                 handle::shaped(result, &h.name, tell)
             }
