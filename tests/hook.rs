@@ -353,7 +353,7 @@ fn parallel_hooks_of_one_session_lose_no_hold() {
         fs::write(root.join(format!("f{i}.rs")), "x\n").unwrap_or_else(|e| panic!("{e}"));
     }
     fs::write(root.join("shared.rs"), "x\n").unwrap_or_else(|e| panic!("{e}"));
-    let agents: Vec<String> = (0..n).map(|i| format!("agent{i:04}")).collect();
+    let agents: Vec<String> = (0..n).map(|i| format!("{i}a2b3c4d5e6f")).collect();
     let who = |i: usize| (S, Some(agents[i].as_str()));
     runtime().block_on(async {
         let server = serve(root, Duration::from_secs(15), None).await;
@@ -497,4 +497,39 @@ fn a_call_of_writs_mcp_tools_names_its_agent() {
             json!({"path": "a.rs", "content": "x\n", "agent": name})
         );
     }
+}
+
+#[test]
+fn every_hooked_event_renews_the_lease_reads_included() {
+    let t = setup();
+    let root = &t.root;
+    fs::write(root.join("a.rs"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+    let ttl = Duration::from_millis(1500);
+    runtime().block_on(async {
+        let server = serve(root, ttl, None).await;
+        let main = (S, None);
+        let outs = run(
+            &t.state,
+            vec![
+                read_all(root, main, "r0", "a.rs"),
+                tool(root, main, "PreToolUse", "Edit", "e0", "a.rs"),
+                tool(root, main, "PostToolUse", "Edit", "e0", "a.rs"),
+            ],
+        )
+        .await;
+        assert_eq!(outs[1], "");
+        let actor = |server: &Server| {
+            let dump = server.scheduler().dump();
+            dump.actors.iter().map(|a| a.id).collect::<Vec<_>>()
+        };
+        let first = actor(&server);
+        assert_eq!(first.len(), 1);
+        // Only reads, each within the lease's TTL of the last, for twice the TTL.
+        for i in 0..6 {
+            tokio::time::sleep(ttl / 3).await;
+            run(&t.state, vec![read_all(root, main, &format!("r{}", i + 1), "a.rs")]).await;
+        }
+        assert_eq!(actor(&server), first, "the hook's actor outlived the gaps");
+        server.shutdown().await;
+    });
 }
