@@ -52,8 +52,13 @@ async fn serve(root: &Path, lease_ttl: Duration, history: Option<&Path>) -> Serv
 
 /// Runs `writ hook claude-code` on one event and returns what it printed.
 fn hook(state: &Path, event: &Value) -> String {
+    hook_of("claude-code", state, event)
+}
+
+/// Runs `writ hook CLIENT` on one event and returns what it printed.
+fn hook_of(client: &str, state: &Path, event: &Value) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
-        .args(["hook", "claude-code"])
+        .args(["hook", client])
         .env("XDG_STATE_HOME", state)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -530,6 +535,120 @@ fn every_hooked_event_renews_the_lease_reads_included() {
             run(&t.state, vec![read_all(root, main, &format!("r{}", i + 1), "a.rs")]).await;
         }
         assert_eq!(actor(&server), first, "the hook's actor outlived the gaps");
+        server.shutdown().await;
+    });
+}
+
+/// A Codex CLI `apply_patch` event of the shape Codex sends.
+fn codex(root: &Path, session: &str, when: &str, id: &str, patch: &str) -> Value {
+    json!({
+        "session_id": session, "turn_id": "t-1", "cwd": root, "model": "gpt-5-codex",
+        "permission_mode": "bypassPermissions", "transcript_path": null,
+        "hook_event_name": when, "tool_name": "apply_patch", "tool_use_id": id,
+        "tool_input": {"command": patch},
+    })
+}
+
+#[test]
+fn a_codex_patch_is_admitted_all_or_none_and_never_adds_over_a_file() {
+    let t = setup();
+    let root = &t.root;
+    fs::write(root.join("a.rs"), "a\n").unwrap_or_else(|e| panic!("{e}"));
+    fs::write(root.join("c.rs"), "c\n").unwrap_or_else(|e| panic!("{e}"));
+    let state = t.state.clone();
+    let codex_hook = move |e: Value| {
+        let state = state.clone();
+        async move {
+            tokio::task::spawn_blocking(move || hook_of("codex", &state, &e))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    runtime().block_on(async {
+        let server = serve(root, Duration::from_secs(15), None).await;
+        let update_a = "*** Begin Patch\n*** Update File: a.rs\n@@\n-a\n+a2\n*** Add File: new.txt\n+n\n*** End Patch\n";
+        let out = codex_hook(codex(root, "codex-1", "PreToolUse", "p1", update_a)).await;
+        assert_eq!(out, "", "an update and an add of a new file pass");
+        let dump = server.scheduler().dump();
+        assert_eq!(dump.holds.len(), 1, "{dump}");
+        assert_eq!(dump.holds[0].paths.len(), 2, "{dump}");
+        assert_eq!(dump.holds[0].actor, "codex-codex-1");
+        // Another session's patch touching a.rs and c.rs: refused whole.
+        let both = "*** Begin Patch\n*** Update File: c.rs\n@@\n-c\n+c2\n*** Update File: a.rs\n@@\n-a\n+a3\n*** End Patch\n";
+        let out = codex_hook(codex(root, "codex-2", "PreToolUse", "p2", both)).await;
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!(v["hookSpecificOutput"]["permissionDecision"], "deny", "{v}");
+        assert_eq!(server.scheduler().dump().holds.len(), 1, "c.rs stays free");
+        fs::write(root.join("a.rs"), "a2\n").unwrap_or_else(|e| panic!("{e}"));
+        fs::write(root.join("new.txt"), "n\n").unwrap_or_else(|e| panic!("{e}"));
+        codex_hook(codex(root, "codex-1", "PostToolUse", "p1", update_a)).await;
+        assert!(server.scheduler().dump().holds.is_empty());
+        // An Add File over an existing file would replace it unseen.
+        let add = "*** Begin Patch\n*** Add File: a.rs\n+mine\n*** End Patch\n";
+        let out = codex_hook(codex(root, "codex-2", "PreToolUse", "p3", add)).await;
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let reason = v["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(reason.contains("already exists"), "{v}");
+        server.shutdown().await;
+    });
+}
+
+/// A Gemini CLI tool event of the shape Gemini CLI sends.
+fn gemini(root: &Path, when: &str, tool: &str, input: Value, response: Option<&str>) -> Value {
+    let mut e = json!({
+        "session_id": "gem-0001", "transcript_path": "/dev/null", "cwd": root,
+        "hook_event_name": when, "timestamp": "2026-12-05T22:00:00Z",
+        "tool_name": tool, "tool_input": input,
+    });
+    if let Some(text) = response {
+        e["tool_response"] = json!({"llmContent": text, "returnDisplay": ""});
+    }
+    e
+}
+
+#[test]
+fn gemini_cli_writes_need_what_read_file_showed_and_are_denied_its_way() {
+    let t = setup();
+    let root = &t.root;
+    let file = root.join("a.py");
+    fs::write(&file, "theirs\n").unwrap_or_else(|e| panic!("{e}"));
+    let state = t.state.clone();
+    let gem = move |e: Value| {
+        let state = state.clone();
+        async move {
+            tokio::task::spawn_blocking(move || hook_of("gemini", &state, &e))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    runtime().block_on(async {
+        let server = serve(root, Duration::from_secs(15), None).await;
+        let write = json!({"file_path": file, "content": "mine\n"});
+        // read_file showed "mine-old"; the file changed before AfterTool.
+        gem(gemini(root, "AfterTool", "read_file", json!({"file_path": file}), Some("old\n"))).await;
+        let out = gem(gemini(root, "BeforeTool", "write_file", write.clone(), None)).await;
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!(v["decision"], "deny", "{v}");
+        assert!(v["reason"].as_str().unwrap_or_default().contains("changed since"), "{v}");
+        // A ranged read allows a replace, not a whole write.
+        let ranged = json!({"file_path": file, "offset": 0, "limit": 1});
+        gem(gemini(root, "AfterTool", "read_file", ranged, Some("theirs\n"))).await;
+        let out = gem(gemini(root, "BeforeTool", "write_file", write.clone(), None)).await;
+        assert!(out.contains("\"deny\""), "{out}");
+        let replace = json!({"file_path": file, "old_string": "theirs", "new_string": "ours"});
+        let out = gem(gemini(root, "BeforeTool", "replace", replace.clone(), None)).await;
+        assert_eq!(out, "");
+        fs::write(&file, "ours\n").unwrap_or_else(|e| panic!("{e}"));
+        gem(gemini(root, "AfterTool", "replace", replace, Some("ok"))).await;
+        assert!(server.scheduler().dump().holds.is_empty());
+        // A whole read, as the tool returned it, allows the whole write.
+        gem(gemini(root, "AfterTool", "read_file", json!({"file_path": file}), Some("ours\n"))).await;
+        let out = gem(gemini(root, "BeforeTool", "write_file", write.clone(), None)).await;
+        assert_eq!(out, "");
+        gem(gemini(root, "AfterTool", "write_file", write, Some("ok"))).await;
+        assert!(server.scheduler().dump().holds.is_empty());
         server.shutdown().await;
     });
 }

@@ -1,10 +1,12 @@
 //! `writ hook CLIENT`: a coding CLI's hooks for its built-in file tools, so
 //! that edits that bypass MCP are still admitted through the running
 //! `writ serve`. One engine (`engine`) holds the rules; each client is a
-//! vocabulary that maps its events onto it (`claude`).
+//! vocabulary that maps its events onto it (`claude`, `codex`, `gemini`).
 
 mod claude;
+mod codex;
 mod engine;
+mod gemini;
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -27,6 +29,11 @@ enum HookAgent {
     /// (and MultiEdit), PreToolUse for mcp__writ__*, UserPromptSubmit and
     /// SubagentStop.
     ClaudeCode(Common),
+    /// Codex CLI: PreToolUse/PostToolUse for apply_patch, UserPromptSubmit.
+    Codex(Common),
+    /// Gemini CLI: BeforeTool/AfterTool for write_file|replace|read_file,
+    /// BeforeAgent.
+    Gemini(Common),
 }
 
 /// How every hook finds its server.
@@ -65,32 +72,53 @@ impl Common {
 /// Runs one hook event. It always exits 0: the decision is in what it
 /// prints, and a write it cannot judge is denied, never let through.
 pub fn run(cmd: HookCmd) -> ExitCode {
-    let HookAgent::ClaudeCode(args) = cmd.agent;
     let mut input = String::new();
     let event = match std::io::stdin().read_to_string(&mut input) {
         Ok(_) => serde_json::from_str::<Value>(&input).map_err(|e| e.to_string()),
         Err(e) => Err(format!("cannot read the event: {e}")),
     };
-    let parsed = event.and_then(|e| claude::parse(&e));
-    let out = match parsed {
-        Err(why) => Some(claude::unreadable(&why)),
-        Ok(claude::Parsed::Mcp(input)) => Some(claude::mcp_output(input)),
-        Ok(claude::Parsed::Engine(event)) => {
-            let decision = engine::decide(&args.settings(), &event);
-            if let engine::Decision::Deny(reason) = &decision {
-                tracing::info!(
-                    step = ?event.step,
-                    session = %event.who.session,
-                    agent = event.who.agent.as_deref().unwrap_or_default(),
-                    %reason,
-                    "hook denied"
-                );
-            }
-            claude::output(&decision)
-        }
+    let out = match cmd.agent {
+        HookAgent::ClaudeCode(args) => match event.and_then(|e| claude::parse(&e)) {
+            Err(why) => claude::output(&unreadable(&why)),
+            Ok(claude::Parsed::Mcp(input)) => Some(claude::mcp_output(input)),
+            Ok(claude::Parsed::Engine(event)) => claude::output(&decide(&args, &event)),
+        },
+        // Codex reads a decision as Claude Code does.
+        HookAgent::Codex(args) => match event.and_then(|e| codex::parse(&e)) {
+            Err(why) => claude::output(&unreadable(&why)),
+            Ok(event) => claude::output(&decide(&args, &event)),
+        },
+        HookAgent::Gemini(args) => match event.and_then(|e| gemini::parse(&e)) {
+            Err(why) => gemini::output(&unreadable(&why)),
+            Ok(event) => gemini::output(&decide(&args, &event)),
+        },
     };
     if let Some(out) = out {
         println!("{out}");
     }
     ExitCode::SUCCESS
+}
+
+/// An event that cannot be read is denied: the client applies a deny only
+/// before a tool runs (the one place a write could slip through) and
+/// ignores it elsewhere.
+fn unreadable(why: &str) -> engine::Decision {
+    engine::Decision::Deny(format!(
+        "writ hook could not read this event ({why}); the call is denied so that no other agent's work is overwritten."
+    ))
+}
+
+fn decide(args: &Common, event: &engine::Event) -> engine::Decision {
+    let decision = engine::decide(&args.settings(), event);
+    if let engine::Decision::Deny(reason) = &decision {
+        tracing::info!(
+            client = event.prefix,
+            step = ?event.step,
+            session = %event.who.session,
+            agent = event.who.agent.as_deref().unwrap_or_default(),
+            %reason,
+            "hook denied"
+        );
+    }
+    decision
 }

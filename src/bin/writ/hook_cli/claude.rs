@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::engine::{self, Change, Decision, Event, Seen, Step, Who};
+use super::engine::{self, Change, Decision, Event, Kind, Seen, Step, Who};
 
 /// The prefix of the names of Claude Code's hook actors and turns.
 const PREFIX: &str = "claude-code";
@@ -60,9 +60,9 @@ pub fn parse(event: &Value) -> Result<Parsed, String> {
         ("PreToolUse", _, _) if tool.starts_with("mcp__writ__") => {
             return Ok(Parsed::Mcp(with_agent(input, &who)));
         }
-        ("PreToolUse", Some(whole), Some(path)) => Step::BeforeWrite {
+        ("PreToolUse", Some(kind), Some(path)) => Step::BeforeWrite {
             call: call_of(&path),
-            changes: vec![Change { path, whole }],
+            changes: vec![Change { path, kind }],
         },
         ("PostToolUse" | "PostToolUseFailure", Some(_), Some(path)) => Step::AfterWrite {
             call: call_of(&path),
@@ -83,11 +83,11 @@ pub fn parse(event: &Value) -> Result<Parsed, String> {
     }))
 }
 
-/// For a tool that writes files: whether it replaces a whole file.
-fn write_kind(tool: &str) -> Option<bool> {
+/// For a tool that writes files: how it changes one.
+fn write_kind(tool: &str) -> Option<Kind> {
     match tool {
-        "Write" => Some(true),
-        "Edit" | "MultiEdit" | "NotebookEdit" => Some(false),
+        "Write" => Some(Kind::Whole),
+        "Edit" | "MultiEdit" | "NotebookEdit" => Some(Kind::Edit),
         _ => None,
     }
 }
@@ -159,16 +159,5 @@ pub fn mcp_output(input: Value) -> Value {
         "hookEventName": "PreToolUse",
         "permissionDecision": "allow",
         "updatedInput": input,
-    }})
-}
-
-/// The answer to an event that cannot be read: a deny, which Claude Code
-/// applies to a `PreToolUse` (the only event where it could let a write
-/// through) and ignores elsewhere.
-pub fn unreadable(why: &str) -> Value {
-    json!({"hookSpecificOutput": {
-        "hookEventName": "PreToolUse",
-        "permissionDecision": "deny",
-        "permissionDecisionReason": format!("writ hook could not read this event ({why}); the call is denied so that no other agent's work is overwritten."),
     }})
 }

@@ -46,12 +46,28 @@ pub struct Who {
     pub agent: Option<String>,
 }
 
-/// One file a write changes, and whether it replaces the whole content
-/// (which needs a mark over a whole view, SPEC §6).
+/// One file a write changes.
 #[derive(Debug, Clone)]
 pub struct Change {
     pub path: PathBuf,
-    pub whole: bool,
+    pub kind: Kind,
+}
+
+/// How a write changes a file, which says what the agent must have seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Replaces the whole content: needs a mark over a whole view (SPEC §6).
+    Whole,
+    /// Replaces text it names: needs a mark of any view.
+    Edit,
+    /// Replaces text the tool itself finds by its context, and fails when
+    /// that text is gone (a Codex patch hunk, a delete): the client shows
+    /// the hook no reads, so no mark is asked for.
+    Anchored,
+    /// Makes a file that must not exist yet (a patch's `Add File`, a
+    /// move's destination): over an existing file it would replace unseen
+    /// work whole.
+    Create,
 }
 
 /// What a read tool returned to the model.
@@ -71,6 +87,8 @@ pub enum Seen {
     /// Nothing the hook can compare (an image, a notebook, an old client):
     /// the file on disk stands for what was read.
     Disk,
+    /// Part of the file on disk, as the client describes it.
+    DiskPart(String),
 }
 
 /// One event, in the engine's words.
@@ -520,6 +538,10 @@ fn mark_of(path: &Path, seen: &Seen) -> Result<Option<Mark>, String> {
             sha256: disk,
             partial: None,
         },
+        Seen::DiskPart(seen) => Mark {
+            sha256: disk,
+            partial: Some(seen.clone()),
+        },
         Seen::Lines {
             content,
             start,
@@ -903,6 +925,15 @@ impl Run {
 fn judge(mark: Option<&Mark>, now: Option<&str>, change: &Change) -> Option<String> {
     let path = change.path.display();
     let now = now?;
+    match change.kind {
+        Kind::Anchored => return None,
+        Kind::Create => {
+            return Some(format!(
+                "{path} already exists; adding it would replace its content unseen. Change it with an update of the lines you mean, or pick another name."
+            ));
+        }
+        Kind::Whole | Kind::Edit => {}
+    }
     let Some(mark) = mark else {
         return Some(format!(
             "{path} has not been read by this agent (or writ lost track of the read); read it first, then redo your change."
@@ -914,7 +945,7 @@ fn judge(mark: Option<&Mark>, now: Option<&str>, change: &Change) -> Option<Stri
         ));
     }
     match &mark.partial {
-        Some(seen) if change.whole => Some(format!(
+        Some(seen) if change.kind == Kind::Whole => Some(format!(
             "you have seen only {seen} of {path}, and this write replaces the whole file; read all of it first (no offset or limit), or change the part you saw with an edit."
         )),
         _ => None,
@@ -928,7 +959,7 @@ mod tests {
     fn change(path: &Path, whole: bool) -> Change {
         Change {
             path: path.to_path_buf(),
-            whole,
+            kind: if whole { Kind::Whole } else { Kind::Edit },
         }
     }
 
