@@ -126,7 +126,13 @@ fn tool(
 
 /// A `PostToolUse` of `Read` that showed the model `content`, lines
 /// `start..` of `total`.
-fn read(root: &Path, who: (&str, Option<&str>), id: &str, file: &str, shown: (&str, u64, u64)) -> Value {
+fn read(
+    root: &Path,
+    who: (&str, Option<&str>),
+    id: &str,
+    file: &str,
+    shown: (&str, u64, u64),
+) -> Value {
     let (content, start, total) = shown;
     let mut event = tool(root, who, "PostToolUse", "Read", id, file);
     event["tool_input"] = json!({"file_path": root.join(file)});
@@ -193,7 +199,11 @@ fn a_lapsed_lease_still_denies_unread_or_stale_writes_and_allows_them_after_a_re
         .await;
         assert_eq!(outs[1], "", "a read file is written: {outs:?}");
         fs::write(root.join("a.rs"), "one, by claude\n").unwrap_or_else(|e| panic!("{e}"));
-        run(&t.state, vec![tool(root, main, "PostToolUse", "Edit", "e1", "a.rs")]).await;
+        run(
+            &t.state,
+            vec![tool(root, main, "PostToolUse", "Edit", "e1", "a.rs")],
+        )
+        .await;
         // A person changes a.rs; the model thinks longer than the lease.
         fs::write(root.join("a.rs"), "one, by a person\n").unwrap_or_else(|e| panic!("{e}"));
         tokio::time::sleep(ttl * 4).await;
@@ -213,7 +223,10 @@ fn a_lapsed_lease_still_denies_unread_or_stale_writes_and_allows_them_after_a_re
         assert!(stale.contains("changed since you last read it"), "{stale}");
         let unread = denied(&outs[1]).unwrap_or_else(|| panic!("an unread write passed: {outs:?}"));
         assert!(unread.contains("has not been read"), "{unread}");
-        assert!(call_holds(&server).is_empty(), "a denied call holds nothing");
+        assert!(
+            call_holds(&server).is_empty(),
+            "a denied call holds nothing"
+        );
         // After a read, the same calls pass, reserved by a new actor.
         let outs = run(
             &t.state,
@@ -224,8 +237,15 @@ fn a_lapsed_lease_still_denies_unread_or_stale_writes_and_allows_them_after_a_re
         )
         .await;
         assert_eq!(outs[1], "", "{outs:?}");
-        assert_eq!(call_holds(&server), vec!["claude-code-5def7bb7".to_string()]);
-        run(&t.state, vec![tool(root, main, "PostToolUse", "Edit", "e3", "a.rs")]).await;
+        assert_eq!(
+            call_holds(&server),
+            vec!["claude-code-5def7bb7".to_string()]
+        );
+        run(
+            &t.state,
+            vec![tool(root, main, "PostToolUse", "Edit", "e3", "a.rs")],
+        )
+        .await;
         assert!(call_holds(&server).is_empty());
         server.shutdown().await;
     });
@@ -247,8 +267,15 @@ fn a_write_under_a_served_root_whose_server_stopped_is_denied() {
         fs::write(&discovery, left).unwrap_or_else(|e| panic!("{e}"));
         fs::set_permissions(&discovery, fs::Permissions::from_mode(0o600))
             .unwrap_or_else(|e| panic!("{e}"));
-        let outs = run(&t.state, vec![tool(root, main, "PreToolUse", "Edit", "e1", "a.rs")]).await;
-        assert!(denied(&outs[0]).is_some(), "allowed with the server down: {outs:?}");
+        let outs = run(
+            &t.state,
+            vec![tool(root, main, "PreToolUse", "Edit", "e1", "a.rs")],
+        )
+        .await;
+        assert!(
+            denied(&outs[0]).is_some(),
+            "allowed with the server down: {outs:?}"
+        );
     });
 }
 
@@ -271,7 +298,10 @@ fn a_read_marks_what_the_tool_returned_not_the_file_after() {
         )
         .await;
         let reason = denied(&outs[1]).unwrap_or_else(|| panic!("allowed: {outs:?}"));
-        assert!(reason.contains("changed since you last read it"), "{reason}");
+        assert!(
+            reason.contains("changed since you last read it"),
+            "{reason}"
+        );
         server.shutdown().await;
     });
 }
@@ -296,7 +326,11 @@ fn a_partial_read_allows_an_edit_but_not_a_whole_write() {
         let reason = denied(&outs[1]).unwrap_or_else(|| panic!("a whole write passed: {outs:?}"));
         assert!(reason.contains("lines 2-3 of 4"), "{reason}");
         assert_eq!(outs[2], "", "an edit needs any view: {outs:?}");
-        run(&t.state, vec![tool(root, main, "PostToolUse", "Edit", "e1", "a.rs")]).await;
+        run(
+            &t.state,
+            vec![tool(root, main, "PostToolUse", "Edit", "e1", "a.rs")],
+        )
+        .await;
         server.shutdown().await;
     });
 }
@@ -336,7 +370,10 @@ fn subagents_of_one_session_are_separate_agents() {
         let stale = denied(&outs[2]).unwrap_or_else(|| panic!("a stale edit passed: {outs:?}"));
         assert!(stale.contains("changed since you last read it"), "{stale}");
         let dump = server.scheduler().dump();
-        let main = dump.actors.iter().find(|a| a.name == "claude-code-5def7bb7");
+        let main = dump
+            .actors
+            .iter()
+            .find(|a| a.name == "claude-code-5def7bb7");
         let child = dump
             .actors
             .iter()
@@ -375,8 +412,22 @@ fn parallel_hooks_of_one_session_lose_no_hold() {
         let pres = (0..n)
             .flat_map(|i| {
                 [
-                    tool(root, who(i), "PreToolUse", "Edit", &format!("e{i}"), &format!("f{i}.rs")),
-                    tool(root, who(i), "PreToolUse", "Edit", &format!("x{i}"), "shared.rs"),
+                    tool(
+                        root,
+                        who(i),
+                        "PreToolUse",
+                        "Edit",
+                        &format!("e{i}"),
+                        &format!("f{i}.rs"),
+                    ),
+                    tool(
+                        root,
+                        who(i),
+                        "PreToolUse",
+                        "Edit",
+                        &format!("x{i}"),
+                        "shared.rs",
+                    ),
                 ]
             })
             .collect();
@@ -384,13 +435,31 @@ fn parallel_hooks_of_one_session_lose_no_hold() {
         let own: Vec<&String> = outs.iter().step_by(2).collect();
         assert!(own.iter().all(|o| o.is_empty()), "own files: {own:?}");
         let shared_allowed: Vec<usize> = (0..n).filter(|i| outs[2 * i + 1].is_empty()).collect();
-        assert_eq!(shared_allowed.len(), 1, "one holds the shared file: {outs:?}");
+        assert_eq!(
+            shared_allowed.len(),
+            1,
+            "one holds the shared file: {outs:?}"
+        );
         assert_eq!(call_holds(&server).len(), n + 1);
         let posts = (0..n)
             .flat_map(|i| {
                 [
-                    tool(root, who(i), "PostToolUse", "Edit", &format!("e{i}"), &format!("f{i}.rs")),
-                    tool(root, who(i), "PostToolUse", "Edit", &format!("x{i}"), "shared.rs"),
+                    tool(
+                        root,
+                        who(i),
+                        "PostToolUse",
+                        "Edit",
+                        &format!("e{i}"),
+                        &format!("f{i}.rs"),
+                    ),
+                    tool(
+                        root,
+                        who(i),
+                        "PostToolUse",
+                        "Edit",
+                        &format!("x{i}"),
+                        "shared.rs",
+                    ),
                 ]
             })
             .collect();
@@ -532,7 +601,11 @@ fn every_hooked_event_renews_the_lease_reads_included() {
         // Only reads, each within the lease's TTL of the last, for twice the TTL.
         for i in 0..6 {
             tokio::time::sleep(ttl / 3).await;
-            run(&t.state, vec![read_all(root, main, &format!("r{}", i + 1), "a.rs")]).await;
+            run(
+                &t.state,
+                vec![read_all(root, main, &format!("r{}", i + 1), "a.rs")],
+            )
+            .await;
         }
         assert_eq!(actor(&server), first, "the hook's actor outlived the gaps");
         server.shutdown().await;
@@ -627,15 +700,49 @@ fn gemini_cli_writes_need_what_read_file_showed_and_are_denied_its_way() {
         let server = serve(root, Duration::from_secs(15), None).await;
         let write = json!({"file_path": file, "content": "mine\n"});
         // read_file showed "mine-old"; the file changed before AfterTool.
-        gem(gemini(root, "AfterTool", "read_file", json!({"file_path": file}), Some("old\n"))).await;
-        let out = gem(gemini(root, "BeforeTool", "write_file", write.clone(), None)).await;
+        gem(gemini(
+            root,
+            "AfterTool",
+            "read_file",
+            json!({"file_path": file}),
+            Some("old\n"),
+        ))
+        .await;
+        let out = gem(gemini(
+            root,
+            "BeforeTool",
+            "write_file",
+            write.clone(),
+            None,
+        ))
+        .await;
         let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
         assert_eq!(v["decision"], "deny", "{v}");
-        assert!(v["reason"].as_str().unwrap_or_default().contains("changed since"), "{v}");
+        assert!(
+            v["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("changed since"),
+            "{v}"
+        );
         // A ranged read allows a replace, not a whole write.
         let ranged = json!({"file_path": file, "offset": 0, "limit": 1});
-        gem(gemini(root, "AfterTool", "read_file", ranged, Some("theirs\n"))).await;
-        let out = gem(gemini(root, "BeforeTool", "write_file", write.clone(), None)).await;
+        gem(gemini(
+            root,
+            "AfterTool",
+            "read_file",
+            ranged,
+            Some("theirs\n"),
+        ))
+        .await;
+        let out = gem(gemini(
+            root,
+            "BeforeTool",
+            "write_file",
+            write.clone(),
+            None,
+        ))
+        .await;
         assert!(out.contains("\"deny\""), "{out}");
         let replace = json!({"file_path": file, "old_string": "theirs", "new_string": "ours"});
         let out = gem(gemini(root, "BeforeTool", "replace", replace.clone(), None)).await;
@@ -644,8 +751,22 @@ fn gemini_cli_writes_need_what_read_file_showed_and_are_denied_its_way() {
         gem(gemini(root, "AfterTool", "replace", replace, Some("ok"))).await;
         assert!(server.scheduler().dump().holds.is_empty());
         // A whole read, as the tool returned it, allows the whole write.
-        gem(gemini(root, "AfterTool", "read_file", json!({"file_path": file}), Some("ours\n"))).await;
-        let out = gem(gemini(root, "BeforeTool", "write_file", write.clone(), None)).await;
+        gem(gemini(
+            root,
+            "AfterTool",
+            "read_file",
+            json!({"file_path": file}),
+            Some("ours\n"),
+        ))
+        .await;
+        let out = gem(gemini(
+            root,
+            "BeforeTool",
+            "write_file",
+            write.clone(),
+            None,
+        ))
+        .await;
         assert_eq!(out, "");
         gem(gemini(root, "AfterTool", "write_file", write, Some("ok"))).await;
         assert!(server.scheduler().dump().holds.is_empty());

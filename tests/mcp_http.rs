@@ -814,7 +814,14 @@ fn claude_code_hook_reserves_edits_and_denies_busy_or_stale_files() {
             );
             hook(
                 root,
-                event(root, "sess-bbbb2222", "PostToolUse", "Read", "t2r", "lib.rs"),
+                event(
+                    root,
+                    "sess-bbbb2222",
+                    "PostToolUse",
+                    "Read",
+                    "t2r",
+                    "lib.rs",
+                ),
             );
             let allowed_after = hook(
                 root,

@@ -37,7 +37,9 @@ pub fn parse(event: &Value) -> Result<Parsed, String> {
     let name = text("hook_event_name").ok_or("the event has no hook_event_name")?;
     let who = Who {
         session: session.to_string(),
-        agent: text("agent_id").filter(|a| !a.is_empty()).map(str::to_string),
+        agent: text("agent_id")
+            .filter(|a| !a.is_empty())
+            .map(str::to_string),
     };
     let cwd = text("cwd").map(PathBuf::from);
     let tool = text("tool_name").unwrap_or_default();

@@ -253,7 +253,11 @@ fn short(id: &str) -> String {
         .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
         .take(36)
         .collect();
-    if safe.is_empty() { "session".into() } else { safe }
+    if safe.is_empty() {
+        "session".into()
+    } else {
+        safe
+    }
 }
 
 /// The served root a file lies under: the nearest folder above it that
@@ -343,18 +347,19 @@ impl Locked {
         };
         let start = Instant::now();
         loop {
-            match lock.try_lock() {
+            use rustix::fs::{FlockOperation, flock};
+            match flock(&lock, FlockOperation::NonBlockingLockExclusive) {
                 Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_WAIT => {
+                Err(rustix::io::Errno::WOULDBLOCK) if start.elapsed() < LOCK_WAIT => {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err(std::fs::TryLockError::WouldBlock) => {
+                Err(rustix::io::Errno::WOULDBLOCK) => {
                     return Err(format!(
                         "another hook of this session held its state for {} s",
                         LOCK_WAIT.as_secs()
                     ));
                 }
-                Err(std::fs::TryLockError::Error(e)) => {
+                Err(e) => {
                     return Err(format!("cannot lock {}: {e}", lock_path.display()));
                 }
             }
@@ -567,7 +572,10 @@ fn mark_of(path: &Path, seen: &Seen) -> Result<Option<Mark>, String> {
                     format!(
                         "lines {}-{} of {}",
                         start,
-                        start + count.saturating_sub(1).max(shown.len().saturating_sub(1) as u64),
+                        start
+                            + count
+                                .saturating_sub(1)
+                                .max(shown.len().saturating_sub(1) as u64),
                         total
                     )
                 }),
@@ -684,7 +692,11 @@ impl Run {
         self.in_turn(state, key, made).await
     }
 
-    async fn create(&mut self, name: &str, parent: Option<&str>) -> Result<(String, String), String> {
+    async fn create(
+        &mut self,
+        name: &str,
+        parent: Option<&str>,
+    ) -> Result<(String, String), String> {
         let made = self
             .admin
             .call(
@@ -980,7 +992,9 @@ mod tests {
         assert!(judge(mark.as_ref(), now.as_deref(), &change(&path, false)).is_none());
         let refused = judge(mark.as_ref(), now.as_deref(), &change(&path, true));
         assert!(
-            refused.as_deref().is_some_and(|r| r.contains("lines 2-2 of 3")),
+            refused
+                .as_deref()
+                .is_some_and(|r| r.contains("lines 2-2 of 3")),
             "{refused:?}"
         );
         let whole = Seen::Lines {
@@ -1010,7 +1024,9 @@ mod tests {
         let now = sha256_of(&path).ok().flatten();
         let refused = judge(mark.as_ref(), now.as_deref(), &change(&path, false));
         assert!(
-            refused.as_deref().is_some_and(|r| r.contains("changed since")),
+            refused
+                .as_deref()
+                .is_some_and(|r| r.contains("changed since")),
             "{refused:?}"
         );
     }
