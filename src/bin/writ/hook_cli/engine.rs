@@ -537,6 +537,19 @@ fn mark_of(path: &Path, seen: &Seen) -> Result<Option<Mark>, String> {
     let same = |shown: &[&str], file: &[&str]| {
         shown.len() == file.len() && shown.iter().zip(file).all(|(s, f)| f.starts_with(s))
     };
+    // The same, when each shown line carries its number as the model saw
+    // it (`cat -n`'s "     1\t", or "1→").
+    let numbered = |shown: &[&str], file: &[&str], start: u64| {
+        let bare: Option<Vec<&str>> = shown
+            .iter()
+            .zip(start..)
+            .map(|(line, n)| {
+                let rest = line.trim_start().strip_prefix(&n.to_string())?;
+                rest.strip_prefix('\t').or_else(|| rest.strip_prefix('→'))
+            })
+            .collect();
+        bare.is_some_and(|bare| same(&bare, file))
+    };
     let other = |shown: &str| hex(format!("seen:{shown}").as_bytes());
     Ok(Some(match seen {
         Seen::Disk => Mark {
@@ -563,7 +576,7 @@ fn mark_of(path: &Path, seen: &Seen) -> Result<Option<Mark>, String> {
             let total_now = *total as usize == lines.len() || *total as usize == lines.len() + 1;
             let whole = first == 0 && !cut && shown.len() >= lines.len();
             Mark {
-                sha256: if total_now && same(&shown, file) {
+                sha256: if total_now && (same(&shown, file) || numbered(&shown, file, *start)) {
                     disk
                 } else {
                     other(&content)
@@ -1006,6 +1019,25 @@ mod tests {
         };
         let mark = mark_of(&path, &whole).ok().flatten();
         assert!(judge(mark.as_ref(), now.as_deref(), &change(&path, true)).is_none());
+    }
+
+    #[test]
+    fn numbered_lines_are_the_lines_they_number() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("a.txt");
+        std::fs::write(&path, "one\ntwo\n").unwrap_or_else(|e| panic!("{e}"));
+        let now = sha256_of(&path).ok().flatten();
+        for content in ["     1\tone\n     2\ttwo", "1→one\n2→two"] {
+            let seen = Seen::Lines {
+                content: content.into(),
+                start: 1,
+                count: 2,
+                total: 2,
+                cut: false,
+            };
+            let mark = mark_of(&path, &seen).ok().flatten();
+            assert!(judge(mark.as_ref(), now.as_deref(), &change(&path, true)).is_none());
+        }
     }
 
     #[test]
