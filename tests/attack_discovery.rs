@@ -236,6 +236,18 @@ fn nothing_of_writ_shows_in_git_status_after_serve_mcp_and_the_hook() {
         let (err, text) = agent.call("read_file", json!({"path": "lib.rs"})).await;
         assert!(!err, "{text}");
     });
+    let read = hook(
+        &state,
+        &event(
+            &root,
+            "sess-git",
+            "PostToolUse",
+            "Read",
+            "t0",
+            &root.join("lib.rs"),
+        ),
+    );
+    assert_eq!(read, "");
     let out = hook(
         &state,
         &event(

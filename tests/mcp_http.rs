@@ -749,6 +749,10 @@ fn claude_code_hook_reaches_the_server_through_the_discovery_files_socket() {
         let allowed = tokio::task::spawn_blocking(move || {
             hook(
                 &r,
+                event(&r, "sess-dddd4444", "PostToolUse", "Read", "t0", "lib.rs"),
+            );
+            hook(
+                &r,
                 event(&r, "sess-dddd4444", "PreToolUse", "Edit", "t1", "lib.rs"),
             )
         })
@@ -807,6 +811,17 @@ fn claude_code_hook_reserves_edits_and_denies_busy_or_stale_files() {
                     event(root, "sess-aaaa1111", "PostToolUse", "Edit", "t1", "lib.rs")
                 ),
                 ""
+            );
+            hook(
+                root,
+                event(
+                    root,
+                    "sess-bbbb2222",
+                    "PostToolUse",
+                    "Read",
+                    "t2r",
+                    "lib.rs",
+                ),
             );
             let allowed_after = hook(
                 root,

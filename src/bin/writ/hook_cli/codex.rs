@@ -1,0 +1,108 @@
+//! Codex CLI's vocabulary for the hook engine (`[[hooks.PreToolUse]]` /
+//! `[[hooks.PostToolUse]]` in `config.toml`). Its edit tool is
+//! `apply_patch`, whose input is `{"command": "<the whole patch>"}` naming
+//! no path field: the patch is parsed into its per-file changes, admitted
+//! all or none. An `Update File` hunk and a `Delete File` are anchored by
+//! the patch itself (Codex applies a hunk only where its context lines
+//! are), and Codex reads through its shell, which the hook does not see, so
+//! no read mark is asked for them; an `Add File` (or a move's destination)
+//! over an existing file would replace it unseen and is denied. It answers
+//! a decision as Claude Code's hooks do (`hookSpecificOutput`).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::engine::{self, Change, Event, Kind, Step, Who};
+
+/// The prefix of the names of Codex's hook actors and turns.
+const PREFIX: &str = "codex";
+
+/// Reads one event; `Err` says why it is not a Codex hook event.
+pub fn parse(event: &Value) -> Result<Event, String> {
+    let text = |key: &str| event.get(key).and_then(Value::as_str);
+    let session = text("session_id").ok_or("the event has no session_id")?;
+    let name = text("hook_event_name").ok_or("the event has no hook_event_name")?;
+    let cwd = text("cwd").map(PathBuf::from);
+    let tool = text("tool_name").unwrap_or_default();
+    let call = text("tool_use_id").unwrap_or("patch").to_string();
+    let patch = || {
+        event["tool_input"]["command"]
+            .as_str()
+            .ok_or_else(|| "apply_patch carries no patch (tool_input.command)".to_string())
+            .and_then(|p| changes(p, cwd.as_deref()))
+    };
+    let step = match (name, tool == "apply_patch") {
+        ("UserPromptSubmit", _) => Step::Prompt,
+        ("PreToolUse", true) => Step::BeforeWrite {
+            call,
+            changes: patch()?,
+        },
+        ("PostToolUse", true) => Step::AfterWrite {
+            call,
+            paths: patch()?.into_iter().map(|c| c.path).collect(),
+        },
+        _ => Step::Renew,
+    };
+    Ok(Event {
+        prefix: PREFIX,
+        who: Who {
+            session: session.to_string(),
+            agent: None,
+        },
+        step,
+        cwd,
+    })
+}
+
+/// The files a patch changes, in the order it names them.
+fn changes(patch: &str, cwd: Option<&Path>) -> Result<Vec<Change>, String> {
+    let mut out: Vec<Change> = Vec::new();
+    for line in patch.lines() {
+        let line = line.trim_end();
+        let (kind, path) = if let Some(p) = line.strip_prefix("*** Add File: ") {
+            (Kind::Create, p)
+        } else if let Some(p) = line.strip_prefix("*** Update File: ") {
+            (Kind::Anchored, p)
+        } else if let Some(p) = line.strip_prefix("*** Delete File: ") {
+            (Kind::Anchored, p)
+        } else if let Some(p) = line.strip_prefix("*** Move to: ") {
+            (Kind::Create, p)
+        } else {
+            continue;
+        };
+        let path = engine::absolute(path.trim(), cwd);
+        if !out.iter().any(|c| c.path == path) {
+            out.push(Change { path, kind });
+        }
+    }
+    if out.is_empty() {
+        return Err("the patch names no file".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_is_each_file_it_names() {
+        let patch = "*** Begin Patch\n*** Add File: new.txt\n+hi\n*** Update File: src/a.rs\n*** Move to: src/b.rs\n@@\n-x\n+y\n*** Delete File: old.txt\n*** End Patch\n";
+        let found = changes(patch, Some(Path::new("/w"))).unwrap_or_default();
+        let seen: Vec<(String, Kind)> = found
+            .iter()
+            .map(|c| (c.path.display().to_string(), c.kind))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("/w/new.txt".into(), Kind::Create),
+                ("/w/src/a.rs".into(), Kind::Anchored),
+                ("/w/src/b.rs".into(), Kind::Create),
+                ("/w/old.txt".into(), Kind::Anchored),
+            ]
+        );
+        assert!(changes("*** Begin Patch\n*** End Patch\n", None).is_err());
+    }
+}

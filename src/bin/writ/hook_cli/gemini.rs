@@ -1,0 +1,81 @@
+//! Gemini CLI's vocabulary for the hook engine (`hooks.BeforeTool` /
+//! `hooks.AfterTool` / `hooks.BeforeAgent` in `.gemini/settings.json`).
+//! Tools: `write_file {file_path, content}` replaces a whole file,
+//! `replace {file_path, old_string, new_string}` changes text it names,
+//! `read_file {file_path, offset?, limit?}` returns `tool_response
+//! {llmContent, returnDisplay}`, `llmContent` being what the model reads.
+//! A decision is `{"decision": "deny", "reason": …}`. Its events name the
+//! session only: every subagent of a Gemini session is that session's agent.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use super::engine::{self, Change, Decision, Event, Kind, Seen, Step, Who};
+
+/// The prefix of the names of Gemini CLI's hook actors and turns.
+const PREFIX: &str = "gemini";
+
+/// Reads one event; `Err` says why it is not a Gemini CLI hook event.
+pub fn parse(event: &Value) -> Result<Event, String> {
+    let text = |key: &str| event.get(key).and_then(Value::as_str);
+    let session = text("session_id").ok_or("the event has no session_id")?;
+    let name = text("hook_event_name").ok_or("the event has no hook_event_name")?;
+    let cwd = text("cwd").map(PathBuf::from);
+    let tool = text("tool_name").unwrap_or_default();
+    let input = &event["tool_input"];
+    let path = ["file_path", "absolute_path"]
+        .iter()
+        .find_map(|k| input.get(*k).and_then(Value::as_str))
+        .map(|p| engine::absolute(p, cwd.as_deref()));
+    let kind = match tool {
+        "write_file" => Some(Kind::Whole),
+        "replace" => Some(Kind::Edit),
+        _ => None,
+    };
+    // Gemini CLI's events carry no call id; one agent's calls on one file
+    // do not overlap, so the path pairs the before with the after.
+    let step = match (name, kind, path) {
+        ("BeforeAgent", _, _) => Step::Prompt,
+        ("BeforeTool", Some(kind), Some(path)) => Step::BeforeWrite {
+            call: path.display().to_string(),
+            changes: vec![Change { path, kind }],
+        },
+        ("AfterTool", Some(_), Some(path)) => Step::AfterWrite {
+            call: path.display().to_string(),
+            paths: vec![path],
+        },
+        ("AfterTool", None, Some(path)) if tool == "read_file" => {
+            let ranged = input.get("offset").is_some() || input.get("limit").is_some();
+            let shown = event["tool_response"]["llmContent"].as_str();
+            let seen = match shown {
+                // A range, or a read Gemini CLI cut short (it then says so
+                // above the content): part of the file as it is.
+                Some(s) if ranged || s.contains("truncated") => {
+                    Seen::DiskPart("part of the file (a range, or a read cut short)".into())
+                }
+                Some(s) => Seen::Text(s.to_string()),
+                None => Seen::Disk,
+            };
+            Step::AfterRead { path, seen }
+        }
+        _ => Step::Renew,
+    };
+    Ok(Event {
+        prefix: PREFIX,
+        who: Who {
+            session: session.to_string(),
+            agent: None,
+        },
+        step,
+        cwd,
+    })
+}
+
+/// What Gemini CLI reads from the hook's stdout for `decision`.
+pub fn output(decision: &Decision) -> Option<Value> {
+    match decision {
+        Decision::Pass => None,
+        Decision::Deny(reason) => Some(json!({"decision": "deny", "reason": reason})),
+    }
+}
