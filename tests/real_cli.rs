@@ -15,12 +15,12 @@ mod edit_script;
 #[path = "common/scripted_model.rs"]
 mod scripted_model;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use claude_code::{claude_bin, configure_writ, Ended, Session};
-use edit_script::{tally, Appender, Report, Rendezvous, Signal, Spawner, Tally, Tools};
+use claude_code::{Ended, Session, claude_bin, configure_writ};
+use edit_script::{Appender, Rendezvous, Report, Signal, Spawner, Tally, Tools, tally};
 use scripted_model::{ScriptedModel, ToolResult};
 
 /// A session's deadline: far above a run's few seconds, so only a hung
@@ -71,7 +71,8 @@ impl World {
     /// Starts `writ serve` on the workspace (history on: the hook
     /// snapshots what a write overwrites), with `args`.
     fn serve(&mut self, args: &[&str]) {
-        let log = std::fs::File::create(self.base.join("serve.log")).unwrap_or_else(|e| panic!("{e}"));
+        let log =
+            std::fs::File::create(self.base.join("serve.log")).unwrap_or_else(|e| panic!("{e}"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
             .arg("serve")
             .arg(&self.root)
@@ -83,7 +84,8 @@ impl World {
             .spawn()
             .unwrap_or_else(|e| panic!("writ serve could not start: {e}"));
         // Its first line says it listens; the discovery file is written by then.
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
+        let mut out =
+            std::io::BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
         let mut line = String::new();
         std::io::BufRead::read_line(&mut out, &mut line).unwrap_or_else(|e| panic!("{e}"));
         assert!(line.starts_with("writ serve: "), "writ serve said {line:?}");
@@ -100,10 +102,7 @@ impl World {
     fn appender(&mut self, name: &str, script: Appender) -> String {
         self.agents.push((line_of(name), script.report()));
         self.model.add(name, script);
-        format!(
-            "{} Add your line to {SHARED}.",
-            ScriptedModel::marker(name)
-        )
+        format!("{} Add your line to {SHARED}.", ScriptedModel::marker(name))
     }
 
     fn start(&self, name: &str, prompt: &str) -> Session {
@@ -145,7 +144,13 @@ impl World {
                 transcript.requests
             ));
             for r in &transcript.results {
-                story.push_str(&format!("  {} error={} {:.400}\n", r.name, r.is_error, r.text));
+                story.push_str(&format!(
+                    "  {} {:.200} error={} {:.400}\n",
+                    r.name,
+                    r.input.to_string(),
+                    r.is_error,
+                    r.text
+                ));
             }
         }
         for (i, e) in ended.iter().enumerate() {
@@ -156,7 +161,10 @@ impl World {
                 tail(&e.stdout, 1500)
             ));
         }
-        story.push_str(&format!("--- model log:\n{}\n", self.model.log().join("\n")));
+        story.push_str(&format!(
+            "--- model log:\n{}\n",
+            self.model.log().join("\n")
+        ));
         if let Ok(log) = std::fs::read_to_string(self.base.join("serve.log")) {
             story.push_str(&format!("--- serve log:\n{}\n", tail(&log, 3000)));
         }
@@ -190,7 +198,12 @@ fn line_of(name: &str) -> String {
 fn refusals(results: &[ToolResult]) -> Vec<&ToolResult> {
     results
         .iter()
-        .filter(|r| !matches!(r.name.as_str(), "Read" | "mcp__writ__read_file" | "ToolSearch"))
+        .filter(|r| {
+            !matches!(
+                r.name.as_str(),
+                "Read" | "mcp__writ__read_file" | "ToolSearch"
+            )
+        })
         .filter(|r| !edit_script::write_succeeded(r))
         .collect()
 }
@@ -218,7 +231,12 @@ fn claude_code_refused(result: &ToolResult) -> bool {
 
 /// Asserts that every refusal an agent was sent is Claude Code's own or
 /// says writ's sentence, and (with `content`) shows the file's content.
-fn assert_refusals_reached_the_model(world: &World, names: &[String], content: bool, ended: &[Ended]) -> usize {
+fn assert_refusals_reached_the_model(
+    world: &World,
+    names: &[String],
+    content: bool,
+    ended: &[Ended],
+) -> usize {
     let mut seen = 0;
     for name in names {
         let transcript = world.model.transcript(name);
@@ -273,7 +291,11 @@ fn names(sessions: &[(String, String)]) -> Vec<String> {
 #[test]
 fn a_without_writ_sessions_at_once_report_their_losses() {
     let mut world = World::new();
-    let sessions = contended(&mut world, "plain", [Tools::BuiltinEdit, Tools::BuiltinWrite]);
+    let sessions = contended(
+        &mut world,
+        "plain",
+        [Tools::BuiltinEdit, Tools::BuiltinWrite],
+    );
     let ended = world.run_all(&sessions);
     let tally = world.tally();
     eprintln!(
@@ -333,7 +355,11 @@ fn b_with_writ_hooks_sessions_at_once_lose_nothing() {
     let mut world = World::new();
     world.serve(&[]);
     world.configure();
-    let sessions = contended(&mut world, "hooked", [Tools::BuiltinEdit, Tools::BuiltinWrite]);
+    let sessions = contended(
+        &mut world,
+        "hooked",
+        [Tools::BuiltinEdit, Tools::BuiltinWrite],
+    );
     let ended = world.run_all(&sessions);
     let tally = world.tally();
     let refused = assert_refusals_reached_the_model(&world, &names(&sessions), false, &ended);
@@ -342,7 +368,12 @@ fn b_with_writ_hooks_sessions_at_once_lose_nothing() {
         tally.landed,
         tally.lost.len()
     );
-    assert!(tally.lost.is_empty(), "lost {:?}: {}", tally.lost, world.story(&ended));
+    assert!(
+        tally.lost.is_empty(),
+        "lost {:?}: {}",
+        tally.lost,
+        world.story(&ended)
+    );
     assert!(
         tally.unfinished.is_empty(),
         "unfinished {:?}: {}",
@@ -368,14 +399,18 @@ fn c_with_writ_hooks_subagents_of_one_session_lose_nothing() {
     for i in 0..subagents {
         let name = format!("sub{i}");
         let kind = [Tools::BuiltinEdit, Tools::BuiltinWrite][i % 2];
-        let script = Appender::new(kind, &world.root, SHARED, &line_of(&name)).meeting(meet.clone());
+        let script =
+            Appender::new(kind, &world.root, SHARED, &line_of(&name)).meeting(meet.clone());
         prompts.push(world.appender(&name, script));
         subs.push(name);
     }
     world.model.add("main", Spawner::new(prompts));
     let ended = world.run_all(&[(
         "main".into(),
-        format!("{} Have three subagents add their lines.", ScriptedModel::marker("main")),
+        format!(
+            "{} Have three subagents add their lines.",
+            ScriptedModel::marker("main")
+        ),
     )]);
     let tally = world.tally();
     let refused = assert_refusals_reached_the_model(&world, &subs, false, &ended);
@@ -384,7 +419,12 @@ fn c_with_writ_hooks_subagents_of_one_session_lose_nothing() {
         tally.landed,
         tally.lost.len()
     );
-    assert!(tally.lost.is_empty(), "lost {:?}: {}", tally.lost, world.story(&ended));
+    assert!(
+        tally.lost.is_empty(),
+        "lost {:?}: {}",
+        tally.lost,
+        world.story(&ended)
+    );
     assert!(
         tally.unfinished.is_empty(),
         "unfinished {:?}: {}",
@@ -434,7 +474,12 @@ fn d_writ_mcp_tools_alone_show_the_model_every_result() {
         tally.landed,
         tally.lost.len()
     );
-    assert!(tally.lost.is_empty(), "lost {:?}: {}", tally.lost, world.story(&ended));
+    assert!(
+        tally.lost.is_empty(),
+        "lost {:?}: {}",
+        tally.lost,
+        world.story(&ended)
+    );
     assert!(
         tally.unfinished.is_empty(),
         "unfinished {:?}: {}",
@@ -487,7 +532,12 @@ fn e_a_model_thinking_past_every_ttl_is_still_denied() {
         first_write.text,
         world.story(&ended)
     );
-    assert!(tally.lost.is_empty(), "lost {:?}: {}", tally.lost, world.story(&ended));
+    assert!(
+        tally.lost.is_empty(),
+        "lost {:?}: {}",
+        tally.lost,
+        world.story(&ended)
+    );
     assert!(
         tally.unfinished.is_empty(),
         "unfinished {:?}: {}",
@@ -535,7 +585,12 @@ fn f_two_bridges_without_a_server_share_one_scheduler() {
         first_write.text,
         world.story(&ended)
     );
-    assert!(tally.lost.is_empty(), "lost {:?}: {}", tally.lost, world.story(&ended));
+    assert!(
+        tally.lost.is_empty(),
+        "lost {:?}: {}",
+        tally.lost,
+        world.story(&ended)
+    );
     assert!(
         tally.unfinished.is_empty(),
         "unfinished {:?}: {}",

@@ -8,10 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-const INSTALL_HINT: &str =
-    "node (22 or later) and npm are required: install them (Debian/Ubuntu: apt-get install nodejs npm)";
+const INSTALL_HINT: &str = "node (22 or later) and npm are required: install them (Debian/Ubuntu: apt-get install nodejs npm)";
 
 /// The `claude` executable: the lockfile's version, or the newest on npm
 /// when `WRIT_CLI_LATEST=1` (the weekly job that finds a CLI's change the
@@ -38,7 +37,15 @@ pub fn claude_bin() -> PathBuf {
     std::fs::create_dir_all(&prefix).unwrap_or_else(|e| panic!("{}: {e}", prefix.display()));
     if latest {
         if !bin.exists() {
-            npm(&prefix, &["install", "--no-audit", "--no-fund", "@anthropic-ai/claude-code@latest"]);
+            npm(
+                &prefix,
+                &[
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "@anthropic-ai/claude-code@latest",
+                ],
+            );
         }
         return bin;
     }
@@ -63,7 +70,11 @@ fn npm(prefix: &Path, args: &[&str]) {
         .stdout(Stdio::null())
         .status()
         .unwrap_or_else(|e| panic!("npm could not start: {e}"));
-    assert!(status.success(), "npm {} failed with {status}", args.join(" "));
+    assert!(
+        status.success(),
+        "npm {} failed with {status}",
+        args.join(" ")
+    );
 }
 
 /// The folder holding the `writ` the tests built, for PATH: a user has

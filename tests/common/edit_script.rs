@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
-use super::scripted_model::{think, Script, Seen, Step, ToolCall, ToolResult};
+use super::scripted_model::{Script, Seen, Step, ToolCall, ToolResult, think};
 
 /// Which tools an agent edits with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,9 +113,7 @@ impl Signal {
     /// Waits until it is set (at most `patience`).
     pub fn wait(&self, patience: Duration) {
         let set = self.set.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = self
-            .changed
-            .wait_timeout_while(set, patience, |set| !*set);
+        let _ = self.changed.wait_timeout_while(set, patience, |set| !*set);
     }
 }
 
@@ -227,7 +225,11 @@ impl Appender {
     fn read(&mut self) -> Step {
         self.reads += 1;
         self.phase = Phase::Reading;
-        let key = if self.tools.writ() { "path" } else { "file_path" };
+        let key = if self.tools.writ() {
+            "path"
+        } else {
+            "file_path"
+        };
         call(self.tools.read_tool(), json!({ key: self.path }))
     }
 
@@ -264,7 +266,10 @@ impl Appender {
     fn give_up(&mut self, why: &str) -> Step {
         self.phase = Phase::Done;
         self.set(Outcome::GaveUp(self.writes));
-        Step::End(format!("gave up on {} after {} writes: {why}", self.line, self.writes))
+        Step::End(format!(
+            "gave up on {} after {} writes: {why}",
+            self.line, self.writes
+        ))
     }
 }
 

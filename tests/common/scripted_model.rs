@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// One tool call a step makes.
 #[derive(Clone, Debug)]
@@ -122,13 +122,12 @@ impl ScriptedModel {
             .expect("a loopback port for the scripted model");
         let port = listener.local_addr().expect("its address").port();
         let state = inner.clone();
-        let app = axum::Router::new()
-            .fallback(axum::routing::any(
-                move |uri: axum::http::Uri, body: String| {
-                    let state = state.clone();
-                    async move { respond(state, uri, body).await }
-                },
-            ));
+        let app = axum::Router::new().fallback(axum::routing::any(
+            move |uri: axum::http::Uri, body: String| {
+                let state = state.clone();
+                async move { respond(state, uri, body).await }
+            },
+        ));
         runtime.spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -164,7 +163,12 @@ impl ScriptedModel {
             inner.agents.get(name).cloned()
         };
         agent
-            .map(|a| a.lock().unwrap_or_else(|e| e.into_inner()).transcript.clone())
+            .map(|a| {
+                a.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .transcript
+                    .clone()
+            })
             .unwrap_or_default()
     }
 
@@ -235,7 +239,10 @@ async fn respond(
     let step = tokio::task::spawn_blocking(move || {
         let mut agent = agent.lock().unwrap_or_else(|e| e.into_inner());
         agent.transcript.requests += 1;
-        agent.transcript.results.extend(seen.results.iter().cloned());
+        agent
+            .transcript
+            .results
+            .extend(seen.results.iter().cloned());
         let step = agent.script.next(&seen);
         agent.transcript.steps.push(format!("{step:?}"));
         step
@@ -279,7 +286,7 @@ pub fn think(pause: Duration) {
 /// asks for it).
 pub mod anthropic {
     use super::{Seen, Step};
-    use serde_json::{json, Value};
+    use serde_json::{Value, json};
 
     /// What a request says, in the provider-neutral form.
     pub struct Decoded {
@@ -345,7 +352,10 @@ pub mod anthropic {
                 for block in blocks {
                     if block["type"] == "tool_result" {
                         results.push((
-                            block["tool_use_id"].as_str().unwrap_or_default().to_string(),
+                            block["tool_use_id"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
                             texts(&block["content"]),
                             block["is_error"] == true,
                         ));
@@ -365,11 +375,7 @@ pub mod anthropic {
     }
 
     /// A streamed response (SSE) carrying `step`; `ids` name its tool calls.
-    pub fn encode(
-        request: &Value,
-        ids: &[String],
-        step: &Step,
-    ) -> axum::response::Response {
+    pub fn encode(request: &Value, ids: &[String], step: &Step) -> axum::response::Response {
         let model = request["model"].as_str().unwrap_or("scripted");
         let mut events: Vec<(&str, Value)> = vec![(
             "message_start",
