@@ -221,7 +221,9 @@ const WRIT_SAYS: &[&str] = &[
     "is being written by",
     "reserved by",
     "read it first",
-    "writ",
+    "is fenced",
+    "retry later",
+    "cannot be reached",
 ];
 
 /// Claude Code's own refusal of a write on a file modified since its Read.
@@ -277,6 +279,22 @@ fn contended(world: &mut World, prefix: &str, kinds: [Tools; 2]) -> Vec<(String,
             (name, prompt)
         })
         .collect()
+}
+
+/// Asserts that `name`'s `reserve` call went through, so what follows
+/// tests a reservation.
+fn assert_reserved(world: &World, name: &str, ended: &[Ended]) {
+    let reserved = world
+        .model
+        .transcript(name)
+        .results
+        .into_iter()
+        .any(|r| r.name == "mcp__writ__reserve" && !r.is_error);
+    assert!(
+        reserved,
+        "{name} never got its reservation, so nothing else here was tested: {}",
+        world.story(ended)
+    );
 }
 
 fn names(sessions: &[(String, String)]) -> Vec<String> {
@@ -546,6 +564,64 @@ fn e_a_model_thinking_past_every_ttl_is_still_denied() {
     );
 }
 
+/// (e, reserved) The case a lapsed hook actor let through: while one
+/// session's model thinks 3 s past its 1 s lease, another agent reserves
+/// the file through writ's MCP `reserve`; the thinker's Edit then (its read
+/// not stale) must be refused naming the reservation, not land through
+/// it undecided.
+#[test]
+fn e_a_model_thinking_past_every_ttl_is_refused_by_a_reservation() {
+    let mut world = World::new();
+    world.serve(&["--lease-ttl", "1"]);
+    world.configure();
+    let reserved = Signal::new();
+    let tried = Signal::new();
+    let holder = Appender::new(Tools::WritEdit, &world.root, SHARED, &line_of("holder"))
+        .reserving(reserved.clone(), tried.clone());
+    let slow = Appender::new(Tools::BuiltinEdit, &world.root, SHARED, &line_of("thinker"))
+        .after(reserved)
+        .thinking(Duration::from_secs(3))
+        .signalling_first_result(tried);
+    let p1 = world.appender("holder", holder);
+    let p2 = world.appender("thinker", slow);
+    let ended = world.run_all(&[("holder".into(), p1), ("thinker".into(), p2)]);
+    assert_reserved(&world, "holder", &ended);
+    let tally = world.tally();
+    let first_write = world
+        .model
+        .transcript("thinker")
+        .results
+        .into_iter()
+        .find(|r| r.name == "Edit");
+    eprintln!(
+        "real-cli: claude-code with writ's hooks, a 3 s think past a 1 s lease into another agent's reservation: first write got {:?}; lost {}",
+        first_write.as_ref().map(|r| r.text.clone()),
+        tally.lost.len()
+    );
+    let Some(first_write) = first_write else {
+        panic!("the thinker never wrote: {}", world.story(&ended));
+    };
+    assert!(
+        !edit_script::write_succeeded(&first_write)
+            && WRIT_SAYS.iter().any(|s| first_write.text.contains(s)),
+        "the Edit after a long think landed through another agent's reservation: {:?}\n{}",
+        first_write.text,
+        world.story(&ended)
+    );
+    assert!(
+        tally.lost.is_empty(),
+        "lost {:?}: {}",
+        tally.lost,
+        world.story(&ended)
+    );
+    assert!(
+        tally.unfinished.is_empty(),
+        "unfinished {:?}: {}",
+        tally.unfinished,
+        world.story(&ended)
+    );
+}
+
 /// (f) Two sessions whose `writ mcp` bridges find no server share one
 /// scheduler: one reserves the shared file through writ's `reserve`, and
 /// the other's `write_file` meanwhile is refused naming the reservation;
@@ -564,6 +640,7 @@ fn f_two_bridges_without_a_server_share_one_scheduler() {
     let p1 = world.appender("holder", holder);
     let p2 = world.appender("other", other);
     let ended = world.run_all(&[("holder".into(), p1), ("other".into(), p2)]);
+    assert_reserved(&world, "holder", &ended);
     let tally = world.tally();
     let first_write = world
         .model

@@ -265,6 +265,17 @@ impl Appender {
 
     fn give_up(&mut self, why: &str) -> Step {
         self.phase = Phase::Done;
+        // Whoever waits on this agent waits no more: the test then fails on
+        // what went wrong here, not on a timeout.
+        for signal in [&self.on_landed, &self.on_first_write_result]
+            .into_iter()
+            .flatten()
+        {
+            signal.set();
+        }
+        if let Some((reserved, _)) = &self.reserve {
+            reserved.set();
+        }
         self.set(Outcome::GaveUp(self.writes));
         Step::End(format!(
             "gave up on {} after {} writes: {why}",
@@ -348,7 +359,7 @@ impl Script for Appender {
                                 rendezvous.meet();
                             }
                             if let Some(signal) = &self.wait_for {
-                                signal.wait(Duration::from_secs(120));
+                                signal.wait(Duration::from_secs(60));
                             }
                             think(self.think);
                             if self.reserve.is_some() {
@@ -371,7 +382,7 @@ impl Script for Appender {
             Phase::Reserving => {
                 if let Some((reserved, go)) = &self.reserve {
                     reserved.set();
-                    go.wait(Duration::from_secs(120));
+                    go.wait(Duration::from_secs(60));
                 }
                 self.write()
             }
