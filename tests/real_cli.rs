@@ -423,6 +423,7 @@ fn c_with_writ_hooks_subagents_of_one_session_lose_nothing() {
         subs.push(name);
     }
     world.model.add("main", Spawner::new(prompts));
+    let spawned = meet.clone();
     let ended = world.run_all(&[(
         "main".into(),
         format!(
@@ -430,6 +431,11 @@ fn c_with_writ_hooks_subagents_of_one_session_lose_nothing() {
             ScriptedModel::marker("main")
         ),
     )]);
+    assert!(
+        spawned.all_met(),
+        "the 3 subagents did not all run at once (each read before any wrote): {}",
+        world.story(&ended)
+    );
     let tally = world.tally();
     let refused = assert_refusals_reached_the_model(&world, &subs, false, &ended);
     eprintln!(
@@ -449,13 +455,20 @@ fn c_with_writ_hooks_subagents_of_one_session_lose_nothing() {
         tally.unfinished,
         world.story(&ended)
     );
-    // A subagent refused because "its own" session holds the file was
-    // refused as the wrong agent.
+    // The main agent never writes here: a subagent refused because the
+    // session's own actor holds the file was refused as the wrong agent
+    // (the hook names a session's actor `claude-code-` + the first 8
+    // characters of its session id).
+    let session = ended
+        .first()
+        .and_then(Ended::session_id)
+        .unwrap_or_else(|| panic!("no session id in the stream: {}", world.story(&ended)));
+    let itself = format!("by 'claude-code-{}'", &session[..session.len().min(8)]);
     for name in &subs {
         for refusal in refusals(&world.model.transcript(name).results) {
             assert!(
-                !refusal.text.contains("being written by 'claude-code-"),
-                "{name} was refused naming its session, not a sibling subagent: {:?}\n{}",
+                !refusal.text.contains(&itself),
+                "{name} was refused naming its own session, not a sibling subagent: {:?}\n{}",
                 refusal.text,
                 world.story(&ended)
             );

@@ -164,6 +164,17 @@ pub struct Ended {
     pub stderr: String,
 }
 
+impl Ended {
+    /// The Claude Code session id its stream's `init` event names.
+    pub fn session_id(&self) -> Option<String> {
+        self.stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|event| event["type"] == "system" && event["subtype"] == "init")
+            .and_then(|event| event["session_id"].as_str().map(str::to_string))
+    }
+}
+
 impl Session {
     /// Starts `claude -p PROMPT` in `root`, with its own home under `home`,
     /// talking to the model at `model_url`; `XDG_STATE_HOME` is `state`

@@ -82,6 +82,11 @@ impl Rendezvous {
         })
     }
 
+    /// Whether every party came (so all of them read before any wrote).
+    pub fn all_met(&self) -> bool {
+        *self.arrived.lock().unwrap_or_else(|e| e.into_inner()) >= self.parties
+    }
+
     /// Waits for the others (at most `patience`).
     pub fn meet(&self) {
         let mut arrived = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
