@@ -476,6 +476,69 @@ fn c_with_writ_hooks_subagents_of_one_session_lose_nothing() {
     }
 }
 
+/// (c, MCP) Subagents of one session editing through writ's MCP tools
+/// (set up by `writ config claude --write` alone) are separate agents: one
+/// subagent's read must not count for a sibling. sub0 reads; sub1 reads and
+/// writes; sub2 reads the result (and writes only later); then sub0 writes its whole-file
+/// `write_file` on its old read. Were the three one agent, sub2's read
+/// would make sub0's stale write pass and sub1's line would be lost; as
+/// separate agents sub0 is refused with the current content and redoes.
+#[test]
+fn c_writ_mcp_subagents_are_separate_agents() {
+    let mut world = World::new();
+    world.configure();
+    let landed = Signal::new();
+    let sub2_read = Signal::new();
+    let sub0 = Appender::new(Tools::WritWrite, &world.root, SHARED, &line_of("msub0"))
+        .after(sub2_read.clone());
+    let sub1 = Appender::new(Tools::WritWrite, &world.root, SHARED, &line_of("msub1"))
+        .signalling(landed.clone());
+    let sub2 = Appender::new(Tools::WritWrite, &world.root, SHARED, &line_of("msub2"))
+        .signalling_read(sub2_read);
+    // sub1 and sub2 start only once sub0 has read, sub2 reads once sub1
+    // landed: a start order the scripts keep by waiting, not by sleeping.
+    let sub0_read = Signal::new();
+    let sub0_tried = Signal::new();
+    let sub0 = sub0
+        .signalling_read(sub0_read.clone())
+        .signalling_first_result(sub0_tried.clone());
+    let sub1 = sub1.waiting_to_start(sub0_read);
+    // sub2 writes only after sub0's stale write was judged.
+    let sub2 = sub2.waiting_to_start(landed).after(sub0_tried);
+    let prompts = vec![
+        world.appender("msub0", sub0),
+        world.appender("msub1", sub1),
+        world.appender("msub2", sub2),
+    ];
+    world.model.add("mmain", Spawner::new(prompts));
+    let ended = world.run_all(&[(
+        "mmain".into(),
+        format!(
+            "{} Have three subagents add their lines.",
+            ScriptedModel::marker("mmain")
+        ),
+    )]);
+    let tally = world.tally();
+    let subs: Vec<String> = ["msub0", "msub1", "msub2"].map(String::from).to_vec();
+    let refused = assert_refusals_reached_the_model(&world, &subs, true, &ended);
+    eprintln!(
+        "real-cli: claude-code with writ's MCP tools, 3 subagents of one session, a stale write after a sibling's read: landed {}, lost {:?}, refusals by writ {refused}",
+        tally.landed, tally.lost
+    );
+    assert!(
+        tally.lost.is_empty(),
+        "lost {:?}: {}",
+        tally.lost,
+        world.story(&ended)
+    );
+    assert!(
+        tally.unfinished.is_empty(),
+        "unfinished {:?}: {}",
+        tally.unfinished,
+        world.story(&ended)
+    );
+}
+
 /// (d) writ's MCP tools only, set up by `writ config claude --write` alone
 /// (no server started by hand): N sessions at once with `read_file` and
 /// `edit_file`/`write_file`. The model sees the real text of every result

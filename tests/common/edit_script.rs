@@ -146,6 +146,8 @@ pub struct Appender {
     wait_for: Option<Arc<Signal>>,
     on_landed: Option<Arc<Signal>>,
     on_first_write_result: Option<Arc<Signal>>,
+    on_read: Option<Arc<Signal>>,
+    start_after: Option<Arc<Signal>>,
     reserve: Option<(Arc<Signal>, Arc<Signal>)>,
     phase: Phase,
     reads: usize,
@@ -172,6 +174,8 @@ impl Appender {
             wait_for: None,
             on_landed: None,
             on_first_write_result: None,
+            on_read: None,
+            start_after: None,
             reserve: None,
             phase: Phase::Start,
             reads: 0,
@@ -202,6 +206,19 @@ impl Appender {
     /// Sets `signal` once its write landed.
     pub fn signalling(mut self, signal: Arc<Signal>) -> Appender {
         self.on_landed = Some(signal);
+        self
+    }
+
+    /// Waits for `signal` before its first step.
+    pub fn waiting_to_start(mut self, signal: Arc<Signal>) -> Appender {
+        self.start_after = Some(signal);
+        self
+    }
+
+    /// Sets `signal` once its first read's result came (before it waits
+    /// or thinks).
+    pub fn signalling_read(mut self, signal: Arc<Signal>) -> Appender {
+        self.on_read = Some(signal);
         self
     }
 
@@ -272,7 +289,7 @@ impl Appender {
         self.phase = Phase::Done;
         // Whoever waits on this agent waits no more: the test then fails on
         // what went wrong here, not on a timeout.
-        for signal in [&self.on_landed, &self.on_first_write_result]
+        for signal in [&self.on_landed, &self.on_first_write_result, &self.on_read]
             .into_iter()
             .flatten()
         {
@@ -332,6 +349,9 @@ impl Script for Appender {
         let result = seen.results.last();
         match self.phase {
             Phase::Start | Phase::Loading => {
+                if let Some(signal) = self.start_after.take() {
+                    signal.wait(Duration::from_secs(60));
+                }
                 let mut wanted = vec![self.tools.read_tool(), self.tools.write_tool()];
                 if self.reserve.is_some() {
                     wanted.push("mcp__writ__reserve");
@@ -360,6 +380,9 @@ impl Script for Appender {
                     Some(lines) if !result.is_some_and(|r| r.is_error) => {
                         self.content = lines;
                         if self.writes == 0 {
+                            if let Some(signal) = &self.on_read {
+                                signal.set();
+                            }
                             if let Some(rendezvous) = &self.before_write {
                                 rendezvous.meet();
                             }
