@@ -1,7 +1,10 @@
 //! `writ mcp` as a bridge: MCP messages from stdin go unchanged to a running
 //! `writ serve` at `/mcp` (Streamable HTTP), and its answers come back on
 //! stdout. Many stdio agents thus share one scheduler, and each client's own
-//! `clientInfo` (or `--agent NAME`) names its actor.
+//! `clientInfo` (or `--agent NAME`) names its actor: each bridge process's
+//! session is its own agent. A call whose `agent` argument names another
+//! agent (a hook fills it in for a subagent) goes without the bridge's
+//! default, so the call's own agent is the one that acts.
 //!
 //! The bridge lives as long as its client, whatever the client's call rate:
 //! once the session is open it holds the session's GET stream open (the
@@ -83,20 +86,6 @@ struct Link {
     /// The task holding the session's GET stream open.
     stream: Mutex<Option<tokio::task::JoinHandle<()>>>,
     out: tokio::sync::Mutex<tokio::io::Stdout>,
-}
-
-/// Whether a server answers at `url` (its `/health`).
-pub async fn alive(url: &str) -> bool {
-    let Ok(uri) = format!("{}/health", url.trim_end_matches('/')).parse::<Uri>() else {
-        return false;
-    };
-    let pool: Pool<HttpConnector, Full<Bytes>> =
-        Pool::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let Ok(request) = Request::get(uri).body(Full::new(Bytes::new())) else {
-        return false;
-    };
-    let answer = tokio::time::timeout(Duration::from_secs(2), pool.request(request));
-    matches!(answer.await, Ok(Ok(response)) if response.status().is_success())
 }
 
 fn target(url: &str, token: &str, query: &str) -> Result<Target, String> {
@@ -199,6 +188,7 @@ impl Link {
         body: Bytes,
         modern: Option<&Modern>,
     ) -> Option<Request<Full<Bytes>>> {
+        let names_agent = modern.map_or_else(|| call_names_agent(&body), |m| m.names_agent);
         let (session, version) = match modern {
             Some(m) => (None, Some(m.version.clone())),
             None => self.session.lock().clone(),
@@ -214,11 +204,15 @@ impl Link {
             .header(hyper::header::AUTHORIZATION, target.authorization)
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header(hyper::header::ACCEPT, accept);
+        // A call that names its agent (a hook filled it for a subagent)
+        // acts as that agent: the bridge's own default does not go with it.
         let learned = match modern {
             Some(m) if !m.names_agent => self.handle.lock().clone(),
             _ => None,
         };
-        if let Some(agent) = self.agent.clone().or(learned) {
+        if !names_agent
+            && let Some(agent) = self.agent.clone().or(learned)
+        {
             builder = builder.header("writ-agent", agent);
         }
         for (name, value) in modern.map(|m| m.headers.as_slice()).unwrap_or_default() {
@@ -265,8 +259,9 @@ impl Link {
         let (initialize, initialized) = self.opening.lock().clone();
         let mut initialize = initialize.ok_or("the client has not initialized")?;
         self.end_lost_session().await;
-        let (url, token) = (self.discover)()
-            .ok_or("no writ serve is running for this workspace any more; start it and retry")?;
+        // Finding (or starting) the server blocks on files and a lock.
+        let (url, token) = tokio::task::block_in_place(|| (self.discover)())
+            .ok_or("no writ serve is running for this workspace any more, and none could be started; start one and retry")?;
         *self.target.lock() = target(&url, &token, &self.query)?;
         *self.session.lock() = (None, None);
         initialize["id"] = json!(format!("writ-bridge-reopen-{seen}"));
@@ -561,6 +556,18 @@ impl Modern {
             names_agent: agent.is_some(),
         })
     }
+}
+
+/// Whether `body` is a `tools/call` whose arguments name an `agent`.
+fn call_names_agent(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body).is_ok_and(|message| {
+        message.get("method").and_then(Value::as_str) == Some("tools/call")
+            && message
+                .get("params")
+                .and_then(|p| p.get("arguments"))
+                .and_then(|a| a.get("agent"))
+                .is_some_and(Value::is_string)
+    })
 }
 
 /// A header value as SEP-2243 writes it: as it is when it is plain
