@@ -99,9 +99,7 @@ fn every_client_gets_the_stdio_bridge_with_no_port_no_token_and_no_shared_agent(
     assert!(out.status.success(), "codex: {}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        format!(
-            "[mcp_servers.writ]\ncommand = \"writ\"\nargs = [\"mcp\", \"{root}\"]\n"
-        )
+        format!("[mcp_servers.writ]\ncommand = \"writ\"\nargs = [\"mcp\", \"{root}\"]\n")
     );
 }
 
@@ -287,8 +285,14 @@ fn claude_gets_its_hooks_and_the_server_approved_beside_the_entry() {
     let out = writ_config(dir.path(), &["claude", "--write"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let said = text(&out.stdout);
-    assert!(said.contains(".mcp.json") && said.contains("settings.json"), "{said}");
-    assert!(said.contains("still to do:") && said.contains("claude"), "{said}");
+    assert!(
+        said.contains(".mcp.json") && said.contains("settings.json"),
+        "{said}"
+    );
+    assert!(
+        said.contains("still to do:") && said.contains("claude"),
+        "{said}"
+    );
     let after = std::fs::read_to_string(&settings).unwrap();
     // Only added: every original line is still there, in order.
     let mut lines = after.lines();
@@ -302,12 +306,15 @@ fn claude_gets_its_hooks_and_the_server_approved_beside_the_entry() {
     let pre = value["hooks"]["PreToolUse"].as_array().unwrap();
     assert!(pre.iter().any(|g| g["matcher"] == "Bash"), "{after}");
     assert!(
-        pre.iter().any(|g| g["matcher"]
-            == "Write|Edit|NotebookEdit|Read|mcp__writ__.*"
-            && g["hooks"] == hook),
+        pre.iter().any(
+            |g| g["matcher"] == "Write|Edit|NotebookEdit|Read|mcp__writ__.*" && g["hooks"] == hook
+        ),
         "{after}"
     );
-    assert_eq!(value["hooks"]["PostToolUse"][0]["matcher"], "Write|Edit|NotebookEdit|Read");
+    assert_eq!(
+        value["hooks"]["PostToolUse"][0]["matcher"],
+        "Write|Edit|NotebookEdit|Read"
+    );
     for event in ["UserPromptSubmit", "SubagentStop"] {
         let group = &value["hooks"][event][0];
         assert_eq!(group["hooks"], hook, "{event}");
@@ -318,7 +325,10 @@ fn claude_gets_its_hooks_and_the_server_approved_beside_the_entry() {
     let out = writ_config(dir.path(), &["claude", "--write"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(&settings).unwrap(), after);
-    assert_eq!(std::fs::read_to_string(dir.path().join(".mcp.json")).unwrap(), mcp);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".mcp.json")).unwrap(),
+        mcp
+    );
 }
 
 #[test]
@@ -327,7 +337,10 @@ fn gemini_is_told_to_trust_the_folder() {
     let out = writ_config(dir.path(), &["gemini", "--write"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let said = text(&out.stdout);
-    assert!(said.contains("still to do:") && said.contains("trust"), "{said}");
+    assert!(
+        said.contains("still to do:") && said.contains("trust"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -340,9 +353,21 @@ fn a_symlinked_config_file_or_folder_is_refused_and_nothing_outside_changes() {
     std::os::unix::fs::symlink(&secret, &link).unwrap();
     let out = writ_config(dir.path(), &["claude", "--write"], &[]);
     assert!(!out.status.success(), "{}", text(&out.stdout));
-    assert!(text(&out.stderr).contains("symlink"), "{}", text(&out.stderr));
-    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "{\"token\": \"s3cret\"}");
-    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(
+        text(&out.stderr).contains("symlink"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "{\"token\": \"s3cret\"}"
+    );
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
     // A linked folder: the edit would land outside.
     std::os::unix::fs::symlink(outside.path(), dir.path().join(".vscode")).unwrap();
     let out = writ_config(dir.path(), &["vscode", "--write"], &[]);
@@ -379,6 +404,15 @@ fn a_fifo_config_file_is_refused_at_once() {
     };
     let out = child.wait_with_output().unwrap();
     assert!(!status.success());
-    assert!(text(&out.stderr).contains("not a regular file"), "{}", text(&out.stderr));
-    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(
+        text(&out.stderr).contains("not a regular file"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
 }

@@ -428,7 +428,10 @@ fn two_bridges_with_no_server_start_one_and_are_refused_against_each_other() {
         .collect();
     let mut clients: Vec<StdioClient> = starts
         .into_iter()
-        .map(|t| t.join().unwrap_or_else(|_| panic!("a bridge did not start")))
+        .map(|t| {
+            t.join()
+                .unwrap_or_else(|_| panic!("a bridge did not start"))
+        })
         .collect();
     let pid = discovered_pid(&root).unwrap_or_else(|| panic!("no server was started"));
     assert!(running(pid), "the started server is not running");
@@ -447,8 +450,14 @@ fn two_bridges_with_no_server_start_one_and_are_refused_against_each_other() {
     let (error, text) = alice.call("reserve", json!({"paths": ["shared.txt"]}));
     assert!(!error, "alice reserves: {text}");
     bob.call("read_file", json!({"path": "shared.txt"}));
-    let (error, text) = bob.call("write_file", json!({"path": "shared.txt", "content": "bob\n"}));
-    assert!(error, "bob's write went through alice's reservation: {text}");
+    let (error, text) = bob.call(
+        "write_file",
+        json!({"path": "shared.txt", "content": "bob\n"}),
+    );
+    assert!(
+        error,
+        "bob's write went through alice's reservation: {text}"
+    );
     assert_eq!(
         std::fs::read_to_string(root.join("shared.txt")).unwrap_or_default(),
         "one\n"
@@ -509,7 +518,10 @@ fn a_private_bridge_says_nothing_is_shared_and_starts_no_server() {
     );
     let (error, status) = client.call("writ_status", json!({}));
     assert!(!error && status.contains("nothing is shared"), "{status}");
-    assert!(discovered_pid(&root).is_none(), "--private started a server");
+    assert!(
+        discovered_pid(&root).is_none(),
+        "--private started a server"
+    );
     // A bridge (not private) says nothing of the kind.
     let mut shared = StdioClient::start_in(&root, Some(state.path()), &["--idle-exit", "1"]);
     let (_, status) = shared.call("writ_status", json!({}));

@@ -55,7 +55,10 @@ fn router(app: Arc<App>) -> Router {
         }
     };
     routes
-        .layer(axum::middleware::from_fn_with_state(app.clone(), super::activity::track))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            super::activity::track,
+        ))
         .with_state(app)
 }
 

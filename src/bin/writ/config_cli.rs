@@ -508,7 +508,9 @@ fn claude_settings_plan(original: &Value, ours: &Json) -> Result<Plan, String> {
                     }
                 }
             }
-            (_, _, Some(_)) => return Err(format!("\"{key}\" is not what Claude Code reads there")),
+            (_, _, Some(_)) => {
+                return Err(format!("\"{key}\" is not what Claude Code reads there"));
+            }
         }
     }
     Ok(plan)
@@ -764,7 +766,8 @@ fn apply_edits(text: &str, original: &Value, edits: &[Edit]) -> Result<String, S
             Edit::Member { at, key, value } => (at, Some(key.as_str()), value, b'{'),
             Edit::Element { at, value } => (at, None, value, b'['),
         };
-        let start = value_offset(&merged, at).ok_or("writ could not find where to add its entry")?;
+        let start =
+            value_offset(&merged, at).ok_or("writ could not find where to add its entry")?;
         if merged.as_bytes().get(start) != Some(&open) {
             return Err("writ could not find where to add its entry".into());
         }
@@ -935,11 +938,9 @@ fn toml_value(item: &toml_edit::Item) -> Value {
             T::Boolean(b) => Value::Bool(*b.value()),
             T::Datetime(d) => Value::String(format!("datetime {}", d.value())),
             T::Array(a) => Value::Array(a.iter().map(value).collect()),
-            T::InlineTable(t) => Value::Object(
-                t.iter()
-                    .map(|(k, v)| (k.to_string(), value(v)))
-                    .collect(),
-            ),
+            T::InlineTable(t) => {
+                Value::Object(t.iter().map(|(k, v)| (k.to_string(), value(v))).collect())
+            }
         }
     }
     match item {
@@ -1104,7 +1105,11 @@ mod tests {
         for text in ["{\"x\":{\"mcpServers\":2}}", "{}", "  { } "] {
             let merged = merge(text).unwrap().unwrap();
             let value: Value = serde_json::from_str(&merged).unwrap();
-            assert_eq!(value["mcpServers"]["writ"], entry().value(), "{text} -> {merged}");
+            assert_eq!(
+                value["mcpServers"]["writ"],
+                entry().value(),
+                "{text} -> {merged}"
+            );
         }
         let merged = merge("{\"x\":{\"mcpServers\":2}}");
         let value: Value = serde_json::from_str(&merged.unwrap().unwrap()).unwrap();
@@ -1143,10 +1148,18 @@ mod tests {
                 "{event}: {merged}"
             );
         }
-        assert_eq!(value["enabledMcpjsonServers"], serde_json::json!(["writ", "github"]));
+        assert_eq!(
+            value["enabledMcpjsonServers"],
+            serde_json::json!(["writ", "github"])
+        );
         // Again: nothing to add.
         let again: Value = serde_json::from_str(&merged).unwrap();
-        assert!(claude_settings_plan(&again, &ours).unwrap().edits.is_empty());
+        assert!(
+            claude_settings_plan(&again, &ours)
+                .unwrap()
+                .edits
+                .is_empty()
+        );
     }
 
     #[test]

@@ -22,7 +22,9 @@ fn launcher(exe: &std::path::Path) -> Option<&'static str> {
             .windows(2)
             .any(|w| w[0] == name && next(w[1].as_str()))
     };
-    if after("uv", &|n| n.starts_with("archive-") || n.starts_with("environments-")) {
+    if after("uv", &|n| {
+        n.starts_with("archive-") || n.starts_with("environments-")
+    }) {
         Some("uvx")
     } else if after("pipx", &|n| n == ".cache") {
         Some("pipx")
@@ -79,9 +81,18 @@ mod tests {
     #[test]
     fn the_temporary_environments_of_uvx_and_pipx_run_are_told_apart() {
         let at = |p: &str| launcher(Path::new(p));
-        assert_eq!(at("/home/u/.cache/uv/archive-v0/Ab12/bin/writ-sched"), Some("uvx"));
-        assert_eq!(at("/home/u/.local/pipx/.cache/0f3a/bin/writ-sched"), Some("pipx"));
-        assert_eq!(at("/home/u/.local/share/uv/tools/writ-sched/bin/writ-sched"), None);
+        assert_eq!(
+            at("/home/u/.cache/uv/archive-v0/Ab12/bin/writ-sched"),
+            Some("uvx")
+        );
+        assert_eq!(
+            at("/home/u/.local/pipx/.cache/0f3a/bin/writ-sched"),
+            Some("pipx")
+        );
+        assert_eq!(
+            at("/home/u/.local/share/uv/tools/writ-sched/bin/writ-sched"),
+            None
+        );
         assert_eq!(at("/usr/local/bin/writ-sched"), None);
     }
 }

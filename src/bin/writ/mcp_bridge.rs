@@ -210,9 +210,7 @@ impl Link {
             Some(m) if !m.names_agent => self.handle.lock().clone(),
             _ => None,
         };
-        if !names_agent
-            && let Some(agent) = self.agent.clone().or(learned)
-        {
+        if !names_agent && let Some(agent) = self.agent.clone().or(learned) {
             builder = builder.header("writ-agent", agent);
         }
         for (name, value) in modern.map(|m| m.headers.as_slice()).unwrap_or_default() {

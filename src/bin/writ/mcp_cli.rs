@@ -214,7 +214,8 @@ fn serve(cmd: McpCmd) -> Result<(), String> {
 #[cfg(feature = "remote")]
 fn live_server(discovery: &Path) -> Option<(String, String)> {
     let found = writ::server::read_discovery(discovery).ok()?;
-    crate::serve_cli::answers_with_token(&found.url, &found.token).then_some((found.url, found.token))
+    crate::serve_cli::answers_with_token(&found.url, &found.token)
+        .then_some((found.url, found.token))
 }
 
 /// The folder's server: the one running, else one started now — the same
