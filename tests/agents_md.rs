@@ -5,14 +5,12 @@
 
 #![cfg(all(feature = "mcp", feature = "server"))]
 
-// Only its pin of the Python SDK is used here.
+// Only its pin of the Python SDK and its venv are used here.
 #[allow(dead_code)]
 #[path = "common/mcp_driver.rs"]
 mod driver;
 #[path = "common/npmenv.rs"]
 mod npmenv;
-#[path = "common/pyenv.rs"]
-mod pyenv;
 #[path = "common/scratch.rs"]
 mod scratch;
 
@@ -74,7 +72,7 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn the_python_snippet_runs_as_printed_and_edits_with_the_minted_handle() {
     let code = snippet("The official Python SDK (`mcp` 2.x)", "python");
-    let python = pyenv::venv_python(&[driver::MCP_SDK]);
+    let python = driver::pyenv::venv_python(&[driver::MCP_SDK]);
     let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let file = scratch.path().join("snippet.py");
     std::fs::write(&file, code).unwrap_or_else(|e| panic!("{e}"));

@@ -245,6 +245,9 @@ fn file_names_another_config_to_merge_into() {
 fn the_command_is_the_way_writ_was_run_when_writ_is_not_on_path() {
     let dir = tempfile::tempdir().unwrap();
     let empty = tempfile::tempdir().unwrap();
+    // uvx and npx put their temporary `writ` on PATH while it runs: the
+    // launcher wins over it.
+    let (_bin, with_writ) = path_with_writ();
     for (launcher, line) in [
         ("uvx", vec!["uvx", "writ-sched", "mcp", "."]),
         ("npx", vec!["npx", "-y", "writ-sched", "mcp", "."]),
@@ -253,7 +256,7 @@ fn the_command_is_the_way_writ_was_run_when_writ_is_not_on_path() {
         let out = Command::new(env!("CARGO_BIN_EXE_writ"))
             .args(["config", "claude"])
             .current_dir(dir.path())
-            .env("PATH", empty.path())
+            .env("PATH", &with_writ)
             .env("WRIT_LAUNCHER", launcher)
             .output()
             .unwrap();

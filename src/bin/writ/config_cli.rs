@@ -5,10 +5,10 @@
 //! The entry is the stdio bridge, `writ mcp ROOT`: it needs no port and no
 //! token, and finds (or starts) the `writ serve` running for ROOT. It never
 //! names an agent (`--agent`): every session of the client would be one
-//! agent, sharing each other's reads. The command is `writ` when it is on
-//! PATH, else the way this writ was run (`uvx writ-sched`, `npx -y
-//! writ-sched`, `pipx run writ-sched`, as the launcher says in
-//! `WRIT_LAUNCHER`), else this binary's absolute path. Files meant to be
+//! agent, sharing each other's reads. The command is the way this writ was
+//! run when a launcher says so in `WRIT_LAUNCHER` (`uvx writ-sched`, `npx
+//! -y writ-sched`, `pipx run writ-sched`), else `writ` when it is on PATH,
+//! else this binary's absolute path. Files meant to be
 //! committed and shared name the workspace relatively (`.`, or the client's
 //! own variable), never this machine's path.
 //!
@@ -69,21 +69,23 @@ struct Launch {
 }
 
 impl Launch {
-    /// `writ` when a `writ` is on PATH; else the launcher this writ was run
-    /// by (`WRIT_LAUNCHER`, set by `writ-sched`); else this binary's path.
+    /// The launcher this writ was run by (`WRIT_LAUNCHER`, set by
+    /// `writ-sched` under `uvx`, `pipx run` or `npx`) — first, since those
+    /// put their temporary `writ` on PATH only while they run it; else
+    /// `writ` when one is on PATH; else this binary's absolute path.
     fn detect() -> Launch {
         let plain = |program: &str, prefix: &[&str]| Launch {
             program: program.to_string(),
             prefix: prefix.iter().map(|a| a.to_string()).collect(),
         };
-        if on_path("writ") {
-            return plain("writ", &[]);
-        }
         match std::env::var("WRIT_LAUNCHER").as_deref() {
             Ok("uvx") => return plain("uvx", &["writ-sched"]),
             Ok("npx") => return plain("npx", &["-y", "writ-sched"]),
             Ok("pipx") => return plain("pipx", &["run", "writ-sched"]),
             _ => {}
+        }
+        if on_path("writ") {
+            return plain("writ", &[]);
         }
         match std::env::current_exe() {
             Ok(me) => plain(&me.to_string_lossy(), &[]),
