@@ -73,11 +73,38 @@ pub(crate) async fn track(State(app): State<Arc<App>>, request: Request, next: N
     let in_flight = app.activity.begin();
     let response = next.run(request).await;
     response.map(|body| {
-        Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
-            let _in_flight = &in_flight;
-            frame
-        }))
+        Body::new(Tracked {
+            body,
+            _in_flight: in_flight,
+        })
     })
+}
+
+/// A response body that counts as activity until it is dropped. It passes
+/// its size on, so a whole answer still goes with a `Content-Length`.
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Stops the server (`stop`) once no client has been connected for
