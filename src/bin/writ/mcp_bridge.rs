@@ -616,6 +616,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_a_tool_call_naming_its_agent_goes_without_the_bridges_default() {
+        let call = |args: Value| {
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": "read_file", "arguments": args}})
+            .to_string()
+        };
+        assert!(call_names_agent(
+            call(json!({"path": "a", "agent": "claude-code-1/sub-2"})).as_bytes()
+        ));
+        assert!(!call_names_agent(call(json!({"path": "a"})).as_bytes()));
+        assert!(!call_names_agent(
+            call(json!({"path": "a", "agent": 7})).as_bytes()
+        ));
+        let listing = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list",
+                             "params": {"arguments": {"agent": "x"}}});
+        assert!(!call_names_agent(listing.to_string().as_bytes()));
+        assert!(!call_names_agent(b"not json"));
+    }
+
+    #[test]
     fn events_are_split_and_data_joined() {
         let buf = b"id: 1\nretry: 3000\ndata:\n\nevent: message\ndata: {\"a\":1}\n\nrest";
         let first = event_end(buf).unwrap_or((0, 0));
