@@ -324,7 +324,7 @@ impl Link {
             loop {
                 match link.send(Method::GET, Bytes::new()).await {
                     Sent::Answered(r) if r.status().is_success() => {
-                        link.relay_events(r, None).await;
+                        link.relay_events(r, None, true).await;
                     }
                     // The server does not offer a stream, or the session is
                     // gone: the next call opens a new one.
@@ -350,7 +350,10 @@ impl Link {
             let sent = self
                 .send_as(Method::POST, Bytes::from(line), Some(&modern))
                 .await;
-            if let Err(reason) = self.deliver(sent, id.as_ref()).await
+            // The answer to a call that named its own agent (a subagent's)
+            // names that agent: it is not the bridge's to adopt.
+            let adopt = !modern.names_agent;
+            if let Err(reason) = self.deliver(sent, id.as_ref(), adopt).await
                 && let Some(id) = id
             {
                 let error = json!({"jsonrpc": "2.0", "id": id,
@@ -360,11 +363,12 @@ impl Link {
             return;
         }
         let is_initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
+        let adopt = !call_names_agent(line.as_bytes());
         let mut again = !is_initialize;
         let reason = loop {
             let seen = self.generation.load(Ordering::SeqCst);
             let sent = self.send(Method::POST, Bytes::from(line.clone())).await;
-            let lost = match self.deliver(sent, id.as_ref()).await {
+            let lost = match self.deliver(sent, id.as_ref(), adopt).await {
                 Ok(()) => return,
                 Err(lost) => lost,
             };
@@ -385,7 +389,8 @@ impl Link {
 
     /// Writes every message of one answer to stdout; why it was lost if
     /// the answer to request `id` did not come.
-    async fn deliver(&self, sent: Sent, id: Option<&Value>) -> Result<(), String> {
+    /// `adopt`: whether a handle in the answer may become the bridge's own.
+    async fn deliver(&self, sent: Sent, id: Option<&Value>, adopt: bool) -> Result<(), String> {
         let response = match sent {
             Sent::Answered(r) => r,
             Sent::Lost(reason) => return Err(reason),
@@ -404,7 +409,7 @@ impl Link {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if sse {
-            let answered = self.relay_events(response, id).await;
+            let answered = self.relay_events(response, id, adopt).await;
             return match (answered, id) {
                 (false, Some(_)) => Err("the answer broke off before it came".into()),
                 _ => Ok(()),
@@ -443,7 +448,9 @@ impl Link {
             _ => answer,
         };
         self.learn_version(&answer);
-        self.learn_handle(&answer);
+        if adopt {
+            self.learn_handle(&answer);
+        }
         self.emit(&answer.to_string()).await;
         Ok(())
     }
@@ -474,7 +481,12 @@ impl Link {
 
     /// Forwards each `data:` event of a server-sent event stream; whether
     /// one of them answered request `id`.
-    async fn relay_events(&self, response: Response<Incoming>, id: Option<&Value>) -> bool {
+    async fn relay_events(
+        &self,
+        response: Response<Incoming>,
+        id: Option<&Value>,
+        adopt: bool,
+    ) -> bool {
         let mut body = response.into_body();
         let mut pending = Vec::new();
         let mut answered = false;
@@ -489,7 +501,9 @@ impl Link {
                 if let Some(message) = event_data(&event[..end.0]) {
                     if let Ok(value) = serde_json::from_str::<Value>(&message) {
                         self.learn_version(&value);
-                        self.learn_handle(&value);
+                        if adopt {
+                            self.learn_handle(&value);
+                        }
                         answered |= id.is_some_and(|id| value.get("id") == Some(id));
                     }
                     self.emit(&message).await;
