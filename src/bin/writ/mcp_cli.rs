@@ -48,7 +48,7 @@ pub struct McpCmd {
     /// Never bridge: serve on a scheduler of this process alone, even when
     /// a server runs for ROOT. Nothing is shared with any other agent; the
     /// tools' instructions and `writ_status` say so.
-    #[arg(long, alias = "embedded")]
+    #[arg(long, alias = "embedded", conflicts_with = "url")]
     private: bool,
     /// When no server runs for ROOT, the one this starts stops by itself
     /// after this many seconds without a client.
