@@ -531,3 +531,102 @@ fn a_private_bridge_says_nothing_is_shared_and_starts_no_server() {
     let _ = (client.child.wait(), shared.child.wait());
     assert!(within(Duration::from_secs(20), || !running(pid)));
 }
+
+/// A stand-in for `writ serve`'s `/mcp` that records each request's head
+/// and answers every request with a session and an empty tool result.
+fn recording_server() -> (String, mpsc::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+    let url = format!(
+        "http://{}",
+        listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
+    );
+    let (tx, heads) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(match stream.try_clone() {
+                    Ok(s) => s,
+                    Err(_) => return,
+                });
+                let mut out = stream;
+                loop {
+                    let mut head = String::new();
+                    let mut length = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push_str(&line);
+                    }
+                    let mut body = vec![0u8; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let _ = tx.send(format!("{head}\n{message}"));
+                    let answer = match message.get("id") {
+                        _ if head.starts_with("GET") => {
+                            "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n"
+                                .to_string()
+                        }
+                        Some(id) => {
+                            let result = if message["method"] == "initialize" {
+                                json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                                       "serverInfo": {"name": "fake", "version": "1"}})
+                            } else {
+                                json!({"content": [{"type": "text", "text": "ok"}]})
+                            };
+                            let body =
+                                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+                            format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                                 mcp-session-id: s1\r\ncontent-length: {}\r\n\r\n{body}",
+                                body.len()
+                            )
+                        }
+                        None => "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_string(),
+                    };
+                    if out.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, heads)
+}
+
+#[test]
+fn a_call_naming_its_agent_goes_without_the_bridges_default_agent() {
+    let (_dir, root) = workspace();
+    let (url, heads) = recording_server();
+    let mut client =
+        StdioClient::start_with(&root, &["--url", &url, "--token", "t", "--agent", "shared"]);
+    let request_of = |heads: &mpsc::Receiver<String>, path: &str| loop {
+        let seen = heads
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the bridge never sent the call for {path}"));
+        if seen.contains("tools/call") && seen.contains(path) {
+            return seen.to_ascii_lowercase();
+        }
+    };
+    client.call("read_file", json!({"path": "mine.txt"}));
+    let plain = request_of(&heads, "mine.txt");
+    assert!(plain.contains("writ-agent: shared"), "{plain}");
+    // A subagent's call, its agent filled in by a hook: that agent acts.
+    client.call(
+        "read_file",
+        json!({"path": "sub.txt", "agent": "claude-code-1/sub-2"}),
+    );
+    let named = request_of(&heads, "sub.txt");
+    assert!(!named.contains("writ-agent: shared"), "{named}");
+    assert!(named.contains("claude-code-1/sub-2"), "{named}");
+}
