@@ -1,17 +1,39 @@
 //! `writ config CLIENT [--write]`: the snippet of each MCP client is the
-//! stdio bridge, and a merge adds writ's entry without changing anything
-//! the client's file already has.
+//! stdio bridge with no shared agent name, run the way the user runs writ,
+//! naming the workspace relatively in files meant to be shared; a merge
+//! adds writ's entries without changing anything the client's files
+//! already have, and says what the user must still do. A config file that
+//! is a symlink or a FIFO is refused, untouched, at once.
 
-use std::path::Path;
+use std::os::unix::fs::FileTypeExt as _;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
+/// A folder holding a `writ` (this build's), for a PATH on which `writ` is
+/// found.
+fn path_with_writ() -> (tempfile::TempDir, PathBuf) {
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_writ"), bin.path().join("writ")).unwrap();
+    let path = bin.path().to_path_buf();
+    (bin, path)
+}
+
+/// `writ config ARGS` in `dir`, with `writ` on PATH.
 fn writ_config(dir: &Path, args: &[&str], envs: &[(&str, &Path)]) -> Output {
+    let (_bin, path) = path_with_writ();
+    writ_config_on(dir, args, envs, &path)
+}
+
+/// `writ config ARGS` in `dir` with PATH set to `path`.
+fn writ_config_on(dir: &Path, args: &[&str], envs: &[(&str, &Path)], path: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_writ"))
         .arg("config")
         .args(args)
         .current_dir(dir)
+        .env("PATH", path)
+        .env_remove("WRIT_LAUNCHER")
         .envs(envs.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("writ config could not start: {e}"))
@@ -40,7 +62,7 @@ fn command_line(client: &str, entry: &Value) -> Vec<String> {
 }
 
 #[test]
-fn every_client_gets_the_stdio_bridge_with_no_port_and_no_token() {
+fn every_client_gets_the_stdio_bridge_with_no_port_no_token_and_no_shared_agent() {
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
     let root = root.to_string_lossy();
@@ -56,15 +78,20 @@ fn every_client_gets_the_stdio_bridge_with_no_port_and_no_token() {
         let snippet: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{client}: not JSON ({e}): {}", text(&out.stdout)));
         let line = command_line(client, &snippet[section]["writ"]);
-        let folder = if client == "vscode" {
+        // A shared file names the workspace as the client resolves it on
+        // any machine: never this one's path.
+        let folder = if matches!(client, "vscode" | "cursor") {
             "${workspaceFolder}"
         } else {
-            &*root
+            "."
         };
-        assert_eq!(line, ["writ", "mcp", folder, "--agent", client], "{client}");
+        assert_eq!(line, ["writ", "mcp", folder], "{client}");
         let printed = text(&out.stdout);
         assert!(
-            !printed.contains("http") && !printed.contains("token"),
+            !printed.contains("http")
+                && !printed.contains("token")
+                && !printed.contains("--agent")
+                && !printed.contains(&*root),
             "{client}: {printed}"
         );
     }
@@ -72,9 +99,7 @@ fn every_client_gets_the_stdio_bridge_with_no_port_and_no_token() {
     assert!(out.status.success(), "codex: {}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        format!(
-            "[mcp_servers.writ]\ncommand = \"writ\"\nargs = [\"mcp\", \"{root}\", \"--agent\", \"codex\"]\n"
-        )
+        format!("[mcp_servers.writ]\ncommand = \"writ\"\nargs = [\"mcp\", \"{root}\"]\n")
     );
 }
 
@@ -155,7 +180,7 @@ fn a_missing_file_and_its_folder_are_created() {
     assert_eq!(written["servers"]["writ"]["type"], "stdio");
     assert_eq!(
         command_line("vscode", &written["servers"]["writ"]),
-        ["writ", "mcp", "${workspaceFolder}", "--agent", "vscode"]
+        ["writ", "mcp", "${workspaceFolder}"]
     );
 }
 
@@ -183,12 +208,20 @@ fn codex_gets_a_table_appended_to_its_own_config() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), after);
 
-    // A writ table of another hand is not appended to.
-    let other = "[mcp_servers.writ]\ncommand = \"/opt/writ\"\n";
-    std::fs::write(&file, other).unwrap();
-    let out = writ_config(dir.path(), &["codex", "--write"], &envs);
-    assert!(!out.status.success());
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), other);
+    // A writ table of another hand is not appended to, whatever form
+    // names it; nor is a file that is not TOML.
+    for other in [
+        "[mcp_servers.writ]\ncommand = \"/opt/writ\"\n",
+        "[mcp_servers.\"\\u0077rit\"]\ncommand = \"/opt/writ\"\n",
+        "doc = \"\"\"\n[x]\n\"\"\"\nmcp_servers = { other = { command = \"o\" } }\n",
+        "model = \"o4\n",
+    ] {
+        std::fs::write(&file, other).unwrap();
+        let out = writ_config(dir.path(), &["codex", "--write"], &envs);
+        assert!(!out.status.success(), "{other}: {}", text(&out.stdout));
+        assert!(text(&out.stderr).contains("left unchanged"), "{other}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), other);
+    }
 }
 
 #[test]
@@ -206,4 +239,187 @@ fn file_names_another_config_to_merge_into() {
     assert_eq!(written["theme"], "dark");
     assert_eq!(written["mcpServers"]["writ"]["command"], "writ");
     assert!(!dir.path().join(".gemini").exists());
+}
+
+#[test]
+fn the_command_is_the_way_writ_was_run_when_writ_is_not_on_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    // uvx and npx put their temporary `writ` on PATH while it runs: the
+    // launcher wins over it.
+    let (_bin, with_writ) = path_with_writ();
+    for (launcher, line) in [
+        ("uvx", vec!["uvx", "writ-sched", "mcp", "."]),
+        ("npx", vec!["npx", "-y", "writ-sched", "mcp", "."]),
+        ("pipx", vec!["pipx", "run", "writ-sched", "mcp", "."]),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_writ"))
+            .args(["config", "claude"])
+            .current_dir(dir.path())
+            .env("PATH", &with_writ)
+            .env("WRIT_LAUNCHER", launcher)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{launcher}: {}", text(&out.stderr));
+        let snippet: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(command_line("claude", &snippet["mcpServers"]["writ"]), line);
+        // The hooks run writ the same way.
+        let said = text(&out.stderr);
+        let hook = format!("{} hook claude-code", line[..line.len() - 2].join(" "));
+        assert!(said.contains(&hook), "{launcher}: {said}");
+    }
+    // Run some other way: this binary, by its absolute path.
+    let out = writ_config_on(dir.path(), &["opencode"], &[], empty.path());
+    let snippet: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_writ")).unwrap();
+    assert_eq!(
+        command_line("opencode", &snippet["mcp"]["writ"]),
+        [exe.to_string_lossy().as_ref(), "mcp", "."]
+    );
+}
+
+#[test]
+fn claude_gets_its_hooks_and_the_server_approved_beside_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = dir.path().join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    let before = "{\n  \"model\": \"opus\",\n  \"hooks\": {\n    \"PreToolUse\": [\n      {\"matcher\": \"Bash\", \"hooks\": [{\"type\": \"command\", \"command\": \"lint\"}]}\n    ]\n  }\n}\n";
+    std::fs::write(&settings, before).unwrap();
+    let out = writ_config(dir.path(), &["claude", "--write"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains(".mcp.json") && said.contains("settings.json"),
+        "{said}"
+    );
+    assert!(
+        said.contains("still to do:") && said.contains("claude"),
+        "{said}"
+    );
+    let after = std::fs::read_to_string(&settings).unwrap();
+    // Only added: every original line is still there, in order.
+    let mut lines = after.lines();
+    for line in before.lines() {
+        assert!(lines.any(|l| l == line), "lost {line:?}: {after}");
+    }
+    let value: Value = serde_json::from_str(&after).unwrap();
+    assert_eq!(value["model"], "opus");
+    assert_eq!(value["enabledMcpjsonServers"], serde_json::json!(["writ"]));
+    let hook = serde_json::json!([{"type": "command", "command": "writ hook claude-code"}]);
+    let pre = value["hooks"]["PreToolUse"].as_array().unwrap();
+    assert!(pre.iter().any(|g| g["matcher"] == "Bash"), "{after}");
+    assert!(
+        pre.iter().any(
+            |g| g["matcher"] == "Write|Edit|MultiEdit|NotebookEdit|mcp__writ__.*" && g["hooks"] == hook
+        ),
+        "{after}"
+    );
+    assert_eq!(
+        value["hooks"]["PostToolUse"][0]["matcher"],
+        "Write|Edit|MultiEdit|NotebookEdit|Read"
+    );
+    assert_eq!(
+        value["hooks"]["PostToolUseFailure"][0]["matcher"],
+        "Write|Edit|MultiEdit|NotebookEdit"
+    );
+    for event in ["UserPromptSubmit", "SubagentStop"] {
+        let group = &value["hooks"][event][0];
+        assert_eq!(group["hooks"], hook, "{event}");
+        assert!(group.get("matcher").is_none(), "{event}: {group}");
+    }
+    // Again: nothing is added twice, and neither file changes.
+    let mcp = std::fs::read_to_string(dir.path().join(".mcp.json")).unwrap();
+    let out = writ_config(dir.path(), &["claude", "--write"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), after);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".mcp.json")).unwrap(),
+        mcp
+    );
+}
+
+#[test]
+fn gemini_is_told_to_trust_the_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = writ_config(dir.path(), &["gemini", "--write"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("still to do:") && said.contains("trust"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_symlinked_config_file_or_folder_is_refused_and_nothing_outside_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.json");
+    std::fs::write(&secret, "{\"token\": \"s3cret\"}").unwrap();
+    let link = dir.path().join(".mcp.json");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let out = writ_config(dir.path(), &["claude", "--write"], &[]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("symlink"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "{\"token\": \"s3cret\"}"
+    );
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    // A linked folder: the edit would land outside.
+    std::os::unix::fs::symlink(outside.path(), dir.path().join(".vscode")).unwrap();
+    let out = writ_config(dir.path(), &["vscode", "--write"], &[]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(!outside.path().join("mcp.json").exists());
+}
+
+#[test]
+fn a_fifo_config_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("opencode.json");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let (_bin, path) = path_with_writ();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["config", "opencode", "--write"])
+        .current_dir(dir.path())
+        .env("PATH", &path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // No writer ever opens the FIFO: a blocking open would wait forever.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("writ config hung on a FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert!(!status.success());
+    assert!(
+        text(&out.stderr).contains("not a regular file"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
 }

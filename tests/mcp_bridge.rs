@@ -64,6 +64,8 @@ struct StdioClient {
     stdin: ChildStdin,
     lines: mpsc::Receiver<String>,
     next: u64,
+    /// The answer to `initialize`.
+    init: Value,
 }
 
 impl StdioClient {
@@ -72,7 +74,17 @@ impl StdioClient {
     }
 
     fn start_with(root: &Path, args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
+        Self::start_in(root, None, args)
+    }
+
+    /// `writ mcp ROOT ARGS` with `state` as its state folder (where a
+    /// server it starts keeps its log, token and history).
+    fn start_in(root: &Path, state: Option<&Path>, args: &[&str]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_writ"));
+        if let Some(state) = state {
+            command.env("XDG_STATE_HOME", state);
+        }
+        let mut child = command
             .arg("mcp")
             .arg(root)
             .args(args)
@@ -96,6 +108,7 @@ impl StdioClient {
             stdin,
             lines,
             next: 0,
+            init: Value::Null,
         };
         let init = client.request(
             "initialize",
@@ -103,6 +116,7 @@ impl StdioClient {
                    "clientInfo": {"name": "bridged", "version": "1"}}),
         );
         assert!(init.get("result").is_some(), "{init}");
+        client.init = init;
         client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         client
     }
@@ -369,4 +383,250 @@ fn a_call_whose_answer_is_lost_is_neither_left_holding_nor_made_twice() {
         "one\ntwo\n"
     );
     stop(server);
+}
+
+/// The pid in `root`'s discovery file, if there is one.
+fn discovered_pid(root: &Path) -> Option<i32> {
+    let text = std::fs::read_to_string(root.join(".writ/serve.json")).ok()?;
+    let found: Value = serde_json::from_str(&text).ok()?;
+    found["pid"].as_i64().and_then(|p| i32::try_from(p).ok())
+}
+
+/// Whether process `pid` still exists.
+fn running(pid: i32) -> bool {
+    rustix::process::Pid::from_raw(pid)
+        .is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
+}
+
+/// Waits up to `limit` for `done`, checking every few milliseconds (the
+/// process watched is not this test's child: nothing to wait on).
+fn within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+#[test]
+fn two_bridges_with_no_server_start_one_and_are_refused_against_each_other() {
+    let (_dir, root) = workspace();
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(root.join("shared.txt"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+    assert!(discovered_pid(&root).is_none(), "no server yet");
+    // Both started at once, before either has a server to find.
+    let starts: Vec<_> = (0..2)
+        .map(|_| {
+            let (root, state) = (root.clone(), state.path().to_path_buf());
+            std::thread::spawn(move || {
+                StdioClient::start_in(&root, Some(&state), &["--idle-exit", "1"])
+            })
+        })
+        .collect();
+    let mut clients: Vec<StdioClient> = starts
+        .into_iter()
+        .map(|t| {
+            t.join()
+                .unwrap_or_else(|_| panic!("a bridge did not start"))
+        })
+        .collect();
+    let pid = discovered_pid(&root).unwrap_or_else(|| panic!("no server was started"));
+    assert!(running(pid), "the started server is not running");
+    let log = std::fs::read_dir(state.path().join("writ"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .map(|d| std::fs::read_to_string(d.path().join("serve.log")).unwrap_or_default())
+        .collect::<String>();
+    assert_eq!(
+        log.matches("starting `writ serve").count(),
+        1,
+        "two bridges at once started one server: {log}"
+    );
+    let mut bob = clients.pop().unwrap_or_else(|| panic!("two clients"));
+    let mut alice = clients.pop().unwrap_or_else(|| panic!("two clients"));
+    let (error, text) = alice.call("reserve", json!({"paths": ["shared.txt"]}));
+    assert!(!error, "alice reserves: {text}");
+    bob.call("read_file", json!({"path": "shared.txt"}));
+    let (error, text) = bob.call(
+        "write_file",
+        json!({"path": "shared.txt", "content": "bob\n"}),
+    );
+    assert!(
+        error,
+        "bob's write went through alice's reservation: {text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("shared.txt")).unwrap_or_default(),
+        "one\n"
+    );
+    // Both gone: the server they started stops by itself once idle.
+    drop((alice.stdin, bob.stdin));
+    let _ = (alice.child.wait(), bob.child.wait());
+    assert!(
+        within(Duration::from_secs(20), || !running(pid)),
+        "the auto-started server did not exit after --idle-exit with no client"
+    );
+    assert!(
+        !root.join(".writ/serve.json").exists(),
+        "the discovery file outlived the server"
+    );
+}
+
+#[test]
+fn a_server_with_idle_exit_stays_while_a_bridge_is_connected_and_a_plain_one_never_idles() {
+    let (_dir, root) = workspace();
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut client = StdioClient::start_in(&root, Some(state.path()), &["--idle-exit", "0.3"]);
+    let pid = discovered_pid(&root).unwrap_or_else(|| panic!("no server was started"));
+    // Several windows pass with the bridge connected but making no call:
+    // its open stream counts.
+    let gone = within(Duration::from_secs(2), || !running(pid));
+    assert!(!gone, "the server idled out under a connected bridge");
+    let (error, text) = client.call("list_dir", json!({}));
+    assert!(!error, "{text}");
+    drop(client.stdin);
+    let _ = client.child.wait();
+    assert!(
+        within(Duration::from_secs(20), || !running(pid)),
+        "the server did not exit once its bridge was gone"
+    );
+    // A person's `writ serve` (no --idle-exit) with no client at all stays.
+    let server = serve(&root, state.path());
+    let pid = discovered_pid(&root).unwrap_or_else(|| panic!("no discovery file"));
+    assert!(
+        !within(Duration::from_secs(1), || !running(pid)),
+        "writ serve without --idle-exit stopped by itself"
+    );
+    stop(server);
+}
+
+#[test]
+fn a_private_bridge_says_nothing_is_shared_and_starts_no_server() {
+    let (_dir, root) = workspace();
+    let state = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut client = StdioClient::start_in(&root, Some(state.path()), &["--private"]);
+    let instructions = client.init["result"]["instructions"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        instructions.contains("nothing is shared"),
+        "instructions: {instructions}"
+    );
+    let (error, status) = client.call("writ_status", json!({}));
+    assert!(!error && status.contains("nothing is shared"), "{status}");
+    assert!(
+        discovered_pid(&root).is_none(),
+        "--private started a server"
+    );
+    // A bridge (not private) says nothing of the kind.
+    let mut shared = StdioClient::start_in(&root, Some(state.path()), &["--idle-exit", "1"]);
+    let (_, status) = shared.call("writ_status", json!({}));
+    assert!(!status.contains("nothing is shared"), "{status}");
+    let pid = discovered_pid(&root).unwrap_or_else(|| panic!("no server was started"));
+    drop((client.stdin, shared.stdin));
+    let _ = (client.child.wait(), shared.child.wait());
+    assert!(within(Duration::from_secs(20), || !running(pid)));
+}
+
+/// A stand-in for `writ serve`'s `/mcp` that records each request's head
+/// and answers every request with a session and an empty tool result.
+fn recording_server() -> (String, mpsc::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+    let url = format!(
+        "http://{}",
+        listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
+    );
+    let (tx, heads) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(match stream.try_clone() {
+                    Ok(s) => s,
+                    Err(_) => return,
+                });
+                let mut out = stream;
+                loop {
+                    let mut head = String::new();
+                    let mut length = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push_str(&line);
+                    }
+                    let mut body = vec![0u8; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let _ = tx.send(format!("{head}\n{message}"));
+                    let answer = match message.get("id") {
+                        _ if head.starts_with("GET") => {
+                            "HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n"
+                                .to_string()
+                        }
+                        Some(id) => {
+                            let result = if message["method"] == "initialize" {
+                                json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                                       "serverInfo": {"name": "fake", "version": "1"}})
+                            } else {
+                                json!({"content": [{"type": "text", "text": "ok"}]})
+                            };
+                            let body =
+                                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+                            format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                                 mcp-session-id: s1\r\ncontent-length: {}\r\n\r\n{body}",
+                                body.len()
+                            )
+                        }
+                        None => "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n".to_string(),
+                    };
+                    if out.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, heads)
+}
+
+#[test]
+fn a_call_naming_its_agent_goes_without_the_bridges_default_agent() {
+    let (_dir, root) = workspace();
+    let (url, heads) = recording_server();
+    let mut client =
+        StdioClient::start_with(&root, &["--url", &url, "--token", "t", "--agent", "shared"]);
+    let request_of = |heads: &mpsc::Receiver<String>, path: &str| loop {
+        let seen = heads
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the bridge never sent the call for {path}"));
+        if seen.contains("tools/call") && seen.contains(path) {
+            return seen.to_ascii_lowercase();
+        }
+    };
+    client.call("read_file", json!({"path": "mine.txt"}));
+    let plain = request_of(&heads, "mine.txt");
+    assert!(plain.contains("writ-agent: shared"), "{plain}");
+    // A subagent's call, its agent filled in by a hook: that agent acts.
+    client.call(
+        "read_file",
+        json!({"path": "sub.txt", "agent": "claude-code-1/sub-2"}),
+    );
+    let named = request_of(&heads, "sub.txt");
+    assert!(!named.contains("writ-agent: shared"), "{named}");
+    assert!(named.contains("claude-code-1/sub-2"), "{named}");
 }

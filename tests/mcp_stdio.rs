@@ -14,12 +14,12 @@ use std::path::Path;
 use driver::{call, ok, refused};
 use serde_json::{Value, json};
 
-/// The command line docs/AGENTS.md gives for a stdio agent, plus a history
-/// folder inside the test's scratch space.
+/// A stdio agent on a scheduler of its own (`--private`: no server is
+/// started), with a history folder inside the test's scratch space.
 fn stdio_agent(root: &Path, scratch: &Path) -> Value {
     json!({
         "stdio": [
-            env!("CARGO_BIN_EXE_writ"), "mcp", root,
+            env!("CARGO_BIN_EXE_writ"), "mcp", root, "--private",
             "--history-dir", scratch.join("history"), "--call-wait", "0.5"
         ]
     })

@@ -178,6 +178,16 @@ impl Drop for World {
             // SIGTERM, as a user stops it; it exits at once.
             let _ = Command::new("kill").arg(child.id().to_string()).status();
             let _ = child.wait();
+        } else {
+            // A server the first `writ mcp` started for the sessions lives
+            // `--idle-exit` after its last client: stop it with the test.
+            let _ = Command::new(env!("CARGO_BIN_EXE_writ"))
+                .args(["serve", "--stop"])
+                .arg(&self.root)
+                .env("XDG_STATE_HOME", self.state())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }

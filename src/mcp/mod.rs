@@ -134,6 +134,9 @@ pub struct ToolOptions {
     pub list_entries: usize,
     /// The tool set (default: writ's own).
     pub tools: ToolSet,
+    /// The scheduler is this process's alone (`writ mcp --private`): the
+    /// instructions and `writ_status` say nothing is shared.
+    pub private: bool,
     /// Told of each tool call's end (`writ serve` counts them for `/metrics`).
     pub(crate) on_call: Option<CallObserver>,
 }
@@ -162,6 +165,7 @@ impl Default for ToolOptions {
             read_bytes: 256 * 1024,
             list_entries: 1000,
             tools: ToolSet::Writ,
+            private: false,
             on_call: None,
         }
     }
@@ -177,6 +181,12 @@ impl ToolOptions {
     /// The tool set sessions get unless their [`SessionActor`] says otherwise.
     pub fn tools(mut self, tools: ToolSet) -> Self {
         self.tools = tools;
+        self
+    }
+
+    /// Serve on a scheduler no other process shares, and say so.
+    pub fn private(mut self, private: bool) -> Self {
+        self.private = private;
         self
     }
 }
@@ -869,6 +879,12 @@ fn tool_ok(text: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(text)])
 }
 
+/// What a `--private` session says first: the rest of the instructions
+/// speak of other agents, none of whom this scheduler sees.
+pub(crate) const PRIVATE: &str = "PRIVATE: this writ runs on its own (`writ mcp --private`): \
+nothing is shared with any other agent or process, so no one else's work is protected from yours \
+or yours from theirs.";
+
 const INSTRUCTIONS: &str = "These file tools are shared with other agents working in the same \
 folder at the same time; they keep you from overwriting each other's work. Read a file with \
 read_file before you change it, and read it again after each change before the next one. When \
@@ -884,9 +900,16 @@ impl ServerHandler for ToolServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("writ", env!("CARGO_PKG_VERSION")))
-            .with_instructions(match self.tool_set() {
-                ToolSet::Writ => INSTRUCTIONS,
-                ToolSet::Filesystem => filesystem::INSTRUCTIONS,
+            .with_instructions({
+                let shared = match self.tool_set() {
+                    ToolSet::Writ => INSTRUCTIONS,
+                    ToolSet::Filesystem => filesystem::INSTRUCTIONS,
+                };
+                if self.session.opts.private {
+                    format!("{PRIVATE} {shared}")
+                } else {
+                    shared.to_string()
+                }
             })
     }
 

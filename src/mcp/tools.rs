@@ -1031,6 +1031,9 @@ async fn writ_status(call: Call<'_>) -> Outcome {
         actor.name(),
         actor.root().display()
     );
+    if server.session.opts.private {
+        let _ = writeln!(out, "{}", super::PRIVATE);
+    }
     let mine: Vec<_> = dump.holds.iter().filter(|h| h.actor_id == me).collect();
     let _ = writeln!(
         out,

@@ -54,7 +54,12 @@ fn router(app: Arc<App>) -> Router {
             routes
         }
     };
-    routes.with_state(app)
+    routes
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            super::activity::track,
+        ))
+        .with_state(app)
 }
 
 /// Serves `listener` with `router` until `stop` turns true, on a task of

@@ -31,6 +31,7 @@
 //!
 //! The protocol is documented in docs/PROTOCOL.md.
 
+mod activity;
 pub(crate) mod auth;
 mod conns;
 mod discovery;
@@ -78,6 +79,7 @@ pub struct Options {
     stop_on_signal: bool,
     token: Option<String>,
     token_file: Option<PathBuf>,
+    idle_exit: Option<Duration>,
     #[cfg(feature = "mcp")]
     mcp_tools: crate::mcp::ToolSet,
     #[cfg(feature = "etcd")]
@@ -204,6 +206,7 @@ impl Options {
             stop_on_signal: false,
             token: None,
             token_file: None,
+            idle_exit: None,
             #[cfg(feature = "mcp")]
             mcp_tools: crate::mcp::ToolSet::Writ,
             #[cfg(feature = "etcd")]
@@ -419,6 +422,21 @@ impl Options {
         self
     }
 
+    /// Stop by itself once no client has been connected for `idle`: no
+    /// request in flight (an MCP stream, a `/events` reader or a long-poll
+    /// held open counts as one) and none ended within `idle`. Off by
+    /// default: a server a person starts runs until stopped; the one a
+    /// `writ mcp` bridge starts for its folder passes it (`--idle-exit`).
+    ///
+    /// ```
+    /// let options = writ::server::Options::new(".").idle_exit(std::time::Duration::from_secs(600));
+    /// # drop(options);
+    /// ```
+    pub fn idle_exit(mut self, idle: Duration) -> Self {
+        self.idle_exit = Some(idle);
+        self
+    }
+
     /// Use this session token instead of a random one (a restarted server
     /// keeps its clients' token, so they learn of the restart from
     /// `unknown_lease`, not from a 401).
@@ -510,6 +528,14 @@ impl Server {
         let observed = app.sched.subscribe();
         #[cfg(feature = "etcd")]
         app.follow_etcd_events().await?;
+        if let Some(idle) = options.idle_exit {
+            tokio::spawn(activity::exit_when_idle(
+                app.activity.clone(),
+                idle,
+                stop.clone(),
+                stop_rx.clone(),
+            ));
+        }
         let task = tokio::spawn(listen::serve(
             listener,
             socket,

@@ -86,14 +86,6 @@ pub fn writ_dir() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// Whether `writ config claude --write` still leaves steps to the user
-/// that the harness does by hand: the hooks in `.claude/settings.json`
-/// and the approval of the project's MCP server. When `writ config` does
-/// both (SPEC §14: it installs the client's hooks beside its MCP entry and
-/// approves where the client documents a file for it), this is false and
-/// the suite checks `writ config` wrote them.
-pub const COMPLETE_CONFIG_BY_HAND: bool = true;
-
 /// Sets `root` up for Claude Code with writ, as a user does: `writ config
 /// claude --write` (MCP entry, hooks, approval). The one place the suite
 /// configures writ.
@@ -111,27 +103,10 @@ pub fn configure_writ(root: &Path, state: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
     let settings_path = root.join(".claude/settings.json");
-    let mut settings: Value = std::fs::read_to_string(&settings_path)
+    let settings: Value = std::fs::read_to_string(&settings_path)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_else(|| json!({}));
-    if COMPLETE_CONFIG_BY_HAND {
-        // docs/AGENTS.md's hooks, and the approval Claude Code asks of a
-        // user for a project's `.mcp.json` servers.
-        let hook = json!([{"type": "command", "command": "writ hook claude-code"}]);
-        if settings.get("hooks").is_none() {
-            settings["hooks"] = json!({
-                "PreToolUse": [{"matcher": "Write|Edit|MultiEdit|NotebookEdit", "hooks": hook}],
-                "PostToolUse": [{"matcher": "Write|Edit|MultiEdit|NotebookEdit|Read", "hooks": hook}],
-                "UserPromptSubmit": [{"hooks": hook}],
-            });
-        }
-        if settings.get("enabledMcpjsonServers").is_none() {
-            settings["enabledMcpjsonServers"] = json!(["writ"]);
-        }
-        std::fs::create_dir_all(root.join(".claude")).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(&settings_path, settings.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    }
     assert!(
         settings.get("hooks").is_some(),
         "writ config claude --write installed no hooks: {settings}"

@@ -7,7 +7,7 @@ use std::process::Command;
 use serde_json::Value;
 
 #[path = "pyenv.rs"]
-mod pyenv;
+pub mod pyenv;
 
 /// The MCP SDK the tests drive writ with.
 pub const MCP_SDK: &str = "mcp==2.3.0";

@@ -28,7 +28,13 @@ function binary() {
   }
 }
 
-const child = spawn(binary(), process.argv.slice(2), { stdio: "inherit" });
+// Run by `npx` (from npm's npx cache), writ is not on PATH: tell it, so
+// that `writ config` writes `npx -y writ-sched` for the clients to run.
+const env = { ...process.env };
+if (!env.WRIT_LAUNCHER && __dirname.split(path.sep).includes("_npx")) {
+  env.WRIT_LAUNCHER = "npx";
+}
+const child = spawn(binary(), process.argv.slice(2), { stdio: "inherit", env });
 // A signal sent to this process (a supervisor's SIGTERM) reaches writ, which
 // stops cleanly; one from the terminal reaches both already.
 for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {

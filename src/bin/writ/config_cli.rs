@@ -1,12 +1,22 @@
 //! `writ config CLIENT [--write]`: the MCP client's configuration for writ,
-//! printed or merged into the client's own file.
+//! printed or merged into the client's own files, with what the user must
+//! still do.
 //!
-//! The snippet is always the stdio bridge (`writ mcp ROOT --agent CLIENT`):
-//! it needs no port and no token, bridges to the `writ serve` running for
-//! ROOT when there is one, and keeps working when that server restarts on
-//! another port. A merge only ever adds writ's entry: what the file has is
-//! kept byte for byte, and a file writ cannot edit safely (comments, a
-//! different `writ` entry) is left as it is, with the snippet to add by hand.
+//! The entry is the stdio bridge, `writ mcp ROOT`: it needs no port and no
+//! token, and finds (or starts) the `writ serve` running for ROOT. It never
+//! names an agent (`--agent`): every session of the client would be one
+//! agent, sharing each other's reads. The command is the way this writ was
+//! run when a launcher says so in `WRIT_LAUNCHER` (`uvx writ-sched`, `npx
+//! -y writ-sched`, `pipx run writ-sched`), else `writ` when it is on PATH,
+//! else this binary's absolute path. Files meant to be
+//! committed and shared name the workspace relatively (`.`, or the client's
+//! own variable), never this machine's path.
+//!
+//! A merge only ever adds: what a file has is kept byte for byte, and the
+//! result is parsed again and must equal the original plus writ's entries.
+//! A file writ cannot edit safely (comments, invalid, a different `writ`
+//! entry) is left as it is, with the snippet to add by hand. A config file
+//! that is a symlink, or not a regular file (a FIFO), is refused unread.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -18,7 +28,8 @@ use serde_json::Value;
 /// The MCP clients `writ config` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Client {
-    /// Claude Code: the project's `.mcp.json`.
+    /// Claude Code: the project's `.mcp.json`, and its hooks and approval
+    /// in `.claude/settings.json`.
     Claude,
     /// Codex: `$CODEX_HOME/config.toml` (default `~/.codex/config.toml`).
     Codex,
@@ -40,17 +51,175 @@ pub struct ConfigCmd {
     client: Client,
     /// The workspace the agent works in (default: the current folder).
     root: Option<PathBuf>,
-    /// Merge the snippet into the client's config file (adding writ's entry
-    /// only; nothing already there is changed) instead of printing it.
+    /// Merge into the client's files (adding writ's entries only; nothing
+    /// already there is changed) instead of printing, and say what the
+    /// user must still do.
     #[arg(long)]
     write: bool,
-    /// The config file to merge into, instead of the client's usual one.
+    /// The MCP config file to merge into, instead of the client's usual one.
     #[arg(long, value_name = "FILE", requires = "write")]
     file: Option<PathBuf>,
 }
 
+/// How the client runs writ: a program and the arguments before writ's own.
+#[derive(Debug, Clone)]
+struct Launch {
+    program: String,
+    prefix: Vec<String>,
+}
+
+impl Launch {
+    /// The launcher this writ was run by (`WRIT_LAUNCHER`, set by
+    /// `writ-sched` under `uvx`, `pipx run` or `npx`) — first, since those
+    /// put their temporary `writ` on PATH only while they run it; else
+    /// `writ` when one is on PATH; else this binary's absolute path.
+    fn detect() -> Launch {
+        let plain = |program: &str, prefix: &[&str]| Launch {
+            program: program.to_string(),
+            prefix: prefix.iter().map(|a| a.to_string()).collect(),
+        };
+        match std::env::var("WRIT_LAUNCHER").as_deref() {
+            Ok("uvx") => return plain("uvx", &["writ-sched"]),
+            Ok("npx") => return plain("npx", &["-y", "writ-sched"]),
+            Ok("pipx") => return plain("pipx", &["run", "writ-sched"]),
+            _ => {}
+        }
+        if on_path("writ") {
+            return plain("writ", &[]);
+        }
+        match std::env::current_exe() {
+            Ok(me) => plain(&me.to_string_lossy(), &[]),
+            Err(_) => plain("writ", &[]),
+        }
+    }
+
+    /// The program's arguments for `writ ARGS`.
+    fn args(&self, args: &[String]) -> Vec<String> {
+        self.prefix.iter().chain(args).cloned().collect()
+    }
+
+    /// `writ ARGS` as one shell command line (a hook's `command`).
+    fn shell(&self, args: &[&str]) -> String {
+        std::iter::once(self.program.as_str())
+            .chain(self.prefix.iter().map(String::as_str))
+            .chain(args.iter().copied())
+            .map(shell_word)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// `word` as the shell reads it back: bare when it has nothing special.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:@+,%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// A JSON value built by writ, its keys in the order the client's
+/// documentation shows them.
+#[derive(Debug, Clone, PartialEq)]
+enum Json {
+    Str(String),
+    Arr(Vec<Json>),
+    Obj(Vec<(String, Json)>),
+}
+
+fn s(text: &str) -> Json {
+    Json::Str(text.to_string())
+}
+
+fn obj(members: &[(&str, Json)]) -> Json {
+    Json::Obj(
+        members
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+    )
+}
+
+impl Json {
+    fn value(&self) -> Value {
+        match self {
+            Json::Str(t) => Value::String(t.clone()),
+            Json::Arr(items) => Value::Array(items.iter().map(Json::value).collect()),
+            Json::Obj(members) => Value::Object(
+                members
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.value()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// On one line: `{"a": "b", "c": ["d"]}`.
+    fn compact(&self) -> String {
+        match self {
+            Json::Str(t) => json_string(t),
+            Json::Arr(items) => {
+                let inner: Vec<String> = items.iter().map(Json::compact).collect();
+                format!("[{}]", inner.join(", "))
+            }
+            Json::Obj(members) => {
+                let inner: Vec<String> = members
+                    .iter()
+                    .map(|(k, v)| format!("{}: {}", json_string(k), v.compact()))
+                    .collect();
+                format!("{{{}}}", inner.join(", "))
+            }
+        }
+    }
+
+    /// Over several lines, each indented by `indent` plus a level's `unit`;
+    /// short values stay on one line.
+    fn pretty(&self, indent: &str, unit: &str) -> String {
+        let compact = self.compact();
+        if indent.len() + compact.len() <= 100 {
+            return compact;
+        }
+        let inner = format!("{indent}{unit}");
+        let (open, close, parts): (char, char, Vec<String>) = match self {
+            Json::Str(_) => return compact,
+            Json::Arr(items) => (
+                '[',
+                ']',
+                items.iter().map(|v| v.pretty(&inner, unit)).collect(),
+            ),
+            Json::Obj(members) => (
+                '{',
+                '}',
+                members
+                    .iter()
+                    .map(|(k, v)| format!("{}: {}", json_string(k), v.pretty(&inner, unit)))
+                    .collect(),
+            ),
+        };
+        let mut out = String::new();
+        out.push(open);
+        for (i, part) in parts.iter().enumerate() {
+            out.push_str(if i == 0 { "\n" } else { ",\n" });
+            out.push_str(&inner);
+            out.push_str(part);
+        }
+        let _ = write!(out, "\n{indent}{close}");
+        out
+    }
+}
+
+/// `text` as a JSON string literal.
+fn json_string(text: &str) -> String {
+    // A string always serializes.
+    serde_json::to_string(text).unwrap_or_default()
+}
+
 impl Client {
-    /// The name the agent gets (`--agent`), and the client's name in messages.
+    /// The client's name in messages.
     fn name(self) -> &'static str {
         match self {
             Client::Claude => "claude",
@@ -93,66 +262,318 @@ impl Client {
         })
     }
 
-    /// `writ mcp`'s arguments for this client.
-    fn args(self, root: &Path) -> Vec<String> {
-        // VS Code starts servers outside the workspace folder and names it
-        // with a variable of its own, so its file stays valid if moved.
-        let root = match self {
-            Client::Vscode => "${workspaceFolder}".to_string(),
-            _ => root.to_string_lossy().into_owned(),
-        };
-        vec!["mcp".into(), root, "--agent".into(), self.name().into()]
-    }
-
-    /// writ's entry in the client's JSON servers object, as text: its keys
-    /// in the order the client's documentation shows them, on one line.
-    fn entry_text(self, root: &Path) -> String {
-        let list = |items: &[String]| -> String {
-            let quoted: Vec<String> = items.iter().map(|a| json_string(a)).collect();
-            format!("[{}]", quoted.join(", "))
-        };
-        let args = self.args(root);
+    /// The workspace as `writ mcp` is given it. A project file is shared
+    /// (committed, used on other machines), so it names the workspace as
+    /// the client resolves it there: Claude Code, Gemini CLI and opencode
+    /// start a stdio server in the folder they were started in, the
+    /// project's; VS Code and Cursor start it elsewhere and name the
+    /// workspace with `${workspaceFolder}`. Codex's file is the user's
+    /// own, for every project, so it keeps this machine's path.
+    fn root_arg(self, root: &Path) -> String {
         match self {
-            Client::Opencode => {
-                let mut command = vec!["writ".to_string()];
-                command.extend(args);
-                format!(r#"{{"type": "local", "command": {}}}"#, list(&command))
-            }
-            Client::Vscode => format!(
-                r#"{{"type": "stdio", "command": "writ", "args": {}}}"#,
-                list(&args)
-            ),
-            _ => format!(r#"{{"command": "writ", "args": {}}}"#, list(&args)),
+            Client::Vscode | Client::Cursor => "${workspaceFolder}".to_string(),
+            Client::Claude | Client::Gemini | Client::Opencode => ".".to_string(),
+            Client::Codex => root.to_string_lossy().into_owned(),
         }
     }
 
-    /// The snippet as the client's file has it.
-    fn snippet(self, root: &Path) -> String {
+    /// writ's entry in the client's JSON servers object.
+    fn entry(self, launch: &Launch, root: &Path) -> Json {
+        let args = launch.args(&["mcp".to_string(), self.root_arg(root)]);
+        let list = |items: &[String]| Json::Arr(items.iter().map(|a| s(a)).collect());
+        match self {
+            Client::Opencode => {
+                let mut command = vec![launch.program.clone()];
+                command.extend(args);
+                obj(&[("type", s("local")), ("command", list(&command))])
+            }
+            Client::Vscode => obj(&[
+                ("type", s("stdio")),
+                ("command", s(&launch.program)),
+                ("args", list(&args)),
+            ]),
+            _ => obj(&[("command", s(&launch.program)), ("args", list(&args))]),
+        }
+    }
+
+    /// The MCP snippet as the client's file has it.
+    fn snippet(self, launch: &Launch, root: &Path) -> String {
         match self.section() {
             Some(section) => format!(
                 "{{\n  {}: {{\n    \"writ\": {}\n  }}\n}}\n",
                 json_string(section),
-                self.entry_text(root)
+                self.entry(launch, root).compact()
             ),
-            None => codex_table(&self.args(root)),
+            None => codex_table(launch, &self.root_arg(root)),
+        }
+    }
+
+    /// The hooks the client gets beside its MCP entry, and where. Codex's
+    /// and Gemini CLI's hooks go here when `writ hook` speaks their events.
+    fn hooks(self, launch: &Launch, root: &Path) -> Option<Hooks> {
+        match self {
+            Client::Claude => Some(Hooks {
+                file: root.join(".claude").join("settings.json"),
+                plan: claude_settings_plan,
+                settings: claude_settings(launch),
+            }),
+            _ => None,
+        }
+    }
+
+    /// What the user must still do once the files are written (`hooks`:
+    /// whether hooks were installed).
+    fn still_to_do(self, root: &Path, hooks: bool) -> Vec<String> {
+        let start = |program: &str| {
+            format!(
+                "start {program} in {} (the entry names the folder it starts in); a session \
+                 already running picks writ up when restarted",
+                root.display()
+            )
+        };
+        match self {
+            Client::Claude => vec![start("`claude`")],
+            Client::Gemini => vec![
+                start("`gemini`"),
+                "Gemini CLI ignores a project's .gemini/settings.json until you trust the \
+                 folder: answer \"Trust folder\" when it asks, or run /permissions in it"
+                    .into(),
+            ],
+            Client::Opencode => vec![start("`opencode`")],
+            Client::Codex => {
+                let mut steps =
+                    vec!["restart Codex: it reads config.toml when it starts".to_string()];
+                if hooks {
+                    steps.push(
+                        "Codex runs a new hook only once you trust it: approve writ's hook \
+                         when Codex asks"
+                            .into(),
+                    );
+                }
+                steps
+            }
+            Client::Cursor => vec![
+                "open the folder in Cursor and enable the \"writ\" server in its MCP settings \
+                 when it asks"
+                    .into(),
+            ],
+            Client::Vscode => vec![
+                "open the folder in VS Code and start the \"writ\" server when it asks \
+                 (MCP: List Servers)"
+                    .into(),
+            ],
         }
     }
 }
 
-/// `text` as a JSON string literal.
-fn json_string(text: &str) -> String {
-    // A string always serializes.
-    serde_json::to_string(text).unwrap_or_default()
-}
-
 /// Codex's `[mcp_servers.writ]` table. A JSON string literal is a valid
 /// TOML basic string (the same escapes), so paths are written with it.
-fn codex_table(args: &[String]) -> String {
+fn codex_table(launch: &Launch, root: &str) -> String {
+    let args = launch.args(&["mcp".to_string(), root.to_string()]);
     let quoted: Vec<String> = args.iter().map(|a| json_string(a)).collect();
     format!(
-        "[mcp_servers.writ]\ncommand = \"writ\"\nargs = [{}]\n",
+        "[mcp_servers.writ]\ncommand = {}\nargs = [{}]\n",
+        json_string(&launch.program),
         quoted.join(", ")
     )
+}
+
+/// A settings file of hooks to merge: where, what, and how to plan it.
+struct Hooks {
+    file: PathBuf,
+    plan: fn(&Value, &Json) -> Result<Plan, String>,
+    settings: Json,
+}
+
+/// The tools whose calls `writ hook claude-code` judges before they run:
+/// the built-in writes (`MultiEdit` for versions that still have it) and
+/// writ's own MCP tools, whose `agent` the hook fills per session and
+/// subagent.
+const CLAUDE_BEFORE: &str = "Write|Edit|MultiEdit|NotebookEdit|mcp__writ__.*";
+/// The tools whose results the hook records: the writes (release and
+/// history) and `Read` (what the model was shown is its read mark).
+const CLAUDE_AFTER: &str = "Write|Edit|MultiEdit|NotebookEdit|Read";
+/// The writes whose failure must release the reservation taken before them.
+const CLAUDE_FAILED: &str = "Write|Edit|MultiEdit|NotebookEdit";
+
+/// Claude Code's `PreToolUse`, `PostToolUse`, `PostToolUseFailure`, `UserPromptSubmit` and
+/// `SubagentStop` hooks (`writ hook claude-code`), and the project's MCP
+/// server marked approved (`enabledMcpjsonServers`), so Claude Code starts
+/// it without asking each user.
+fn claude_settings(launch: &Launch) -> Json {
+    let command = obj(&[
+        ("type", s("command")),
+        ("command", s(&launch.shell(&["hook", "claude-code"]))),
+    ]);
+    let group = |matcher: Option<&str>| {
+        let mut members = Vec::new();
+        if let Some(m) = matcher {
+            members.push(("matcher".to_string(), s(m)));
+        }
+        members.push(("hooks".to_string(), Json::Arr(vec![command.clone()])));
+        Json::Arr(vec![Json::Obj(members)])
+    };
+    obj(&[
+        (
+            "hooks",
+            obj(&[
+                ("PreToolUse", group(Some(CLAUDE_BEFORE))),
+                ("PostToolUse", group(Some(CLAUDE_AFTER))),
+                ("PostToolUseFailure", group(Some(CLAUDE_FAILED))),
+                ("UserPromptSubmit", group(None)),
+                ("SubagentStop", group(None)),
+            ]),
+        ),
+        ("enabledMcpjsonServers", Json::Arr(vec![s("writ")])),
+    ])
+}
+
+/// What to add to a JSON file, and notes on what was left as it is.
+#[derive(Debug, Default)]
+struct Plan {
+    edits: Vec<Edit>,
+    notes: Vec<String>,
+}
+
+/// One addition to a JSON file; `at` names the container by its keys from
+/// the top.
+#[derive(Debug, Clone)]
+enum Edit {
+    /// `key: value` added to the object at `at`.
+    Member {
+        at: Vec<String>,
+        key: String,
+        value: Json,
+    },
+    /// `value` added first in the array at `at`.
+    Element { at: Vec<String>, value: Json },
+}
+
+/// The object at `at` in `value`, or why it is not one.
+fn object_at<'v>(value: &'v Value, at: &[&str]) -> Option<&'v Value> {
+    at.iter().try_fold(value, |v, k| v.get(k))
+}
+
+/// The plan for Claude Code's settings: each of writ's hooks added under
+/// its event unless a writ hook is there already, and "writ" added to
+/// `enabledMcpjsonServers`.
+fn claude_settings_plan(original: &Value, ours: &Json) -> Result<Plan, String> {
+    let Value::Object(top) = original else {
+        return Err("its top level is not a JSON object".into());
+    };
+    let mut plan = Plan::default();
+    let Json::Obj(members) = ours else {
+        return Err("writ's settings are not an object".into());
+    };
+    for (key, value) in members {
+        match (key.as_str(), value, top.get(key)) {
+            (_, _, None) => plan.edits.push(Edit::Member {
+                at: vec![],
+                key: key.clone(),
+                value: value.clone(),
+            }),
+            ("enabledMcpjsonServers", _, Some(Value::Array(names))) => {
+                if !names.iter().any(|n| n == "writ") {
+                    plan.edits.push(Edit::Element {
+                        at: vec![key.clone()],
+                        value: s("writ"),
+                    });
+                }
+                if object_at(original, &["disabledMcpjsonServers"])
+                    .and_then(Value::as_array)
+                    .is_some_and(|names| names.iter().any(|n| n == "writ"))
+                {
+                    plan.notes.push(
+                        "\"writ\" is in disabledMcpjsonServers too, which writ leaves as it is: \
+                         take it out there for Claude Code to start writ"
+                            .into(),
+                    );
+                }
+            }
+            ("hooks", Json::Obj(events), Some(Value::Object(have))) => {
+                for (event, groups) in events {
+                    match have.get(event) {
+                        None => plan.edits.push(Edit::Member {
+                            at: vec!["hooks".into()],
+                            key: event.clone(),
+                            value: groups.clone(),
+                        }),
+                        Some(Value::Array(existing)) => {
+                            let Json::Arr(groups) = groups else { continue };
+                            for group in groups {
+                                if let Some(kept) = writ_hook_in(existing) {
+                                    if kept != group.value() {
+                                        plan.notes.push(format!(
+                                            "kept the writ hook already under {event}: {kept}"
+                                        ));
+                                    }
+                                    continue;
+                                }
+                                plan.edits.push(Edit::Element {
+                                    at: vec!["hooks".into(), event.clone()],
+                                    value: group.clone(),
+                                });
+                            }
+                        }
+                        Some(_) => return Err(format!("\"hooks\".\"{event}\" is not a list")),
+                    }
+                }
+            }
+            (_, _, Some(_)) => {
+                return Err(format!("\"{key}\" is not what Claude Code reads there"));
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// The group of `groups` that already runs `writ hook claude-code` (by any
+/// command that ends so: an older install, another way to run writ).
+fn writ_hook_in(groups: &[Value]) -> Option<Value> {
+    groups
+        .iter()
+        .find(|group| {
+            group["hooks"].as_array().is_some_and(|hooks| {
+                hooks.iter().any(|h| {
+                    h["command"].as_str().is_some_and(|c| {
+                        c.contains("writ") && c.trim_end().ends_with("hook claude-code")
+                    })
+                })
+            })
+        })
+        .cloned()
+}
+
+/// The plan for an MCP servers file: writ's entry under `section`.
+fn servers_plan(original: &Value, section: &str, entry: &Json) -> Result<Plan, String> {
+    let Value::Object(top) = original else {
+        return Err("its top level is not a JSON object".into());
+    };
+    let mut plan = Plan::default();
+    match top.get(section) {
+        Some(Value::Object(servers)) => match servers.get("writ") {
+            Some(found) if *found == entry.value() => {}
+            Some(_) => {
+                return Err(format!(
+                    "it has another server named \"writ\" under \"{section}\" (an older \
+                     `writ config` wrote one with --agent, which makes every session one \
+                     agent: replace it with the entry below)"
+                ));
+            }
+            None => plan.edits.push(Edit::Member {
+                at: vec![section.to_string()],
+                key: "writ".into(),
+                value: entry.clone(),
+            }),
+        },
+        Some(_) => return Err(format!("\"{section}\" is not a JSON object")),
+        None => plan.edits.push(Edit::Member {
+            at: vec![],
+            key: section.to_string(),
+            value: obj(&[("writ", entry.clone())]),
+        }),
+    }
+    Ok(plan)
 }
 
 /// Runs `writ config`.
@@ -173,152 +594,240 @@ fn run_inner(cmd: ConfigCmd) -> Result<(), String> {
     };
     let root = std::fs::canonicalize(&root).map_err(|e| format!("{}: {e}", root.display()))?;
     let client = cmd.client;
+    let launch = Launch::detect();
     let file = match cmd.file {
         Some(file) => file,
         None => client.default_file(&root)?,
     };
-    let snippet = client.snippet(&root);
+    let snippet = client.snippet(&launch, &root);
+    let hooks = client.hooks(&launch, &root);
     if !cmd.write {
         print!("{snippet}");
+        eprintln!("writ config: this goes in {}", file.display());
+        if let Some(hooks) = &hooks {
+            eprintln!(
+                "writ config: and this in {}:\n{}",
+                hooks.file.display(),
+                hooks.settings.pretty("", "  ")
+            );
+        }
         eprintln!(
-            "writ config: this goes in {} (`writ config {} --write` merges it there)",
-            file.display(),
+            "writ config: `writ config {} --write` merges it there",
             client.name()
         );
         return Ok(());
     }
-    let existing = match std::fs::read_to_string(&file) {
-        Ok(text) => Some(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("{}: {e}", file.display())),
-    };
-    let merged = match client.section() {
-        Some(section) => merge_json(
-            existing.as_deref(),
-            section,
-            &client.entry_text(&root),
-            &snippet,
-        ),
-        None => merge_codex(existing.as_deref(), &snippet),
-    };
-    match merged {
-        Ok(Some(text)) => {
-            write_atomically(&file, &text)?;
-            println!("writ config: added writ to {}", file.display());
+    let mcp = match client.section() {
+        Some(section) => {
+            let entry = client.entry(&launch, &root);
+            merge_file(&file, &snippet, |original| {
+                servers_plan(original, section, &entry)
+            })
         }
-        Ok(None) => println!("writ config: {} already has writ", file.display()),
-        Err(why) => {
-            return Err(format!(
-                "{}: {why}; left unchanged. Add this by hand:\n{snippet}",
-                file.display()
-            ));
+        None => merge_toml_file(&file, &snippet),
+    }?;
+    let mut notes = Vec::new();
+    match mcp {
+        Merged::Written => println!("writ config: added writ to {}", file.display()),
+        Merged::Already => println!("writ config: {} already has writ", file.display()),
+    }
+    if let Some(hooks) = &hooks {
+        let whole = format!("{}\n", hooks.settings.pretty("", "  "));
+        let settings = hooks.settings.clone();
+        let plan = hooks.plan;
+        let mut said = Vec::new();
+        let merged = merge_file(&hooks.file, &whole, |original| {
+            let plan = plan(original, &settings)?;
+            said.clone_from(&plan.notes);
+            Ok(plan)
+        })?;
+        notes.extend(said);
+        match merged {
+            Merged::Written => println!(
+                "writ config: added writ's hooks and its approval to {}",
+                hooks.file.display()
+            ),
+            Merged::Already => println!(
+                "writ config: {} already has writ's hooks and approval",
+                hooks.file.display()
+            ),
         }
     }
-    if !on_path("writ") {
-        eprintln!(
-            "writ config: the client runs `writ`, which is not on PATH here; \
-             install it with `pipx install writ-sched` or `npm install -g writ-sched`"
-        );
+    for note in notes {
+        println!("writ config: note: {note}");
+    }
+    println!("still to do:");
+    for step in client.still_to_do(&root, hooks.is_some()) {
+        println!("  - {step}");
     }
     Ok(())
 }
 
-/// The file's new text with `"writ": entry` added under `section`, None
-/// when it is there already, or why it cannot be added safely.
-///
-/// The entry is inserted into the original text, so that everything else
-/// (key order, spacing) stays as it was; the result is parsed again and
-/// must equal the original with the entry added.
-fn merge_json(
-    existing: Option<&str>,
-    section: &str,
-    entry_text: &str,
-    snippet: &str,
-) -> Result<Option<String>, String> {
-    let text = match existing {
-        Some(text) if !text.trim().is_empty() => text,
-        _ => return Ok(Some(snippet.to_string())),
-    };
-    let entry: &Value = &serde_json::from_str(entry_text)
-        .map_err(|e| format!("writ's own entry is not JSON ({e})"))?;
-    let original: Value = serde_json::from_str(text)
-        .map_err(|e| format!("not plain JSON ({e}), so writ will not rewrite it"))?;
-    let Value::Object(top) = &original else {
-        return Err("its top level is not a JSON object".into());
-    };
-    let insert_at;
-    let addition;
-    match top.get(section) {
-        Some(Value::Object(servers)) => {
-            if let Some(found) = servers.get("writ") {
-                return if found == entry {
-                    Ok(None)
-                } else {
-                    Err(format!(
-                        "it has another server named \"writ\" under \"{section}\""
-                    ))
-                };
-            }
-            let open = member_value_offset(text, section)
-                .ok_or("writ could not find where the servers start")?;
-            insert_at = open + 1;
-            addition = member_text(text, insert_at, "writ", entry_text);
-        }
-        Some(_) => return Err(format!("\"{section}\" is not a JSON object")),
-        None => {
-            let open = text.find('{').ok_or("its top level is not a JSON object")?;
-            insert_at = open + 1;
-            addition = member_text(
-                text,
-                insert_at,
-                section,
-                &format!("{{\"writ\": {entry_text}}}"),
-            );
-        }
-    }
-    let mut merged = String::with_capacity(text.len() + addition.len());
-    merged.push_str(&text[..insert_at]);
-    merged.push_str(&addition);
-    merged.push_str(&text[insert_at..]);
-    // The proof that nothing else changed: take the entry out again.
-    let mut check: Value =
-        serde_json::from_str(&merged).map_err(|e| format!("writ's edit would not parse ({e})"))?;
-    let added = check
-        .get_mut(section)
-        .and_then(Value::as_object_mut)
-        .and_then(|servers| servers.remove("writ"));
-    if added.as_ref() != Some(entry) {
-        return Err("writ's edit did not land where expected".into());
-    }
-    if top.get(section).is_none() {
-        if let Some(object) = check.as_object_mut() {
-            object.remove(section);
-        }
-    }
-    if check != original {
-        return Err("writ's edit would change other entries".into());
-    }
-    Ok(Some(merged))
+/// What a merge did.
+#[derive(Debug, PartialEq, Eq)]
+enum Merged {
+    Written,
+    Already,
 }
 
-/// `"key": value,` to insert at `at` (just after an object's `{`),
-/// indented like the member that follows it; no comma when the object is
-/// empty.
-fn member_text(text: &str, at: usize, key: &str, value: &str) -> String {
+/// Merges into the JSON file `file` what `plan` says (`whole` when the
+/// file is missing or empty); refused, leaving it as it is, when it is not
+/// a regular file, not plain JSON, or writ's additions would not land
+/// cleanly.
+fn merge_file(
+    file: &Path,
+    whole: &str,
+    plan: impl FnOnce(&Value) -> Result<Plan, String>,
+) -> Result<Merged, String> {
+    let existing = read_config(file)?;
+    let by_hand = |why: String| {
+        format!(
+            "{}: {why}; left unchanged. Add this by hand:\n{whole}",
+            file.display()
+        )
+    };
+    let merged = match existing.as_deref() {
+        Some(text) if !text.trim().is_empty() => {
+            let original: Value = serde_json::from_str(text).map_err(|e| {
+                by_hand(format!("not plain JSON ({e}), so writ will not rewrite it"))
+            })?;
+            let plan = plan(&original).map_err(by_hand)?;
+            if plan.edits.is_empty() {
+                return Ok(Merged::Already);
+            }
+            apply_edits(text, &original, &plan.edits).map_err(by_hand)?
+        }
+        _ => whole.to_string(),
+    };
+    write_atomically(file, &merged)?;
+    Ok(Merged::Written)
+}
+
+/// Merges Codex's table into its TOML file, which is parsed before (an
+/// invalid file is refused, like JSON) and after: the result must say what
+/// the file said plus `mcp_servers.writ`, and nothing else.
+fn merge_toml_file(file: &Path, table: &str) -> Result<Merged, String> {
+    let existing = read_config(file)?;
+    let merged = merge_codex(existing.as_deref(), table).map_err(|why| {
+        format!(
+            "{}: {why}; left unchanged. Add this by hand:\n{table}",
+            file.display()
+        )
+    })?;
+    match merged {
+        Some(text) => {
+            write_atomically(file, &text)?;
+            Ok(Merged::Written)
+        }
+        None => Ok(Merged::Already),
+    }
+}
+
+/// The text of a config file, or None when there is none. Opened without
+/// following a symlink and without blocking (a FIFO would hang an open
+/// for reading), and refused unless it is a regular file: a link planted
+/// in a repository must not pull an outside file's content into it, nor
+/// have writ's edit land outside.
+fn read_config(file: &Path) -> Result<Option<String>, String> {
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Read as _;
+    let shown = |why: String| format!("{}: {why}; left unchanged", file.display());
+    if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(shown(format!(
+                "its folder {} is a symlink, and writ does not write through one",
+                dir.display()
+            )));
+        }
+    }
+    let fd = match rustix::fs::open(
+        file,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(rustix::io::Errno::LOOP) => {
+            return Err(shown(
+                "it is a symlink, and writ does not write through one".into(),
+            ));
+        }
+        Err(e) => return Err(shown(std::io::Error::from(e).to_string())),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|e| shown(std::io::Error::from(e).to_string()))?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(shown("it is not a regular file".into()));
+    }
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(16 << 20)
+        .read_to_string(&mut text)
+        .map_err(|e| shown(e.to_string()))?;
+    Ok(Some(text))
+}
+
+/// `text` with `edits` made, each inserted into the original text so that
+/// everything else (key order, spacing) stays as it was; the result is
+/// parsed again and must equal `original` with the additions.
+fn apply_edits(text: &str, original: &Value, edits: &[Edit]) -> Result<String, String> {
+    let mut merged = text.to_string();
+    let mut expected = original.clone();
+    for edit in edits {
+        let (at, key, value, open) = match edit {
+            Edit::Member { at, key, value } => (at, Some(key.as_str()), value, b'{'),
+            Edit::Element { at, value } => (at, None, value, b'['),
+        };
+        let start =
+            value_offset(&merged, at).ok_or("writ could not find where to add its entry")?;
+        if merged.as_bytes().get(start) != Some(&open) {
+            return Err("writ could not find where to add its entry".into());
+        }
+        let addition = element_text(&merged, start + 1, key, value);
+        merged.insert_str(start + 1, &addition);
+        let container = at
+            .iter()
+            .try_fold(&mut expected, |v, k| v.get_mut(k))
+            .ok_or("writ's entry has no place in the file")?;
+        match (container, key) {
+            (Value::Object(members), Some(key)) => {
+                members.insert(key.to_string(), value.value());
+            }
+            (Value::Array(items), None) => items.insert(0, value.value()),
+            _ => return Err("writ's entry has no place in the file".into()),
+        }
+    }
+    // The proof that nothing else changed.
+    let check: Value =
+        serde_json::from_str(&merged).map_err(|e| format!("writ's edit would not parse ({e})"))?;
+    if check != expected {
+        return Err("writ's edit would change other entries".into());
+    }
+    Ok(merged)
+}
+
+/// `"key": value,` (or `value,` in an array) to insert at `at`, just after
+/// a container's opening bracket, indented like the item that follows it;
+/// no comma when the container is empty.
+fn element_text(text: &str, at: usize, key: Option<&str>, value: &Json) -> String {
     let rest = &text[at..];
     let gap_len = rest.len() - rest.trim_start().len();
     let gap = &rest[..gap_len];
-    let empty = rest.trim_start().starts_with('}');
+    let empty = rest.trim_start().starts_with(['}', ']']);
     let mut out = String::new();
+    let mut indent = "";
     match gap.rfind('\n') {
-        // The next member is on its own line: put ours on a line before it.
+        // The next item is on its own line: put ours on a line before it.
         Some(newline) if !empty => {
+            indent = &gap[newline + 1..];
             out.push('\n');
-            out.push_str(&gap[newline + 1..]);
+            out.push_str(indent);
         }
         _ => {}
     }
-    let _ = write!(out, "{}: {value}", json_string(key));
+    if let Some(key) = key {
+        let _ = write!(out, "{}: ", json_string(key));
+    }
+    out.push_str(&value.pretty(indent, "  "));
     if !empty {
         out.push(',');
         if !gap.contains('\n') {
@@ -328,11 +837,22 @@ fn member_text(text: &str, at: usize, key: &str, value: &str) -> String {
     out
 }
 
-/// The offset of the `{` that opens the value of the top-level member
-/// `key` in `text`, which is valid JSON with an object at its top.
-fn member_value_offset(text: &str, key: &str) -> Option<usize> {
+/// The offset where the value at `path` (object keys from the top) starts
+/// in `text`, which is valid JSON.
+fn value_offset(text: &str, path: &[String]) -> Option<usize> {
     let bytes = text.as_bytes();
     let mut i = skip_space(bytes, 0);
+    for key in path {
+        i = member_value_offset(text, i, key)?;
+    }
+    Some(i)
+}
+
+/// The offset where the value of member `key` of the object starting at
+/// `start` in `text` starts.
+fn member_value_offset(text: &str, start: usize, key: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut i = start;
     if bytes.get(i) != Some(&b'{') {
         return None;
     }
@@ -355,7 +875,7 @@ fn member_value_offset(text: &str, key: &str) -> Option<usize> {
         }
         i = skip_space(bytes, i + 1);
         if name == key {
-            return (bytes.get(i) == Some(&b'{')).then_some(i);
+            return Some(i);
         }
         i = skip_value(bytes, i)?;
     }
@@ -418,42 +938,72 @@ fn skip_value(bytes: &[u8], mut i: usize) -> Option<usize> {
     }
 }
 
-/// Codex's file with `table` appended, None when the same table is there
-/// already, or why it cannot be appended safely. Appending a table never
-/// changes what the file says, as long as the file does not define
-/// `mcp_servers.writ` (or `mcp_servers` inline) already.
+/// A TOML value as JSON, to compare what two parses of a file say.
+fn toml_value(item: &toml_edit::Item) -> Value {
+    use toml_edit::{Item, Value as T};
+    fn value(v: &T) -> Value {
+        match v {
+            T::String(s) => Value::String(s.value().clone()),
+            T::Integer(i) => Value::from(*i.value()),
+            T::Float(f) => Value::from(*f.value()),
+            T::Boolean(b) => Value::Bool(*b.value()),
+            T::Datetime(d) => Value::String(format!("datetime {}", d.value())),
+            T::Array(a) => Value::Array(a.iter().map(value).collect()),
+            T::InlineTable(t) => {
+                Value::Object(t.iter().map(|(k, v)| (k.to_string(), value(v))).collect())
+            }
+        }
+    }
+    match item {
+        Item::None => Value::Null,
+        Item::Value(v) => value(v),
+        Item::Table(t) => Value::Object(
+            t.iter()
+                .map(|(k, v)| (k.to_string(), toml_value(v)))
+                .collect(),
+        ),
+        Item::ArrayOfTables(a) => Value::Array(
+            a.iter()
+                .map(|t| toml_value(&toml_edit::Item::Table(t.clone())))
+                .collect(),
+        ),
+    }
+}
+
+/// Codex's file with `table` appended, None when it has that table
+/// already, or why it cannot be added safely. The file is parsed with a
+/// real TOML parser before (invalid: refused) and after: the result must
+/// say exactly what the file said plus `mcp_servers.writ`. Whatever form
+/// the file names `mcp_servers.writ` in (quoted, escaped, dotted, inline),
+/// the parser sees it.
 fn merge_codex(existing: Option<&str>, table: &str) -> Result<Option<String>, String> {
     let text = existing.unwrap_or("");
-    if text.contains(table) {
-        return Ok(None);
-    }
-    let mut current = String::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if let Some(header) = line.strip_prefix('[') {
-            let header = header.trim_start_matches('[');
-            let name = header.split(']').next().unwrap_or("");
-            current = toml_key(name);
-            if current == "mcp_servers.writ" || current.starts_with("mcp_servers.writ.") {
-                return Err("it has another [mcp_servers.writ] table".into());
+    let parse = |text: &str| text.parse::<toml_edit::DocumentMut>();
+    let before = parse(text).map_err(|e| {
+        format!(
+            "not valid TOML ({}), so writ will not add to it",
+            e.to_string().trim()
+        )
+    })?;
+    let ours = parse(table).map_err(|e| format!("writ's own table is not TOML ({e})"))?;
+    let ours = toml_value(ours.as_item());
+    let want = &ours["mcp_servers"]["writ"];
+    let have = toml_value(before.as_item());
+    match have.get("mcp_servers") {
+        None => {}
+        Some(Value::Object(servers)) => match servers.get("writ") {
+            Some(found) if found == want => return Ok(None),
+            Some(_) => {
+                return Err(
+                    "it has another mcp_servers.writ (an older `writ config` wrote one with \
+                     --agent, which makes every session one agent: replace it with the table \
+                     below)"
+                        .into(),
+                );
             }
-            continue;
-        }
-        let Some((key, _)) = line.split_once('=') else {
-            continue;
-        };
-        let key = toml_key(key);
-        let full = if current.is_empty() {
-            key
-        } else {
-            format!("{current}.{key}")
-        };
-        if full == "mcp_servers"
-            || full == "mcp_servers.writ"
-            || full.starts_with("mcp_servers.writ.")
-        {
-            return Err("it defines mcp_servers or mcp_servers.writ inline".into());
-        }
+            None => {}
+        },
+        Some(_) => return Err("its mcp_servers is not a table".into()),
     }
     let mut merged = text.to_string();
     if !merged.is_empty() && !merged.ends_with('\n') {
@@ -463,18 +1013,28 @@ fn merge_codex(existing: Option<&str>, table: &str) -> Result<Option<String>, St
         merged.push('\n');
     }
     merged.push_str(table);
+    let after = parse(&merged).map_err(|_| {
+        "its mcp_servers cannot take another table after it (an inline table?)".to_string()
+    })?;
+    let mut expected = have;
+    if let Value::Object(top) = &mut expected {
+        let servers = top
+            .entry("mcp_servers")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(servers) = servers {
+            servers.insert("writ".into(), want.clone());
+        }
+    }
+    if toml_value(after.as_item()) != expected {
+        return Err("writ's table would change what the file says".into());
+    }
     Ok(Some(merged))
 }
 
-/// A TOML key (`a . "b"`) as `a.b`: whitespace and quotes dropped.
-fn toml_key(key: &str) -> String {
-    key.chars()
-        .filter(|c| !c.is_whitespace() && *c != '"' && *c != '\'')
-        .collect()
-}
-
-/// Replaces `file` with `text` by a temporary file and a rename, keeping
-/// the old file's permissions: a crash leaves the old file or the new one.
+/// Replaces `file` with `text` by a temporary file in its folder and a
+/// rename, keeping the old file's permissions: a crash leaves the old file
+/// or the new one, and a link planted at the temporary name cannot
+/// redirect it (`tempfile` creates it `O_EXCL`).
 fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
     let shown = |e: std::io::Error| format!("{}: {e}", file.display());
     let dir = match file.parent() {
@@ -484,10 +1044,12 @@ fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut temp = tempfile::NamedTempFile::new_in(&dir).map_err(shown)?;
     std::io::Write::write_all(&mut temp, text.as_bytes()).map_err(shown)?;
-    if let Ok(meta) = std::fs::metadata(file) {
-        temp.as_file()
-            .set_permissions(meta.permissions())
-            .map_err(shown)?;
+    if let Ok(meta) = std::fs::symlink_metadata(file) {
+        if meta.is_file() {
+            temp.as_file()
+                .set_permissions(meta.permissions())
+                .map_err(shown)?;
+        }
     }
     temp.as_file().sync_all().map_err(shown)?;
     temp.persist(file).map_err(|e| shown(e.error))?;
@@ -496,12 +1058,13 @@ fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
 
 /// Whether `command` is an executable file in a folder of `PATH`.
 fn on_path(command: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
     let Some(path) = std::env::var_os("PATH") else {
         return false;
     };
     std::env::split_paths(&path).any(|dir| {
-        let candidate = dir.join(command);
-        candidate.is_file() || candidate.with_extension("exe").is_file()
+        std::fs::metadata(dir.join(command))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     })
 }
 
@@ -509,14 +1072,29 @@ fn on_path(command: &str) -> bool {
 mod tests {
     use super::*;
 
-    const ENTRY: &str = r#"{"command": "writ", "args": ["mcp", "/r", "--agent", "claude"]}"#;
-
-    fn entry() -> Value {
-        serde_json::from_str(ENTRY).unwrap()
+    fn entry() -> Json {
+        obj(&[
+            ("command", s("writ")),
+            ("args", Json::Arr(vec![s("mcp"), s(".")])),
+        ])
     }
 
+    const ENTRY: &str = r#"{"command": "writ", "args": ["mcp", "."]}"#;
+
     fn merge(text: &str) -> Result<Option<String>, String> {
-        merge_json(Some(text), "mcpServers", ENTRY, "unused")
+        let original: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let plan = servers_plan(&original, "mcpServers", &entry())?;
+        if plan.edits.is_empty() {
+            return Ok(None);
+        }
+        apply_edits(text, &original, &plan.edits).map(Some)
+    }
+
+    fn launch() -> Launch {
+        Launch {
+            program: "writ".into(),
+            prefix: vec![],
+        }
     }
 
     #[test]
@@ -538,7 +1116,11 @@ mod tests {
         for text in ["{\"x\":{\"mcpServers\":2}}", "{}", "  { } "] {
             let merged = merge(text).unwrap().unwrap();
             let value: Value = serde_json::from_str(&merged).unwrap();
-            assert_eq!(value["mcpServers"]["writ"], entry(), "{text} -> {merged}");
+            assert_eq!(
+                value["mcpServers"]["writ"],
+                entry().value(),
+                "{text} -> {merged}"
+            );
         }
         let merged = merge("{\"x\":{\"mcpServers\":2}}");
         let value: Value = serde_json::from_str(&merged.unwrap().unwrap()).unwrap();
@@ -551,19 +1133,85 @@ mod tests {
             r#"{"a\"mcpServers": {"}": "{"}, "list": [1, "]", {"b": []}], "mcpServers": {}}"#;
         let merged = merge(text).unwrap().unwrap();
         let value: Value = serde_json::from_str(&merged).unwrap();
-        assert_eq!(value["mcpServers"]["writ"], entry());
+        assert_eq!(value["mcpServers"]["writ"], entry().value());
         assert_eq!(value["a\"mcpServers"]["}"], "{");
     }
 
     #[test]
-    fn codex_refuses_a_table_it_cannot_see_whole() {
-        let table = codex_table(&["mcp".into()]);
+    fn claude_hooks_are_added_beside_what_is_there_and_never_twice() {
+        let ours = claude_settings(&launch());
+        let text = "{\n  \"hooks\": {\n    \"PreToolUse\": [\n      {\"matcher\": \"Bash\", \"hooks\": [{\"type\": \"command\", \"command\": \"lint\"}]}\n    ]\n  },\n  \"enabledMcpjsonServers\": [\"github\"]\n}\n";
+        let original: Value = serde_json::from_str(text).unwrap();
+        let plan = claude_settings_plan(&original, &ours).unwrap();
+        let merged = apply_edits(text, &original, &plan.edits).unwrap();
+        let value: Value = serde_json::from_str(&merged).unwrap();
+        let pre = value["hooks"]["PreToolUse"].as_array().unwrap();
+        assert_eq!(pre.len(), 2, "{merged}");
+        assert!(pre.iter().any(|g| g["matcher"] == "Bash"), "{merged}");
+        assert!(
+            pre.iter()
+                .any(|g| g["matcher"] == CLAUDE_BEFORE),
+            "{merged}"
+        );
+        for event in [
+            "PostToolUse",
+            "PostToolUseFailure",
+            "UserPromptSubmit",
+            "SubagentStop",
+        ] {
+            assert_eq!(
+                value["hooks"][event][0]["hooks"][0]["command"], "writ hook claude-code",
+                "{event}: {merged}"
+            );
+        }
+        assert_eq!(
+            value["enabledMcpjsonServers"],
+            serde_json::json!(["writ", "github"])
+        );
+        // Again: nothing to add.
+        let again: Value = serde_json::from_str(&merged).unwrap();
+        assert!(
+            claude_settings_plan(&again, &ours)
+                .unwrap()
+                .edits
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_hook_command_is_quoted_for_the_shell() {
+        let launch = Launch {
+            program: "/opt/my tools/writ".into(),
+            prefix: vec![],
+        };
+        assert_eq!(
+            launch.shell(&["hook", "claude-code"]),
+            "'/opt/my tools/writ' hook claude-code"
+        );
+        let launch = Launch {
+            program: "npx".into(),
+            prefix: vec!["-y".into(), "writ-sched".into()],
+        };
+        assert_eq!(
+            launch.shell(&["hook", "claude-code"]),
+            "npx -y writ-sched hook claude-code"
+        );
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn codex_refuses_a_table_it_cannot_see_whole_or_a_file_that_is_not_toml() {
+        let table = codex_table(&launch(), "/r");
         for text in [
             "[mcp_servers.writ]\ncommand = \"other\"\n",
             "[mcp_servers . \"writ\"]\n",
+            "[mcp_servers.\"\\u0077rit\"]\ncommand = \"other\"\n",
             "[mcp_servers]\nwrit = { command = \"x\" }\n",
             "mcp_servers = { writ = { command = \"x\" } }\n",
+            "mcp_servers = { other = { command = \"x\" } }\n",
             "mcp_servers.writ.command = \"x\"\n",
+            "model = \"unterminated\n",
+            "[a]\nx = 1\n[a]\nx = 2\n",
         ] {
             assert!(merge_codex(Some(text), &table).is_err(), "{text}");
         }
@@ -577,5 +1225,11 @@ mod tests {
             "model = \"m\"\n[mcp_servers.other]\ncommand = \"o\"\n\n[mcp_servers.writ]"
         ));
         assert_eq!(merge_codex(Some(&merged), &table), Ok(None));
+        // What a line scan mistakes for tables is read as the strings it is.
+        let tricky = "notes = \"\"\"\n[mcp_servers.writ]\n\"\"\"\nraw = '''[x]'''\nt = { a = 1 }\n";
+        let merged = merge_codex(Some(tricky), &table).unwrap().unwrap();
+        let doc: toml_edit::DocumentMut = merged.parse().unwrap();
+        assert_eq!(doc["mcp_servers"]["writ"]["args"][1].as_str(), Some("/r"));
+        assert!(merged.starts_with(tricky));
     }
 }

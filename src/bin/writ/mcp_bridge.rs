@@ -1,7 +1,10 @@
 //! `writ mcp` as a bridge: MCP messages from stdin go unchanged to a running
 //! `writ serve` at `/mcp` (Streamable HTTP), and its answers come back on
 //! stdout. Many stdio agents thus share one scheduler, and each client's own
-//! `clientInfo` (or `--agent NAME`) names its actor.
+//! `clientInfo` (or `--agent NAME`) names its actor: each bridge process's
+//! session is its own agent. A call whose `agent` argument names another
+//! agent (a hook fills it in for a subagent) goes without the bridge's
+//! default, so the call's own agent is the one that acts.
 //!
 //! The bridge lives as long as its client, whatever the client's call rate:
 //! once the session is open it holds the session's GET stream open (the
@@ -83,20 +86,6 @@ struct Link {
     /// The task holding the session's GET stream open.
     stream: Mutex<Option<tokio::task::JoinHandle<()>>>,
     out: tokio::sync::Mutex<tokio::io::Stdout>,
-}
-
-/// Whether a server answers at `url` (its `/health`).
-pub async fn alive(url: &str) -> bool {
-    let Ok(uri) = format!("{}/health", url.trim_end_matches('/')).parse::<Uri>() else {
-        return false;
-    };
-    let pool: Pool<HttpConnector, Full<Bytes>> =
-        Pool::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let Ok(request) = Request::get(uri).body(Full::new(Bytes::new())) else {
-        return false;
-    };
-    let answer = tokio::time::timeout(Duration::from_secs(2), pool.request(request));
-    matches!(answer.await, Ok(Ok(response)) if response.status().is_success())
 }
 
 fn target(url: &str, token: &str, query: &str) -> Result<Target, String> {
@@ -199,6 +188,7 @@ impl Link {
         body: Bytes,
         modern: Option<&Modern>,
     ) -> Option<Request<Full<Bytes>>> {
+        let names_agent = modern.map_or_else(|| call_names_agent(&body), |m| m.names_agent);
         let (session, version) = match modern {
             Some(m) => (None, Some(m.version.clone())),
             None => self.session.lock().clone(),
@@ -214,11 +204,13 @@ impl Link {
             .header(hyper::header::AUTHORIZATION, target.authorization)
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header(hyper::header::ACCEPT, accept);
+        // A call that names its agent (a hook filled it for a subagent)
+        // acts as that agent: the bridge's own default does not go with it.
         let learned = match modern {
             Some(m) if !m.names_agent => self.handle.lock().clone(),
             _ => None,
         };
-        if let Some(agent) = self.agent.clone().or(learned) {
+        if !names_agent && let Some(agent) = self.agent.clone().or(learned) {
             builder = builder.header("writ-agent", agent);
         }
         for (name, value) in modern.map(|m| m.headers.as_slice()).unwrap_or_default() {
@@ -265,8 +257,9 @@ impl Link {
         let (initialize, initialized) = self.opening.lock().clone();
         let mut initialize = initialize.ok_or("the client has not initialized")?;
         self.end_lost_session().await;
-        let (url, token) = (self.discover)()
-            .ok_or("no writ serve is running for this workspace any more; start it and retry")?;
+        // Finding (or starting) the server blocks on files and a lock.
+        let (url, token) = tokio::task::block_in_place(|| (self.discover)())
+            .ok_or("no writ serve is running for this workspace any more, and none could be started; start one and retry")?;
         *self.target.lock() = target(&url, &token, &self.query)?;
         *self.session.lock() = (None, None);
         initialize["id"] = json!(format!("writ-bridge-reopen-{seen}"));
@@ -331,7 +324,7 @@ impl Link {
             loop {
                 match link.send(Method::GET, Bytes::new()).await {
                     Sent::Answered(r) if r.status().is_success() => {
-                        link.relay_events(r, None).await;
+                        link.relay_events(r, None, true).await;
                     }
                     // The server does not offer a stream, or the session is
                     // gone: the next call opens a new one.
@@ -357,7 +350,10 @@ impl Link {
             let sent = self
                 .send_as(Method::POST, Bytes::from(line), Some(&modern))
                 .await;
-            if let Err(reason) = self.deliver(sent, id.as_ref()).await
+            // The answer to a call that named its own agent (a subagent's)
+            // names that agent: it is not the bridge's to adopt.
+            let adopt = !modern.names_agent;
+            if let Err(reason) = self.deliver(sent, id.as_ref(), adopt).await
                 && let Some(id) = id
             {
                 let error = json!({"jsonrpc": "2.0", "id": id,
@@ -367,11 +363,12 @@ impl Link {
             return;
         }
         let is_initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
+        let adopt = !call_names_agent(line.as_bytes());
         let mut again = !is_initialize;
         let reason = loop {
             let seen = self.generation.load(Ordering::SeqCst);
             let sent = self.send(Method::POST, Bytes::from(line.clone())).await;
-            let lost = match self.deliver(sent, id.as_ref()).await {
+            let lost = match self.deliver(sent, id.as_ref(), adopt).await {
                 Ok(()) => return,
                 Err(lost) => lost,
             };
@@ -392,7 +389,8 @@ impl Link {
 
     /// Writes every message of one answer to stdout; why it was lost if
     /// the answer to request `id` did not come.
-    async fn deliver(&self, sent: Sent, id: Option<&Value>) -> Result<(), String> {
+    /// `adopt`: whether a handle in the answer may become the bridge's own.
+    async fn deliver(&self, sent: Sent, id: Option<&Value>, adopt: bool) -> Result<(), String> {
         let response = match sent {
             Sent::Answered(r) => r,
             Sent::Lost(reason) => return Err(reason),
@@ -411,7 +409,7 @@ impl Link {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if sse {
-            let answered = self.relay_events(response, id).await;
+            let answered = self.relay_events(response, id, adopt).await;
             return match (answered, id) {
                 (false, Some(_)) => Err("the answer broke off before it came".into()),
                 _ => Ok(()),
@@ -450,7 +448,9 @@ impl Link {
             _ => answer,
         };
         self.learn_version(&answer);
-        self.learn_handle(&answer);
+        if adopt {
+            self.learn_handle(&answer);
+        }
         self.emit(&answer.to_string()).await;
         Ok(())
     }
@@ -481,7 +481,12 @@ impl Link {
 
     /// Forwards each `data:` event of a server-sent event stream; whether
     /// one of them answered request `id`.
-    async fn relay_events(&self, response: Response<Incoming>, id: Option<&Value>) -> bool {
+    async fn relay_events(
+        &self,
+        response: Response<Incoming>,
+        id: Option<&Value>,
+        adopt: bool,
+    ) -> bool {
         let mut body = response.into_body();
         let mut pending = Vec::new();
         let mut answered = false;
@@ -496,7 +501,9 @@ impl Link {
                 if let Some(message) = event_data(&event[..end.0]) {
                     if let Ok(value) = serde_json::from_str::<Value>(&message) {
                         self.learn_version(&value);
-                        self.learn_handle(&value);
+                        if adopt {
+                            self.learn_handle(&value);
+                        }
                         answered |= id.is_some_and(|id| value.get("id") == Some(id));
                     }
                     self.emit(&message).await;
@@ -563,6 +570,18 @@ impl Modern {
     }
 }
 
+/// Whether `body` is a `tools/call` whose arguments name an `agent`.
+fn call_names_agent(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body).is_ok_and(|message| {
+        message.get("method").and_then(Value::as_str) == Some("tools/call")
+            && message
+                .get("params")
+                .and_then(|p| p.get("arguments"))
+                .and_then(|a| a.get("agent"))
+                .is_some_and(Value::is_string)
+    })
+}
+
 /// A header value as SEP-2243 writes it: as it is when it is plain
 /// printable ASCII without surrounding blanks, else `=?base64?…?=`.
 fn header_value(value: &str) -> String {
@@ -609,6 +628,26 @@ fn event_data(event: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_tool_call_naming_its_agent_goes_without_the_bridges_default() {
+        let call = |args: Value| {
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": "read_file", "arguments": args}})
+            .to_string()
+        };
+        assert!(call_names_agent(
+            call(json!({"path": "a", "agent": "claude-code-1/sub-2"})).as_bytes()
+        ));
+        assert!(!call_names_agent(call(json!({"path": "a"})).as_bytes()));
+        assert!(!call_names_agent(
+            call(json!({"path": "a", "agent": 7})).as_bytes()
+        ));
+        let listing = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list",
+                             "params": {"arguments": {"agent": "x"}}});
+        assert!(!call_names_agent(listing.to_string().as_bytes()));
+        assert!(!call_names_agent(b"not json"));
+    }
 
     #[test]
     fn events_are_split_and_data_joined() {

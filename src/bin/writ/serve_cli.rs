@@ -128,6 +128,13 @@ pub struct ServeCmd {
     /// give them one file (default: the user's state folder for ROOT).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// Stop by itself once no client has been connected for this many
+    /// seconds (no request in flight, an MCP stream or event stream held
+    /// open counting as one, and none within the window). Without it the
+    /// server runs until stopped; the server a `writ mcp` starts for its
+    /// folder is given 600.
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    idle_exit: Option<Duration>,
     /// Stop the server running for ROOT instead.
     #[arg(long)]
     stop: bool,
@@ -228,6 +235,9 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
                 .clone()
                 .unwrap_or_else(|| state.join("session-token")),
         );
+    if let Some(idle) = cmd.idle_exit {
+        options = options.idle_exit(idle);
+    }
     if let Some(session) = &cmd.session {
         options = with_etcd(options, &cmd, session)?;
     }
@@ -309,7 +319,7 @@ fn stop(discovery: &Path) -> Result<(), String> {
 
 /// Whether a writ server at `url` (loopback, as the discovery rules
 /// require) answers `session.info` with `token`, within two seconds.
-fn answers_with_token(url: &str, token: &str) -> bool {
+pub(crate) fn answers_with_token(url: &str, token: &str) -> bool {
     use std::io::{Read as _, Write as _};
     let Some(authority) = url.strip_prefix("http://").map(|r| r.trim_end_matches('/')) else {
         return false;

@@ -103,6 +103,8 @@ pub(crate) struct App {
     poke: Arc<Notify>,
     /// The counts `/metrics` shows beside the table's own.
     pub(crate) metrics: super::observe::Metrics,
+    /// Requests in flight and the last one's end, for `--idle-exit`.
+    pub(crate) activity: Arc<super::activity::Activity>,
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
     /// The session's table in etcd (`writ serve --etcd`): every method that
@@ -232,6 +234,7 @@ impl App {
             reg: Mutex::new(Registry::default()),
             poke: Arc::new(Notify::new()),
             metrics: super::observe::Metrics::default(),
+            activity: Arc::default(),
             stop_tx,
             stop_rx,
             #[cfg(feature = "etcd")]
