@@ -330,13 +330,12 @@ fn marks_round_trip_through_serde_and_add_mark() {
     b.files().write("a.txt", "v3\n").unwrap();
 
     // A mark for a path outside the grant is refused.
-    let outside = ReadMark {
-        path: Path::new("/etc/hostname").to_path_buf(),
-        sha256: "0".repeat(64),
-        len: 0,
-        read_at: std::time::SystemTime::now(),
-        tail_only: false,
-    };
+    let outside = ReadMark::new(
+        Path::new("/etc/hostname"),
+        "0".repeat(64),
+        0,
+        writ::View::Whole,
+    );
     assert!(matches!(
         b.add_mark(outside),
         Err(Error::OutsideGrant { .. })
@@ -456,4 +455,178 @@ fn verify_reports_the_current_mark() {
         a.files().without_hash_cache().verify("a.txt").unwrap(),
         mark
     );
+}
+
+// ---- what the agent saw bounds what it may replace whole (SPEC §6) ----
+
+fn partial(r: writ::Result<writ::Receipt>) -> String {
+    match r {
+        Err(e @ Error::PartialView { .. }) => e.to_string(),
+        other => panic!("expected PartialView, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_whole_file_write_delete_or_move_needs_a_whole_view() {
+    let env = Env::new(config());
+    env.put("a.txt", "1\n2\n3\n4\n5\n");
+    let a = env.actor("a");
+    let (shown, mark) = a.files().read_range("a.txt", 0..2).unwrap();
+    assert_eq!(shown, b"1\n2\n");
+    assert_eq!(
+        mark.view,
+        writ::View::Lines {
+            first: 1,
+            last: 2,
+            total: 5,
+            cut: 0
+        }
+    );
+    // What was shown plus a line, written whole, would drop lines 3-5.
+    let refused = partial(a.files().write("a.txt", "1\n2\nnew\n"));
+    assert!(refused.contains("lines 1-2 of 5"), "{refused}");
+    assert!(refused.contains("from line 3"), "{refused}");
+    partial(a.files().delete("a.txt"));
+    partial(a.files().rename("a.txt", "b.txt"));
+    assert_eq!(env.get("a.txt"), "1\n2\n3\n4\n5\n");
+    assert!(!env.path("b.txt").exists());
+    // Edits and appends name what they change: any view does.
+    a.files().replace("a.txt", "2\n", "two\n").unwrap();
+    a.files().read_range("a.txt", 4..).unwrap();
+    a.files().append("a.txt", "6\n").unwrap();
+    // Reading the rest of the same content makes the view whole.
+    a.files().read_range("a.txt", 0..3).unwrap();
+    partial(a.files().write("a.txt", "x\n"));
+    let (_, mark) = a.files().read_range("a.txt", 3..).unwrap();
+    assert_eq!(mark.view, writ::View::Whole);
+    a.files().write("a.txt", "x\n").unwrap();
+    // A range that is all of the file is a whole view at once.
+    let (_, mark) = a.files().read_range("a.txt", 0..).unwrap();
+    assert!(mark.view.is_whole());
+    // A view of other content is not widened by an older one.
+    a.files().read("a.txt").unwrap();
+    a.files().write("a.txt", "p\nq\n").unwrap();
+    a.files().read_range("a.txt", 1..).unwrap();
+    partial(a.files().delete("a.txt"));
+}
+
+#[test]
+fn a_tail_is_good_for_an_append_only_and_old_marks_read_as_whole() {
+    let env = Env::new(config());
+    env.put("log.md", "a\nb\n");
+    let a = env.actor("a");
+    let (_, mark) = a.files().read_for_append("log.md").unwrap();
+    assert!(matches!(mark.view, writ::View::Tail { .. }));
+    assert!(is_not_read(a.files().replace("log.md", "a", "A")));
+    assert!(is_not_read(a.files().write("log.md", "")));
+    // A mark kept before views existed: whole, or a tail.
+    let sha = mark.sha256.clone();
+    let path = env.path("log.md");
+    let old = serde_json::json!({"path": path, "sha256": sha, "len": 4,
+        "read_at": {"secs_since_epoch": 1, "nanos_since_epoch": 0}});
+    let whole: ReadMark = serde_json::from_value(old.clone()).unwrap();
+    assert!(whole.view.is_whole());
+    let mut tail = old;
+    tail["tail_only"] = true.into();
+    let tail: ReadMark = serde_json::from_value(tail).unwrap();
+    assert!(matches!(tail.view, writ::View::Tail { .. }));
+    // ...and a tail is still written as `tail_only` for readers of old.
+    let wire = serde_json::to_value(&tail).unwrap();
+    assert_eq!(wire["tail_only"], true, "{wire}");
+    assert_eq!(serde_json::from_value::<ReadMark>(wire).unwrap(), tail);
+    a.add_mark(whole).unwrap();
+    a.files().write("log.md", "c\n").unwrap();
+}
+
+// ---- a call resent after a lost answer is answered (SPEC §6) ----
+
+#[test]
+fn a_resent_append_or_edit_is_answered_with_its_receipt_and_writes_nothing() {
+    let env = Env::new(config());
+    env.put("log.md", "a\n");
+    let a = env.actor("a");
+    a.files().read("log.md").unwrap();
+    let first = a.files().append("log.md", "b\n").unwrap();
+    assert!(!first.repeat);
+    let again = a.files().append("log.md", "b\n").unwrap();
+    assert!(again.repeat, "{again:?}");
+    assert_eq!(again.after, first.after);
+    assert!(again.to_string().contains("repeat"), "{again}");
+    assert_eq!(env.get("log.md"), "a\nb\n", "appended once");
+    // Another append with the same mark is no resend: stale as ever.
+    stale_writer(a.files().append("log.md", "c\n"));
+    // A read makes a new mark without receipts: the same append again
+    // is meant, and appends.
+    a.files().read("log.md").unwrap();
+    assert!(!a.files().append("log.md", "b\n").unwrap().repeat);
+    assert_eq!(env.get("log.md"), "a\nb\nb\n");
+    // Edits alike.
+    a.files().read("log.md").unwrap();
+    a.files().replace("log.md", "a\n", "A\n").unwrap();
+    assert!(a.files().replace("log.md", "a\n", "A\n").unwrap().repeat);
+    a.files().read("log.md").unwrap();
+    a.files().replace_all("log.md", "b", "bb").unwrap();
+    assert!(a.files().replace_all("log.md", "b", "bb").unwrap().repeat);
+    assert_eq!(env.get("log.md"), "A\nbb\nbb\n");
+    // Another actor's identical call is its own.
+    let b = env.actor("b");
+    b.files().read("log.md").unwrap();
+    a.files().read("log.md").unwrap();
+    a.files().append("log.md", "z\n").unwrap();
+    assert!(b.files().append("log.md", "z\n").is_err());
+}
+
+#[test]
+fn a_resent_anchored_append_is_answered_with_its_diff() {
+    let history = tempfile::tempdir().unwrap();
+    let env = Env::new(config().history_dir(history.path()));
+    env.put("log.md", "a\n");
+    let (a, b) = (env.actor("a"), env.actor("b"));
+    a.files().read("log.md").unwrap();
+    b.files().read("log.md").unwrap();
+    b.files().append("log.md", "from b\n").unwrap();
+    let first = a.files().append("log.md", "from a\n").unwrap();
+    assert!(first.anchored.is_some());
+    let again = a.files().append("log.md", "from a\n").unwrap();
+    assert!(again.repeat);
+    let anchored = again.anchored.expect("the first answer was anchored");
+    assert!(anchored.diff.contains("+from b\n"), "{}", anchored.diff);
+    assert_eq!(env.get("log.md"), "a\nfrom b\nfrom a\n");
+    // Only the last 16 calls are kept.
+    a.files().read("log.md").unwrap();
+    for i in 0..17 {
+        b.files().read("log.md").unwrap();
+        b.files().append("log.md", format!("b{i}\n")).unwrap();
+        a.files().append("log.md", format!("a{i}\n")).unwrap();
+    }
+    assert!(a.files().append("log.md", "a16\n").unwrap().repeat);
+    assert!(!a.files().append("log.md", "a0\n").unwrap().repeat);
+    assert_eq!(env.get("log.md").matches("a0\n").count(), 2);
+}
+
+// ---- `old` occurring twice, overlapping, is ambiguous (SPEC §6) ----
+
+#[test]
+fn an_old_text_that_overlaps_itself_twice_is_ambiguous() {
+    let env = Env::new(config());
+    env.put("f.txt", "A\nB\nA\nB\nA\n");
+    let a = env.actor("a");
+    a.files().read("f.txt").unwrap();
+    match a.files().replace("f.txt", "A\nB\nA", "N") {
+        Err(Error::AmbiguousMatch { count, .. }) => assert_eq!(count, 2),
+        other => panic!("expected AmbiguousMatch, got {other:?}"),
+    }
+    assert_eq!(env.get("f.txt"), "A\nB\nA\nB\nA\n");
+    // The case, anchored: bob turns `Z` into `A`, and alice's edit
+    // of `A B A` (once in what she read) must not land on bob's line.
+    let history = tempfile::tempdir().unwrap();
+    let env = Env::new(config().history_dir(history.path()));
+    env.put("f.txt", "Z\nB\nA\nB\nA\nY\n");
+    let (alice, bob) = (env.actor("alice"), env.actor("bob"));
+    alice.files().read("f.txt").unwrap();
+    bob.files().read("f.txt").unwrap();
+    bob.files().replace("f.txt", "Z\n", "A\n").unwrap();
+    let result = alice.files().replace("f.txt", "A\nB\nA\n", "N\n");
+    assert_eq!(stale_writer(result).as_deref(), Some("bob"));
+    assert_eq!(env.get("f.txt"), "A\nB\nA\nB\nA\nY\n");
 }

@@ -103,16 +103,33 @@ fn touches(op: &DiffOp, first: usize, end: usize) -> bool {
     }
 }
 
-/// The offset of the one occurrence of `needle` in `hay`.
-fn unique(hay: &[u8], needle: &[u8]) -> Result<usize, Unanchored> {
+/// Where `needle` occurs in `hay`: the first offset and how many times,
+/// overlapping occurrences counted (in `aaa`, `aa` occurs twice). The one
+/// finder of `old` for every replace, anchored or not: a text that occurs
+/// twice, overlapping, is ambiguous, never "the first one".
+pub(crate) fn occurrences(hay: &[u8], needle: &[u8]) -> (Option<usize>, usize) {
     if needle.is_empty() {
-        return Err(Unanchored::Missing);
+        return (None, 0);
     }
-    let mut found = memchr::memmem::find_iter(hay, needle);
-    match (found.next(), found.next()) {
-        (Some(at), None) => Ok(at),
+    let finder = memchr::memmem::Finder::new(needle);
+    let Some(first) = finder.find(hay) else {
+        return (None, 0);
+    };
+    let (mut count, mut from) = (1, first + 1);
+    while let Some(at) = hay.get(from..).and_then(|rest| finder.find(rest)) {
+        count += 1;
+        from += at + 1;
+    }
+    (Some(first), count)
+}
+
+/// The offset of the one occurrence of `needle` in `hay` (overlapping
+/// occurrences counted, as [`occurrences`] counts them).
+fn unique(hay: &[u8], needle: &[u8]) -> Result<usize, Unanchored> {
+    match occurrences(hay, needle) {
+        (Some(at), 1) => Ok(at),
         (None, _) => Err(Unanchored::Missing),
-        (Some(_), Some(_)) => Err(Unanchored::Ambiguous),
+        (Some(_), _) => Err(Unanchored::Ambiguous),
     }
 }
 
@@ -266,6 +283,24 @@ mod tests {
         assert_eq!(replaced(b"abc", &pairs).as_deref(), Some(&b"ayc"[..]));
         let pairs: [(&[u8], &[u8]); 1] = [(b"a", b"z")];
         assert_eq!(replaced(b"aa", &pairs), None);
+    }
+
+    #[test]
+    fn overlapping_occurrences_count() {
+        assert_eq!(occurrences(b"aaaa", b"aa"), (Some(0), 3));
+        assert_eq!(occurrences(b"xay", b"a"), (Some(1), 1));
+        assert_eq!(occurrences(b"xy", b"a"), (None, 0));
+        assert_eq!(occurrences(b"xy", b""), (None, 0));
+        // `A B A` in `A B A B A`: twice, sharing the middle `A`.
+        assert_eq!(occurrences(b"A\nB\nA\nB\nA\n", b"A\nB\nA"), (Some(0), 2));
+        // The case: bob turned `Z` into `A`, so `A B A` is
+        // ambiguous now, and alice's stale edit must not pick bob's line.
+        assert_eq!(
+            replace("Z\nB\nA\nB\nA\nY\n", "A\nB\nA\nB\nA\nY\n", "A\nB\nA"),
+            Err(Unanchored::Ambiguous)
+        );
+        let pairs: [(&[u8], &[u8]); 1] = [(b"A\nB\nA", b"N")];
+        assert_eq!(replaced(b"A\nB\nA\nB\nA\nY\n", &pairs), None);
     }
 
     #[test]
