@@ -630,3 +630,309 @@ fn an_old_text_that_overlaps_itself_twice_is_ambiguous() {
     assert_eq!(stale_writer(result).as_deref(), Some("bob"));
     assert_eq!(env.get("f.txt"), "A\nB\nA\nB\nA\nY\n");
 }
+
+// ---- the same rules through every surface: MCP (both tool sets), /rpc,
+// in process and on etcd ----
+
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+#[path = "common/mcp_http_client.rs"]
+mod mcp_http_client;
+
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+mod surfaces {
+    use super::mcp_http_client::McpHttp;
+    use std::path::Path;
+    use std::time::Duration;
+
+    /// 1,060 lines of 1,000 bytes: 1,060,000 bytes, more than one read
+    /// shows (256 KiB).
+    pub fn big() -> String {
+        (0..1060)
+            .map(|i| format!("{i:04}{}\n", "x".repeat(995)))
+            .collect()
+    }
+
+    pub async fn agent(url: &str, token: &str, query: &str) -> McpHttp {
+        let mut agent = McpHttp::new(&format!("{url}/mcp{query}"), token);
+        agent.initialize("gate-test").await;
+        agent
+    }
+
+    /// A read cut short by the read bound, a line range, and a `head`
+    /// each leave a partial view: a whole write of what was shown plus a
+    /// line is refused and the file is unchanged; an append or edit lands.
+    pub async fn partial_views_refuse_whole_writes(url: &str, token: &str, root: &Path) {
+        let text = big();
+        std::fs::write(root.join("big.txt"), &text).unwrap();
+        let mut writ_set = agent(url, token, "").await;
+        let (error, shown) = writ_set
+            .call("read_file", serde_json::json!({"path": "big.txt"}))
+            .await;
+        assert!(!error, "{shown}");
+        assert!(shown.contains("To read on"), "cut short by the bound");
+        let (error, said) = writ_set
+            .call(
+                "write_file",
+                serde_json::json!({"path": "big.txt", "content": format!("{shown}one more\n")}),
+            )
+            .await;
+        assert!(error && said.contains("only in part"), "{said}");
+        assert!(said.contains("of 1060"), "{said}");
+        assert_eq!(std::fs::read_to_string(root.join("big.txt")).unwrap(), text);
+        // A line range, then a delete or a move: refused alike.
+        let (error, _) = writ_set
+            .call(
+                "read_file",
+                serde_json::json!({"path": "big.txt", "offset": 500, "limit": 5}),
+            )
+            .await;
+        assert!(!error);
+        let (error, said) = writ_set
+            .call("delete_file", serde_json::json!({"path": "big.txt"}))
+            .await;
+        assert!(error && said.contains("lines 500-504 of 1060"), "{said}");
+        let (error, said) = writ_set
+            .call(
+                "move_file",
+                serde_json::json!({"from": "big.txt", "to": "moved.txt"}),
+            )
+            .await;
+        assert!(error && said.contains("only in part"), "{said}");
+        assert_eq!(std::fs::read_to_string(root.join("big.txt")).unwrap(), text);
+        // An edit of what was shown lands.
+        let (error, said) = writ_set
+            .call("edit_file", serde_json::json!({"path": "big.txt", "old_string": "0011x", "new_string": "0011y"}))
+            .await;
+        assert!(!error, "{said}");
+        // The filesystem set: a refusal cut short ("Cut short: … bytes"),
+        // then a write of what it showed.
+        let mut fs_set = agent(url, token, "?tools=filesystem").await;
+        let (error, said) = fs_set
+            .call(
+                "write_file",
+                serde_json::json!({"path": "big.txt", "content": "x\n"}),
+            )
+            .await;
+        assert!(error && said.contains("Cut short"), "{said}");
+        let now = std::fs::read_to_string(root.join("big.txt")).unwrap();
+        let (error, said) = fs_set
+            .call(
+                "write_file",
+                serde_json::json!({"path": "big.txt", "content": "x\n"}),
+            )
+            .await;
+        assert!(error && said.contains("bytes"), "{said}");
+        assert_eq!(std::fs::read_to_string(root.join("big.txt")).unwrap(), now);
+        let (error, _) = fs_set
+            .call(
+                "read_text_file",
+                serde_json::json!({"path": "big.txt", "head": 2}),
+            )
+            .await;
+        assert!(!error);
+        let (error, said) = fs_set
+            .call(
+                "write_file",
+                serde_json::json!({"path": "big.txt", "content": "x\n"}),
+            )
+            .await;
+        assert!(error && said.contains("lines 1-2 of 1060"), "{said}");
+        // Reading all of it makes the view whole.
+        let (error, _) = fs_set
+            .call("read_text_file", serde_json::json!({"path": "big.txt"}))
+            .await;
+        assert!(!error);
+        let (error, said) = fs_set
+            .call(
+                "write_file",
+                serde_json::json!({"path": "big.txt", "content": "x\n"}),
+            )
+            .await;
+        assert!(!error, "{said}");
+        assert_eq!(
+            std::fs::read_to_string(root.join("big.txt")).unwrap(),
+            "x\n"
+        );
+    }
+
+    /// An append resent after its answer was lost is answered with the
+    /// first result, marked as a repeat, and the file has it once; after
+    /// a read the same append appends again.
+    pub async fn resent_appends_land_once(url: &str, token: &str, root: &Path) {
+        std::fs::write(root.join("log.md"), "a\n").unwrap();
+        let mut writ_set = agent(url, token, "").await;
+        writ_set
+            .call("read_file", serde_json::json!({"path": "log.md"}))
+            .await;
+        let append = serde_json::json!({"path": "log.md", "content": "b\n"});
+        let (error, first) = writ_set.call("append_file", append.clone()).await;
+        assert!(
+            !error && !first.contains("nothing was written this time"),
+            "{first}"
+        );
+        let (error, again) = writ_set.call("append_file", append.clone()).await;
+        assert!(
+            !error && again.contains("nothing was written this time"),
+            "{again}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("log.md")).unwrap(),
+            "a\nb\n"
+        );
+        writ_set
+            .call("read_file", serde_json::json!({"path": "log.md"}))
+            .await;
+        let (error, third) = writ_set.call("append_file", append).await;
+        assert!(!error && !third.contains("nothing was written"), "{third}");
+        assert_eq!(
+            std::fs::read_to_string(root.join("log.md")).unwrap(),
+            "a\nb\nb\n"
+        );
+        // The filesystem set's edit_file alike.
+        let mut fs_set = agent(url, token, "?tools=filesystem").await;
+        fs_set
+            .call("read_text_file", serde_json::json!({"path": "log.md"}))
+            .await;
+        let edit =
+            serde_json::json!({"path": "log.md", "edits": [{"oldText": "a\n", "newText": "A\n"}]});
+        let (error, first) = fs_set.call("edit_file", edit.clone()).await;
+        assert!(!error, "{first}");
+        let (error, again) = fs_set.call("edit_file", edit).await;
+        assert!(
+            !error && again.contains("nothing was written this time"),
+            "{again}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("log.md")).unwrap(),
+            "A\nb\nb\n"
+        );
+    }
+
+    pub fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    pub fn options(root: &Path) -> writ::server::Options {
+        writ::server::Options::new(root)
+            .config(writ::Config::default().durability(writ::Durability::Process))
+            .call_wait(Duration::from_millis(300))
+    }
+}
+
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+#[test]
+fn partial_views_and_resent_calls_through_mcp_in_process() {
+    surfaces::runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let server = writ::server::Server::start(surfaces::options(&root))
+            .await
+            .unwrap();
+        surfaces::partial_views_refuse_whole_writes(server.url(), server.token(), &root).await;
+        surfaces::resent_appends_land_once(server.url(), server.token(), &root).await;
+        server.shutdown().await;
+    });
+}
+
+#[cfg(all(
+    feature = "mcp",
+    feature = "server",
+    feature = "remote",
+    feature = "etcd"
+))]
+#[path = "common/etcd_server.rs"]
+mod etcd_server;
+
+/// On etcd: MCP as in process, and through `/rpc` across two servers: a
+/// line range read through one refuses a whole write through the other,
+/// and an append resent through the other server is answered, not
+/// appended twice.
+#[cfg(all(
+    feature = "mcp",
+    feature = "server",
+    feature = "remote",
+    feature = "etcd"
+))]
+#[test]
+fn partial_views_and_resent_calls_on_etcd() {
+    surfaces::runtime().block_on(async {
+        let etcd = etcd_server::Etcd::start();
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let mut servers = Vec::new();
+        for _ in 0..2 {
+            let options = surfaces::options(&root)
+                .token("gate-token-0123456789")
+                .etcd(
+                    [etcd.endpoint.as_str()],
+                    "gate",
+                    writ::etcd::TableOptions::default(),
+                );
+            servers.push(writ::server::Server::start(options).await.unwrap());
+        }
+        surfaces::partial_views_refuse_whole_writes(
+            servers[0].url(),
+            "gate-token-0123456789",
+            &root,
+        )
+        .await;
+        surfaces::resent_appends_land_once(servers[1].url(), "gate-token-0123456789", &root).await;
+        let (one, two) = (
+            writ::remote::Session::connect(servers[0].url(), "gate-token-0123456789")
+                .await
+                .unwrap(),
+            writ::remote::Session::connect(servers[1].url(), "gate-token-0123456789")
+                .await
+                .unwrap(),
+        );
+        let actor = one
+            .actor("rpc", writ::Grant::workspace(&root))
+            .await
+            .unwrap();
+        let handle = actor.handle().to_string();
+        std::fs::write(root.join("r.txt"), "1\n2\n3\n").unwrap();
+        let call = |via: &writ::remote::Session, method: &str, mut params: serde_json::Value| {
+            params["actor"] = handle.clone().into();
+            let (via, method) = (via.clone(), method.to_string());
+            async move { via.call(&method, params).await }
+        };
+        call(
+            &one,
+            "files.read",
+            serde_json::json!({"path": "r.txt", "lines": [0, 1]}),
+        )
+        .await
+        .unwrap();
+        let written = call(
+            &two,
+            "files.write",
+            serde_json::json!({"path": "r.txt", "content": "1\n"}),
+        )
+        .await;
+        assert!(
+            matches!(written, Err(Error::PartialView { .. })),
+            "{written:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("r.txt")).unwrap(),
+            "1\n2\n3\n"
+        );
+        let append = serde_json::json!({"path": "r.txt", "content": "4\n"});
+        let first = call(&one, "files.append", append.clone()).await.unwrap();
+        assert!(first.get("repeat").is_none(), "{first}");
+        let again = call(&two, "files.append", append).await.unwrap();
+        assert_eq!(again["repeat"], true, "{again}");
+        assert_eq!(again["after"], first["after"]);
+        assert_eq!(
+            std::fs::read_to_string(root.join("r.txt")).unwrap(),
+            "1\n2\n3\n4\n"
+        );
+        for server in servers {
+            server.shutdown().await;
+        }
+    });
+}
