@@ -753,6 +753,23 @@ mod surfaces {
             std::fs::read_to_string(root.join("big.txt")).unwrap(),
             "x\n"
         );
+        // An edit's preview shows lines around it: enough for the edit,
+        // not for a whole write.
+        std::fs::write(root.join("big.txt"), &text).unwrap();
+        let edit = serde_json::json!({"path": "big.txt", "edits": [{"oldText": "0500x", "newText": "0500z"}]});
+        let mut preview = edit.clone();
+        preview["dryRun"] = true.into();
+        let (error, said) = fs_set.call("edit_file", preview).await;
+        assert!(!error, "{said}");
+        let (error, said) = fs_set
+            .call(
+                "write_file",
+                serde_json::json!({"path": "big.txt", "content": "x\n"}),
+            )
+            .await;
+        assert!(error && said.contains("lines around an edit"), "{said}");
+        let (error, said) = fs_set.call("edit_file", edit).await;
+        assert!(!error, "{said}");
     }
 
     /// An append resent after its answer was lost is answered with the
@@ -934,5 +951,56 @@ fn partial_views_and_resent_calls_on_etcd() {
         for server in servers {
             server.shutdown().await;
         }
+    });
+}
+
+/// An anchored result's diff is bounded by the tools' read bound (256 KiB
+/// by default), not by the whole-read limit (64 MiB): another agent's
+/// 600 KB rewrite shows as a diff cut short.
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+#[test]
+fn an_anchored_result_through_mcp_is_bounded_by_the_read_bound() {
+    surfaces::runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let history = tempfile::tempdir().unwrap();
+        let config = writ::Config::default()
+            .durability(writ::Durability::Process)
+            .history_dir(history.path());
+        let server = writ::server::Server::start(surfaces::options(&root).config(config))
+            .await
+            .unwrap();
+        std::fs::write(root.join("n.md"), "start\n").unwrap();
+        let mut alice = surfaces::agent(server.url(), server.token(), "").await;
+        let mut bob = surfaces::agent(server.url(), server.token(), "?tools=filesystem").await;
+        alice
+            .call("read_file", serde_json::json!({"path": "n.md"}))
+            .await;
+        bob.call("read_text_file", serde_json::json!({"path": "n.md"}))
+            .await;
+        let rewrite: String = (0..6000)
+            .map(|i| format!("{i:05}{}\n", "y".repeat(94)))
+            .collect();
+        let (error, said) = bob
+            .call(
+                "write_file",
+                serde_json::json!({"path": "n.md", "content": rewrite}),
+            )
+            .await;
+        assert!(!error, "{said}");
+        let (error, said) = alice
+            .call(
+                "append_file",
+                serde_json::json!({"path": "n.md", "content": "alice\n"}),
+            )
+            .await;
+        assert!(!error, "{said}");
+        assert!(
+            said.contains("Cut short at the read limit"),
+            "{}",
+            &said[..200]
+        );
+        assert!(said.len() < 300 * 1024, "{} bytes", said.len());
+        server.shutdown().await;
     });
 }

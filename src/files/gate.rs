@@ -247,6 +247,12 @@ pub enum View {
         /// How many lines the file has.
         total: u64,
     },
+    /// Lines around some places in it (an edit's preview, which shows
+    /// the diff it would make).
+    Excerpts {
+        /// How many lines the file has.
+        total: u64,
+    },
 }
 
 impl View {
@@ -304,8 +310,10 @@ impl View {
                     cut: *c1.max(c2),
                 }
             }
-            (Tail { .. }, wider @ (Lines { .. } | Bytes { .. }))
-            | (wider @ (Lines { .. } | Bytes { .. }), Tail { .. }) => wider.clone(),
+            (Tail { .. }, wider @ (Lines { .. } | Bytes { .. } | View::Excerpts { .. }))
+            | (wider @ (Lines { .. } | Bytes { .. } | View::Excerpts { .. }), Tail { .. }) => {
+                wider.clone()
+            }
             _ => other.clone(),
         };
         match joined {
@@ -333,6 +341,7 @@ impl View {
                 _ => format!("read on from line {}", last + 1),
             },
             View::Bytes { .. } => "read the rest of it".to_string(),
+            View::Excerpts { .. } => "read it".to_string(),
             View::Tail { .. } | View::Whole => "read all of it".to_string(),
         }
     }
@@ -364,6 +373,7 @@ impl std::fmt::Display for View {
                 write!(f, "its last lines ({first}-{total} of {total})")
             }
             View::Tail { .. } => f.write_str("its last lines"),
+            View::Excerpts { total } => write!(f, "the lines around an edit, of {total} lines"),
         }
     }
 }

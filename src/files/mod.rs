@@ -1747,6 +1747,36 @@ mod tests {
     }
 
     #[test]
+    fn an_anchored_diff_is_cut_at_the_handle_s_bound() {
+        let (dir, _) = setup();
+        let history = tempfile::tempdir().unwrap();
+        let sched = Scheduler::new(
+            Config::default()
+                .durability(Durability::Process)
+                .history_dir(history.path()),
+        );
+        let (a, b) = (
+            sched.actor("a", Grant::workspace(dir.path())).unwrap(),
+            sched.actor("b", Grant::workspace(dir.path())).unwrap(),
+        );
+        a.files().read("a.txt").unwrap();
+        b.files().read("a.txt").unwrap();
+        b.files().append("a.txt", "b".repeat(200) + "\n").unwrap();
+        let receipt = a.files().diff_bound(60).append("a.txt", "a\n").unwrap();
+        let anchored = receipt.anchored.unwrap();
+        assert!(
+            anchored.truncated && anchored.diff.len() <= 60,
+            "{anchored:?}"
+        );
+        // Without a bound of its own, a handle's is `max_read_bytes`.
+        b.files().read("a.txt").unwrap();
+        a.files().read("a.txt").unwrap();
+        b.files().append("a.txt", "b".repeat(200) + "\n").unwrap();
+        let receipt = a.files().append("a.txt", "a2\n").unwrap();
+        assert!(!receipt.anchored.unwrap().truncated);
+    }
+
+    #[test]
     fn the_streamed_range_is_the_slice_of_the_whole() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");

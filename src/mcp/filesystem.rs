@@ -583,8 +583,12 @@ async fn edit_file(call: Call<'_>) -> Outcome {
     let dry_run = args.opt_bool("dryRun")?.unwrap_or(false);
     let shown_path = resolve(actor, &path)?.display().to_string();
     if dry_run {
-        // A preview shows the current content around each edit: it reads.
-        let bytes = read_bytes(server, actor, &path).await?;
+        // A preview shows the current content around each edit: it reads,
+        // and its mark says it showed only that (SPEC §6).
+        let look = |bytes: &[u8]| View::Excerpts {
+            total: String::from_utf8_lossy(bytes).lines().count() as u64,
+        };
+        let (bytes, _) = read_viewed(server, actor, &path, look).await?;
         return edited(&shown_path, &bytes, &edits)
             .map(|(_, diff)| text(diff))
             .map_err(bad);
