@@ -237,6 +237,13 @@ enum Step {
     /// `B`): repeated texts are what make `old` occur twice, overlapping
     /// (`A B A` in `A B A B A`).
     Copy(usize, usize, bool),
+    /// Inserts a fresh line between lines `at - 1` and `at` of what the
+    /// actor saw, naming both (the natural edit: the last entry and the
+    /// closing brace, with an entry between).
+    Insert(usize, usize),
+    /// Sends the actor's last replace again, as a client does whose
+    /// answer was lost: answered, never applied twice.
+    Again(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -250,7 +257,9 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (actor.clone(), 0..12usize).prop_map(|(a, at)| Step::WriteMove(a, at)),
         1 => (actor.clone(), 0..12usize).prop_map(|(a, at)| Step::WriteLine(a, at)),
         1 => (0..12usize).prop_map(Step::Outside),
-        2 => (actor, 0..12usize, any::<bool>()).prop_map(|(a, at, b)| Step::Copy(a, at, b)),
+        2 => (actor.clone(), 0..12usize, any::<bool>()).prop_map(|(a, at, b)| Step::Copy(a, at, b)),
+        4 => (actor.clone(), 1..12usize).prop_map(|(a, at)| Step::Insert(a, at)),
+        1 => actor.prop_map(Step::Again),
     ]
 }
 
@@ -424,6 +433,74 @@ fn run(start: &[u8], steps: &[Step]) -> Result<(), TestCaseError> {
                     Err(e) => prop_assert!(false, "{step:?}: {e}"),
                 }
             }
+            Step::Insert(a, at) => {
+                let Some(seen) = model.seen[a].clone() else {
+                    continue;
+                };
+                if seen.len() < 2 {
+                    continue;
+                }
+                let at = 1 + (at - 1) % (seen.len() - 1);
+                let (above, below) = (seen[at - 1].clone(), seen[at].clone());
+                let line = model.fresh();
+                let old = format!("{}{}", above.1, below.1);
+                let new = format!("{}{}{}", above.1, line.1, below.1);
+                let result = actors[a].files().replace("f.py", &old, &new);
+                let call = (old, new);
+                let resent = made[a].contains(&call);
+                let texts: Vec<&str> = model.current.iter().map(|(_, t)| t.as_str()).collect();
+                let found = (0..texts.len().saturating_sub(1))
+                    .filter(|&i| texts[i] == above.1 && texts[i + 1] == below.1)
+                    .count();
+                match result {
+                    Ok(receipt) if receipt.repeat => prop_assert!(resent, "{step:?}"),
+                    Ok(receipt) => {
+                        prop_assert!(!resent, "{step:?} applied twice");
+                        made[a].push(call);
+                        // Just above the line it saw below the gap, after
+                        // whatever others inserted there; the line above
+                        // still above it, with only lines it never saw
+                        // between: nothing reordered or dropped.
+                        let k = model.current.iter().position(|l| *l == below);
+                        let j = model.current.iter().position(|l| *l == above);
+                        let (Some(j), Some(k)) = (j, k) else {
+                            prop_assert!(false, "{step:?} inserted beside a line it had not seen");
+                            unreachable!()
+                        };
+                        prop_assert!(j < k, "{step:?} reordered");
+                        for between in &model.current[j + 1..k] {
+                            prop_assert!(!seen.contains(between), "{step:?} split {between:?}");
+                        }
+                        if receipt.anchored.is_some() {
+                            if k > j + 1 {
+                                count(&SEEN.rebased);
+                            }
+                        } else {
+                            prop_assert!(current(&seen));
+                        }
+                        let mut lines = model.current.clone();
+                        lines.insert(k, line);
+                        model.landed(&now, lines);
+                    }
+                    Err(Error::Stale { .. }) => prop_assert!(!current(&seen), "{step:?}"),
+                    Err(Error::AmbiguousMatch { .. }) => {
+                        prop_assert!(current(&seen) && found >= 2, "{step:?}")
+                    }
+                    Err(e) => prop_assert!(false, "{step:?}: {e}"),
+                }
+            }
+            Step::Again(a) => {
+                let Some((old, new)) = made[a].last().cloned() else {
+                    continue;
+                };
+                match actors[a].files().replace("f.py", &old, &new) {
+                    Ok(receipt) => {
+                        prop_assert!(receipt.repeat, "{step:?} applied twice");
+                        count(&SEEN.repeat);
+                    }
+                    Err(e) => prop_assert!(false, "{step:?}: {e}"),
+                }
+            }
             Step::Append(a) => {
                 let Some(seen) = model.seen[a].clone() else {
                     continue;
@@ -503,6 +580,7 @@ struct Seen {
     refused_write: AtomicUsize,
     ambiguous: AtomicUsize,
     repeat: AtomicUsize,
+    rebased: AtomicUsize,
 }
 
 static SEEN: Seen = Seen {
@@ -512,6 +590,7 @@ static SEEN: Seen = Seen {
     refused_write: AtomicUsize::new(0),
     ambiguous: AtomicUsize::new(0),
     repeat: AtomicUsize::new(0),
+    rebased: AtomicUsize::new(0),
 };
 
 fn count(what: &AtomicUsize) {
@@ -548,7 +627,50 @@ fn interleaved_edits_keep_every_accepted_change_and_replace_only_seen_text() {
         ("stale write", &SEEN.refused_write),
         ("ambiguous replace", &SEEN.ambiguous),
         ("resent replace", &SEEN.repeat),
+        ("insertion among others'", &SEEN.rebased),
     ] {
         assert!(n.load(Ordering::Relaxed) > 0, "no {what} occurred");
     }
+}
+
+/// Insertions at one point are kept both (SPEC §6): two agents add an
+/// entry at the end of one registry with the natural edit (the last entry
+/// and the closing brace); the second lands after the first's entry, and
+/// its result shows that entry.
+#[test]
+fn two_insertions_at_one_point_both_land_in_the_order_applied() {
+    let env = Env::new(true);
+    env.put("REG = {\n    'a': 1,\n}\n");
+    let (b, c) = (env.actor("b"), env.actor("c"));
+    b.files().read("f.py").unwrap();
+    c.files().read("f.py").unwrap();
+    b.files()
+        .replace("f.py", "    'a': 1,\n}\n", "    'a': 1,\n    'b': 2,\n}\n")
+        .unwrap();
+    let receipt = c
+        .files()
+        .replace("f.py", "    'a': 1,\n}\n", "    'a': 1,\n    'c': 3,\n}\n")
+        .unwrap();
+    assert_eq!(
+        env.get(),
+        "REG = {\n    'a': 1,\n    'b': 2,\n    'c': 3,\n}\n"
+    );
+    let anchored = receipt.anchored.expect("applied among b's lines");
+    assert_eq!(anchored.writer.as_deref(), Some("b"));
+    assert!(
+        anchored.diff.contains("+    'b': 2,\n"),
+        "{}",
+        anchored.diff
+    );
+    // A rewrite of a line it spans is judged as before: refused.
+    let d = env.actor("d");
+    d.files().read("f.py").unwrap();
+    b.files().read("f.py").unwrap();
+    b.files()
+        .replace("f.py", "    'c': 3,\n", "    'c': 4,\n")
+        .unwrap();
+    stale(
+        d.files()
+            .replace("f.py", "    'c': 3,\n}\n", "    'c': 3,\n    'd': 5,\n}\n"),
+    );
 }

@@ -870,17 +870,28 @@ impl<'a> Files<'a> {
         // The diff runs inside the exclusive hold: a pathological pair of
         // versions gets a less minimal diff (more refusals), not a stall.
         let deadline = std::time::Instant::now() + ANCHOR_DIFF_TIME;
-        if anchor::decide(&marked, current, edit, Some(deadline)).is_err() {
-            return Err(stale);
-        }
-        let Ok(new) = apply(Some(current)) else {
-            return Err(stale);
-        };
-        if let Edit::Replace(pairs) = edit {
-            if anchor::replaced(current, pairs).as_deref() != Some(&*new) {
-                return Err(stale);
+        let new = match (anchor::decide(&marked, current, edit, Some(deadline)), edit) {
+            (Ok(()), _) => {
+                let Ok(new) = apply(Some(current)) else {
+                    return Err(stale);
+                };
+                if let Edit::Replace(pairs) = edit {
+                    if anchor::replaced(current, pairs).as_deref() != Some(&*new) {
+                        return Err(stale);
+                    }
+                }
+                new
             }
-        }
+            // Insertions at one point are kept both: a replace that only
+            // inserts lines goes between the lines it saw, after others'.
+            (Err(_), Edit::Replace(&[(old, new)])) => {
+                match anchor::inserted(&marked, current, old, new, Some(deadline)) {
+                    Some(rebased) => Cow::Owned(rebased),
+                    None => return Err(stale),
+                }
+            }
+            (Err(_), _) => return Err(stale),
+        };
         let writer = match stale {
             Error::Stale { writer, .. } => writer,
             _ => None,

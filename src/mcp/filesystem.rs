@@ -615,8 +615,9 @@ async fn edit_file(call: Call<'_>) -> Outcome {
     match (written, computed) {
         (Ok(receipt), Some(Ok(diff))) => Ok(text(diff + &super::anchored::note(&receipt))),
         // A resent call writes nothing and makes no diff: its first
-        // answer stands.
-        (Ok(receipt), None) if receipt.repeat => Ok(text(format!(
+        // answer stands; an insertion placed among others' lines made no
+        // diff of its own either (the note shows the others').
+        (Ok(receipt), None) if receipt.repeat || receipt.anchored.is_some() => Ok(text(format!(
             "Edited {path}.{}{}",
             super::anchored::note(&receipt),
             repeat_note(&receipt)
