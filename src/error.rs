@@ -152,6 +152,21 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// A write that replaces a whole file (a write, a delete, a move)
+    /// after a read that showed only part of it (SPEC §6): nothing was done.
+    #[error(
+        "{} was shown to you only in part ({seen}), and this replaces all of it, so nothing was done; {rest} first, or change only what you saw with an edit or an append.",
+        path.display()
+    )]
+    PartialView {
+        /// The file.
+        path: PathBuf,
+        /// What the read showed ("lines 1-2000 of 5000").
+        seen: String,
+        /// How to see the rest ("read on from line 2001").
+        rest: String,
+    },
+
     /// A write to a file that changed since the actor's read.
     #[error(
         "{} changed since you read it{}; read it again and redo your edit on the current content (for an append, reading its tail is enough).",

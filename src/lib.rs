@@ -120,7 +120,7 @@ pub use error::{Busy, ERROR_KINDS, Error, ErrorKind, ProtocolError, Result, Slot
 #[doc(hidden)]
 pub use files::WriteStep;
 pub use files::folders::{EntryKind, FolderEntry};
-pub use files::gate::ReadMark;
+pub use files::gate::{ReadMark, View};
 pub use files::{Anchored, FileOp, Files, HistoryStatus, Receipt};
 pub use kinds::{HoldKind, Mode};
 pub use sched::actor::{Actor, Grant};

@@ -232,24 +232,50 @@ enum Step {
     WriteLine(usize, usize),
     /// A person edits line `at` outside writ.
     Outside(usize),
+    /// Replaces line `at` of what the actor saw, a line of the starting
+    /// file whose text is its own, with a copy of a repeated text (`A` or
+    /// `B`): repeated texts are what make `old` occur twice, overlapping
+    /// (`A B A` in `A B A B A`).
+    Copy(usize, usize, bool),
+    /// Inserts a fresh line between lines `at - 1` and `at` of what the
+    /// actor saw, naming both (the natural edit: the last entry and the
+    /// closing brace, with an entry between).
+    Insert(usize, usize),
+    /// Sends the actor's last replace again, as a client does whose
+    /// answer was lost: answered, never applied twice.
+    Again(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
     let actor = 0..3usize;
     prop_oneof![
         3 => actor.clone().prop_map(Step::Read),
-        5 => (actor.clone(), 0..12usize, 1..3usize, 0..3usize).prop_map(|(actor, at, span, fresh)| {
+        5 => (actor.clone(), 0..12usize, 1..4usize, 0..3usize).prop_map(|(actor, at, span, fresh)| {
             Step::Replace { actor, at, span, fresh }
         }),
         2 => actor.clone().prop_map(Step::Append),
         2 => (actor.clone(), 0..12usize).prop_map(|(a, at)| Step::WriteMove(a, at)),
-        1 => (actor, 0..12usize).prop_map(|(a, at)| Step::WriteLine(a, at)),
+        1 => (actor.clone(), 0..12usize).prop_map(|(a, at)| Step::WriteLine(a, at)),
         1 => (0..12usize).prop_map(Step::Outside),
+        2 => (actor.clone(), 0..12usize, any::<bool>()).prop_map(|(a, at, b)| Step::Copy(a, at, b)),
+        4 => (actor.clone(), 1..12usize).prop_map(|(a, at)| Step::Insert(a, at)),
+        1 => actor.prop_map(Step::Again),
     ]
 }
 
-/// A line as the model knows it: its text (unique in the file at any
-/// time) and the identity of this instance of it. A line moved elsewhere
+/// The starting file's lines: `0` a text of its own, `1` and `2` the
+/// repeated texts `A` and `B`.
+fn start() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(
+        prop_oneof![1 => Just(0u8), 2 => Just(1u8), 2 => Just(2u8)],
+        6..9,
+    )
+}
+
+/// A line as the model knows it: its text and the identity of this
+/// instance of it. Texts are unique except the repeated `A` and `B`, which
+/// only the starting file and [`Step::Copy`] bring (never over a line that
+/// had one of them: no text comes back where it was). A line moved elsewhere
 /// is a new instance: an actor who saw it where it was has not seen it
 /// where it is (with the line before it now after it).
 type Line = (u64, String);
@@ -269,6 +295,10 @@ impl Model {
         self.next += 1;
         (self.next, format!("<{}>\n", self.next))
     }
+    fn repeated(&mut self, b: bool) -> Line {
+        self.next += 1;
+        (self.next, if b { "B\n" } else { "A\n" }.to_string())
+    }
     fn text(lines: &[Line]) -> String {
         lines.iter().map(|(_, t)| t.as_str()).collect()
     }
@@ -287,7 +317,7 @@ impl Model {
 ///   seen (never text moved or rewritten since its read);
 /// - an append with a mark of a version history holds is always applied;
 ///   a write with a stale mark never is.
-fn run(steps: &[Step]) -> Result<(), TestCaseError> {
+fn run(start: &[u8], steps: &[Step]) -> Result<(), TestCaseError> {
     let env = Env::new(true);
     let actors: Vec<Actor> = (0..3).map(|i| env.actor(&format!("a{i}"))).collect();
     let mut model = Model {
@@ -297,8 +327,24 @@ fn run(steps: &[Step]) -> Result<(), TestCaseError> {
         next: 0,
         moved: false,
     };
-    let start: Vec<Line> = (0..6).map(|_| model.fresh()).collect();
+    let start: Vec<Line> = start
+        .iter()
+        .map(|kind| match kind {
+            0 => model.fresh(),
+            k => model.repeated(*k == 2),
+        })
+        .collect();
+    // Lines of the start with a text of their own: what `Copy` may turn
+    // into a repeated text.
+    let own: HashSet<u64> = start
+        .iter()
+        .filter(|(_, t)| t.starts_with('<'))
+        .map(|(id, _)| *id)
+        .collect();
     model.current = start;
+    // The replaces each actor made since its last read, which a resent
+    // one repeats (SPEC §6).
+    let mut made: Vec<Vec<(String, String)>> = vec![Vec::new(); 3];
     env.put(&Model::text(&model.current));
     for step in steps {
         let now = Model::text(&model.current);
@@ -308,13 +354,13 @@ fn run(steps: &[Step]) -> Result<(), TestCaseError> {
             Step::Read(a) => {
                 actors[a].files().read("f.py").unwrap();
                 model.seen[a] = Some(model.current.clone());
+                made[a].clear();
             }
-            Step::Replace {
-                actor,
-                at,
-                span,
-                fresh,
-            } => {
+            Step::Replace { .. } | Step::Copy(..) => {
+                let (actor, at) = match step {
+                    Step::Replace { actor, at, .. } | Step::Copy(actor, at, _) => (*actor, *at),
+                    _ => unreachable!(),
+                };
                 let Some(seen) = model.seen[actor].clone() else {
                     continue;
                 };
@@ -322,19 +368,42 @@ fn run(steps: &[Step]) -> Result<(), TestCaseError> {
                     continue;
                 }
                 let at = at % seen.len();
-                let old_lines = &seen[at..(at + span).min(seen.len())];
-                let old = Model::text(old_lines);
-                let new_lines: Vec<Line> = (0..fresh).map(|_| model.fresh()).collect();
+                let (old_lines, new_lines) = match *step {
+                    Step::Replace { span, fresh, .. } => (
+                        seen[at..(at + span).min(seen.len())].to_vec(),
+                        (0..fresh).map(|_| model.fresh()).collect::<Vec<_>>(),
+                    ),
+                    Step::Copy(_, _, b) => {
+                        if !own.contains(&seen[at].0) {
+                            continue;
+                        }
+                        (vec![seen[at].clone()], vec![model.repeated(b)])
+                    }
+                    _ => unreachable!(),
+                };
+                let old = Model::text(&old_lines);
                 let new = Model::text(&new_lines);
                 let result = actors[actor].files().replace("f.py", &old, &new);
                 let texts: Vec<&str> = model.current.iter().map(|(_, t)| t.as_str()).collect();
-                let found = (0..model.current.len()).find(|&i| {
-                    texts[i..].len() >= old_lines.len()
-                        && old_lines.iter().zip(&texts[i..]).all(|((_, o), c)| o == c)
-                });
+                // Every place `old` occurs, overlapping ones too.
+                let found: Vec<usize> = (0..model.current.len())
+                    .filter(|&i| {
+                        texts[i..].len() >= old_lines.len()
+                            && old_lines.iter().zip(&texts[i..]).all(|((_, o), c)| o == c)
+                    })
+                    .collect();
+                let call = (old.clone(), new.clone());
+                let resent = made[actor].contains(&call);
                 match result {
+                    Ok(receipt) if receipt.repeat => {
+                        prop_assert!(resent, "{:?} answered as a repeat", step);
+                        count(&SEEN.repeat);
+                    }
+                    Ok(_) if resent => prop_assert!(false, "{step:?} applied twice"),
                     Ok(receipt) => {
-                        let i = found.expect("an accepted replace found old");
+                        made[actor].push(call);
+                        prop_assert_eq!(found.len(), 1, "{:?} replaced an ambiguous old", step);
+                        let i = found[0];
                         let replaced = &model.current[i..i + old_lines.len()];
                         for line in replaced {
                             prop_assert!(
@@ -355,7 +424,80 @@ fn run(steps: &[Step]) -> Result<(), TestCaseError> {
                         count(&SEEN.refused_replace);
                         prop_assert!(!current(&seen))
                     }
-                    Err(Error::NoMatch { .. }) => prop_assert!(found.is_none()),
+                    Err(Error::NoMatch { .. }) => prop_assert!(found.is_empty()),
+                    Err(Error::AmbiguousMatch { count, .. }) => {
+                        count_of(&SEEN.ambiguous);
+                        prop_assert!(current(&seen) && found.len() >= 2, "{step:?}");
+                        prop_assert_eq!(count, found.len());
+                    }
+                    Err(e) => prop_assert!(false, "{step:?}: {e}"),
+                }
+            }
+            Step::Insert(a, at) => {
+                let Some(seen) = model.seen[a].clone() else {
+                    continue;
+                };
+                if seen.len() < 2 {
+                    continue;
+                }
+                let at = 1 + (at - 1) % (seen.len() - 1);
+                let (above, below) = (seen[at - 1].clone(), seen[at].clone());
+                let line = model.fresh();
+                let old = format!("{}{}", above.1, below.1);
+                let new = format!("{}{}{}", above.1, line.1, below.1);
+                let result = actors[a].files().replace("f.py", &old, &new);
+                let call = (old, new);
+                let resent = made[a].contains(&call);
+                let texts: Vec<&str> = model.current.iter().map(|(_, t)| t.as_str()).collect();
+                let found = (0..texts.len().saturating_sub(1))
+                    .filter(|&i| texts[i] == above.1 && texts[i + 1] == below.1)
+                    .count();
+                match result {
+                    Ok(receipt) if receipt.repeat => prop_assert!(resent, "{step:?}"),
+                    Ok(receipt) => {
+                        prop_assert!(!resent, "{step:?} applied twice");
+                        made[a].push(call);
+                        // Just above the line it saw below the gap, after
+                        // whatever others inserted there; the line above
+                        // still above it, with only lines it never saw
+                        // between: nothing reordered or dropped.
+                        let k = model.current.iter().position(|l| *l == below);
+                        let j = model.current.iter().position(|l| *l == above);
+                        let (Some(j), Some(k)) = (j, k) else {
+                            prop_assert!(false, "{step:?} inserted beside a line it had not seen");
+                            unreachable!()
+                        };
+                        prop_assert!(j < k, "{step:?} reordered");
+                        for between in &model.current[j + 1..k] {
+                            prop_assert!(!seen.contains(between), "{step:?} split {between:?}");
+                        }
+                        if receipt.anchored.is_some() {
+                            if k > j + 1 {
+                                count(&SEEN.rebased);
+                            }
+                        } else {
+                            prop_assert!(current(&seen));
+                        }
+                        let mut lines = model.current.clone();
+                        lines.insert(k, line);
+                        model.landed(&now, lines);
+                    }
+                    Err(Error::Stale { .. }) => prop_assert!(!current(&seen), "{step:?}"),
+                    Err(Error::AmbiguousMatch { .. }) => {
+                        prop_assert!(current(&seen) && found >= 2, "{step:?}")
+                    }
+                    Err(e) => prop_assert!(false, "{step:?}: {e}"),
+                }
+            }
+            Step::Again(a) => {
+                let Some((old, new)) = made[a].last().cloned() else {
+                    continue;
+                };
+                match actors[a].files().replace("f.py", &old, &new) {
+                    Ok(receipt) => {
+                        prop_assert!(receipt.repeat, "{step:?} applied twice");
+                        count(&SEEN.repeat);
+                    }
                     Err(e) => prop_assert!(false, "{step:?}: {e}"),
                 }
             }
@@ -436,6 +578,9 @@ struct Seen {
     anchored_append: AtomicUsize,
     refused_replace: AtomicUsize,
     refused_write: AtomicUsize,
+    ambiguous: AtomicUsize,
+    repeat: AtomicUsize,
+    rebased: AtomicUsize,
 }
 
 static SEEN: Seen = Seen {
@@ -443,10 +588,17 @@ static SEEN: Seen = Seen {
     anchored_append: AtomicUsize::new(0),
     refused_replace: AtomicUsize::new(0),
     refused_write: AtomicUsize::new(0),
+    ambiguous: AtomicUsize::new(0),
+    repeat: AtomicUsize::new(0),
+    rebased: AtomicUsize::new(0),
 };
 
 fn count(what: &AtomicUsize) {
     what.fetch_add(1, Ordering::Relaxed);
+}
+
+fn count_of(what: &AtomicUsize) {
+    count(what)
 }
 
 #[test]
@@ -462,8 +614,8 @@ fn interleaved_edits_keep_every_accepted_change_and_replace_only_seen_text() {
         ..ProptestConfig::default()
     };
     let mut runner = TestRunner::new(config);
-    let steps = proptest::collection::vec(step(), 1..40);
-    if let Err(e) = runner.run(&steps, |steps| run(&steps)) {
+    let steps = (start(), proptest::collection::vec(step(), 1..40));
+    if let Err(e) = runner.run(&steps, |(start, steps)| run(&start, &steps)) {
         panic!("{e}");
     }
     // A generator that never anchors or never refuses would pass vacuously.
@@ -473,7 +625,52 @@ fn interleaved_edits_keep_every_accepted_change_and_replace_only_seen_text() {
         ("anchored append", &SEEN.anchored_append),
         ("stale replace", &SEEN.refused_replace),
         ("stale write", &SEEN.refused_write),
+        ("ambiguous replace", &SEEN.ambiguous),
+        ("resent replace", &SEEN.repeat),
+        ("insertion among others'", &SEEN.rebased),
     ] {
         assert!(n.load(Ordering::Relaxed) > 0, "no {what} occurred");
     }
+}
+
+/// Insertions at one point are kept both (SPEC §6): two agents add an
+/// entry at the end of one registry with the natural edit (the last entry
+/// and the closing brace); the second lands after the first's entry, and
+/// its result shows that entry.
+#[test]
+fn two_insertions_at_one_point_both_land_in_the_order_applied() {
+    let env = Env::new(true);
+    env.put("REG = {\n    'a': 1,\n}\n");
+    let (b, c) = (env.actor("b"), env.actor("c"));
+    b.files().read("f.py").unwrap();
+    c.files().read("f.py").unwrap();
+    b.files()
+        .replace("f.py", "    'a': 1,\n}\n", "    'a': 1,\n    'b': 2,\n}\n")
+        .unwrap();
+    let receipt = c
+        .files()
+        .replace("f.py", "    'a': 1,\n}\n", "    'a': 1,\n    'c': 3,\n}\n")
+        .unwrap();
+    assert_eq!(
+        env.get(),
+        "REG = {\n    'a': 1,\n    'b': 2,\n    'c': 3,\n}\n"
+    );
+    let anchored = receipt.anchored.expect("applied among b's lines");
+    assert_eq!(anchored.writer.as_deref(), Some("b"));
+    assert!(
+        anchored.diff.contains("+    'b': 2,\n"),
+        "{}",
+        anchored.diff
+    );
+    // A rewrite of a line it spans is judged as before: refused.
+    let d = env.actor("d");
+    d.files().read("f.py").unwrap();
+    b.files().read("f.py").unwrap();
+    b.files()
+        .replace("f.py", "    'c': 3,\n", "    'c': 4,\n")
+        .unwrap();
+    stale(
+        d.files()
+            .replace("f.py", "    'c': 3,\n}\n", "    'c': 3,\n    'd': 5,\n}\n"),
+    );
 }

@@ -200,6 +200,11 @@ pub const ERROR_KINDS: &[ErrorKind] = &[
         1027,
         "a server whose table is in etcd cannot serve this request yet",
     ),
+    kind(
+        "partial_view",
+        1028,
+        "a whole-file write after a read that showed part of the file",
+    ),
 ];
 
 fn secs(d: &Duration) -> Value {
@@ -243,6 +248,7 @@ impl Error {
             Error::Policy { .. } => "policy",
             Error::NotRead { .. } => "not_read",
             Error::Stale { .. } => "stale",
+            Error::PartialView { .. } => "partial_view",
             Error::NotFound { .. } => "not_found",
             Error::TooLarge { .. } => "too_large",
             Error::TxnTooLarge { .. } => "txn_too_large",
@@ -301,6 +307,9 @@ impl Error {
             }
             Error::Stale { path, writer, ago } => {
                 json!({"path": path, "writer": writer, "ago": ago.as_ref().map(secs)})
+            }
+            Error::PartialView { path, seen, rest } => {
+                json!({"path": path, "seen": seen, "rest": rest})
             }
             Error::AmbiguousMatch { path, count } => json!({"path": path, "count": count}),
             Error::TooLarge { path, size, limit } => {
@@ -445,6 +454,11 @@ impl Error {
                 ago: duration("ago"),
             },
             "not_found" => Error::NotFound { path: path("path") },
+            "partial_view" => Error::PartialView {
+                path: path("path"),
+                seen: text("seen"),
+                rest: text("rest"),
+            },
             "too_large" => Error::TooLarge {
                 path: path("path"),
                 size: d.get("size").and_then(Value::as_u64).unwrap_or(0),

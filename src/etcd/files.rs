@@ -4,9 +4,13 @@
 //!
 //! # Implementation details
 //!
-//! - A mark is `P m/<actor><path>` (the `ReadMark` as JSON) on the actor's
-//!   lease: when the lease ends the marks go with it, and dropping the
-//!   actor deletes them with its record ([`Table::drop_actor`]).
+//! - A mark is `P m/<actor><path>` (the `ReadMark` as JSON, with its view
+//!   and the receipts of the appends and edits made with it, SPEC §6) on
+//!   the actor's lease: when the lease ends the marks go with it, and
+//!   dropping the actor deletes them with its record
+//!   ([`Table::drop_actor`]). A write that keeps a receipt stores the mark
+//!   again in the transaction that ends it, so a call resent through any
+//!   server finds it.
 //! - The last writer is `P o<path>` (writer's name, the content hash it
 //!   produced, when), on no lease: as in process, who wrote a file outlives
 //!   the writer. A delete removes the key (no content, nothing to name).
@@ -107,8 +111,12 @@ impl Table {
                 }) else {
                     return Known::default();
                 };
+                // Equal revisions: one transaction stored both, the end
+                // of this actor's own write (its receipt kept with the
+                // mark it was made with, SPEC §6), which came after the
+                // read. No other op stores a mark and a writer at once.
                 let writer = writer
-                    .filter(|kv| kv.mod_revision() > mark_rev)
+                    .filter(|kv| kv.mod_revision() >= mark_rev)
                     .and_then(|kv| serde_json::from_slice::<WriterRecord>(kv.value()).ok())
                     .map(|w| {
                         let ago = Duration::from_millis(now.saturating_sub(w.at_ms));

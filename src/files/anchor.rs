@@ -76,6 +76,133 @@ pub(crate) fn decide(
     Ok(())
 }
 
+/// Insertions at one point are kept both (SPEC §6): `current` with the
+/// lines a replace (`old` → `new`) inserts, when that is all it does
+/// (`new` is `old`, whole lines, with whole lines added and nothing
+/// removed or rewritten), put where the agent put them relative to the
+/// lines it saw in `marked`, after lines others inserted at the same gap
+/// since. `None` when the replace is not such an insertion, `old` is not
+/// once in `marked`, or a change since deleted or rewrote a spanned line
+/// or the line on either side (others' insertions anywhere are fine);
+/// the replace is then judged as [`decide`] says.
+pub(crate) fn inserted(
+    marked: &[u8],
+    current: &[u8],
+    old: &[u8],
+    new: &[u8],
+    deadline: Option<Instant>,
+) -> Option<Vec<u8>> {
+    let gaps = insertion(old, new)?;
+    let m_lines = lines(marked);
+    let c_lines = lines(current);
+    let starts = line_starts(&m_lines);
+    let at = unique(marked, old).ok()?;
+    // Whole lines only: `old` starts a line and ends one.
+    let first = line_at(&starts, at);
+    if starts.get(first) != Some(&at) {
+        return None;
+    }
+    let end = first + lines(old).len();
+    // Where each line of the marked version is now, if it is unchanged.
+    let ops = similar::capture_diff_slices_deadline(Algorithm::Myers, &m_lines, &c_lines, deadline);
+    let mut now: Vec<Option<usize>> = vec![None; m_lines.len()];
+    for op in &ops {
+        if let DiffOp::Equal {
+            old_index,
+            new_index,
+            len,
+        } = *op
+        {
+            for i in 0..len {
+                now[old_index + i] = Some(new_index + i);
+            }
+        }
+    }
+    // The spanned lines and their neighbours, unchanged.
+    let mut place = Vec::with_capacity(end - first + 1);
+    let (lo, hi) = (first.saturating_sub(1), (end + 1).min(m_lines.len()));
+    for (line, at_now) in now.iter().enumerate().take(hi).skip(lo) {
+        let at_now = (*at_now)?;
+        if (first..end).contains(&line) {
+            place.push(at_now);
+        }
+    }
+    // Gap `g` is before spanned line `g`; the last one, after the span,
+    // is before the line after it (or the end). Each goes just before
+    // that line: after whatever others inserted in the same gap.
+    let after = match m_lines.get(end) {
+        Some(_) => now[end]?,
+        None => c_lines.len(),
+    };
+    place.push(after);
+    let mut out = Vec::with_capacity(current.len() + new.len());
+    let mut next = 0;
+    for (gap, ours) in gaps.iter().enumerate() {
+        let before = place[gap];
+        for line in &c_lines[next..before] {
+            out.extend_from_slice(line);
+        }
+        next = before;
+        for line in ours {
+            out.extend_from_slice(line);
+        }
+    }
+    for line in &c_lines[next..] {
+        out.extend_from_slice(line);
+    }
+    Some(out)
+}
+
+/// The lines `new` adds to `old`, gap by gap (gap `g` before `old`'s
+/// line `g`, the last after it), when `new` is exactly `old`'s whole lines
+/// with whole lines added; `None` otherwise, or when where they go is
+/// ambiguous (an added line equal to a line of `old` beside it).
+fn insertion<'a>(old: &'a [u8], new: &'a [u8]) -> Option<Vec<Vec<&'a [u8]>>> {
+    if old.is_empty() || !old.ends_with(b"\n") || !new.ends_with(b"\n") || new.len() <= old.len() {
+        return None;
+    }
+    let (o, n) = (lines(old), lines(new));
+    // The earliest and the latest way to find `old`'s lines in `new`
+    // must agree, or the gaps are ambiguous.
+    let earliest = {
+        let mut at = Vec::with_capacity(o.len());
+        let mut j = 0;
+        for line in &o {
+            while n.get(j)? != line {
+                j += 1;
+            }
+            at.push(j);
+            j += 1;
+        }
+        at
+    };
+    let latest = {
+        let mut at = vec![0; o.len()];
+        let mut j = n.len();
+        for (i, line) in o.iter().enumerate().rev() {
+            loop {
+                j = j.checked_sub(1)?;
+                if n[j] == *line {
+                    break;
+                }
+            }
+            at[i] = j;
+        }
+        at
+    };
+    if earliest != latest {
+        return None;
+    }
+    let mut gaps = Vec::with_capacity(o.len() + 1);
+    let mut from = 0;
+    for &at in &earliest {
+        gaps.push(n[from..at].to_vec());
+        from = at + 1;
+    }
+    gaps.push(n[from..].to_vec());
+    Some(gaps)
+}
+
 /// `current` with each replacement (`old`, `new`) made in order at the one
 /// occurrence of `old`; `None` when one of them is not there exactly once.
 pub(crate) fn replaced(current: &[u8], pairs: &[(&[u8], &[u8])]) -> Option<Vec<u8>> {
@@ -103,16 +230,33 @@ fn touches(op: &DiffOp, first: usize, end: usize) -> bool {
     }
 }
 
-/// The offset of the one occurrence of `needle` in `hay`.
-fn unique(hay: &[u8], needle: &[u8]) -> Result<usize, Unanchored> {
+/// Where `needle` occurs in `hay`: the first offset and how many times,
+/// overlapping occurrences counted (in `aaa`, `aa` occurs twice). The one
+/// finder of `old` for every replace, anchored or not: a text that occurs
+/// twice, overlapping, is ambiguous, never "the first one".
+pub(crate) fn occurrences(hay: &[u8], needle: &[u8]) -> (Option<usize>, usize) {
     if needle.is_empty() {
-        return Err(Unanchored::Missing);
+        return (None, 0);
     }
-    let mut found = memchr::memmem::find_iter(hay, needle);
-    match (found.next(), found.next()) {
-        (Some(at), None) => Ok(at),
+    let finder = memchr::memmem::Finder::new(needle);
+    let Some(first) = finder.find(hay) else {
+        return (None, 0);
+    };
+    let (mut count, mut from) = (1, first + 1);
+    while let Some(at) = hay.get(from..).and_then(|rest| finder.find(rest)) {
+        count += 1;
+        from += at + 1;
+    }
+    (Some(first), count)
+}
+
+/// The offset of the one occurrence of `needle` in `hay` (overlapping
+/// occurrences counted, as [`occurrences`] counts them).
+fn unique(hay: &[u8], needle: &[u8]) -> Result<usize, Unanchored> {
+    match occurrences(hay, needle) {
+        (Some(at), 1) => Ok(at),
         (None, _) => Err(Unanchored::Missing),
-        (Some(_), Some(_)) => Err(Unanchored::Ambiguous),
+        (Some(_), _) => Err(Unanchored::Ambiguous),
     }
 }
 
@@ -266,6 +410,62 @@ mod tests {
         assert_eq!(replaced(b"abc", &pairs).as_deref(), Some(&b"ayc"[..]));
         let pairs: [(&[u8], &[u8]); 1] = [(b"a", b"z")];
         assert_eq!(replaced(b"aa", &pairs), None);
+    }
+
+    #[test]
+    fn overlapping_occurrences_count() {
+        assert_eq!(occurrences(b"aaaa", b"aa"), (Some(0), 3));
+        assert_eq!(occurrences(b"xay", b"a"), (Some(1), 1));
+        assert_eq!(occurrences(b"xy", b"a"), (None, 0));
+        assert_eq!(occurrences(b"xy", b""), (None, 0));
+        // `A B A` in `A B A B A`: twice, sharing the middle `A`.
+        assert_eq!(occurrences(b"A\nB\nA\nB\nA\n", b"A\nB\nA"), (Some(0), 2));
+        // The case: bob turned `Z` into `A`, so `A B A` is
+        // ambiguous now, and alice's stale edit must not pick bob's line.
+        assert_eq!(
+            replace("Z\nB\nA\nB\nA\nY\n", "A\nB\nA\nB\nA\nY\n", "A\nB\nA"),
+            Err(Unanchored::Ambiguous)
+        );
+        let pairs: [(&[u8], &[u8]); 1] = [(b"A\nB\nA", b"N")];
+        assert_eq!(replaced(b"A\nB\nA\nB\nA\nY\n", &pairs), None);
+    }
+
+    #[test]
+    fn insertions_at_one_point_are_kept_both() {
+        let marked = b"R = {\n    'a': 1,\n}\nX = 0\n";
+        // Another agent added its entry at the same point since.
+        let current = b"S = 1\nR = {\n    'a': 1,\n    'b': 2,\n}\nX = 0\n";
+        let old = b"    'a': 1,\n}\n";
+        let new = b"    'a': 1,\n    'c': 3,\n}\n";
+        assert_eq!(
+            inserted(marked, current, old, new, None).as_deref(),
+            Some(&b"S = 1\nR = {\n    'a': 1,\n    'b': 2,\n    'c': 3,\n}\nX = 0\n"[..])
+        );
+        // A rewrite of a spanned line, or of the line beside it: no.
+        let rewritten = b"R = {\n    'a': 9,\n    'b': 2,\n}\nX = 1\n";
+        assert_eq!(inserted(marked, rewritten, old, new, None), None);
+        let beside = b"R = [\n    'a': 1,\n    'b': 2,\n}\nX = 1\n";
+        assert_eq!(inserted(marked, beside, old, new, None), None);
+        // Not an insertion, or an ambiguous one: no.
+        assert_eq!(inserted(marked, current, old, b"}\n", None), None);
+        assert_eq!(
+            inserted(marked, current, b"}\n", b"}\n}\n", None),
+            None,
+            "which closing brace is ours"
+        );
+        // Insertions before and after the span go after others' there.
+        let before = b"R = {\n    'z': 0,\n    'a': 1,\n}\nX = 0\nY = 0\n";
+        assert_eq!(
+            inserted(
+                marked,
+                before,
+                old,
+                b"    'y': 0,\n    'a': 1,\n}\nW = 0\n",
+                None
+            )
+            .as_deref(),
+            Some(&b"R = {\n    'z': 0,\n    'y': 0,\n    'a': 1,\n}\nW = 0\nX = 0\nY = 0\n"[..])
+        );
     }
 
     #[test]

@@ -40,6 +40,7 @@ use sha2::{Digest, Sha256};
 
 use crate::core::key::{Key, Target};
 use crate::error::{Error, Result};
+use crate::files::Receipt;
 use crate::sched::actor::{Actor, ActorMeta};
 use crate::sched::scheduler::Scheduler;
 
@@ -50,7 +51,8 @@ use crate::sched::scheduler::Scheduler;
 /// [`Files::read_range`](crate::Files::read_range) (a ranged read still
 /// hashes the whole file). Marks are kept per actor; an orchestrator can also
 /// keep them itself (they are `serde`) and hand them back with
-/// [`Actor::add_mark`].
+/// [`Actor::add_mark`]. A mark says how much of the file its reader saw
+/// ([`View`]); marks stored before views existed read as whole ones.
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -67,6 +69,7 @@ use crate::sched::scheduler::Scheduler;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "MarkRecord", into = "MarkRecord")]
 pub struct ReadMark {
     /// The file's absolute, resolved path.
     pub path: PathBuf,
@@ -77,16 +80,302 @@ pub struct ReadMark {
     /// When the read was admitted. A `Stale` names another actor as the
     /// writer only for a write made after this moment.
     pub read_at: SystemTime,
-    /// The reader was shown only the file's tail (a refused append carries
-    /// just that, SPEC §6): the mark is good for an append only, and a
-    /// write, an edit, a delete or a move of the file still needs a read of
-    /// the whole of it (`NotRead`).
+    /// How much of the file the reader was shown (SPEC §6): a write, a
+    /// delete or a move replaces the whole content and needs a
+    /// [`View::Whole`]; an edit needs any view but a [`View::Tail`]; an
+    /// append any view at all.
+    pub view: View,
+    /// The receipts of the appends and edits made with this mark, newest
+    /// last, so that a call resent after a lost answer is answered with
+    /// its first receipt instead of being applied twice (SPEC §6). A new
+    /// read of the file makes a new mark without them.
+    pub(crate) sent: Vec<Sent>,
+}
+
+impl ReadMark {
+    /// A mark of `path` whose complete content hashes to `sha256`, read
+    /// now, as `view` showed it: for an orchestrator that keeps marks of
+    /// its own ([`Actor::add_mark`]).
+    pub fn new(path: impl Into<PathBuf>, sha256: impl Into<String>, len: u64, view: View) -> Self {
+        ReadMark {
+            path: path.into(),
+            sha256: sha256.into(),
+            len,
+            read_at: SystemTime::now(),
+            view,
+            sent: Vec::new(),
+        }
+    }
+
+    /// The receipt of the call `call` made with this mark, if it was made.
+    pub(crate) fn sent(&self, call: &str) -> Option<&Receipt> {
+        self.sent
+            .iter()
+            .find(|sent| sent.call == call)
+            .map(|sent| &sent.receipt)
+    }
+
+    /// Keeps the receipt of `call`, dropping the oldest past [`SENT_KEPT`].
+    /// The diff of an anchored receipt is not kept (it can be as large as
+    /// the read bound, and the mark travels with every write on etcd): a
+    /// repeat makes it again from history.
+    pub(crate) fn keep_sent(&mut self, call: String, receipt: &Receipt) {
+        let mut receipt = receipt.clone();
+        if let Some(anchored) = &mut receipt.anchored {
+            anchored.diff = String::new();
+            anchored.truncated = false;
+        }
+        self.sent.retain(|sent| sent.call != call);
+        self.sent.push(Sent { call, receipt });
+        let over = self.sent.len().saturating_sub(SENT_KEPT);
+        self.sent.drain(..over);
+    }
+}
+
+/// How many receipts one mark keeps for resent calls.
+pub(crate) const SENT_KEPT: usize = 16;
+
+/// One call made with a mark, and what it answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Sent {
+    /// The call's fingerprint: the operation and its arguments, hashed.
+    call: String,
+    /// Its receipt (an anchored one without its diff).
+    receipt: Receipt,
+}
+
+/// A mark as it is stored and sent. Marks written before views existed
+/// have no `view` (they were of the whole file) or `tail_only: true`;
+/// `tail_only` is still written beside a tail view for readers that know
+/// only it.
+#[derive(Serialize, Deserialize)]
+struct MarkRecord {
+    path: PathBuf,
+    sha256: String,
+    len: u64,
+    read_at: SystemTime,
+    #[serde(default, skip_serializing_if = "View::is_whole")]
+    view: View,
     #[serde(default, skip_serializing_if = "is_false")]
-    pub tail_only: bool,
+    tail_only: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    sent: Vec<Sent>,
+}
+
+impl From<MarkRecord> for ReadMark {
+    fn from(r: MarkRecord) -> Self {
+        let view = match r.view {
+            View::Whole if r.tail_only => View::Tail { first: 0, total: 0 },
+            view => view,
+        };
+        ReadMark {
+            path: r.path,
+            sha256: r.sha256,
+            len: r.len,
+            read_at: r.read_at,
+            view,
+            sent: r.sent,
+        }
+    }
+}
+
+impl From<ReadMark> for MarkRecord {
+    fn from(m: ReadMark) -> Self {
+        MarkRecord {
+            tail_only: matches!(m.view, View::Tail { .. }),
+            path: m.path,
+            sha256: m.sha256,
+            len: m.len,
+            read_at: m.read_at,
+            view: m.view,
+            sent: m.sent,
+        }
+    }
 }
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+/// How much of a file a read showed its reader (SPEC §6: what the agent
+/// saw bounds what it may replace whole). Line numbers are 1-based, as
+/// the tools show them.
+///
+/// ```
+/// use writ::View;
+/// let seen = View::Lines { first: 1, last: 2000, total: 5000, cut: 0 };
+/// assert!(!seen.is_whole());
+/// assert_eq!(seen.to_string(), "lines 1-2000 of 5000");
+/// // Reading on from where the first read stopped sees the rest.
+/// let rest = View::Lines { first: 2001, last: 5000, total: 5000, cut: 0 };
+/// assert_eq!(seen.merge(&rest), View::Whole);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "seen", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum View {
+    /// All of it.
+    #[default]
+    Whole,
+    /// Lines `first..=last` of its `total` lines (none when `last <
+    /// first`); `cut` of them were shown cut short, being longer than a
+    /// line may be shown.
+    Lines {
+        /// The first line shown.
+        first: u64,
+        /// The last line shown.
+        last: u64,
+        /// How many lines the file has.
+        total: u64,
+        /// How many of the lines shown were cut short.
+        #[serde(default)]
+        cut: u64,
+    },
+    /// Its first `shown` bytes of `total` (a read cut short by the read
+    /// bound).
+    Bytes {
+        /// Bytes shown, from the start.
+        shown: u64,
+        /// The file's size.
+        total: u64,
+    },
+    /// Its last lines, from line `first` of `total` (a refused append
+    /// shows only those; 0 when not known): good for an append only.
+    Tail {
+        /// The first line shown.
+        first: u64,
+        /// How many lines the file has.
+        total: u64,
+    },
+    /// Lines around some places in it (an edit's preview, which shows
+    /// the diff it would make).
+    Excerpts {
+        /// How many lines the file has.
+        total: u64,
+    },
+}
+
+impl View {
+    /// Lines `first..=last` of `total`, `cut` of them cut short: the whole
+    /// file when that is every line, none cut.
+    pub(crate) fn lines(first: u64, last: u64, total: u64, cut: u64) -> View {
+        if first <= 1 && last >= total && cut == 0 {
+            View::Whole
+        } else {
+            View::Lines {
+                first,
+                last,
+                total,
+                cut,
+            }
+        }
+    }
+
+    /// Whether the reader saw all of the file.
+    pub fn is_whole(&self) -> bool {
+        matches!(self, View::Whole)
+    }
+
+    /// What two reads of the same content showed together: lines that
+    /// join up are one range, and a range of every line, none cut, is
+    /// the whole file. Views that do not join keep the wider one (an
+    /// edit's rights over an append's), else `other`, the newer.
+    #[must_use]
+    pub fn merge(&self, other: &View) -> View {
+        use View::{Bytes, Lines, Tail, Whole};
+        let joined = match (self, other) {
+            (Whole, _) | (_, Whole) => Whole,
+            (
+                Lines {
+                    first: f1,
+                    last: l1,
+                    total,
+                    cut: c1,
+                },
+                Lines {
+                    first: f2,
+                    last: l2,
+                    total: t2,
+                    cut: c2,
+                },
+            ) if total == t2
+                && f1.max(f2) <= &(l1.min(l2).saturating_add(1))
+                && f1 <= l1
+                && f2 <= l2 =>
+            {
+                Lines {
+                    first: *f1.min(f2),
+                    last: *l1.max(l2),
+                    total: *total,
+                    cut: *c1.max(c2),
+                }
+            }
+            (Tail { .. }, wider @ (Lines { .. } | Bytes { .. } | View::Excerpts { .. }))
+            | (wider @ (Lines { .. } | Bytes { .. } | View::Excerpts { .. }), Tail { .. }) => {
+                wider.clone()
+            }
+            _ => other.clone(),
+        };
+        match joined {
+            Lines {
+                first,
+                last,
+                total,
+                cut,
+            } => View::lines(first, last, total, cut),
+            view => view,
+        }
+    }
+
+    /// Where the rest of the file is, for the sentence a refusal gives.
+    fn rest(&self) -> String {
+        match self {
+            View::Lines { cut, .. } if *cut > 0 => "lines longer than a read shows cannot be                  seen whole, so change the file with edits"
+                .to_string(),
+            View::Lines { first, last, total, .. } if last < first => {
+                format!("read it (it has {total} lines)")
+            }
+            View::Lines { first, last, total, .. } => match (*first > 1, last < total) {
+                (true, true) => format!("read lines 1-{} and from line {}", first - 1, last + 1),
+                (true, false) => format!("read lines 1-{}", first - 1),
+                _ => format!("read on from line {}", last + 1),
+            },
+            View::Bytes { .. } => "read the rest of it".to_string(),
+            View::Excerpts { .. } => "read it".to_string(),
+            View::Tail { .. } | View::Whole => "read all of it".to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for View {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            View::Whole => f.write_str("all of it"),
+            View::Lines {
+                first, last, total, ..
+            } if last < first => {
+                write!(f, "none of its {total} lines")
+            }
+            View::Lines {
+                first,
+                last,
+                total,
+                cut,
+            } => {
+                write!(f, "lines {first}-{last} of {total}")?;
+                if *cut > 0 {
+                    write!(f, ", {cut} of them cut short")?;
+                }
+                Ok(())
+            }
+            View::Bytes { shown, total } => write!(f, "the first {shown} of {total} bytes"),
+            View::Tail { first, total } if *total > 0 => {
+                write!(f, "its last lines ({first}-{total} of {total})")
+            }
+            View::Tail { .. } => f.write_str("its last lines"),
+            View::Excerpts { total } => write!(f, "the lines around an edit, of {total} lines"),
+        }
+    }
 }
 
 /// An actor's read marks, keyed by canonical key.
@@ -108,6 +397,13 @@ impl MarkStore {
     /// Stores a mark; the newest mark of a path replaces older ones.
     pub(crate) fn put(&self, norm: PathBuf, mark: ReadMark) {
         self.marks.lock().insert(norm, mark);
+    }
+
+    /// Changes the mark of `norm` in place, if there is one.
+    pub(crate) fn update(&self, norm: &Path, f: impl FnOnce(&mut ReadMark)) {
+        if let Some(mark) = self.marks.lock().get_mut(norm) {
+            f(mark);
+        }
     }
 
     pub(crate) fn remove(&self, norm: &Path) -> bool {
@@ -341,20 +637,33 @@ impl Gate {
     }
 
     /// The gate itself: a write to the existing file `key`, whose content
-    /// hashes to `current`, needs `mark` to be of exactly that content; a
-    /// mark of the tail only does for an `append` and nothing else.
+    /// hashes to `current`, needs `mark` to be of exactly that content,
+    /// and of a view wide enough for what the write replaces (`need`): a
+    /// tail does for an append only, any other part for an edit, and only
+    /// the whole file for a write, a delete or a move (`PartialView`,
+    /// judged before the content: a fresher partial read would not do
+    /// either).
     pub(crate) fn check(
         &self,
         key: &Key,
         mark: Option<ReadMark>,
         current: &str,
-        append: bool,
+        need: Need,
     ) -> Result<()> {
-        let Some(mark) = mark.filter(|m| append || !m.tail_only) else {
+        let Some(mark) =
+            mark.filter(|m| need == Need::Append || !matches!(m.view, View::Tail { .. }))
+        else {
             return Err(Error::NotRead {
                 path: key.path.clone(),
             });
         };
+        if need == Need::Whole && !mark.view.is_whole() {
+            return Err(Error::PartialView {
+                path: key.path.clone(),
+                seen: mark.view.to_string(),
+                rest: mark.view.rest(),
+            });
+        }
         if mark.sha256 == current {
             return Ok(());
         }
@@ -368,6 +677,17 @@ impl Gate {
             ago,
         })
     }
+}
+
+/// What a write replaces, for the view its mark must be of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// The whole content (a write, a delete, a move): a whole view.
+    Whole,
+    /// Text it names (an edit): any view but a tail.
+    Edit,
+    /// Nothing (an append): any view.
+    Append,
 }
 
 /// Lowercase hex of a digest.

@@ -38,7 +38,7 @@ pub use atomic::WriteStep;
 use atomic::{Dir, Entry, StepHook};
 
 use self::anchor::Edit;
-use self::gate::{Gate, MarkStore, ReadMark, StatKey};
+use self::gate::{Gate, MarkStore, Need, ReadMark, StatKey, View};
 use self::policy::Access;
 use crate::core::key::{Key, Mode, Target};
 use crate::core::scope::Scope;
@@ -136,6 +136,12 @@ pub struct Receipt {
     /// was applied to. The mark is not refreshed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anchored: Option<Anchored>,
+    /// Set when this answers a call resent after its answer was lost
+    /// (SPEC §6): an append or edit identical to one the actor already
+    /// made with the same mark. Nothing was written: this is the first
+    /// write's receipt.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repeat: bool,
 }
 
 /// What an anchored edit was applied on top of: the changes since the
@@ -175,7 +181,9 @@ pub struct Anchored {
     /// only by the last writer).
     pub writer: Option<String>,
     /// A unified diff from the marked version to the content the edit was
-    /// applied to, within `Config::max_read_bytes`.
+    /// applied to, within the read bound of the surface that made the
+    /// edit (the tools' read bound for MCP, `Config::max_read_bytes`
+    /// otherwise).
     pub diff: String,
     /// The diff was cut short at that bound.
     #[serde(default)]
@@ -207,10 +215,13 @@ impl fmt::Display for Receipt {
             HistoryStatus::Unprotected => f.write_str("; unprotected (no snapshot)")?,
             _ => {}
         }
-        match &self.anchored {
-            Some(_) => f.write_str("; applied on top of changes made since the read"),
-            None => Ok(()),
+        if self.anchored.is_some() {
+            f.write_str("; applied on top of changes made since the read")?;
         }
+        if self.repeat {
+            f.write_str("; a repeat of a call already applied, nothing written again")?;
+        }
+        Ok(())
     }
 }
 
@@ -345,6 +356,9 @@ pub struct Files<'a> {
     /// The grant root's folder handle, opened on first use: the walk to
     /// every file starts from it.
     root: OnceLock<Arc<OwnedFd>>,
+    /// How long an anchored edit's diff may be, when the surface shows
+    /// less than `Config::max_read_bytes` (the tools' read bound).
+    diff_bound: Option<usize>,
 }
 
 impl fmt::Debug for Files<'_> {
@@ -372,6 +386,7 @@ impl<'a> Files<'a> {
             within: None,
             outer: None,
             root: OnceLock::new(),
+            diff_bound: None,
         }
     }
 }
@@ -408,9 +423,9 @@ fn line_slice<'b>(bytes: &'b [u8], lines: &impl RangeBounds<usize>) -> &'b [u8] 
     &bytes[start..stop]
 }
 
-/// What [`range_of`] read: the kept bytes, the hash of all of them, and how
-/// many there were.
-type Ranged = (Vec<u8>, String, u64);
+/// What [`range_of`] read: the kept bytes, the hash of all of them, how
+/// many there were, and how many lines.
+type Ranged = (Vec<u8>, String, u64, u64);
 
 /// Streams the first `size` bytes of `file` (what it held when opened: a
 /// file that keeps growing cannot keep the read going), hashing them all
@@ -462,17 +477,25 @@ fn range_of(
         }
     }
     let sha256 = gate::hex(&hasher.finalize());
-    Ok(Ok((kept, sha256, offset)))
+    // A last line without a newline is a line too.
+    let mut last = [0u8; 1];
+    let unterminated =
+        offset > 0 && matches!(file.read_at(&mut last, offset - 1), Ok(1)) && last[0] != b'\n';
+    let lines = line as u64 + u64::from(unterminated);
+    Ok(Ok((kept, sha256, offset, lines)))
 }
 
-/// Non-overlapping occurrences of `needle` in `hay`: the first offset and the count.
-fn occurrences(hay: &[u8], needle: &[u8]) -> (Option<usize>, usize) {
-    // `find_iter` yields non-overlapping matches, left to right, as the
-    // replace rule counts them.
-    let mut found = memchr::memmem::find_iter(hay, needle);
-    let first = found.next();
-    let count = first.map_or(0, |_| 1 + found.count());
-    (first, count)
+/// The fingerprint of a call (SPEC §6, resent calls): its operation and
+/// arguments, each length-prefixed so no two calls share one.
+fn fingerprint(op: &str, args: &[&[u8]]) -> String {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(op.as_bytes());
+    for arg in args {
+        hasher.update((arg.len() as u64).to_le_bytes());
+        hasher.update(arg);
+    }
+    gate::hex(&hasher.finalize())
 }
 
 impl<'a> Files<'a> {
@@ -531,6 +554,14 @@ impl<'a> Files<'a> {
         if Arc::ptr_eq(call.meta(), &self.actor.meta) {
             self.within = Some(parking_lot::Mutex::new(call));
         }
+        self
+    }
+
+    /// Anchored edits of this handle carry a diff of at most `bytes`
+    /// (a surface that shows less than `Config::max_read_bytes`, as the
+    /// MCP tools' read bound does).
+    pub(crate) fn diff_bound(mut self, bytes: usize) -> Self {
+        self.diff_bound = Some(bytes);
         self
     }
 
@@ -754,17 +785,48 @@ impl<'a> Files<'a> {
     }
 
     /// Step 3: a write to the existing file at `place` whose content hashes
-    /// to `current` needs this actor's current mark (for an `append`, a
-    /// mark of the tail is enough).
-    fn gate(&self, place: &Place, current: &str, append: bool) -> Result<()> {
+    /// to `current` needs this actor's current mark, of a view wide enough
+    /// for what it replaces (`need`).
+    fn gate(&self, place: &Place, current: &str, need: Need) -> Result<()> {
         let mark = MarkStore::of(self.meta()).get(&place.key.norm);
-        Gate::of(&self.actor.sched).check(&place.key, mark, current, append)
+        Gate::of(&self.actor.sched).check(&place.key, mark, current, need)
     }
 
     /// [`Files::gate`] for a write: a refusal is an event of the stream
-    /// (`refused`, kind `stale` or `not_read`), as a busy path is.
-    fn gate_write(&self, place: &Place, current: &str, append: bool) -> Result<()> {
-        self.refused_if_err(self.gate(place, current, append))
+    /// (`refused`, kind `stale`, `not_read` or `partial_view`), as a busy
+    /// path is.
+    fn gate_write(&self, place: &Place, current: &str, need: Need) -> Result<()> {
+        self.refused_if_err(self.gate(place, current, need))
+    }
+
+    /// A call resent after its answer was lost (SPEC §6): the receipt of
+    /// `call` if this actor already made it with its mark of `place`, as
+    /// it was answered, marked as a repeat (an anchored one with its diff
+    /// made again from history: marks keep none).
+    fn resent(&self, place: &Place, call: &str) -> Option<Receipt> {
+        let mark = MarkStore::of(self.meta()).get(&place.key.norm)?;
+        let mut receipt = mark.sent(call)?.clone();
+        receipt.repeat = true;
+        if let Some(anchored) = &mut receipt.anchored {
+            let versions = self.history.as_ref().and_then(|hook| {
+                let marked = hook.version(&anchored.marked)?;
+                let applied_to = hook.version(receipt.before.as_deref()?)?;
+                Some((marked, applied_to))
+            });
+            if let Some((marked, applied_to)) = versions {
+                let (diff, truncated) = anchor::changes(&marked, &applied_to, self.bound());
+                anchored.diff = diff;
+                anchored.truncated = truncated;
+            }
+        }
+        Some(receipt)
+    }
+
+    /// How long a diff this handle returns may be.
+    fn bound(&self) -> usize {
+        let config = &self.actor.sched.shared.config;
+        let max = usize::try_from(config.max_read_bytes).unwrap_or(usize::MAX);
+        self.diff_bound.map_or(max, |bound| bound.min(max))
     }
 
     /// A gate's refusal, told to the event stream.
@@ -808,23 +870,33 @@ impl<'a> Files<'a> {
         // The diff runs inside the exclusive hold: a pathological pair of
         // versions gets a less minimal diff (more refusals), not a stall.
         let deadline = std::time::Instant::now() + ANCHOR_DIFF_TIME;
-        if anchor::decide(&marked, current, edit, Some(deadline)).is_err() {
-            return Err(stale);
-        }
-        let Ok(new) = apply(Some(current)) else {
-            return Err(stale);
-        };
-        if let Edit::Replace(pairs) = edit {
-            if anchor::replaced(current, pairs).as_deref() != Some(&*new) {
-                return Err(stale);
+        let new = match (anchor::decide(&marked, current, edit, Some(deadline)), edit) {
+            (Ok(()), _) => {
+                let Ok(new) = apply(Some(current)) else {
+                    return Err(stale);
+                };
+                if let Edit::Replace(pairs) = edit {
+                    if anchor::replaced(current, pairs).as_deref() != Some(&*new) {
+                        return Err(stale);
+                    }
+                }
+                new
             }
-        }
+            // Insertions at one point are kept both: a replace that only
+            // inserts lines goes between the lines it saw, after others'.
+            (Err(_), Edit::Replace(&[(old, new)])) => {
+                match anchor::inserted(&marked, current, old, new, Some(deadline)) {
+                    Some(rebased) => Cow::Owned(rebased),
+                    None => return Err(stale),
+                }
+            }
+            (Err(_), _) => return Err(stale),
+        };
         let writer = match stale {
             Error::Stale { writer, .. } => writer,
             _ => None,
         };
-        let bound = usize::try_from(config.max_read_bytes).unwrap_or(usize::MAX);
-        let (diff, truncated) = anchor::changes(&marked, current, bound);
+        let (diff, truncated) = anchor::changes(&marked, current, self.bound());
         Ok((
             new,
             Anchored {
@@ -898,13 +970,13 @@ impl<'a> Files<'a> {
     /// a write in progress). A missing file is `NotFound`; a folder is
     /// `InvalidPath`; a sensitive name is `Policy`.
     pub fn read(&self, path: impl AsRef<Path>) -> Result<(Vec<u8>, ReadMark)> {
-        self.read_marking(path.as_ref(), false)
+        self.read_seen(path.as_ref(), |_| View::Whole)
     }
 
     /// Reads a whole file for a caller that shows only its tail (a refused
     /// append carrying the file's last lines, SPEC §6) and records a mark
-    /// good for an append only ([`ReadMark::tail_only`]): a write, an edit,
-    /// a delete or a move of the file still needs a read of the whole of it.
+    /// good for an append only ([`View::Tail`]): a write, an edit, a
+    /// delete or a move of the file still needs a read of the whole of it.
     /// A current whole-file mark the actor already holds is kept.
     ///
     /// ```
@@ -914,16 +986,26 @@ impl<'a> Files<'a> {
     /// let sched = writ::Scheduler::new(writ::Config::default());
     /// let agent = sched.actor("agent", writ::Grant::workspace(dir.path()))?;
     /// let (_, mark) = agent.files().read_for_append("log.md")?;
-    /// assert!(mark.tail_only);
+    /// assert!(matches!(mark.view, writ::View::Tail { .. }));
     /// assert!(matches!(agent.files().write("log.md", b""), Err(writ::Error::NotRead { .. })));
     /// agent.files().append("log.md", b"c\n")?;
     /// # Ok(()) }
     /// ```
     pub fn read_for_append(&self, path: impl AsRef<Path>) -> Result<(Vec<u8>, ReadMark)> {
-        self.read_marking(path.as_ref(), true)
+        self.read_seen(path.as_ref(), |_| View::Tail { first: 0, total: 0 })
     }
 
-    fn read_marking(&self, path: &Path, tail_only: bool) -> Result<(Vec<u8>, ReadMark)> {
+    /// Reads a whole file for a caller that shows its reader what `look`
+    /// says of the bytes (a line range, a text cut at a bound), and records
+    /// a mark of that view (SPEC §6). A mark of the same content the actor
+    /// already holds widens it: two reads that together showed every line
+    /// are a whole view. Either way the new mark keeps no receipts (a new
+    /// read, SPEC §6).
+    pub(crate) fn read_seen(
+        &self,
+        path: &Path,
+        look: impl FnOnce(&[u8]) -> View,
+    ) -> Result<(Vec<u8>, ReadMark)> {
         let place = self.place(path, true, Access::Read)?;
         let _hold = self.admit(
             &[(&place, Mode::Shared)],
@@ -932,27 +1014,39 @@ impl<'a> Files<'a> {
         let read_at = SystemTime::now();
         let (file, meta) = self.open_file(&place)?;
         let (bytes, sha256) = self.load(&place, &file, StatKey::of(&meta))?;
-        let marks = MarkStore::of(self.meta());
-        if let Some(whole) = marks
-            .get(&place.key.norm)
-            .filter(|m| tail_only && !m.tail_only && m.sha256 == sha256)
-        {
-            return Ok((bytes, whole));
-        }
-        let mark = ReadMark {
-            path: place.key.path.clone(),
-            sha256,
-            len: bytes.len() as u64,
-            read_at,
-            tail_only,
-        };
-        marks.put(place.key.norm.clone(), mark.clone());
+        let view = look(&bytes);
+        let len = bytes.len() as u64;
+        let mark = self.marked(&place, sha256, len, read_at, view);
         Ok((bytes, mark))
     }
 
+    /// Records this actor's new mark of `place`, widened by the one it
+    /// holds when that is of the same content.
+    fn marked(
+        &self,
+        place: &Place,
+        sha256: String,
+        len: u64,
+        read_at: SystemTime,
+        view: View,
+    ) -> ReadMark {
+        let marks = MarkStore::of(self.meta());
+        let view = match marks.get(&place.key.norm) {
+            Some(old) if old.sha256 == sha256 => old.view.merge(&view),
+            _ => view,
+        };
+        let mut mark = ReadMark::new(place.key.path.clone(), sha256, len, view);
+        mark.read_at = read_at;
+        marks.put(place.key.norm.clone(), mark.clone());
+        mark
+    }
+
     /// Reads some lines of a file (0-based line numbers, each line with its
-    /// terminator; a range past the end is cut short) and records a mark of
-    /// the *whole* file, so a tail is enough before an append.
+    /// terminator; a range past the end is cut short) and records a mark
+    /// hashed over the *whole* file, of a view of those lines
+    /// ([`View::Lines`]; [`View::Whole`] when they are all of them): enough
+    /// for an append or an edit, not for a write, a delete or a move
+    /// (`PartialView`).
     ///
     /// ```
     /// # fn main() -> Result<(), writ::Error> {
@@ -981,7 +1075,7 @@ impl<'a> Files<'a> {
         let stat = StatKey::of(&meta);
         let recorded = gate::now_ns();
         let limit = self.actor.sched.shared.config.max_read_bytes;
-        let (slice, sha256, len) = range_of(&file, stat.size, &lines, limit)
+        let (slice, sha256, len, total) = range_of(&file, stat.size, &lines, limit)
             .map_err(io_err("read", &place.key.path))?
             .map_err(|size| Error::TooLarge {
                 path: place.key.path.clone(),
@@ -991,14 +1085,19 @@ impl<'a> Files<'a> {
         if len == stat.size {
             self.remember_if_unchanged(&file, stat, &sha256, recorded);
         }
-        let mark = ReadMark {
-            path: place.key.path.clone(),
-            sha256,
-            len,
-            read_at,
-            tail_only: false,
+        let first = match lines.start_bound() {
+            Bound::Included(&n) => n as u64,
+            Bound::Excluded(&n) => (n as u64).saturating_add(1),
+            Bound::Unbounded => 0,
         };
-        MarkStore::of(self.meta()).put(place.key.norm.clone(), mark.clone());
+        let end = match lines.end_bound() {
+            Bound::Included(&n) => (n as u64).saturating_add(1),
+            Bound::Excluded(&n) => n as u64,
+            Bound::Unbounded => u64::MAX,
+        }
+        .min(total);
+        let view = View::lines(first.saturating_add(1), end.max(first), total, 0);
+        let mark = self.marked(&place, sha256, len, read_at, view);
         Ok((slice, mark))
     }
 
@@ -1013,7 +1112,7 @@ impl<'a> Files<'a> {
         )?;
         let (file, meta) = self.open_file(&place)?;
         let current = self.current_hash(&place, &file, StatKey::of(&meta))?;
-        self.gate(&place, &current, false)?;
+        self.gate(&place, &current, Need::Edit)?;
         MarkStore::of(self.meta())
             .get(&place.key.norm)
             .ok_or_else(|| Error::NotRead {
@@ -1026,7 +1125,7 @@ impl<'a> Files<'a> {
     /// `Stale`); a new one does not.
     pub fn write(&self, path: impl AsRef<Path>, data: impl AsRef<[u8]>) -> Result<Receipt> {
         let data = data.as_ref();
-        self.edit(path.as_ref(), FileOp::Write, None, |_| {
+        self.edit(path.as_ref(), FileOp::Write, None, None, |_| {
             Ok(Cow::Borrowed(data))
         })
     }
@@ -1035,14 +1134,23 @@ impl<'a> Files<'a> {
     /// a current read mark; reading its tail with [`Files::read_range`] is
     /// enough. The whole file is replaced atomically, never torn. A stale
     /// mark whose version history holds is an anchored append (see
-    /// [`Receipt::anchored`]).
+    /// [`Receipt::anchored`]). The same append made again with the same
+    /// mark is a call resent after a lost answer: it is answered with the
+    /// first one's receipt ([`Receipt::repeat`]) and writes nothing.
     pub fn append(&self, path: impl AsRef<Path>, data: impl AsRef<[u8]>) -> Result<Receipt> {
         let data = data.as_ref();
-        self.edit(path.as_ref(), FileOp::Append, Some(Edit::Append), |pre| {
-            let mut out = pre.unwrap_or_default().to_vec();
-            out.extend_from_slice(data);
-            Ok(Cow::Owned(out))
-        })
+        let call = fingerprint("append", &[data]);
+        self.edit(
+            path.as_ref(),
+            FileOp::Append,
+            Some(Edit::Append),
+            Some(call),
+            |pre| {
+                let mut out = pre.unwrap_or_default().to_vec();
+                out.extend_from_slice(data);
+                Ok(Cow::Owned(out))
+            },
+        )
     }
 
     /// Replaces the one occurrence of `old` with `new`. The file must exist
@@ -1052,7 +1160,10 @@ impl<'a> Files<'a> {
     /// mark it is applied when it cannot overwrite unseen work (an anchored
     /// edit, [`Receipt::anchored`]): `old` occurs once in the version the
     /// mark names and once now, and no change between them touches it or
-    /// a line beside it.
+    /// a line beside it. `old` occurring twice, even overlapping (`aba`
+    /// in `ababa`), is ambiguous. The same replace made again with the
+    /// same mark is answered with the first one's receipt
+    /// ([`Receipt::repeat`]).
     pub fn replace(
         &self,
         path: impl AsRef<Path>,
@@ -1065,13 +1176,10 @@ impl<'a> Files<'a> {
             path,
             FileOp::Replace,
             Some(Edit::Replace(&[(old, new)])),
+            Some(fingerprint("replace", &[old, new])),
             |pre| {
                 let pre = pre.unwrap_or_default();
-                let (first, count) = if old.is_empty() {
-                    (None, 0)
-                } else {
-                    occurrences(pre, old)
-                };
+                let (first, count) = anchor::occurrences(pre, old);
                 match (first, count) {
                     (Some(at), 1) => {
                         let mut out = Vec::with_capacity(pre.len() - old.len() + new.len());
@@ -1113,9 +1221,10 @@ impl<'a> Files<'a> {
     ) -> Result<Receipt> {
         let (old, new) = (old.as_ref().as_bytes(), new.as_ref().as_bytes());
         let path = path.as_ref();
-        self.edit(path, FileOp::Replace, None, |pre| {
+        let call = fingerprint("replace_all", &[old, new]);
+        self.edit(path, FileOp::Replace, None, Some(call), |pre| {
             let pre = pre.unwrap_or_default();
-            if old.is_empty() || occurrences(pre, old).1 == 0 {
+            if anchor::occurrences(pre, old).1 == 0 {
                 return Err(Error::NoMatch { path: path.into() });
             }
             let mut out = Vec::with_capacity(pre.len());
@@ -1155,7 +1264,7 @@ impl<'a> Files<'a> {
         path: impl AsRef<Path>,
         f: impl FnOnce(&[u8]) -> Result<Vec<u8>>,
     ) -> Result<Receipt> {
-        self.edit(path.as_ref(), FileOp::Replace, None, |pre| {
+        self.edit(path.as_ref(), FileOp::Replace, None, None, |pre| {
             f(pre.unwrap_or_default()).map(Cow::Owned)
         })
     }
@@ -1174,21 +1283,26 @@ impl<'a> Files<'a> {
             .iter()
             .map(|(old, new)| (old.as_bytes(), new.as_bytes()))
             .collect();
+        let args: Vec<&[u8]> = pairs.iter().flat_map(|(old, new)| [*old, *new]).collect();
         self.edit(
             path.as_ref(),
             FileOp::Replace,
             Some(Edit::Replace(&pairs)),
+            Some(fingerprint("edits", &args)),
             |pre| f(pre.unwrap_or_default()).map(Cow::Owned),
         )
     }
 
     /// The shared pipeline of write, append and replace; `anchor` is the
-    /// edit as an anchored edit sees it, when it may be one.
+    /// edit as an anchored edit sees it, when it may be one; `call` the
+    /// fingerprint of an append or edit, whose resending is answered, not
+    /// repeated.
     fn edit<'d>(
         &self,
         path: &Path,
         op: FileOp,
         anchor: Option<Edit<'_>>,
+        call: Option<String>,
         apply: impl FnOnce(Option<&[u8]>) -> Result<Cow<'d, [u8]>>,
     ) -> Result<Receipt> {
         let place = self.place(path, true, Access::Write)?;
@@ -1196,6 +1310,17 @@ impl<'a> Files<'a> {
             &[(&place, Mode::Exclusive)],
             format!("{op} {}", place.rel.display()),
         )?;
+        // A resent call is answered before anything is read: it is judged
+        // by the mark it was made with, not by what the file holds now.
+        if let Some(receipt) = call.as_deref().and_then(|call| self.resent(&place, call)) {
+            return Ok(receipt);
+        }
+        let need = match op {
+            FileOp::Append => Need::Append,
+            FileOp::Replace => Need::Edit,
+            _ => Need::Whole,
+        };
+        let used = MarkStore::of(self.meta()).get(&place.key.norm);
         let must_exist = op == FileOp::Replace;
         let not_found = || Error::NotFound {
             path: place.key.path.clone(),
@@ -1222,7 +1347,7 @@ impl<'a> Files<'a> {
                 } else {
                     (None, self.current_hash(&place, file, stat)?)
                 };
-                match (self.gate(&place, &hash, op == FileOp::Append), anchor) {
+                match (self.gate(&place, &hash, need), anchor) {
                     (Ok(()), _) => {}
                     (Err(e @ Error::Stale { .. }), Some(edit)) if bytes.is_some() => {
                         stale = Some((e, edit));
@@ -1276,8 +1401,18 @@ impl<'a> Files<'a> {
             mode: Some(mode),
             history: HistoryStatus::Off,
             anchored,
+            repeat: false,
         };
         receipt.history = self.history_status(&receipt, protected);
+        // The receipt rides with the mark the write was made with (not a
+        // refreshed one: a write after that is a new call).
+        if let (Some(call), Some(used)) = (call, used.filter(|_| receipt.before.is_some())) {
+            MarkStore::of(self.meta()).update(&place.key.norm, |mark| {
+                if mark.sha256 == used.sha256 && mark.read_at == used.read_at {
+                    mark.keep_sent(call, &receipt);
+                }
+            });
+        }
         Ok(receipt)
     }
 
@@ -1288,13 +1423,7 @@ impl<'a> Files<'a> {
         Gate::of(&self.actor.sched).record_write(&place.key.norm, &meta.name, after);
         if let Some(after) = after {
             if refresh && self.actor.sched.shared.config.refresh_mark_on_write {
-                let mark = ReadMark {
-                    path: place.key.path.clone(),
-                    sha256: after.to_owned(),
-                    len,
-                    read_at: SystemTime::now(),
-                    tail_only: false,
-                };
+                let mark = ReadMark::new(place.key.path.clone(), after, len, View::Whole);
                 MarkStore::of(meta).put(place.key.norm.clone(), mark);
             }
         }
@@ -1316,7 +1445,7 @@ impl<'a> Files<'a> {
                 } else {
                     (None, self.current_hash(place, &file, stat)?)
                 };
-                self.gate_write(place, &hash, false)?;
+                self.gate_write(place, &hash, Need::Whole)?;
                 Ok(Some(Removed {
                     sha256: Some(hash),
                     mode: Some(meta.permissions().mode()),
@@ -1366,6 +1495,7 @@ impl<'a> Files<'a> {
             mode: None,
             history: HistoryStatus::Off,
             anchored: None,
+            repeat: false,
         };
         receipt.history = self.history_status(&receipt, protected);
         Ok(receipt)
@@ -1431,6 +1561,7 @@ impl<'a> Files<'a> {
             mode: moved.mode,
             history: HistoryStatus::Off,
             anchored: None,
+            repeat: false,
         };
         receipt.history = self.history_status(&receipt, protected);
         Ok(receipt)
@@ -1627,6 +1758,36 @@ mod tests {
     }
 
     #[test]
+    fn an_anchored_diff_is_cut_at_the_handle_s_bound() {
+        let (dir, _) = setup();
+        let history = tempfile::tempdir().unwrap();
+        let sched = Scheduler::new(
+            Config::default()
+                .durability(Durability::Process)
+                .history_dir(history.path()),
+        );
+        let (a, b) = (
+            sched.actor("a", Grant::workspace(dir.path())).unwrap(),
+            sched.actor("b", Grant::workspace(dir.path())).unwrap(),
+        );
+        a.files().read("a.txt").unwrap();
+        b.files().read("a.txt").unwrap();
+        b.files().append("a.txt", "b".repeat(200) + "\n").unwrap();
+        let receipt = a.files().diff_bound(60).append("a.txt", "a\n").unwrap();
+        let anchored = receipt.anchored.unwrap();
+        assert!(
+            anchored.truncated && anchored.diff.len() <= 60,
+            "{anchored:?}"
+        );
+        // Without a bound of its own, a handle's is `max_read_bytes`.
+        b.files().read("a.txt").unwrap();
+        a.files().read("a.txt").unwrap();
+        b.files().append("a.txt", "b".repeat(200) + "\n").unwrap();
+        let receipt = a.files().append("a.txt", "a2\n").unwrap();
+        assert!(!receipt.anchored.unwrap().truncated);
+    }
+
+    #[test]
     fn the_streamed_range_is_the_slice_of_the_whole() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
@@ -1634,23 +1795,18 @@ mod tests {
             std::fs::write(&path, text).unwrap();
             let file = std::fs::File::open(&path).unwrap();
             for (a, b) in [(0, 1), (1, 3), (2, 9), (5, 9), (0, 0)] {
-                let (kept, sha, len) = range_of(&file, text.len() as u64, &(a..b), u64::MAX)
+                let (kept, sha, len, lines) = range_of(&file, text.len() as u64, &(a..b), u64::MAX)
                     .unwrap()
                     .unwrap();
                 assert_eq!(kept, line_slice(text, &(a..b)), "{text:?} {a}..{b}");
                 assert_eq!(sha, gate::sha256_hex(text));
                 assert_eq!(len, text.len() as u64);
+                let text_lines = String::from_utf8_lossy(text).lines().count() as u64;
+                assert_eq!(lines, text_lines, "{text:?}");
             }
             let over = range_of(&file, text.len() as u64, &(..), 0).unwrap();
             assert_eq!(over.is_err(), !text.is_empty());
         }
-    }
-
-    #[test]
-    fn occurrences_do_not_overlap() {
-        assert_eq!(occurrences(b"aaaa", b"aa"), (Some(0), 2));
-        assert_eq!(occurrences(b"xay", b"a"), (Some(1), 1));
-        assert_eq!(occurrences(b"xy", b"a"), (None, 0));
     }
 }
 

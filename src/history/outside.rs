@@ -124,6 +124,7 @@ impl Actor {
             mode: after.map(|a| a.2),
             history: HistoryStatus::Off,
             anchored: None,
+            repeat: false,
         };
         if !history.enabled() {
             return Ok(receipt);

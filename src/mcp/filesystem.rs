@@ -20,11 +20,11 @@ use serde_json::{Value, json};
 use super::ToolServer;
 use super::args::Args;
 use super::tools::{
-    Access, Call, Failure, Show, finished, no_such_tool, read_whole, refused_with_current,
-    with_wait, write_args, write_whole,
+    Access, Call, Failure, Show, finished, no_such_tool, read_viewed, read_whole,
+    refused_with_current, repeat_note, with_wait, write_args, write_whole,
 };
 use crate::files::folders::MAX_DEPTH;
-use crate::{Actor, EntryKind, Error, Target};
+use crate::{Actor, EntryKind, Error, Target, View};
 
 /// The tools of the `filesystem` [`ToolSet`](super::ToolSet), in the order
 /// `tools/list` gives them (the reference server's order).
@@ -199,7 +199,17 @@ async fn read_text_file(name: &str, call: Call<'_>) -> Outcome {
             "Cannot specify both head and tail parameters simultaneously",
         ));
     }
-    let bytes = read_bytes(server, actor, &path).await?;
+    // `head` or `tail` shows part of the file: its mark says which lines
+    // (SPEC §6), so a whole-file write needs a read of all of it.
+    let look = move |bytes: &[u8]| {
+        let total = String::from_utf8_lossy(bytes).lines().count() as u64;
+        match (head_n, tail_n) {
+            (_, Some(n)) => View::lines(total.saturating_sub(n) + 1, total, total, 0),
+            (Some(n), _) => View::lines(1, n.min(total), total, 0),
+            _ => View::Whole,
+        }
+    };
+    let (bytes, _) = read_viewed(server, actor, &path, look).await?;
     let content = String::from_utf8_lossy(&bytes);
     let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     let content = match (head_n, tail_n) {
@@ -573,8 +583,12 @@ async fn edit_file(call: Call<'_>) -> Outcome {
     let dry_run = args.opt_bool("dryRun")?.unwrap_or(false);
     let shown_path = resolve(actor, &path)?.display().to_string();
     if dry_run {
-        // A preview shows the current content around each edit: it reads.
-        let bytes = read_bytes(server, actor, &path).await?;
+        // A preview shows the current content around each edit: it reads,
+        // and its mark says it showed only that (SPEC §6).
+        let look = |bytes: &[u8]| View::Excerpts {
+            total: String::from_utf8_lossy(bytes).lines().count() as u64,
+        };
+        let (bytes, _) = read_viewed(server, actor, &path, look).await?;
         return edited(&shown_path, &bytes, &edits)
             .map(|(_, diff)| text(diff))
             .map_err(bad);
@@ -600,6 +614,14 @@ async fn edit_file(call: Call<'_>) -> Outcome {
     let computed = outcome.lock().take();
     match (written, computed) {
         (Ok(receipt), Some(Ok(diff))) => Ok(text(diff + &super::anchored::note(&receipt))),
+        // A resent call writes nothing and makes no diff: its first
+        // answer stands; an insertion placed among others' lines made no
+        // diff of its own either (the note shows the others').
+        (Ok(receipt), None) if receipt.repeat || receipt.anchored.is_some() => Ok(text(format!(
+            "Edited {path}.{}{}",
+            super::anchored::note(&receipt),
+            repeat_note(&receipt)
+        ))),
         (Err(Error::NoMatch { .. }), Some(Err(message))) => Err(bad(message)),
         (Err(e), _) => {
             Err(refused_with_current(server, actor, &path, e, Show::Plain, "edit_file").await)

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::args::{Args, Bad};
 use super::table::{AnyResult, ErasedOp, SessionTable};
 use super::{Held, Reserved, ToolServer, tool_error, tool_ok};
-use crate::{Actor, Error, Files, HoldKind, ProtocolError, Receipt, Reservation, Target};
+use crate::{Actor, Error, Files, HoldKind, ProtocolError, Receipt, Reservation, Target, View};
 
 /// The tools of [`ToolServer`](super::ToolServer), in the order `tools/list`
 /// gives them.
@@ -385,6 +385,10 @@ pub(super) async fn with_wait<T: Send + 'static>(
     access: Access,
     op: impl FnOnce(Files<'_>) -> crate::Result<T> + Send + 'static,
 ) -> crate::Result<T> {
+    // What a result shows of an anchored edit's changes is bounded as a
+    // read is (SPEC §14), not by the whole-read limit.
+    let bound = server.session.opts.read_bytes;
+    let op = move |files: Files<'_>| op(files.diff_bound(bound));
     if let Some(table) = session_table(server)? {
         let erased: ErasedOp =
             Box::new(move |files| op(files).map(|done| Box::new(done) as AnyResult));
@@ -451,7 +455,19 @@ fn done(actor: &Actor, receipt: &Receipt) -> String {
         _ => {}
     }
     text.push_str(&super::anchored::note(receipt));
+    text.push_str(repeat_note(receipt));
     text
+}
+
+/// What a result says of a call resent after its answer was lost (SPEC §6).
+pub(super) fn repeat_note(receipt: &Receipt) -> &'static str {
+    if receipt.repeat {
+        "\n\nThis call is the same as one you already made since your last read of the file, \
+         which was applied: this is its result again, and nothing was written this time. To \
+         make the same change once more on purpose, read the file first."
+    } else {
+        ""
+    }
 }
 
 fn is_binary(bytes: &[u8]) -> bool {
@@ -467,7 +483,18 @@ async fn read_file(call: Call<'_>) -> Outcome {
     let limit = args
         .opt_count("limit", 1)?
         .unwrap_or(opts.read_lines as u64);
-    let (bytes, mark) = read_text(server, actor, &path, false).await?;
+    let look_opts = opts.clone();
+    let (bytes, mark) = read_text(server, actor, &path, move |bytes| {
+        numbered_seen(
+            "",
+            &String::from_utf8_lossy(bytes),
+            offset,
+            limit,
+            &look_opts,
+        )
+        .1
+    })
+    .await?;
     let shown_path = shown(actor, &mark.path);
     if is_binary(&bytes) {
         return Err(Failure::Bad(format!(
@@ -483,14 +510,27 @@ async fn read_file(call: Call<'_>) -> Outcome {
 /// `cat -n`-style lines `offset..offset+limit` (1-based) of `text`, bounded
 /// in bytes, with a note on what was left out.
 fn numbered(path: &str, text: &str, offset: u64, limit: u64, opts: &super::ToolOptions) -> String {
+    numbered_seen(path, text, offset, limit, opts).0
+}
+
+/// [`numbered`], and the view of the file it gives (SPEC §6): the lines
+/// shown, and how many of them were cut short.
+fn numbered_seen(
+    path: &str,
+    text: &str,
+    offset: u64,
+    limit: u64,
+    opts: &super::ToolOptions,
+) -> (String, View) {
     if text.is_empty() {
-        return format!("{path} is empty (0 bytes).");
+        return (format!("{path} is empty (0 bytes)."), View::Whole);
     }
     let lines: Vec<&str> = text.lines().collect();
     let total = lines.len() as u64;
     if offset > total {
-        return format!(
-            "{path} has {total} lines; offset {offset} is past the end. Nothing to show."
+        return (
+            format!("{path} has {total} lines; offset {offset} is past the end. Nothing to show."),
+            View::lines(offset, offset - 1, total, 0),
         );
     }
     let mut out = String::new();
@@ -532,7 +572,7 @@ fn numbered(path: &str, text: &str, offset: u64, limit: u64, opts: &super::ToolO
     } else if first > 1 {
         let _ = writeln!(out, "[Showing lines {first}-{last} of {total}.]");
     }
-    out
+    (out, View::lines(first, last, total, cut_lines))
 }
 
 async fn write_file(call: Call<'_>) -> Outcome {
@@ -572,31 +612,38 @@ pub(super) async fn read_whole(
     actor: &Arc<Actor>,
     path: &str,
 ) -> crate::Result<(Vec<u8>, crate::ReadMark)> {
+    read_viewed(server, actor, path, |_| View::Whole).await
+}
+
+/// A whole file and its read mark, of the view `look` says its reader is
+/// shown, waiting for a write in progress.
+pub(super) async fn read_viewed(
+    server: &ToolServer,
+    actor: &Arc<Actor>,
+    path: &str,
+    look: impl FnOnce(&[u8]) -> View + Send + 'static,
+) -> crate::Result<(Vec<u8>, crate::ReadMark)> {
     let p = path.to_string();
     with_wait(server, actor, &[path], Access::Read, move |files| {
-        files.read(&p)
+        files.read_seen(Path::new(&p), look)
     })
     .await
 }
 
-/// A whole file read to be shown as text. A binary one is shown nothing,
-/// so the read leaves no mark: the model cannot overwrite what it never
-/// saw; one shown only by its tail leaves a mark good for an append only.
-/// The mark goes inside the operation, before the session's table keeps
-/// what it read.
+/// A whole file read to be shown as text, its mark of the view `look`
+/// says the model is shown (SPEC §6: a write of the whole file needs a
+/// whole view). A binary one is shown nothing, so the read leaves no mark:
+/// the model cannot overwrite what it never saw. The mark goes inside the
+/// operation, before the session's table keeps what it read.
 async fn read_text(
     server: &ToolServer,
     actor: &Arc<Actor>,
     path: &str,
-    tail_only: bool,
+    look: impl FnOnce(&[u8]) -> View + Send + 'static,
 ) -> crate::Result<(Vec<u8>, crate::ReadMark)> {
     let (p, reader) = (path.to_string(), actor.clone());
     with_wait(server, actor, &[path], Access::Read, move |files| {
-        let (bytes, mark) = if tail_only {
-            files.read_for_append(&p)?
-        } else {
-            files.read(&p)?
-        };
+        let (bytes, mark) = files.read_seen(Path::new(&p), look)?;
         if is_binary(&bytes) {
             reader.forget_mark(&mark.path);
         }
@@ -652,7 +699,22 @@ pub(super) async fn refused_with_current(
         }
         _ => return Failure::Refused(error),
     };
-    let (bytes, mark) = match read_text(server, actor, path, show == Show::Tail).await {
+    let opts = server.session.opts.clone();
+    let look = move |bytes: &[u8]| {
+        let text = String::from_utf8_lossy(bytes);
+        match show {
+            Show::Numbered => numbered_seen("", &text, 1, opts.read_lines as u64, &opts).1,
+            Show::Tail => {
+                let total = text.lines().count() as u64;
+                View::Tail {
+                    first: total.saturating_sub(TAIL_LINES) + 1,
+                    total,
+                }
+            }
+            Show::Plain => plain_seen(&text, opts.read_bytes).1,
+        }
+    };
+    let (bytes, mark) = match read_text(server, actor, path, look).await {
         Ok(read) => read,
         Err(_) => return Failure::Refused(error),
     };
@@ -695,19 +757,30 @@ pub(super) async fn refused_with_current(
 
 /// `text` as it is, cut at a line end within `bound` bytes with a note.
 fn plain(text: &str, bound: usize) -> String {
+    plain_seen(text, bound).0
+}
+
+/// [`plain`], and the view of the file it gives.
+fn plain_seen(text: &str, bound: usize) -> (String, View) {
     if text.len() <= bound {
-        return text.to_string();
+        return (text.to_string(), View::Whole);
     }
     let mut end = bound;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
     let cut = text[..end].rfind('\n').map_or(0, |i| i + 1);
-    format!(
-        "{}[Cut short: {} of {} bytes shown; read_text_file shows the rest.]",
-        &text[..cut],
-        cut,
-        text.len()
+    (
+        format!(
+            "{}[Cut short: {} of {} bytes shown; read_text_file shows the rest.]",
+            &text[..cut],
+            cut,
+            text.len()
+        ),
+        View::Bytes {
+            shown: cut as u64,
+            total: text.len() as u64,
+        },
     )
 }
 

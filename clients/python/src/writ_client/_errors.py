@@ -189,6 +189,18 @@ class NotFound(WritError):
     path: str
 
 
+class PartialView(WritError):
+    """A whole-file write (write, delete, rename) after a read that showed part of the file.
+
+    ``seen`` says what was shown ("lines 1-2000 of 5000"), ``rest`` how to see the rest.
+    """
+
+    kind = "partial_view"
+    path: str
+    seen: str
+    rest: str
+
+
 class TooLarge(WritError):
     """A whole read would exceed the server's ``max_read_bytes``; read a line range instead."""
 

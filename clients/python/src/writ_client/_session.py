@@ -847,7 +847,9 @@ class Actor:
 
         ``lines=(start, end)`` returns only those lines, numbered from 0 with
         ``end`` excluded, as a Python slice (``end=None``: to the end); the
-        mark still covers the whole file, so a tail is enough before an append.
+        mark still covers the whole file, so a tail is enough before an append
+        or an edit, and its ``view`` says which lines were read: ``write``,
+        ``delete`` and ``rename`` need a read of all of it (``PartialView``).
         ``timeout`` (seconds) waits for a write in progress instead of ``Busy``.
         """
         params: Dict[str, Any] = {"path": path}
@@ -874,6 +876,8 @@ class Actor:
     def write(self, path: str, content: Union[str, bytes], *, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Replace (or create) a file; ``NotRead``/``Stale`` unless read in its current version.
 
+        A read of part of the file (``lines``) is not enough: ``PartialView``.
+
         ``timeout`` (seconds) waits for a contested path, then ``Busy``; every
         file method takes it.
         """
@@ -885,7 +889,10 @@ class Actor:
 
         The receipt carries ``anchored`` (``marked``, ``writer``, ``diff``,
         ``truncated``) when the mark was stale and the append was applied on
-        top of the changes since the read (SPEC §6, anchored edits).
+        top of the changes since the read (SPEC §6, anchored edits). The
+        same append sent again with the same read (a retry after a lost
+        answer) writes nothing and returns the first receipt with
+        ``repeat: True``; to append the same text again, read first.
         """
         params = {"path": path, "content": _content_to_wire(content)}
         return _dict(self._file_call("files.append", params, timeout))
