@@ -7,6 +7,10 @@
 //! other agent's change in between. Nothing sleeps for synchronization.
 #![cfg(target_os = "linux")]
 
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+#[path = "common/mcp_http_client.rs"]
+mod http_client;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command as Proc;
@@ -399,4 +403,82 @@ async fn the_fenced_fallback_says_so_and_reports_the_manifest() {
     assert_eq!(paths, vec![PathBuf::from("a.txt"), PathBuf::from("n.txt")]);
     assert!(report.notes.iter().any(|n| n.contains("fence")));
     assert_eq!(ws.get("a.txt"), "A\n");
+}
+
+/// `files.run` on `/rpc` and `run` in the Rust client: the server runs the
+/// command and judges it with its own table and history.
+#[cfg(all(feature = "server", feature = "remote"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_run_through_the_server_merges_and_refuses_like_in_process() {
+    let ws = ws();
+    ws.put("list.txt", LINES);
+    let hist = tempfile::tempdir().unwrap();
+    let server = writ::server::Server::start(
+        writ::server::Options::new(&ws.root).config(Config::default().history_dir(hist.path())),
+    )
+    .await
+    .unwrap();
+    let session = writ::remote::Session::connect(server.url(), server.token())
+        .await
+        .unwrap();
+    let a = session.actor("a", Grant::workspace(&ws.root)).await.unwrap();
+    let b = session.actor("b", Grant::workspace(&ws.root)).await.unwrap();
+    b.files().read("list.txt").await.unwrap();
+    b.files()
+        .replace("list.txt", "two\n", "b's work\n")
+        .await
+        .unwrap();
+    ws.settle();
+    // a has not read b's work: a checkout-like overwrite is refused.
+    let refused = a
+        .run(&format!("printf '{}' > list.txt", LINES.replace('\n', "\\n")), None, None)
+        .await
+        .unwrap();
+    assert_eq!(refused["committed"], false, "{refused}");
+    assert_eq!(refused["conflicts"][0]["writers"][0], "b", "{refused}");
+    assert_eq!(ws.get("list.txt"), "one\nb's work\nthree\nfour\nfive\nsix\n");
+    // A sed of another line keeps b's work.
+    let merged = a.run("sed -i s/six/SIX/ list.txt", None, None).await.unwrap();
+    assert_eq!(merged["committed"], true, "{merged}");
+    assert_eq!(merged["artifacts"][0]["path"], "list.txt");
+    assert_eq!(
+        ws.get("list.txt"),
+        "one\nb's work\nthree\nfour\nfive\nSIX\n"
+    );
+    // Bad parameters are refused before anything runs.
+    let bad = session
+        .call("files.run", serde_json::json!({"actor": a.handle()}))
+        .await;
+    assert!(bad.is_err());
+}
+
+/// `run_command` in writ's MCP tool set.
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_command_tool_reports_output_and_changed_files() {
+    let ws = ws();
+    ws.put("a.txt", "x\n");
+    let hist = tempfile::tempdir().unwrap();
+    let server = writ::server::Server::start(
+        writ::server::Options::new(&ws.root).config(Config::default().history_dir(hist.path())),
+    )
+    .await
+    .unwrap();
+    let mut client =
+        http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
+    assert_eq!(client.initialize("shell-agent").await.status, 200);
+    let (error, text) = client
+        .call(
+            "run_command",
+            serde_json::json!({"command": "echo hello; echo y > a.txt"}),
+        )
+        .await;
+    assert!(!error, "{text}");
+    assert!(text.contains("hello"), "{text}");
+    assert!(text.contains("- a.txt modified"), "{text}");
+    assert_eq!(ws.get("a.txt"), "y\n");
+    let (error, text) = client
+        .call("run_command", serde_json::json!({"command": 3}))
+        .await;
+    assert!(error, "{text}");
 }
