@@ -207,8 +207,9 @@ struct Judged {
     merged: bool,
 }
 
-/// The journal's writes to `abs`, oldest first: (time, actor, before).
-type Writes = Vec<(u64, String, Option<(String, bool)>)>;
+/// The journal's writes to `abs`, oldest first: (time, actor, before
+/// (hash, stored as a blob), after hash).
+type Writes = Vec<(u64, String, Option<(String, bool)>, Option<String>)>;
 
 fn writes_to(records: &[Record], abs: &Path) -> Writes {
     let mut out = Vec::new();
@@ -220,6 +221,7 @@ fn writes_to(records: &[Record], abs: &Path) -> Writes {
                     w.time_ms,
                     w.actor.clone(),
                     change.before.as_ref().map(|b| (b.sha256.clone(), b.blob)),
+                    change.after.as_ref().map(|a| a.sha256.clone()),
                 ));
             }
         }
@@ -361,9 +363,9 @@ pub(crate) async fn commit(
         };
         let writes = writes_to(&records, &abs);
         let during: Vec<_> = writes.iter().filter(|(t, ..)| *t >= start_ms).collect();
-        let mut writers: Vec<String> = during.iter().map(|(_, a, _)| a.clone()).collect();
+        let mut writers: Vec<String> = during.iter().map(|(_, a, ..)| a.clone()).collect();
         writers.dedup();
-        let start: Option<Vec<u8>> = if let Some((_, _, before)) = during.first() {
+        let start: Option<Vec<u8>> = if let Some((_, _, before, _)) = during.first() {
             match before {
                 None => None,
                 Some((sha, stored)) => match blob(sha, *stored) {
@@ -381,9 +383,16 @@ pub(crate) async fn commit(
                 },
             }
         } else {
-            let changed = std::fs::symlink_metadata(&abs).is_ok_and(|m| {
-                i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()) >= start_ns
-            });
+            // Content a writ write produced before the run began is the
+            // start, however recent its ctime.
+            let by_writ = match (writes.last(), &live) {
+                (Some((_, _, _, Some(after))), Some((_, sha, _))) => after == sha,
+                _ => false,
+            };
+            let changed = !by_writ
+                && std::fs::symlink_metadata(&abs).is_ok_and(|m| {
+                    i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()) >= start_ns
+                });
             if changed && live.is_some() {
                 out.conflicts.push(RunConflict {
                     path: w.rel.clone(),
@@ -439,15 +448,15 @@ pub(crate) async fn commit(
             let read_ms = mark.as_ref().map_or(0, |m| ms(m.read_at));
             let unseen: Vec<_> = writes
                 .iter()
-                .filter(|(t, a, _)| *t > read_ms && *t < start_ms && *a != me)
+                .filter(|(t, a, ..)| *t > read_ms && *t < start_ms && *a != me)
                 .collect();
             if !seen && !unseen.is_empty() {
                 let who: Vec<String> = {
-                    let mut v: Vec<String> = unseen.iter().map(|(_, a, _)| a.clone()).collect();
+                    let mut v: Vec<String> = unseen.iter().map(|(_, a, ..)| a.clone()).collect();
                     v.dedup();
                     v
                 };
-                let kept = match (&result, unseen.first().and_then(|(_, _, b)| b.as_ref())) {
+                let kept = match (&result, unseen.first().and_then(|(_, _, b, _)| b.as_ref())) {
                     (None, _) => false,
                     (Some((r, _)), Some((sha, stored))) => blob(sha, *stored)
                         .and_then(|p| merge3(&p, r, start))
@@ -459,7 +468,7 @@ pub(crate) async fn commit(
                 if !kept {
                     let before = unseen
                         .first()
-                        .and_then(|(_, _, b)| b.as_ref())
+                        .and_then(|(_, _, b, _)| b.as_ref())
                         .and_then(|(sha, stored)| blob(sha, *stored))
                         .unwrap_or_default();
                     out.conflicts.push(RunConflict {
