@@ -458,9 +458,9 @@ pub(crate) async fn commit(
                 };
                 let kept = match (&result, unseen.first().and_then(|(_, _, b, _)| b.as_ref())) {
                     (None, _) => false,
-                    (Some((r, _)), Some((sha, stored))) => blob(sha, *stored)
-                        .and_then(|p| merge3(&p, r, start))
-                        .is_some_and(|m| &m == r),
+                    (Some((r, _)), Some((sha, stored))) => {
+                        blob(sha, *stored).is_some_and(|p| keeps(&p, start, r))
+                    }
                     // Created by the other agent: a change keeps its lines
                     // unless it overwrites them all.
                     (Some((r, _)), None) => r == start || shares_a_line(start, r),
@@ -507,6 +507,50 @@ pub(crate) async fn commit(
         let _ = std::fs::remove_dir(root.join(dir));
     }
     Ok(out)
+}
+
+/// Whether `result` keeps the change `before → theirs` (`result` was made
+/// from `theirs`): no change from `theirs` to `result` touches a line that
+/// change wrote, or the place where it removed lines. A second change to
+/// other lines — even the next one — keeps it.
+fn keeps(before: &[u8], theirs: &[u8], result: &[u8]) -> bool {
+    if theirs == result {
+        return true;
+    }
+    let (Ok(before), Ok(theirs), Ok(result)) = (
+        std::str::from_utf8(before),
+        std::str::from_utf8(theirs),
+        std::str::from_utf8(result),
+    ) else {
+        return false;
+    };
+    let their_change = TextDiff::from_lines(before, theirs);
+    let ours = TextDiff::from_lines(theirs, result);
+    let touched: Vec<std::ops::Range<usize>> = ours
+        .ops()
+        .iter()
+        .filter(|op| op.tag() != similar::DiffTag::Equal)
+        .map(|op| op.old_range())
+        .collect();
+    their_change
+        .ops()
+        .iter()
+        .filter(|op| op.tag() != similar::DiffTag::Equal)
+        .all(|op| {
+            let written = op.new_range();
+            touched.iter().all(|t| {
+                if written.is_empty() {
+                    // Lines removed at one point: ours must not touch it.
+                    !(t.start <= written.start && written.start <= t.end && !t.is_empty())
+                        && !(t.is_empty() && t.start == written.start)
+                } else if t.is_empty() {
+                    // An insertion inside their lines splits them.
+                    !(written.start < t.start && t.start < written.end)
+                } else {
+                    t.end <= written.start || written.end <= t.start
+                }
+            })
+        })
 }
 
 /// Whether the two texts have a non-blank line in common.
@@ -628,5 +672,20 @@ mod tests {
         assert_eq!(merge3(base, ours, theirs).unwrap(), b"A\nb\nc\nD\n");
         assert_eq!(merge3(base, ours, ours).unwrap(), ours.to_vec());
         assert!(merge3(base, b"X\nb\nc\nd\n", b"Y\nb\nc\nd\n").is_none());
+    }
+
+    #[test]
+    fn a_result_keeps_their_change_unless_it_rewrites_those_lines() {
+        let before = b"one\ntwo\nthree\n";
+        let theirs = b"one\nTHEIRS\nthree\n";
+        // sed of the line next to theirs keeps it.
+        assert!(keeps(before, theirs, b"ONE\nTHEIRS\nthree\n"));
+        assert!(keeps(before, theirs, b"one\nTHEIRS\nthree\nfour\n"));
+        // A checkout (back to before) or a rewrite of their line does not.
+        assert!(!keeps(before, theirs, before));
+        assert!(!keeps(before, theirs, b"one\nmine\nthree\n"));
+        assert!(!keeps(before, theirs, b"x\n"));
+        // Their deletion undone is not kept either.
+        assert!(!keeps(b"a\nb\nc\n", b"a\nc\n", b"a\nb\nc\n"));
     }
 }

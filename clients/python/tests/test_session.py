@@ -420,7 +420,7 @@ def test_run_commits_a_commands_writes_and_refuses_over_unseen_work(session: Ses
     shell = session.actor("shell")
     other = session.actor("other")
     other.read("list.txt")
-    other.replace("list.txt", "two\n", "other's work\n")
+    other.edit("list.txt", "two\n", "other's work\n")
     # A sed of another line keeps the other agent's work, unread or not.
     report = shell.run("echo hello; sed -i s/one/ONE/ list.txt")
     if report["mode"] != "overlay":
