@@ -482,3 +482,56 @@ async fn the_run_command_tool_reports_output_and_changed_files() {
         .await;
     assert!(error, "{text}");
 }
+
+/// `writ run -- CMD` in process: the command's exit status when committed,
+/// 75 when refused, and `--show` lists the kept layer.
+#[cfg(all(feature = "server", feature = "remote"))]
+#[test]
+fn the_command_line_exits_with_the_commands_status_or_75_when_refused() {
+    let ws = ws();
+    ws.put("a.txt", "a\n");
+    let state = tempfile::tempdir().unwrap();
+    let writ = |args: &[&str]| {
+        Proc::new(env!("CARGO_BIN_EXE_writ"))
+            .args(args)
+            .current_dir(&ws.root)
+            .env("XDG_STATE_HOME", state.path())
+            .output()
+            .unwrap()
+    };
+    let out = writ(&["run", "--agent", "x", "--", "sh", "-c", "echo A > a.txt; exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(ws.get("a.txt"), "A\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("fenced") {
+        return; // no overlay here: nothing is ever refused
+    }
+    assert!(stderr.contains("modified a.txt"), "{stderr}");
+    // An outside change during the run: refused, 75, and the layer kept.
+    let sig = ws.sig.path().display().to_string();
+    let line = format!("echo run > a.txt; echo ready > {sig}/ready; read go < {sig}/go");
+    let child = Proc::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["run", "--agent", "x", "--", "sh", "-c", &line])
+        .current_dir(&ws.root)
+        .env("XDG_STATE_HOME", state.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    fs::read(ws.sig.path().join("ready")).unwrap();
+    fs::write(ws.root.join("a.txt"), "person\n").unwrap();
+    fs::write(ws.sig.path().join("go"), "go\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert_eq!(ws.get("a.txt"), "person\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("changed outside writ"), "{stderr}");
+    let id = stderr
+        .split("writ run --show ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the report names the run");
+    let shown = writ(&["run", "--show", id]);
+    assert!(shown.status.success());
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("wrote   a.txt"));
+}
