@@ -14,7 +14,9 @@
 //!    mounted from `<run>/stage` back over the overlay, so writes there land
 //!    in the real tree;
 //! 4. the command is `exec`ed in its working folder, seen through the
-//!    overlay. It also has its own PID namespace (`--pid --fork
+//!    overlay, in a nested user namespace that maps the caller's own uid
+//!    and gid (the mounts needed the namespace's root; the command does
+//!    not). It also has its own PID namespace (`--pid --fork
 //!    --kill-child`), so when the run is stopped nothing it started
 //!    survives, `setsid` or not.
 //!
@@ -41,11 +43,15 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 /// The script run inside the namespace: `$1` root, `$2` stage, `$3` upper,
-/// `$4` work, `$5` working folder, `$6` the number of pass-through folders,
-/// then those folders (relative), then the command.
+/// `$4` work, `$5` working folder, `$6` and `$7` the caller's uid and gid,
+/// `$8` the `unshare` program, `$9` the number of pass-through folders,
+/// then those folders (relative), then the command. The mounts need the
+/// namespace's root; the command then runs in a nested user namespace as
+/// the caller's own uid and gid, so files look owned as they are (git
+/// compares owners with its index) and what it creates is the caller's.
 const SCRIPT: &str = r#"set -e
-root=$1 stage=$2 upper=$3 work=$4 cwd=$5 n=$6
-shift 6
+root=$1 stage=$2 upper=$3 work=$4 cwd=$5 uid=$6 gid=$7 unshare=$8 n=$9
+shift 9
 mount --bind "$root" "$stage"
 mount -t overlay writ-run -o "userxattr,lowerdir=$root,upperdir=$upper,workdir=$work" "$root"
 while [ "$n" -gt 0 ]; do
@@ -54,6 +60,9 @@ while [ "$n" -gt 0 ]; do
   n=$((n - 1))
 done
 cd "$cwd"
+if [ "$uid" != 0 ]; then
+  exec "$unshare" --user --map-user="$uid" --map-group="$gid" -- "$@"
+fi
 exec "$@"
 "#;
 
@@ -153,6 +162,9 @@ pub(crate) fn wrap(
     args.push(layer.upper().into());
     args.push(layer.work().into());
     args.push(cwd.into());
+    args.push(rustix::process::getuid().as_raw().to_string().into());
+    args.push(rustix::process::getgid().as_raw().to_string().into());
+    args.push(unshare.into());
     args.push(passthrough.len().to_string().into());
     args.extend(passthrough.iter().map(OsString::from));
     args.extend(argv.iter().cloned());
