@@ -28,7 +28,15 @@ fn tree(root: &Path, files: usize) {
     for args in [
         &["init", "-q"][..],
         &["add", "."],
-        &["-c", "user.email=b@example.com", "-c", "user.name=b", "commit", "-qm", "tree"],
+        &[
+            "-c",
+            "user.email=b@example.com",
+            "-c",
+            "user.name=b",
+            "commit",
+            "-qm",
+            "tree",
+        ],
     ] {
         let ok = Proc::new("git").args(args).current_dir(root).status();
         assert!(ok.is_ok_and(|s| s.success()), "git {args:?}");
@@ -46,7 +54,9 @@ fn run(c: &mut Criterion) {
         .build()
         .expect("a runtime");
     let sched = Scheduler::new(Config::default().history_dir(history.path()));
-    let agent = sched.actor("bench", Grant::workspace(&root)).expect("an actor");
+    let agent = sched
+        .actor("bench", Grant::workspace(&root))
+        .expect("an actor");
     let through_writ = |argv: &[&str]| {
         let report = runtime
             .block_on(agent.run(Command::new(argv.iter().copied())))
@@ -70,7 +80,9 @@ fn run(c: &mut Criterion) {
     group.sampling_mode(SamplingMode::Flat).sample_size(20);
     for (name, argv) in commands {
         group.bench_function(format!("{name}/plain"), |b| b.iter(|| plain(argv)));
-        group.bench_function(format!("{name}/writ_run"), |b| b.iter(|| through_writ(argv)));
+        group.bench_function(format!("{name}/writ_run"), |b| {
+            b.iter(|| through_writ(argv))
+        });
     }
     group.finish();
 }

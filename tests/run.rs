@@ -421,8 +421,14 @@ async fn files_run_through_the_server_merges_and_refuses_like_in_process() {
     let session = writ::remote::Session::connect(server.url(), server.token())
         .await
         .unwrap();
-    let a = session.actor("a", Grant::workspace(&ws.root)).await.unwrap();
-    let b = session.actor("b", Grant::workspace(&ws.root)).await.unwrap();
+    let a = session
+        .actor("a", Grant::workspace(&ws.root))
+        .await
+        .unwrap();
+    let b = session
+        .actor("b", Grant::workspace(&ws.root))
+        .await
+        .unwrap();
     b.files().read("list.txt").await.unwrap();
     b.files()
         .replace("list.txt", "two\n", "b's work\n")
@@ -431,14 +437,24 @@ async fn files_run_through_the_server_merges_and_refuses_like_in_process() {
     ws.settle();
     // a has not read b's work: a checkout-like overwrite is refused.
     let refused = a
-        .run(&format!("printf '{}' > list.txt", LINES.replace('\n', "\\n")), None, None)
+        .run(
+            &format!("printf '{}' > list.txt", LINES.replace('\n', "\\n")),
+            None,
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(refused["committed"], false, "{refused}");
     assert_eq!(refused["conflicts"][0]["writers"][0], "b", "{refused}");
-    assert_eq!(ws.get("list.txt"), "one\nb's work\nthree\nfour\nfive\nsix\n");
+    assert_eq!(
+        ws.get("list.txt"),
+        "one\nb's work\nthree\nfour\nfive\nsix\n"
+    );
     // A sed of another line keeps b's work.
-    let merged = a.run("sed -i s/six/SIX/ list.txt", None, None).await.unwrap();
+    let merged = a
+        .run("sed -i s/six/SIX/ list.txt", None, None)
+        .await
+        .unwrap();
     assert_eq!(merged["committed"], true, "{merged}");
     assert_eq!(merged["artifacts"][0]["path"], "list.txt");
     assert_eq!(
@@ -464,8 +480,7 @@ async fn the_run_command_tool_reports_output_and_changed_files() {
     )
     .await
     .unwrap();
-    let mut client =
-        http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
+    let mut client = http_client::McpHttp::new(&format!("{}/mcp", server.url()), server.token());
     assert_eq!(client.initialize("shell-agent").await.status, 200);
     let (error, text) = client
         .call(
@@ -499,7 +514,15 @@ fn the_command_line_exits_with_the_commands_status_or_75_when_refused() {
             .output()
             .unwrap()
     };
-    let out = writ(&["run", "--agent", "x", "--", "sh", "-c", "echo A > a.txt; exit 3"]);
+    let out = writ(&[
+        "run",
+        "--agent",
+        "x",
+        "--",
+        "sh",
+        "-c",
+        "echo A > a.txt; exit 3",
+    ]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert_eq!(ws.get("a.txt"), "A\n");
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -34,8 +34,8 @@
 mod anchored;
 mod args;
 mod filesystem;
-mod run;
 pub(crate) mod handle;
+mod run;
 pub(crate) mod table;
 mod tools;
 

@@ -51,7 +51,9 @@ pub(super) async fn run_command(call: Call<'_>) -> Outcome {
     let args = arguments.unwrap_or_default();
     let bad = |m: &str| Failure::Bad(m.to_string());
     let Some(line) = args.get("command").and_then(Value::as_str) else {
-        return Err(bad("`command` (a shell command line, a string) is required."));
+        return Err(bad(
+            "`command` (a shell command line, a string) is required.",
+        ));
     };
     if line.trim().is_empty() {
         return Err(bad("`command` is empty."));
@@ -118,7 +120,10 @@ fn text(report: &RunReport) -> String {
                 let _ = writeln!(out, "  the other change:\n{}", c.live_diff.trim_end());
             }
         }
-        let _ = writeln!(out, "Read the files named above, then run the command again.");
+        let _ = writeln!(
+            out,
+            "Read the files named above, then run the command again."
+        );
     }
     out
 }

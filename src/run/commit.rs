@@ -40,7 +40,6 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-
 use similar::{TextDiff, TextMerge};
 
 use super::overlay::Upper;

@@ -71,11 +71,18 @@ fn go(cmd: RunCmd) -> Result<ExitCode, String> {
     if let Some(run) = &cmd.show {
         let shown = writ::run::show(run).map_err(|e| e.to_string())?;
         if cmd.json {
-            println!("{}", serde_json::to_string_pretty(&shown).map_err(|e| e.to_string())?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&shown).map_err(|e| e.to_string())?
+            );
         } else {
             println!("run {} kept at {}", shown.run, shown.dir.display());
             for p in &shown.written {
-                println!("wrote   {}  ({})", p.display(), shown.dir.join("upper").join(p).display());
+                println!(
+                    "wrote   {}  ({})",
+                    p.display(),
+                    shown.dir.join("upper").join(p).display()
+                );
             }
             for p in &shown.removed {
                 println!("removed {}", p.display());
@@ -105,8 +112,7 @@ fn go(cmd: RunCmd) -> Result<ExitCode, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let through_server =
-        !cmd.in_process && root.join(".writ").join("serve.json").exists();
+    let through_server = !cmd.in_process && root.join(".writ").join("serve.json").exists();
     let report: serde_json::Value = runtime.block_on(async {
         if through_server {
             let session = writ::remote::Session::discover(&root)
@@ -135,8 +141,7 @@ fn go(cmd: RunCmd) -> Result<ExitCode, String> {
         } else {
             let state = writ::server::state_dir(&root).map_err(|e| e.to_string())?;
             let history = state.join("history");
-            std::fs::create_dir_all(&history)
-                .map_err(|e| format!("{}: {e}", history.display()))?;
+            std::fs::create_dir_all(&history).map_err(|e| format!("{}: {e}", history.display()))?;
             let sched = writ::Scheduler::new(writ::Config::default().history_dir(history));
             let actor = sched
                 .actor(cmd.agent.clone(), writ::Grant::workspace(&root))
