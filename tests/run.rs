@@ -558,3 +558,39 @@ fn the_command_line_exits_with_the_commands_status_or_75_when_refused() {
     assert!(shown.status.success());
     assert!(String::from_utf8_lossy(&shown.stdout).contains("wrote   a.txt"));
 }
+
+/// A commit that cannot be made (here: a write outside the actor's fence)
+/// still returns the command's output and status, applies nothing, and
+/// keeps the layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_cannot_be_made_still_returns_the_output() {
+    let ws = ws();
+    ws.put("src/a.rs", "a\n");
+    ws.put("other.txt", "o\n");
+    let fenced = ws
+        .sched
+        .actor(
+            "fenced",
+            Grant::fenced(&ws.root, [writ::Target::tree(ws.root.join("src"))]),
+        )
+        .unwrap();
+    let report = fenced
+        .run(Command::shell(
+            "echo out; echo A > src/a.rs; echo X > other.txt",
+        ))
+        .await
+        .unwrap();
+    if !overlay_or_skip(&report) {
+        return;
+    }
+    assert_eq!(report.status, Status::Completed);
+    assert_eq!(report.output, "out\n");
+    assert!(!report.committed, "{report}");
+    assert!(
+        report.notes.iter().any(|n| n.contains("could not be made")),
+        "{report}"
+    );
+    assert_eq!(ws.get("src/a.rs"), "a\n");
+    assert_eq!(ws.get("other.txt"), "o\n");
+    assert!(report.kept.is_some());
+}

@@ -443,15 +443,20 @@ impl Actor {
             command.commit_wait,
         )
         .await;
-        let outcome = match outcome {
-            Ok(outcome) => outcome,
+        // The output and exit status come back either way: a commit that
+        // could not be made (its reservation timed out, a path outside the
+        // actor's fence) is a refusal with the reason, not a lost report.
+        let (outcome, failed) = match outcome {
+            Ok(outcome) => (outcome, false),
             Err(e) => {
-                keep(&layer, command.keep);
-                return Err(e);
+                notes.push(format!(
+                    "nothing was applied: the commit could not be made: {e}"
+                ));
+                (commit::Outcome::default(), true)
             }
         };
         notes.extend(outcome.notes);
-        let committed = outcome.conflicts.is_empty();
+        let committed = !failed && outcome.conflicts.is_empty();
         let (kept, kept_for) = if committed {
             layer.remove();
             (None, None)
