@@ -260,18 +260,34 @@ fn merge3(base: &[u8], ours: &[u8], theirs: &[u8]) -> Option<Vec<u8>> {
     (!merge.is_conflicted()).then(|| merge.to_string().into_bytes())
 }
 
+/// What a commit judges: the run's layer and when the run began.
+pub(crate) struct Job<'a> {
+    pub(crate) root: &'a Path,
+    pub(crate) upper: &'a Path,
+    pub(crate) entries: &'a [Upper],
+    pub(crate) rules: &'a Rules,
+    /// The wall clock when the run began (history's clock).
+    pub(crate) started: SystemTime,
+    /// The file system's clock then, in nanoseconds (ctimes' clock).
+    pub(crate) clock: i128,
+    /// The reservation's label.
+    pub(crate) label: &'a str,
+    /// How long the reservation may wait.
+    pub(crate) wait: Duration,
+}
+
 /// Judges the layer's write set and applies it, all or nothing.
-pub(crate) async fn commit(
-    actor: &Actor,
-    root: &Path,
-    upper: &Path,
-    entries: &[Upper],
-    rules: &Rules,
-    started: SystemTime,
-    clock: i128,
-    label: &str,
-    wait: Duration,
-) -> Result<Outcome> {
+pub(crate) async fn commit(actor: &Actor, job: Job<'_>) -> Result<Outcome> {
+    let Job {
+        root,
+        upper,
+        entries,
+        rules,
+        started,
+        clock,
+        label,
+        wait,
+    } = job;
     let mut out = Outcome::default();
     let (wanted, removed_dirs) = write_set(root, upper, entries, rules, &mut out)?;
     // A path the run left as the real tree has it now needs no judgement:
@@ -540,8 +556,13 @@ fn keeps(before: &[u8], theirs: &[u8], result: &[u8]) -> bool {
             touched.iter().all(|t| {
                 if written.is_empty() {
                     // Lines removed at one point: ours must not touch it.
-                    !(t.start <= written.start && written.start <= t.end && !t.is_empty())
-                        && !(t.is_empty() && t.start == written.start)
+                    let at = written.start;
+                    let touches = if t.is_empty() {
+                        t.start == at
+                    } else {
+                        t.start <= at && at <= t.end
+                    };
+                    !touches
                 } else if t.is_empty() {
                     // An insertion inside their lines splits them.
                     !(written.start < t.start && t.start < written.end)

@@ -403,7 +403,7 @@ impl Actor {
         sweep();
         let id = run_id();
         let layer = overlay::Layer::create(overlay::runs_dir().join(&id))
-            .map_err(|e| Error::io("create the run's layer in", &overlay::runs_dir(), e))?;
+            .map_err(|e| Error::io("create the run's layer in", overlay::runs_dir(), e))?;
         let rules = passthrough::Rules::load(&root);
         let through = rules.top_dirs(&root);
         let (program, args) = overlay::wrap(unshare, &root, &layer, &through, &cwd, &command.argv);
@@ -428,19 +428,21 @@ impl Actor {
             Ok(entries) => entries,
             Err(e) => {
                 layer.remove();
-                return Err(Error::io("read the run's layer", &layer.upper(), e));
+                return Err(Error::io("read the run's layer", layer.upper(), e));
             }
         };
         let outcome = commit::commit(
             self,
-            &root,
-            &layer.upper(),
-            &entries,
-            &rules,
-            started,
-            clock,
-            &label,
-            command.commit_wait,
+            commit::Job {
+                root: &root,
+                upper: &layer.upper(),
+                entries: &entries,
+                rules: &rules,
+                started,
+                clock,
+                label: &label,
+                wait: command.commit_wait,
+            },
         )
         .await;
         // The output and exit status come back either way: a commit that
@@ -538,7 +540,7 @@ impl Actor {
             .await
             .map_err(|e| Error::io("scan", &root, std::io::Error::other(e.to_string())))?;
         let ran = supervise(
-            &command.argv[0].clone().into(),
+            Path::new(&command.argv[0]),
             &command.argv[1..],
             &cwd,
             &dir,
@@ -624,7 +626,7 @@ struct Ran {
 /// environment, copying its output to `<dir>/output.log` and a tail; stops
 /// the whole tree at the deadline (SIGTERM, grace, SIGKILL), as §9 does.
 async fn supervise(
-    program: &PathBuf,
+    program: &Path,
     args: &[OsString],
     cwd: &Path,
     dir: &Path,
