@@ -29,7 +29,7 @@
 //! `exec` in a threaded server: not worth the risk.
 //!
 //! The layer lives outside the workspace (overlayfs refuses an upper layer
-//! inside its lower one), under `<tmp>/writ-runs/<run>/`, where a refused
+//! inside its lower one), under `<tmp>/writ-runs-<uid>/<run>/`, where a refused
 //! run's layer is kept for `writ run --show`.
 //!
 //! Whether it works is probed once per process on a scratch tree: the kernel
@@ -66,9 +66,32 @@ fi
 exec "$@"
 "#;
 
-/// The folder that holds every run's layer.
+/// The folder that holds this user's runs' layers (one per user: a kept
+/// layer holds the workspace's files as the command left them).
 pub(crate) fn runs_dir() -> PathBuf {
-    std::env::temp_dir().join("writ-runs")
+    let uid = rustix::process::getuid().as_raw();
+    std::env::temp_dir().join(format!("writ-runs-{uid}"))
+}
+
+/// Creates [`runs_dir`], private to this user.
+fn create_runs_dir() -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = runs_dir();
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(&dir)?;
+            if meta.is_dir() && meta.uid() == rustix::process::getuid().as_raw() {
+                Ok(())
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("{} is not a folder of this user's", dir.display()),
+                ))
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// One run's layer: its folder, and the upper, work and stage folders in it.
@@ -90,7 +113,7 @@ impl Layer {
 
     /// Creates the run's folders; the run folder itself must be new.
     pub(crate) fn create(dir: PathBuf) -> io::Result<Layer> {
-        std::fs::create_dir_all(runs_dir())?;
+        create_runs_dir()?;
         std::fs::create_dir(&dir)?;
         let layer = Layer { dir };
         for sub in [layer.upper(), layer.work(), layer.stage()] {
@@ -201,7 +224,8 @@ fn probe() -> Result<PathBuf, String> {
         .ok_or_else(|| "util-linux's unshare was not found".to_string())?;
     let scratch = runs_dir().join(format!("probe-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
-    std::fs::create_dir_all(&scratch)
+    create_runs_dir()
+        .and_then(|()| std::fs::create_dir(&scratch))
         .map_err(|e| format!("no scratch folder for the overlay probe: {e}"))?;
     let root = scratch.join("root");
     std::fs::create_dir(&root).map_err(|e| e.to_string())?;
