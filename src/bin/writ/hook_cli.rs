@@ -81,6 +81,17 @@ pub fn run(cmd: HookCmd) -> ExitCode {
         HookAgent::ClaudeCode(args) => match event.and_then(|e| claude::parse(&e)) {
             Err(why) => claude::output(&unreadable(&why)),
             Ok(claude::Parsed::Mcp(input)) => Some(claude::mcp_output(input)),
+            Ok(claude::Parsed::Shell {
+                event,
+                input,
+                agent,
+            }) => {
+                let renewed = decide(&args, &event);
+                match engine::wrap_shell(event.cwd.as_deref(), &agent, input) {
+                    Some(input) => Some(claude::mcp_output(input)),
+                    None => claude::output(&renewed),
+                }
+            }
             Ok(claude::Parsed::Engine(event)) => claude::output(&decide(&args, &event)),
         },
         // Codex reads a decision as Claude Code does.
@@ -88,10 +99,24 @@ pub fn run(cmd: HookCmd) -> ExitCode {
             Err(why) => claude::output(&unreadable(&why)),
             Ok(event) => claude::output(&decide(&args, &event)),
         },
-        HookAgent::Gemini(args) => match event.and_then(|e| gemini::parse(&e)) {
-            Err(why) => gemini::output(&unreadable(&why)),
-            Ok(event) => gemini::output(&decide(&args, &event)),
-        },
+        HookAgent::Gemini(args) => {
+            let wrapped = event.as_ref().ok().and_then(|e| {
+                let (input, dir) = gemini::shell(e)?;
+                engine::wrap_shell(dir.as_deref(), &gemini::agent(e)?, input)
+            });
+            match event.and_then(|e| gemini::parse(&e)) {
+                Err(why) => gemini::output(&unreadable(&why)),
+                Ok(event) => {
+                    let decision = decide(&args, &event);
+                    match wrapped {
+                        Some(input) if matches!(decision, engine::Decision::Pass) => {
+                            Some(gemini::shell_output(input))
+                        }
+                        _ => gemini::output(&decision),
+                    }
+                }
+            }
+        }
     };
     if let Some(out) = out {
         println!("{out}");
