@@ -26,12 +26,13 @@ pub struct HookCmd {
 #[derive(Debug, Subcommand)]
 enum HookAgent {
     /// Claude Code: PreToolUse/PostToolUse for Write|Edit|NotebookEdit|Read
-    /// (and MultiEdit), PreToolUse for mcp__writ__*, UserPromptSubmit and
-    /// SubagentStop.
+    /// (and MultiEdit), PreToolUse for Bash (its command sent through
+    /// `writ run`) and mcp__writ__*, UserPromptSubmit and SubagentStop.
     ClaudeCode(Common),
     /// Codex CLI: PreToolUse/PostToolUse for apply_patch, UserPromptSubmit.
     Codex(Common),
     /// Gemini CLI: BeforeTool/AfterTool for write_file|replace|read_file,
+    /// BeforeTool for run_shell_command (sent through `writ run`),
     /// BeforeAgent.
     Gemini(Common),
 }

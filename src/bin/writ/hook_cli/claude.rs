@@ -7,7 +7,9 @@
 //! file; `Edit`, `NotebookEdit` (and `MultiEdit`, gone from current
 //! versions, still accepted) change part of one; `Read`'s `tool_response`
 //! is what the model was shown. `PreToolUse` on `mcp__writ__*` fills the
-//! tool's `agent` argument so writ's MCP tools act as the same agent.
+//! tool's `agent` argument so writ's MCP tools act as the same agent;
+//! `PreToolUse` on `Bash` sends its command through `writ run` as the
+//! agent (SPEC §17).
 
 use std::path::{Path, PathBuf};
 
