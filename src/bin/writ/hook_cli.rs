@@ -26,12 +26,13 @@ pub struct HookCmd {
 #[derive(Debug, Subcommand)]
 enum HookAgent {
     /// Claude Code: PreToolUse/PostToolUse for Write|Edit|NotebookEdit|Read
-    /// (and MultiEdit), PreToolUse for mcp__writ__*, UserPromptSubmit and
-    /// SubagentStop.
+    /// (and MultiEdit), PreToolUse for Bash (its command sent through
+    /// `writ run`) and mcp__writ__*, UserPromptSubmit and SubagentStop.
     ClaudeCode(Common),
     /// Codex CLI: PreToolUse/PostToolUse for apply_patch, UserPromptSubmit.
     Codex(Common),
     /// Gemini CLI: BeforeTool/AfterTool for write_file|replace|read_file,
+    /// BeforeTool for run_shell_command (sent through `writ run`),
     /// BeforeAgent.
     Gemini(Common),
 }
@@ -81,6 +82,17 @@ pub fn run(cmd: HookCmd) -> ExitCode {
         HookAgent::ClaudeCode(args) => match event.and_then(|e| claude::parse(&e)) {
             Err(why) => claude::output(&unreadable(&why)),
             Ok(claude::Parsed::Mcp(input)) => Some(claude::mcp_output(input)),
+            Ok(claude::Parsed::Shell {
+                event,
+                input,
+                agent,
+            }) => {
+                let renewed = decide(&args, &event);
+                match engine::wrap_shell(event.cwd.as_deref(), &agent, input) {
+                    Some(input) => Some(claude::mcp_output(input)),
+                    None => claude::output(&renewed),
+                }
+            }
             Ok(claude::Parsed::Engine(event)) => claude::output(&decide(&args, &event)),
         },
         // Codex reads a decision as Claude Code does.
@@ -88,10 +100,24 @@ pub fn run(cmd: HookCmd) -> ExitCode {
             Err(why) => claude::output(&unreadable(&why)),
             Ok(event) => claude::output(&decide(&args, &event)),
         },
-        HookAgent::Gemini(args) => match event.and_then(|e| gemini::parse(&e)) {
-            Err(why) => gemini::output(&unreadable(&why)),
-            Ok(event) => gemini::output(&decide(&args, &event)),
-        },
+        HookAgent::Gemini(args) => {
+            let wrapped = event.as_ref().ok().and_then(|e| {
+                let (input, dir) = gemini::shell(e)?;
+                engine::wrap_shell(dir.as_deref(), &gemini::agent(e)?, input)
+            });
+            match event.and_then(|e| gemini::parse(&e)) {
+                Err(why) => gemini::output(&unreadable(&why)),
+                Ok(event) => {
+                    let decision = decide(&args, &event);
+                    match wrapped {
+                        Some(input) if matches!(decision, engine::Decision::Pass) => {
+                            Some(gemini::shell_output(input))
+                        }
+                        _ => gemini::output(&decision),
+                    }
+                }
+            }
+        }
     };
     if let Some(out) = out {
         println!("{out}");

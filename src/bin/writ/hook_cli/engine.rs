@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 /// How the hook finds its server, shared by every vocabulary.
@@ -267,6 +267,33 @@ fn served_root(file: &Path) -> Option<PathBuf> {
         .skip(1)
         .find(|dir| std::fs::symlink_metadata(dir.join(".writ").join("serve.json")).is_ok())
         .map(Path::to_path_buf)
+}
+
+/// `input` with its `command` sent through `writ run` as `agent` (SPEC
+/// §17), for a shell tool whose command runs in `dir`; `None` where it
+/// cannot be: no served root at or above `dir` (not writ's business), no
+/// command, a command already wrapped, or no path to this binary. The
+/// wrapped line names this binary by the path it runs from, so the command
+/// reaches the same writ the client's hooks call.
+pub fn wrap_shell(dir: Option<&Path>, agent: &str, mut input: Value) -> Option<Value> {
+    let dir = dir?;
+    served_root(&dir.join("-"))?;
+    let command = input.get("command")?.as_str()?.trim();
+    if command.is_empty() {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let writ = exe.to_str()?;
+    let line = writ::run::wrapped_command_line(writ, agent, command);
+    // The part before the command: a line that starts with it already runs
+    // through writ (a hook that fires twice, or a model that wrapped it).
+    let head = writ::run::wrapped_command_line(writ, agent, "");
+    let head = head.strip_suffix("''").unwrap_or(&head);
+    if command.starts_with(head) {
+        return None;
+    }
+    input["command"] = Value::String(line);
+    Some(input)
 }
 
 /// Whether a path lies in a `.writ` folder (where the session token is).
