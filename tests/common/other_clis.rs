@@ -1,0 +1,216 @@
+//! The coding CLIs beside Claude Code for the real-CLI suite (Gemini CLI,
+//! Codex CLI, opencode): installed from tests/cli's lockfile with `npm ci`
+//! into a folder under target/ (reused), each run headless against the
+//! scripted model with a private home and every call home switched off,
+//! and each CLI's writ hook configuration written in one function.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const INSTALL_HINT: &str = "node (20 or later) and npm are required: install them (Debian/Ubuntu: apt-get install nodejs npm)";
+
+/// The executable `bin` of the npm package `package`: the lockfile's
+/// version, or the newest on npm when `WRIT_CLI_LATEST=1`.
+pub fn cli_bin(bin: &str, package: &str) -> PathBuf {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    for tool in ["node", "npm"] {
+        let found = Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        assert!(found.is_ok_and(|s| s.success()), "{INSTALL_HINT}");
+    }
+    let pinned = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli");
+    let latest = std::env::var("WRIT_CLI_LATEST").is_ok_and(|v| v == "1");
+    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join(if latest {
+        "real-cli-latest"
+    } else {
+        "real-cli"
+    });
+    let path = prefix.join("node_modules/.bin").join(bin);
+    std::fs::create_dir_all(&prefix).unwrap_or_else(|e| panic!("{}: {e}", prefix.display()));
+    if latest {
+        if !path.exists() {
+            npm(
+                &prefix,
+                &[
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    &format!("{package}@latest"),
+                ],
+            );
+        }
+        return path;
+    }
+    // `npm ci` again whenever the lockfile changed since the last install.
+    let lock = std::fs::read(pinned.join("package-lock.json"))
+        .unwrap_or_else(|e| panic!("tests/cli/package-lock.json: {e}"));
+    let installed_lock = std::fs::read(prefix.join("package-lock.json")).ok();
+    if !path.exists() || installed_lock.as_deref() != Some(&lock[..]) {
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(pinned.join(file), prefix.join(file))
+                .unwrap_or_else(|e| panic!("copying tests/cli/{file}: {e}"));
+        }
+        npm(&prefix, &["ci", "--no-audit", "--no-fund"]);
+    }
+    path
+}
+
+fn npm(prefix: &Path, args: &[&str]) {
+    let status = Command::new("npm")
+        .args(args)
+        .current_dir(prefix)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("npm could not start: {e}"));
+    assert!(
+        status.success(),
+        "npm {} failed with {status}",
+        args.join(" ")
+    );
+}
+
+/// The folder holding the `writ` the tests built, first on every CLI's PATH.
+pub fn writ_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_writ"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn path_with_writ() -> String {
+    format!(
+        "{}:{}",
+        writ_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Gemini CLI's hooks for writ in `ROOT/.gemini/settings.json` (the
+/// configuration `writ config gemini --write` is to install).
+pub fn gemini_hooks() -> Value {
+    let hook = json!([{"type": "command", "command": "writ hook gemini"}]);
+    json!({
+        "BeforeTool": [{"matcher": "write_file|replace", "hooks": hook}],
+        "AfterTool": [{"matcher": "write_file|replace|read_file", "hooks": hook}],
+        "BeforeAgent": [{"hooks": hook}],
+    })
+}
+
+/// Sets `root` up for Gemini CLI with writ's hooks. The one place the suite
+/// configures writ for Gemini CLI.
+pub fn configure_gemini(root: &Path) {
+    let dir = root.join(".gemini");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let settings = json!({ "hooks": gemini_hooks() });
+    std::fs::write(dir.join("settings.json"), settings.to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// One headless CLI process.
+pub struct Session {
+    child: Child,
+    started: Instant,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+/// How a session ended.
+pub struct Ended {
+    /// Its exit status, None when it outlived the deadline and was killed.
+    pub status: Option<std::process::ExitStatus>,
+    /// Its stdout.
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+impl Session {
+    fn spawn(mut command: Command, home: &Path) -> Session {
+        let out = home.join("stdout.txt");
+        let err = home.join("stderr.txt");
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap_or_else(|e| panic!("{e}")))
+            .stderr(std::fs::File::create(&err).unwrap_or_else(|e| panic!("{e}")))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{command:?} could not start: {e}"));
+        Session {
+            child,
+            started: Instant::now(),
+            out,
+            err,
+        }
+    }
+
+    /// Starts `gemini -p PROMPT` in `root` with its own home under `home`,
+    /// talking to the scripted model at `model_url`.
+    pub fn gemini(
+        gemini: &Path,
+        root: &Path,
+        home: &Path,
+        state: &Path,
+        model_url: &str,
+        prompt: &str,
+    ) -> Session {
+        let config = home.join(".gemini");
+        std::fs::create_dir_all(&config).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+        let settings = json!({
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+            "privacy": {"usageStatisticsEnabled": false},
+            "telemetry": {"enabled": false},
+            "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+        });
+        std::fs::write(config.join("settings.json"), settings.to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut command = Command::new(gemini);
+        command
+            .args(["-p", prompt, "--yolo", "--output-format", "json", "--skip-trust"])
+            .current_dir(root)
+            .env("HOME", home)
+            .env("XDG_STATE_HOME", state)
+            .env("PATH", path_with_writ())
+            .env("GEMINI_API_KEY", "scripted-model")
+            .env("GOOGLE_GEMINI_BASE_URL", model_url)
+            // `--skip-trust` is read after the workspace settings (and
+            // their hooks) were dropped as untrusted; the variable is not.
+            .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
+            .env("GEMINI_TELEMETRY_ENABLED", "false")
+            .env("GEMINI_CLI_NO_RELAUNCH", "true")
+            .env("NO_BROWSER", "1")
+            .env_remove("GOOGLE_API_KEY")
+            .env_remove("GOOGLE_CLOUD_PROJECT")
+            .env_remove("GOOGLE_GENAI_USE_VERTEXAI");
+        Session::spawn(command, home)
+    }
+
+    /// Waits for the session to end, killing it after `deadline` from its
+    /// start.
+    pub fn finish(mut self, deadline: Duration) -> Ended {
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if self.started.elapsed() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        Ended {
+            status,
+            stdout: std::fs::read_to_string(&self.out).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&self.err).unwrap_or_default(),
+        }
+    }
+}

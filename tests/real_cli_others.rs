@@ -1,0 +1,301 @@
+//! The real coding CLIs beside Claude Code, driven by scripted models
+//! (SPEC §15): Gemini CLI from npm (tests/cli's lockfile) runs headless
+//! against a loopback stand-in for the Gemini API whose per-agent scripts
+//! decide each step from the tool results the CLI sent back. Several
+//! sessions at once add their own line to a shared file with the CLI's own
+//! tools; an oracle independent of writ (the lines each agent was told had
+//! landed, against the file as it ends) counts lost updates, with and
+//! without writ's hooks, and every refusal must reach the model as text.
+
+#![allow(dead_code)]
+
+#[path = "common/cli_script.rs"]
+mod cli_script;
+#[path = "common/edit_script.rs"]
+mod edit_script;
+#[path = "common/other_clis.rs"]
+mod other_clis;
+#[path = "common/provider_gemini.rs"]
+mod provider_gemini;
+#[path = "common/scripted_model.rs"]
+mod scripted_model;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use cli_script::{Adder, Dialect, write_succeeded};
+use edit_script::{Rendezvous, Report, Tally, tally};
+use other_clis::{Ended, Session, cli_bin, configure_gemini};
+use scripted_model::{ScriptedModel, ToolResult};
+
+/// A session's deadline: far above a run's few seconds, so only a hung
+/// CLI reaches it.
+const DEADLINE: Duration = Duration::from_secs(240);
+
+/// The shared file every agent adds its line to.
+const SHARED: &str = "shared.txt";
+
+/// How many sessions run at once.
+const SESSIONS: usize = 4;
+
+/// One scenario's world: a workspace with a shared file, a state folder,
+/// homes for the sessions, a scripted model, and (when asked) `writ serve`.
+struct World {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    base: PathBuf,
+    model: ScriptedModel,
+    serve: Option<Child>,
+    agents: Vec<(String, Report)>,
+}
+
+impl World {
+    fn new() -> World {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let base = std::fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let root = base.join("repo");
+        std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(root.join(SHARED), "base line\n").unwrap_or_else(|e| panic!("{e}"));
+        let model = ScriptedModel::start();
+        model.serve(provider_gemini::GEMINI);
+        World {
+            _dir: dir,
+            root,
+            base,
+            model,
+            serve: None,
+            agents: Vec::new(),
+        }
+    }
+
+    fn state(&self) -> PathBuf {
+        self.base.join("state")
+    }
+
+    fn file(&self) -> PathBuf {
+        self.root.join(SHARED)
+    }
+
+    /// Starts `writ serve` on the workspace (history on: the hook
+    /// snapshots what a write overwrites).
+    fn serve(&mut self) {
+        let log =
+            std::fs::File::create(self.base.join("serve.log")).unwrap_or_else(|e| panic!("{e}"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
+            .arg("serve")
+            .arg(&self.root)
+            .arg("--no-fsync")
+            .env("XDG_STATE_HOME", self.state())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("writ serve could not start: {e}"));
+        // Its first line says it listens; the discovery file is written by then.
+        let mut out =
+            std::io::BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap_or_else(|e| panic!("{e}"));
+        assert!(line.starts_with("writ serve: "), "writ serve said {line:?}");
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        self.serve = Some(child);
+    }
+
+    /// Registers an adder named `name` and returns the prompt that starts it.
+    fn adder(&mut self, name: &str, script: Adder) -> String {
+        self.agents.push((line_of(name), script.report()));
+        self.model.add(name, script);
+        format!("{} Add your line to {SHARED}.", ScriptedModel::marker(name))
+    }
+
+    fn tally(&self) -> Tally {
+        tally(&self.file(), &self.agents)
+    }
+
+    /// What went on, for a failing assertion's message.
+    fn story(&self, ended: &[Ended]) -> String {
+        let mut story = format!(
+            "final {SHARED}:\n{}\n",
+            std::fs::read_to_string(self.file()).unwrap_or_default()
+        );
+        for (line, report) in &self.agents {
+            let name = line.trim_start_matches("line of ");
+            let transcript = self.model.transcript(name);
+            story.push_str(&format!(
+                "--- {name}: {:?}, {} requests\n",
+                report.lock().unwrap_or_else(|e| e.into_inner()),
+                transcript.requests
+            ));
+            for r in &transcript.results {
+                story.push_str(&format!(
+                    "  {} {:.200} error={} {:.400}\n",
+                    r.name,
+                    r.input.to_string(),
+                    r.is_error,
+                    r.text
+                ));
+            }
+        }
+        for (i, e) in ended.iter().enumerate() {
+            story.push_str(&format!(
+                "--- session {i}: {:?}\n  stderr: {}\n  stdout tail: {}\n",
+                e.status,
+                tail(&e.stderr, 1500),
+                tail(&e.stdout, 1500)
+            ));
+        }
+        story.push_str(&format!(
+            "--- model log:\n{}\n",
+            self.model.log().join("\n")
+        ));
+        if let Ok(log) = std::fs::read_to_string(self.base.join("serve.log")) {
+            story.push_str(&format!("--- serve log:\n{}\n", tail(&log, 3000)));
+        }
+        story
+    }
+
+    /// Runs `SESSIONS` Gemini CLI sessions at once, each adding its line
+    /// with `dialect`, all reading before any writes.
+    fn gemini_sessions(&mut self, prefix: &str, dialect: Dialect) -> Vec<Ended> {
+        let gemini = cli_bin("gemini", "@google/gemini-cli");
+        let meet = Rendezvous::new(SESSIONS, Duration::from_secs(60));
+        let path = self.file().display().to_string();
+        let prompts: Vec<(String, String)> = (0..SESSIONS)
+            .map(|i| {
+                let name = format!("{prefix}{i}");
+                let script = Adder::new(dialect, &path, &line_of(&name))
+                    .meeting(meet.clone())
+                    .thinking(Duration::from_millis(200));
+                let prompt = self.adder(&name, script);
+                (name, prompt)
+            })
+            .collect();
+        let started: Vec<Session> = prompts
+            .iter()
+            .map(|(name, prompt)| {
+                Session::gemini(
+                    &gemini,
+                    &self.root,
+                    &self.base.join("home").join(name),
+                    &self.state(),
+                    &self.model.url,
+                    prompt,
+                )
+            })
+            .collect();
+        started.into_iter().map(|s| s.finish(DEADLINE)).collect()
+    }
+
+    /// Every write result an agent was sent that was a refusal.
+    fn refusals(&self) -> Vec<ToolResult> {
+        self.agents
+            .iter()
+            .flat_map(|(line, _)| {
+                self.model
+                    .transcript(line.trim_start_matches("line of "))
+                    .results
+            })
+            .filter(|r| r.name != "read_file" && !write_succeeded(r))
+            .collect()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.serve.take() {
+            // SIGTERM, as a user stops it; it exits at once.
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn tail(text: &str, n: usize) -> &str {
+    let mut start = text.len().saturating_sub(n);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+fn line_of(name: &str) -> String {
+    format!("line of {name}")
+}
+
+/// Without writ, Gemini CLI's `write_file` replaces the file with what each
+/// session read: sessions that all read before any wrote lose all but one
+/// line, each told its write succeeded.
+#[test]
+fn gemini_without_writ_whole_file_writes_lose_lines() {
+    let mut world = World::new();
+    let ended = world.gemini_sessions("gw", Dialect::GeminiWrite);
+    let tally = world.tally();
+    let story = world.story(&ended);
+    assert_eq!(tally.landed, SESSIONS, "every write landed:\n{story}");
+    println!(
+        "Gemini CLI without writ, {SESSIONS} sessions, write_file: {} of {} lines lost",
+        tally.lost.len(),
+        tally.landed
+    );
+    assert_eq!(
+        tally.lost.len(),
+        SESSIONS - 1,
+        "all read before any wrote, so all but the last write are lost:\n{story}"
+    );
+}
+
+/// With `writ hook gemini` installed, the same sessions lose nothing: every
+/// stale whole-file write is denied, the model reads the denial as text and
+/// redoes its change on a fresh read.
+#[test]
+fn gemini_with_writ_hooks_whole_file_writes_lose_nothing() {
+    let mut world = World::new();
+    configure_gemini(&world.root);
+    world.serve();
+    let ended = world.gemini_sessions("gh", Dialect::GeminiWrite);
+    let tally = world.tally();
+    let story = world.story(&ended);
+    assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
+    assert_eq!(tally.landed, SESSIONS, "every agent landed its line:\n{story}");
+    let refusals = world.refusals();
+    assert!(
+        !refusals.is_empty(),
+        "all read before any wrote, so writ refused some writes:\n{story}"
+    );
+    for r in &refusals {
+        // Gemini CLI prefixes a hook's reason with its own words; the
+        // reason itself is writ's sentence, naming the file.
+        let reason = r.text.trim_start_matches("Tool execution blocked: ");
+        assert!(
+            reason.contains(SHARED) && !reason.trim_start().starts_with('{'),
+            "a refusal reached the model without writ's sentence: {:?}\n{story}",
+            r.text
+        );
+        assert!(
+            !r.text.contains("\\\""),
+            "a refusal reached the model as escaped JSON: {:?}",
+            r.text
+        );
+    }
+    println!(
+        "Gemini CLI with writ hooks, {SESSIONS} sessions, write_file: 0 lost, {} refusals, e.g. {:?}",
+        refusals.len(),
+        refusals.first().map(|r| &r.text)
+    );
+}
+
+/// Gemini CLI's `replace` changes only the text it names: without writ it
+/// loses nothing either (the exact-match edit fails on changed text).
+#[test]
+fn gemini_without_writ_replace_loses_nothing() {
+    let mut world = World::new();
+    let ended = world.gemini_sessions("gr", Dialect::GeminiReplace);
+    let tally = world.tally();
+    let story = world.story(&ended);
+    assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
+    println!(
+        "Gemini CLI without writ, {SESSIONS} sessions, replace: 0 lost, {} landed, {} unfinished",
+        tally.landed,
+        tally.unfinished.len()
+    );
+}
