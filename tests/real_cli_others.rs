@@ -1,7 +1,8 @@
 //! The real coding CLIs beside Claude Code, driven by scripted models
-//! (SPEC §15): Gemini CLI from npm (tests/cli's lockfile) runs headless
-//! against a loopback stand-in for the Gemini API whose per-agent scripts
-//! decide each step from the tool results the CLI sent back. Several
+//! (SPEC §15): Gemini CLI and Codex CLI from npm (tests/cli's lockfile) run
+//! headless against loopback stand-ins for the Gemini API and the OpenAI
+//! Responses API whose per-agent scripts decide each step from the tool
+//! results the CLI sent back. Several
 //! sessions at once add their own line to a shared file with the CLI's own
 //! tools; an oracle independent of writ (the lines each agent was told had
 //! landed, against the file as it ends) counts lost updates, with and
@@ -17,6 +18,8 @@ mod edit_script;
 mod other_clis;
 #[path = "common/provider_gemini.rs"]
 mod provider_gemini;
+#[path = "common/provider_openai.rs"]
+mod provider_openai;
 #[path = "common/scripted_model.rs"]
 mod scripted_model;
 
@@ -59,6 +62,7 @@ impl World {
         std::fs::write(root.join(SHARED), "base line\n").unwrap_or_else(|e| panic!("{e}"));
         let model = ScriptedModel::start();
         model.serve(provider_gemini::GEMINI);
+        model.serve(provider_openai::RESPONSES);
         World {
             _dir: dir,
             root,
@@ -157,9 +161,27 @@ impl World {
     /// Runs `SESSIONS` Gemini CLI sessions at once, each adding its line
     /// with `dialect`, all reading before any writes.
     fn gemini_sessions(&mut self, prefix: &str, dialect: Dialect) -> Vec<Ended> {
-        let gemini = cli_bin("gemini", "@google/gemini-cli");
+        self.sessions(prefix, dialect, false)
+    }
+
+    /// Runs `SESSIONS` sessions of the CLI `dialect` belongs to at once,
+    /// each adding its line with `dialect`, all reading before any writes;
+    /// `codex_hooks` puts writ's hooks in Codex's configuration (Gemini
+    /// CLI's are in the workspace, see [`configure_gemini`]).
+    fn sessions(&mut self, prefix: &str, dialect: Dialect, codex_hooks: bool) -> Vec<Ended> {
+        let codex = matches!(dialect, Dialect::CodexAddFile | Dialect::CodexUpdate);
+        let bin = if codex {
+            cli_bin("codex", "@openai/codex")
+        } else {
+            cli_bin("gemini", "@google/gemini-cli")
+        };
         let meet = Rendezvous::new(SESSIONS, Duration::from_secs(60));
-        let path = self.file().display().to_string();
+        // Codex's shell and patches take paths in its working folder.
+        let path = if codex {
+            SHARED.to_string()
+        } else {
+            self.file().display().to_string()
+        };
         let prompts: Vec<(String, String)> = (0..SESSIONS)
             .map(|i| {
                 let name = format!("{prefix}{i}");
@@ -173,14 +195,13 @@ impl World {
         let started: Vec<Session> = prompts
             .iter()
             .map(|(name, prompt)| {
-                Session::gemini(
-                    &gemini,
-                    &self.root,
-                    &self.base.join("home").join(name),
-                    &self.state(),
-                    &self.model.url,
-                    prompt,
-                )
+                let home = self.base.join("home").join(name);
+                let (root, state, url) = (&self.root, self.state(), &self.model.url);
+                if codex {
+                    Session::codex(&bin, root, &home, &state, url, prompt, codex_hooks)
+                } else {
+                    Session::gemini(&bin, root, &home, &state, url, prompt)
+                }
             })
             .collect();
         started.into_iter().map(|s| s.finish(DEADLINE)).collect()
@@ -195,7 +216,8 @@ impl World {
                     .transcript(line.trim_start_matches("line of "))
                     .results
             })
-            .filter(|r| r.name != "read_file" && !write_succeeded(r))
+            .filter(|r| !["read_file", "exec_command"].contains(&r.name.as_str()))
+            .filter(|r| !write_succeeded(r))
             .collect()
     }
 }
@@ -256,7 +278,10 @@ fn gemini_with_writ_hooks_whole_file_writes_lose_nothing() {
     let tally = world.tally();
     let story = world.story(&ended);
     assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
-    assert_eq!(tally.landed, SESSIONS, "every agent landed its line:\n{story}");
+    assert_eq!(
+        tally.landed, SESSIONS,
+        "every agent landed its line:\n{story}"
+    );
     let refusals = world.refusals();
     assert!(
         !refusals.is_empty(),
@@ -295,6 +320,78 @@ fn gemini_without_writ_replace_loses_nothing() {
     assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
     println!(
         "Gemini CLI without writ, {SESSIONS} sessions, replace: 0 lost, {} landed, {} unfinished",
+        tally.landed,
+        tally.unfinished.len()
+    );
+}
+
+/// Without writ, Codex CLI's `apply_patch` with `*** Add File` over an
+/// existing file replaces it with what each session read: all but one
+/// line are lost, each session told its patch applied.
+#[test]
+fn codex_without_writ_add_file_over_a_file_loses_lines() {
+    let mut world = World::new();
+    let ended = world.sessions("ca", Dialect::CodexAddFile, false);
+    let tally = world.tally();
+    let story = world.story(&ended);
+    assert_eq!(tally.landed, SESSIONS, "every patch applied:\n{story}");
+    println!(
+        "Codex CLI without writ, {SESSIONS} sessions, apply_patch Add File: {} of {} lines lost",
+        tally.lost.len(),
+        tally.landed
+    );
+    assert_eq!(
+        tally.lost.len(),
+        SESSIONS - 1,
+        "all read before any wrote, so all but the last patch are lost:\n{story}"
+    );
+}
+
+/// With `writ hook codex`, an `*** Add File` over an existing file is
+/// denied with a sentence the model reads; it redoes its change as an
+/// `*** Update File` hunk and nothing is lost.
+#[test]
+fn codex_with_writ_hooks_add_file_over_a_file_loses_nothing() {
+    let mut world = World::new();
+    world.serve();
+    let ended = world.sessions("ch", Dialect::CodexAddFile, true);
+    let tally = world.tally();
+    let story = world.story(&ended);
+    assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
+    assert_eq!(
+        tally.landed, SESSIONS,
+        "every agent landed its line:\n{story}"
+    );
+    let refusals = world.refusals();
+    assert!(
+        refusals.len() >= SESSIONS,
+        "every Add File over the file was refused:\n{story}"
+    );
+    for r in &refusals {
+        assert!(
+            r.text.contains(SHARED) && !r.text.contains("\\\""),
+            "a refusal reached the model without writ's sentence: {:?}\n{story}",
+            r.text
+        );
+    }
+    println!(
+        "Codex CLI with writ hooks, {SESSIONS} sessions, apply_patch Add File: 0 lost, {} refusals, e.g. {:?}",
+        refusals.len(),
+        refusals.first().map(|r| &r.text)
+    );
+}
+
+/// Codex CLI's `*** Update File` hunks apply only where their context is:
+/// without writ they lose nothing either.
+#[test]
+fn codex_without_writ_update_file_loses_nothing() {
+    let mut world = World::new();
+    let ended = world.sessions("cu", Dialect::CodexUpdate, false);
+    let tally = world.tally();
+    let story = world.story(&ended);
+    assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
+    println!(
+        "Codex CLI without writ, {SESSIONS} sessions, apply_patch Update File: 0 lost, {} landed, {} unfinished",
         tally.landed,
         tally.unfinished.len()
     );

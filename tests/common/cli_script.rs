@@ -21,6 +21,13 @@ pub enum Dialect {
     /// Gemini CLI: `read_file`, then `replace {file_path, old_string,
     /// new_string, instruction}` on the last line.
     GeminiReplace,
+    /// Codex CLI: `exec_command {cmd: "cat PATH"}`, then `apply_patch`
+    /// with `*** Add File` over the file (the whole content); after a
+    /// refusal, an `*** Update File` hunk, as the refusal says.
+    CodexAddFile,
+    /// Codex CLI: `exec_command`, then `apply_patch` with `*** Update
+    /// File` adding a line after the last line.
+    CodexUpdate,
 }
 
 impl Dialect {
@@ -29,6 +36,10 @@ impl Dialect {
             Dialect::GeminiWrite | Dialect::GeminiReplace => ToolCall {
                 name: "read_file".into(),
                 input: json!({"file_path": path}),
+            },
+            Dialect::CodexAddFile | Dialect::CodexUpdate => ToolCall {
+                name: "exec_command".into(),
+                input: json!({"cmd": format!("cat {path}")}),
             },
         }
     }
@@ -43,10 +54,16 @@ impl Dialect {
             Dialect::GeminiWrite | Dialect::GeminiReplace => {
                 Some(result.text.lines().map(str::to_string).collect())
             }
+            // Codex's shell result: a header, then `Output:` and the output.
+            Dialect::CodexAddFile | Dialect::CodexUpdate => {
+                let (head, output) = result.text.split_once("Output:\n")?;
+                head.contains("exited with code 0")
+                    .then(|| output.lines().map(str::to_string).collect())
+            }
         }
     }
 
-    fn write(self, path: &str, lines: &[String], line: &str) -> ToolCall {
+    fn write(self, path: &str, lines: &[String], line: &str, refused: bool) -> ToolCall {
         let mut kept = lines.to_vec();
         while kept.last().is_some_and(|l| l.is_empty()) {
             kept.pop();
@@ -64,7 +81,21 @@ impl Dialect {
                               "new_string": format!("{last}\n{line}"),
                               "instruction": "add my line after the last line"}),
             },
+            Dialect::CodexAddFile if !refused => {
+                let plus: String = whole.lines().map(|l| format!("+{l}\n")).collect();
+                apply_patch(format!("*** Add File: {path}\n{plus}"))
+            }
+            Dialect::CodexAddFile | Dialect::CodexUpdate => {
+                apply_patch(format!("*** Update File: {path}\n@@\n {last}\n+{line}\n"))
+            }
         }
+    }
+}
+
+fn apply_patch(body: String) -> ToolCall {
+    ToolCall {
+        name: "apply_patch".into(),
+        input: json!({"input": format!("*** Begin Patch\n{body}*** End Patch\n")}),
     }
 }
 
@@ -73,9 +104,15 @@ impl Dialect {
 pub fn write_succeeded(result: &ToolResult) -> bool {
     let text = result.text.to_lowercase();
     !result.is_error
-        && !["denied", "blocked", "refused", "nothing was written", "failed"]
-            .iter()
-            .any(|w| text.contains(w))
+        && ![
+            "denied",
+            "blocked",
+            "refused",
+            "nothing was written",
+            "failed",
+        ]
+        .iter()
+        .any(|w| text.contains(w))
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -96,6 +133,7 @@ pub struct Adder {
     phase: Phase,
     reads: usize,
     writes: usize,
+    refused: bool,
     content: Vec<String>,
     report: Report,
 }
@@ -113,6 +151,7 @@ impl Adder {
             phase: Phase::Reading,
             reads: 0,
             writes: 0,
+            refused: false,
             content: Vec::new(),
             report: Report::default(),
         }
@@ -145,7 +184,12 @@ impl Adder {
     fn write(&mut self) -> Step {
         self.writes += 1;
         self.phase = Phase::Writing;
-        Step::Call(vec![self.dialect.write(&self.path, &self.content, &self.line)])
+        Step::Call(vec![self.dialect.write(
+            &self.path,
+            &self.content,
+            &self.line,
+            self.refused,
+        )])
     }
 
     fn end(&mut self, outcome: Outcome, why: String) -> Step {
@@ -191,7 +235,10 @@ impl Script for Adder {
                     let said = r.text.clone();
                     self.end(Outcome::GaveUp(self.writes), said)
                 }
-                Some(_) => self.read(),
+                Some(_) => {
+                    self.refused = true;
+                    self.read()
+                }
                 None => self.end(Outcome::GaveUp(self.writes), "no result".into()),
             },
             Phase::Done => Step::End("done".into()),

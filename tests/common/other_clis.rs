@@ -172,7 +172,14 @@ impl Session {
             .unwrap_or_else(|e| panic!("{e}"));
         let mut command = Command::new(gemini);
         command
-            .args(["-p", prompt, "--yolo", "--output-format", "json", "--skip-trust"])
+            .args([
+                "-p",
+                prompt,
+                "--yolo",
+                "--output-format",
+                "json",
+                "--skip-trust",
+            ])
             .current_dir(root)
             .env("HOME", home)
             .env("XDG_STATE_HOME", state)
@@ -212,5 +219,92 @@ impl Session {
             stdout: std::fs::read_to_string(&self.out).unwrap_or_default(),
             stderr: std::fs::read_to_string(&self.err).unwrap_or_default(),
         }
+    }
+}
+
+/// Codex CLI's hooks for writ in its `config.toml` (the configuration
+/// `writ config codex --write` is to install; a new hook runs once the
+/// user trusts it, headless runs pass `--dangerously-bypass-hook-trust`).
+pub const CODEX_HOOKS: &str = r#"
+[[hooks.PreToolUse]]
+matcher = "apply_patch"
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = "writ hook codex"
+
+[[hooks.PostToolUse]]
+matcher = "apply_patch"
+[[hooks.PostToolUse.hooks]]
+type = "command"
+command = "writ hook codex"
+
+[[hooks.UserPromptSubmit]]
+[[hooks.UserPromptSubmit.hooks]]
+type = "command"
+command = "writ hook codex"
+"#;
+
+/// The model name the scripted Codex sessions use: one Codex offers
+/// `apply_patch` to.
+pub const CODEX_MODEL: &str = "gpt-5.5";
+
+impl Session {
+    /// Starts `codex exec PROMPT` in `root` with its own `CODEX_HOME` under
+    /// `home`, talking to the scripted Responses API at `model_url`; with
+    /// `hooks`, writ's hooks are in its configuration.
+    pub fn codex(
+        codex: &Path,
+        root: &Path,
+        home: &Path,
+        state: &Path,
+        model_url: &str,
+        prompt: &str,
+        hooks: bool,
+    ) -> Session {
+        let codex_home = home.join(".codex");
+        std::fs::create_dir_all(&codex_home)
+            .unwrap_or_else(|e| panic!("{}: {e}", codex_home.display()));
+        let mut config = format!(
+            r#"model = "{CODEX_MODEL}"
+model_provider = "scripted"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[model_providers.scripted]
+name = "scripted"
+base_url = "{model_url}/v1"
+env_key = "SCRIPTED_API_KEY"
+wire_api = "responses"
+"#
+        );
+        if hooks {
+            config.push_str(CODEX_HOOKS);
+        }
+        std::fs::write(codex_home.join("config.toml"), config).unwrap_or_else(|e| panic!("{e}"));
+        let mut command = Command::new(codex);
+        command.args([
+            "exec",
+            "--json",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--skip-git-repo-check",
+        ]);
+        if hooks {
+            command.arg("--dangerously-bypass-hook-trust");
+        }
+        command
+            .arg(prompt)
+            .current_dir(root)
+            .env("HOME", home)
+            .env("CODEX_HOME", &codex_home)
+            .env("XDG_STATE_HOME", state)
+            .env("PATH", path_with_writ())
+            .env("SCRIPTED_API_KEY", "scripted-model")
+            .env("NO_UPDATE_NOTIFIER", "1")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("CODEX_SANDBOX");
+        Session::spawn(command, home)
     }
 }

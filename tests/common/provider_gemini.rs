@@ -57,7 +57,11 @@ fn decode(_path: &str, request: &Value) -> Decoded {
         .join("\n");
     let mut seen = Seen::default();
     for tool in request["tools"].as_array().into_iter().flatten() {
-        for f in tool["functionDeclarations"].as_array().into_iter().flatten() {
+        for f in tool["functionDeclarations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             if let Some(name) = f["name"].as_str() {
                 seen.tools.push(name.to_string());
             }

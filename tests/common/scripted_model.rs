@@ -169,6 +169,7 @@ impl ScriptedModel {
     }
 
     /// Serves `provider`'s API too.
+    #[allow(dead_code)] // by the suites of the CLIs other than Claude Code
     pub fn serve(&self, provider: Provider) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.providers.push(provider);
