@@ -28,6 +28,12 @@ pub enum Dialect {
     /// Codex CLI: `exec_command`, then `apply_patch` with `*** Update
     /// File` adding a line after the last line.
     CodexUpdate,
+    /// opencode: `read {filePath}`, then `write {filePath, content}` with
+    /// the whole content.
+    OpencodeWrite,
+    /// opencode: `read`, then `edit {filePath, oldString, newString}` on
+    /// the last line.
+    OpencodeEdit,
 }
 
 impl Dialect {
@@ -36,6 +42,10 @@ impl Dialect {
             Dialect::GeminiWrite | Dialect::GeminiReplace => ToolCall {
                 name: "read_file".into(),
                 input: json!({"file_path": path}),
+            },
+            Dialect::OpencodeWrite | Dialect::OpencodeEdit => ToolCall {
+                name: "read".into(),
+                input: json!({"filePath": path}),
             },
             Dialect::CodexAddFile | Dialect::CodexUpdate => ToolCall {
                 name: "exec_command".into(),
@@ -53,6 +63,15 @@ impl Dialect {
             // Gemini CLI's read_file gives the model the file as it is.
             Dialect::GeminiWrite | Dialect::GeminiReplace => {
                 Some(result.text.lines().map(str::to_string).collect())
+            }
+            // opencode numbers the lines (`N: line`) between `<content>`
+            // and its end-of-file note.
+            Dialect::OpencodeWrite | Dialect::OpencodeEdit => {
+                let (_, body) = result.text.split_once("<content>\n")?;
+                let body = body.split("\n\n(End of file").next()?;
+                body.lines()
+                    .map(|l| l.split_once(": ").map(|(_, text)| text.to_string()))
+                    .collect()
             }
             // Codex's shell result: a header, then `Output:` and the output.
             Dialect::CodexAddFile | Dialect::CodexUpdate => {
@@ -80,6 +99,15 @@ impl Dialect {
                 input: json!({"file_path": path, "old_string": last,
                               "new_string": format!("{last}\n{line}"),
                               "instruction": "add my line after the last line"}),
+            },
+            Dialect::OpencodeWrite => ToolCall {
+                name: "write".into(),
+                input: json!({"filePath": path, "content": whole}),
+            },
+            Dialect::OpencodeEdit => ToolCall {
+                name: "edit".into(),
+                input: json!({"filePath": path, "oldString": last,
+                              "newString": format!("{last}\n{line}")}),
             },
             Dialect::CodexAddFile if !refused => {
                 let plus: String = whole.lines().map(|l| format!("+{l}\n")).collect();

@@ -308,3 +308,70 @@ wire_api = "responses"
         Session::spawn(command, home)
     }
 }
+
+impl Session {
+    /// Starts `opencode run PROMPT` in `root` with its own home under
+    /// `home`, talking to the scripted Chat Completions API at `model_url`
+    /// through a provider on `@ai-sdk/openai-compatible`.
+    pub fn opencode(
+        opencode: &Path,
+        root: &Path,
+        home: &Path,
+        state: &Path,
+        model_url: &str,
+        prompt: &str,
+    ) -> Session {
+        let config_dir = home.join(".config/opencode");
+        std::fs::create_dir_all(&config_dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", config_dir.display()));
+        let config = json!({
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": false,
+            "share": "disabled",
+            // Headless runs reject every permission prompt.
+            "permission": {"edit": "allow", "bash": "allow", "external_directory": "allow"},
+            "provider": {"scripted": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "scripted",
+                "options": {"baseURL": format!("{model_url}/v1"), "apiKey": "scripted-model"},
+                "models": {"scripted": {"name": "scripted", "tool_call": true}}
+            }}
+        });
+        std::fs::write(config_dir.join("opencode.json"), config.to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut command = Command::new(opencode);
+        command
+            .args(["run", "--format", "json", "-m", "scripted/scripted", prompt])
+            .current_dir(root)
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .env("XDG_CACHE_HOME", home.join(".cache"))
+            .env("XDG_STATE_HOME", state)
+            .env("PATH", path_with_writ())
+            .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+            .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+            .env("OPENCODE_DISABLE_SHARE", "1")
+            .env_remove("OPENAI_API_KEY");
+        Session::spawn(command, home)
+    }
+}
+
+/// Sets `root` up for opencode with writ's plugin, printed by `writ hook
+/// opencode --print-plugin` into `.opencode/plugin/writ.js` (what `writ
+/// config opencode --write` is to install). The one place the suite
+/// configures writ for opencode.
+pub fn configure_opencode(root: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["hook", "opencode", "--print-plugin"])
+        .output()
+        .unwrap_or_else(|e| panic!("writ hook could not start: {e}"));
+    assert!(
+        out.status.success(),
+        "writ hook opencode --print-plugin failed"
+    );
+    let dir = root.join(".opencode/plugin");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    std::fs::write(dir.join("writ.js"), out.stdout).unwrap_or_else(|e| panic!("{e}"));
+}
