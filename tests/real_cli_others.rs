@@ -263,7 +263,7 @@ fn gemini_without_writ_whole_file_writes_lose_lines() {
     let story = world.story(&ended);
     assert_eq!(tally.landed, SESSIONS, "every write landed:\n{story}");
     println!(
-        "Gemini CLI without writ, {SESSIONS} sessions, write_file: {} of {} lines lost",
+        "real-cli: Gemini CLI without writ, {SESSIONS} sessions, write_file: {} of {} lines lost",
         tally.lost.len(),
         tally.landed
     );
@@ -311,7 +311,7 @@ fn gemini_with_writ_hooks_whole_file_writes_lose_nothing() {
         );
     }
     println!(
-        "Gemini CLI with writ hooks, {SESSIONS} sessions, write_file: 0 lost, {} refusals, e.g. {:?}",
+        "real-cli: Gemini CLI with writ hooks, {SESSIONS} sessions, write_file: 0 lost, {} refusals, e.g. {:?}",
         refusals.len(),
         refusals.first().map(|r| &r.text)
     );
@@ -327,7 +327,7 @@ fn gemini_without_writ_replace_loses_nothing() {
     let story = world.story(&ended);
     assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
     println!(
-        "Gemini CLI without writ, {SESSIONS} sessions, replace: 0 lost, {} landed, {} unfinished",
+        "real-cli: Gemini CLI without writ, {SESSIONS} sessions, replace: 0 lost, {} landed, {} unfinished",
         tally.landed,
         tally.unfinished.len()
     );
@@ -344,7 +344,7 @@ fn codex_without_writ_add_file_over_a_file_loses_lines() {
     let story = world.story(&ended);
     assert_eq!(tally.landed, SESSIONS, "every patch applied:\n{story}");
     println!(
-        "Codex CLI without writ, {SESSIONS} sessions, apply_patch Add File: {} of {} lines lost",
+        "real-cli: Codex CLI without writ, {SESSIONS} sessions, apply_patch Add File: {} of {} lines lost",
         tally.lost.len(),
         tally.landed
     );
@@ -383,7 +383,7 @@ fn codex_with_writ_hooks_add_file_over_a_file_loses_nothing() {
         );
     }
     println!(
-        "Codex CLI with writ hooks, {SESSIONS} sessions, apply_patch Add File: 0 lost, {} refusals, e.g. {:?}",
+        "real-cli: Codex CLI with writ hooks, {SESSIONS} sessions, apply_patch Add File: 0 lost, {} refusals, e.g. {:?}",
         refusals.len(),
         refusals.first().map(|r| &r.text)
     );
@@ -399,7 +399,7 @@ fn codex_without_writ_update_file_loses_nothing() {
     let story = world.story(&ended);
     assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
     println!(
-        "Codex CLI without writ, {SESSIONS} sessions, apply_patch Update File: 0 lost, {} landed, {} unfinished",
+        "real-cli: Codex CLI without writ, {SESSIONS} sessions, apply_patch Update File: 0 lost, {} landed, {} unfinished",
         tally.landed,
         tally.unfinished.len()
     );
@@ -415,7 +415,7 @@ fn opencode_without_writ_whole_file_writes_lose_lines() {
     let story = world.story(&ended);
     assert_eq!(tally.landed, SESSIONS, "every write landed:\n{story}");
     println!(
-        "opencode without writ, {SESSIONS} sessions, write: {} of {} lines lost",
+        "real-cli: opencode without writ, {SESSIONS} sessions, write: {} of {} lines lost",
         tally.lost.len(),
         tally.landed
     );
@@ -440,7 +440,7 @@ fn opencode_without_writ_simultaneous_edits_report_their_losses() {
         "every edit said it applied:\n{story}"
     );
     println!(
-        "opencode without writ, {SESSIONS} sessions, simultaneous edits: {} of {} lines lost",
+        "real-cli: opencode without writ, {SESSIONS} sessions, simultaneous edits: {} of {} lines lost",
         tally.lost.len(),
         tally.landed
     );
@@ -480,7 +480,7 @@ fn opencode_with_writ_plugin_loses_nothing() {
             );
         }
         println!(
-            "opencode with writ's plugin, {SESSIONS} sessions, {dialect:?}: 0 lost, {} refusals, e.g. {:?}",
+            "real-cli: opencode with writ's plugin, {SESSIONS} sessions, {dialect:?}: 0 lost, {} refusals, e.g. {:?}",
             refusals.len(),
             refusals.first().map(|r| &r.text)
         );
