@@ -1,12 +1,14 @@
 //! `writ hook CLIENT`: a coding CLI's hooks for its built-in file tools, so
 //! that edits that bypass MCP are still admitted through the running
 //! `writ serve`. One engine (`engine`) holds the rules; each client is a
-//! vocabulary that maps its events onto it (`claude`, `codex`, `gemini`).
+//! vocabulary that maps its events onto it (`claude`, `codex`, `gemini`,
+//! `opencode`).
 
 mod claude;
 mod codex;
 mod engine;
 mod gemini;
+mod opencode;
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -35,6 +37,20 @@ enum HookAgent {
     /// BeforeTool for run_shell_command (sent through `writ run`),
     /// BeforeAgent.
     Gemini(Common),
+    /// opencode, through writ's plugin: tool.execute.before/after for
+    /// write|edit|read, chat.message.
+    Opencode(OpencodeArgs),
+}
+
+/// `writ hook opencode`: the hook, or the plugin that calls it.
+#[derive(Debug, Args)]
+struct OpencodeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Print the plugin opencode loads (put it in `.opencode/plugin/`)
+    /// instead of handling an event.
+    #[arg(long)]
+    print_plugin: bool,
 }
 
 /// How every hook finds its server.
@@ -73,6 +89,13 @@ impl Common {
 /// Runs one hook event. It always exits 0: the decision is in what it
 /// prints, and a write it cannot judge is denied, never let through.
 pub fn run(cmd: HookCmd) -> ExitCode {
+    if let HookAgent::Opencode(OpencodeArgs {
+        print_plugin: true, ..
+    }) = cmd.agent
+    {
+        print!("{}", opencode::PLUGIN);
+        return ExitCode::SUCCESS;
+    }
     let mut input = String::new();
     let event = match std::io::stdin().read_to_string(&mut input) {
         Ok(_) => serde_json::from_str::<Value>(&input).map_err(|e| e.to_string()),
@@ -118,6 +141,10 @@ pub fn run(cmd: HookCmd) -> ExitCode {
                 }
             }
         }
+        HookAgent::Opencode(args) => match event.and_then(|e| opencode::parse(&e)) {
+            Err(why) => opencode::output(&unreadable(&why)),
+            Ok(event) => opencode::output(&decide(&args.common, &event)),
+        },
     };
     if let Some(out) = out {
         println!("{out}");

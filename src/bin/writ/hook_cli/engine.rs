@@ -143,10 +143,26 @@ pub struct Event {
 /// agent (`PARENT/CHILD`): `prefix-<session8>` for the main conversation,
 /// `prefix-<session8>/<agent8>` for a subagent.
 pub fn agent_name(prefix: &str, who: &Who) -> String {
-    let first8 = |s: &str| short(s).chars().take(8).collect::<String>();
+    let session = eight(&who.session);
     match &who.agent {
-        None => format!("{prefix}-{}", first8(&who.session)),
-        Some(agent) => format!("{prefix}-{}/{}", first8(&who.session), first8(agent)),
+        None => format!("{prefix}-{session}"),
+        Some(agent) => format!("{prefix}-{session}/{}", eight(agent)),
+    }
+}
+
+/// Eight characters that tell an id apart: its first eight, except for a
+/// UUIDv7 (Codex CLI's session ids), which begins with its creation time,
+/// so that sessions started together share their first eight; its last
+/// eight are random.
+fn eight(id: &str) -> String {
+    let id = short(id);
+    let bytes = id.as_bytes();
+    let v7 =
+        id.len() == 36 && [8, 13, 18, 23].iter().all(|&i| bytes[i] == b'-') && bytes[14] == b'7';
+    if v7 {
+        id[28..].to_string()
+    } else {
+        id.chars().take(8).collect()
     }
 }
 
@@ -1102,5 +1118,23 @@ mod tests {
             ..main
         };
         assert_eq!(agent_name("claude", &sub), "claude-5def7bb7/a1b2c3d4");
+    }
+
+    #[test]
+    fn time_ordered_session_ids_are_told_apart_by_their_random_part() {
+        let at = |session: &str| {
+            agent_name(
+                "codex",
+                &Who {
+                    session: session.into(),
+                    agent: None,
+                },
+            )
+        };
+        // Two Codex sessions started in the same millisecond.
+        let one = at("01a24864-be1f-7211-b05c-cef7ba1876ed");
+        let two = at("01a24864-be1f-7cc2-9d01-5a0e33f1c2b9");
+        assert_eq!(one, "codex-ba1876ed");
+        assert_ne!(one, two);
     }
 }
