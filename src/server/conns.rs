@@ -6,11 +6,23 @@
 //! A connection is busy from the moment a request's head has arrived
 //! until its response body is dropped (sent, or abandoned): a long-poll
 //! or an event stream is never taken for idle. A connection whose request
-//! head has not arrived yet is idle, so half-sent requests make room too.
+//! head has not arrived yet is idle, so half-sent requests make room too:
+//! told to close, an idle connection is dropped at once, never left to
+//! finish a head it may never finish.
+//!
+//! A connection whose answers cannot be written ([`WriteStall`]: a client
+//! that pipelines requests and never reads) is cut once a write has made
+//! no progress for the stall limit, busy or not.
 
 use std::collections::HashMap;
+use std::future::Future as _;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -74,6 +86,11 @@ impl Conns {
         }
     }
 
+    /// Whether connection `id` has a request in flight.
+    pub(crate) fn is_busy(&self, id: u64) -> bool {
+        self.open.lock().get(&id).is_some_and(|c| c.busy > 0)
+    }
+
     /// Tells the connection idle the longest to close; false when every
     /// connection is busy (or already closing).
     pub(crate) fn close_longest_idle(&self) -> bool {
@@ -119,6 +136,90 @@ impl Drop for Busy {
         if idle {
             self.conns.became_idle.notify_one();
         }
+    }
+}
+
+/// A connection's stream whose writes fail (`TimedOut`) once one has been
+/// pending, with no byte taken, for longer than `limit`: a client that
+/// never reads its answers holds its connection no longer than that.
+#[derive(Debug)]
+pub(crate) struct WriteStall<I> {
+    io: I,
+    limit: Duration,
+    /// Started when a write first found the stream full.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> WriteStall<I> {
+    /// `io`, cut after `limit` without write progress.
+    pub(crate) fn new(io: I, limit: Duration) -> Self {
+        WriteStall {
+            io,
+            limit,
+            stalled: None,
+        }
+    }
+
+    fn check<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
+        let limit = self.limit;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took no answer bytes within the stall limit",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for WriteStall<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for WriteStall<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.check(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.check(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_flush(cx);
+        self.check(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.check(cx, poll)
     }
 }
 
