@@ -1,5 +1,6 @@
 //! `writ serve`, `writ dump` and `writ status`.
 
+use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -196,6 +197,7 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
             ));
         }
     }
+    refuse_nested(&root)?;
     let mut config = writ::Config::default().anchored_edits(!cmd.strict_gate);
     if cmd.no_fsync {
         config = config.durability(writ::Durability::Process);
@@ -250,9 +252,7 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
     runtime()?.block_on(async move {
         let server = Server::start(options).await.map_err(|e| e.to_string())?;
         println!("writ serve: {} for {}", server.url(), root.display());
-        // The page reads the token from the fragment, which the browser
-        // never sends; the terminal is the session owner's.
-        println!("live page: {}/#token={}", server.url(), server.token());
+        println!("{}", live_page_line(&server, &discovery, std::io::stdout().is_terminal()));
         if let Some(session) = &cmd.session {
             println!("table: etcd session '{session}' at {}", cmd.etcd.join(","));
         }
@@ -264,6 +264,23 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         println!("writ serve: stopped; every hold released");
         Ok(())
     })
+}
+
+/// The live page's line. The page reads the token from the fragment,
+/// which the browser never sends; a terminal is the session owner's, but
+/// standard output sent to a file or a pipe (a journal, `> serve.log`) is
+/// read by others, so there the link goes without the token, with where
+/// to find it (SPEC §13).
+fn live_page_line(server: &Server, discovery: &Path, terminal: bool) -> String {
+    if terminal {
+        format!("live page: {}/#token={}", server.url(), server.token())
+    } else {
+        format!(
+            "live page: {}/ (add #token=TOKEN with the token of {}; not printed, as this output is not a terminal)",
+            server.url(),
+            discovery.display()
+        )
+    }
 }
 
 #[cfg(feature = "etcd")]
@@ -296,14 +313,62 @@ fn stop(discovery: &Path) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         Ok::<_, String>(())
     })?;
+    // Gone only once the process has exited: the discovery file goes
+    // first, the process after it has released everything and flushed.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while discovery.exists() {
+    while discovery.exists() || process_alive(found.pid) {
         if Instant::now() > deadline {
-            return Err("the server did not stop within 10 s".into());
+            return Err(format!(
+                "the server (pid {}) did not stop within 10 s",
+                found.pid
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     println!("writ serve: stopped the server at {}", found.url);
+    Ok(())
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie
+/// waiting for its parent to reap it (it has exited by then).
+fn process_alive(pid: u32) -> bool {
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name's closing parenthesis.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        return !matches!(state, Some("Z" | "X"));
+    }
+    if std::path::Path::new("/proc/self/stat").exists() {
+        return false;
+    }
+    i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
+}
+
+/// Refuses to serve `root` when a live server already serves a folder
+/// holding it: two tables over one file would let agents of each write
+/// what the other holds. The outer server is named, to be used instead.
+fn refuse_nested(root: &Path) -> Result<(), String> {
+    for outer in root.ancestors().skip(1) {
+        let Ok(found) = server::read_discovery(&server::discovery_path(outer, None)) else {
+            continue;
+        };
+        if found.pid != std::process::id() && answers_with_token(&found.url, &found.token) {
+            return Err(format!(
+                "{} is inside {}, which a server already serves at {} (pid {}); \
+                 point this session's clients at that server, or stop it with \
+                 `writ serve --stop {}` first",
+                root.display(),
+                outer.display(),
+                found.url,
+                found.pid,
+                outer.display()
+            ));
+        }
+    }
     Ok(())
 }
 
