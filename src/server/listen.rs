@@ -510,7 +510,7 @@ async fn dump(
                     .unwrap_or_default(),
             )
                 .into_response(),
-            Ok(v) => json_response(StatusCode::OK, &v),
+            Ok(v) => json_response(StatusCode::OK, &for_the_page(&app, v)),
             Err(e @ Error::Protocol { .. }) => {
                 json_response(StatusCode::BAD_REQUEST, &error_body(&Value::Null, &e))
             }
@@ -529,7 +529,7 @@ async fn dump(
         )
             .into_response(),
         None | Some("json") => match serde_json::to_value(&dump) {
-            Ok(v) => json_response(StatusCode::OK, &v),
+            Ok(v) => json_response(StatusCode::OK, &for_the_page(&app, v)),
             Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
         },
         Some(other) => (
@@ -538,6 +538,29 @@ async fn dump(
         )
             .into_response(),
     }
+}
+
+/// `GET /dump`'s JSON with what the live page shows beside the table:
+/// `refused`, every refusal this server logged (the table's own
+/// `counters.refused` counts admissions only, not the gate's or the
+/// policy's refusals), and `absent_agents`, the named agents no session
+/// acts as now (`[{name, actor, idle}]`, `idle` in seconds), which keep
+/// their reservations until `--mcp-idle` or `agent.release`.
+fn for_the_page(app: &App, mut dump: Value) -> Value {
+    let absent: Vec<Value> = app
+        .named_agents
+        .get()
+        .and_then(std::sync::Weak::upgrade)
+        .map(|agents| agents.absent())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| json!({"name": a.name, "actor": a.actor, "idle": a.idle.as_secs_f64()}))
+        .collect();
+    if let Some(fields) = dump.as_object_mut() {
+        fields.insert("refused".into(), json!(app.metrics.refused()));
+        fields.insert("absent_agents".into(), Value::Array(absent));
+    }
+    dump
 }
 
 /// `GET /metrics`: the Prometheus text format. The session token only:

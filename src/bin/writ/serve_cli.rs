@@ -475,6 +475,41 @@ pub fn dump(target: TargetArgs, json: bool) -> ExitCode {
     }
 }
 
+/// Runs `writ release --agent NAME`: `agent.release` on the server.
+pub fn release_agent(target: TargetArgs, name: &str) -> ExitCode {
+    let result = locate(target).and_then(|(url, token)| {
+        runtime()?.block_on(async move {
+            let session = writ::remote::Session::connect(&url, &token)
+                .await
+                .map_err(|e| e.to_string())?;
+            session
+                .call("agent.release", serde_json::json!({ "name": name }))
+                .await
+                .map_err(|e| e.to_string())
+        })
+    });
+    match result {
+        Ok(answer) if answer["released"].as_u64().unwrap_or(0) > 0 => {
+            println!(
+                "writ release: agent '{}' released, with every reservation it held",
+                writ::text::escape(name)
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(_) => {
+            eprintln!(
+                "writ release: no agent named '{}' on this server (gone already, or never named so)",
+                writ::text::escape(name)
+            );
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("writ release: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs `writ status`: exit 0 and the URL when a server answers, else 1.
 pub fn status(target: TargetArgs) -> ExitCode {
     let result = locate(target).and_then(|(url, token)| {

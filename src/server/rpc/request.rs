@@ -303,10 +303,17 @@ pub(super) struct PlanParams {
     pub(super) tasks: Vec<PlanTask>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AgentParams {
+    pub(super) name: String,
+}
+
 /// One method of SPEC §13 with its parameters read.
 pub(super) enum Request {
     Info,
     Stop,
+    ReleaseAgent(AgentParams),
     Create(CreateParams, Creation),
     DropActor(ActorParams),
     Admit(AdmitParams, HoldKind),
@@ -331,6 +338,7 @@ impl Request {
         Ok(match method {
             "session.info" => Request::Info,
             "session.stop" => Request::Stop,
+            "agent.release" => Request::ReleaseAgent(params(p)?),
             "actor.create" => Request::Create(named(params(p)?)?, Creation::Now),
             "actor.child_wait" => Request::Create(named(params(p)?)?, Creation::Wait),
             "actor.drop" => Request::DropActor(params(p)?),
@@ -430,6 +438,7 @@ mod tests {
         let actor = "a-x-1";
         match method {
             "session.info" | "session.stop" | "dump" => json!({}),
+            "agent.release" => json!({"name": "reviewer"}),
             "actor.create" | "actor.child_wait" => {
                 json!({"name": "n", "parent": actor, "grant": {"workspace": true}})
             }
