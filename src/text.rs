@@ -67,10 +67,7 @@ mod tests {
 
     #[test]
     fn cells_are_escaped() {
-        let text = table(
-            &["path"],
-            &[vec!["a\nb\u{1b}[31m\u{202e}c".into()]],
-        );
+        let text = table(&["path"], &[vec!["a\nb\u{1b}[31m\u{202e}c".into()]]);
         assert_eq!(text, "path\na\\nb\\u{1b}[31m\\u{202e}c\n");
     }
 

@@ -724,8 +724,14 @@ fn clients_that_never_read_their_answers_never_fill_the_connection_cap() {
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(code, 200, "a new client was not answered (after {waited:?})");
-        assert!(waited < Duration::from_secs(10), "a new client waited {waited:?}");
+        assert_eq!(
+            code, 200,
+            "a new client was not answered (after {waited:?})"
+        );
+        assert!(
+            waited < Duration::from_secs(10),
+            "a new client waited {waited:?}"
+        );
         server.shutdown().await;
     });
 }
@@ -764,7 +770,10 @@ fn half_sent_heads_under_a_low_descriptor_limit_never_stop_the_answers() {
         drop(held);
         let _ = child.kill();
         let _ = child.wait();
-        assert_eq!(code, 200, "{args:?}: nobody was answered (after {waited:?})");
+        assert_eq!(
+            code, 200,
+            "{args:?}: nobody was answered (after {waited:?})"
+        );
         assert!(
             waited < Duration::from_secs(10),
             "{args:?}: a new client waited {waited:?}"
@@ -808,7 +817,10 @@ fn dump_tables_show_agent_chosen_paths_escaped() {
                     .args(["dump", "--url", &url, "--token", &token])
                     .output()
                     .unwrap_or_else(|e| panic!("writ dump: {e}"));
-                (answer, String::from_utf8_lossy(&printed.stdout).into_owned())
+                (
+                    answer,
+                    String::from_utf8_lossy(&printed.stdout).into_owned(),
+                )
             }
         })
         .await

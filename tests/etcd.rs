@@ -2897,14 +2897,18 @@ async fn tickets_given_up_concurrently_through_two_tables_stay_within_the_bound(
 
     // Admissions with tickets, 150 at once over the two tables: the
     // tickets they leave stored settle within the bound too.
-    let (one, two) = (etcd.table("racing-admits").await, etcd.table("racing-admits").await);
+    let (one, two) = (
+        etcd.table("racing-admits").await,
+        etcd.table("racing-admits").await,
+    );
     let caller = actor(&one, "caller").await;
     let tasks: Vec<_> = (0..150)
         .map(|i| {
             let via = if i % 2 == 0 { one.clone() } else { two.clone() };
             let caller = caller.clone();
             tokio::spawn(async move {
-                let asked = AdmitRequest::call([format!("/ws/{i}.rs")]).ticket(format!("admit-{i}"));
+                let asked =
+                    AdmitRequest::call([format!("/ws/{i}.rs")]).ticket(format!("admit-{i}"));
                 via.admit(&caller, asked).await
             })
         })
@@ -2919,7 +2923,11 @@ async fn tickets_given_up_concurrently_through_two_tables_stay_within_the_bound(
     }
     let keys = etcd_keys(&etcd, "racing-admits", "g/").await.len();
     assert!(keys <= 64, "{keys} tickets stored past the bound of 64");
-    assert_eq!(keys, granted.len(), "each grant kept has its ticket's answer");
+    assert_eq!(
+        keys,
+        granted.len(),
+        "each grant kept has its ticket's answer"
+    );
 }
 
 // ---- the file tools through two servers (SPEC §6–§7 across servers) ----

@@ -465,10 +465,16 @@ fn the_page_counts_logged_refusals_and_marks_and_frees_agents_without_a_session(
         let session = Session::connect(&url, &token).await.unwrap();
         let bob = session.actor("bob", Grant::workspace(&root)).await.unwrap();
         let policy = bob.files().write(".env", "TOKEN=1\n").await;
-        assert!(matches!(policy, Err(writ::Error::Policy { .. })), "{policy:?}");
+        assert!(
+            matches!(policy, Err(writ::Error::Policy { .. })),
+            "{policy:?}"
+        );
         std::fs::write(root.join("seen.md"), "x\n").unwrap();
         let unread = bob.files().write("seen.md", "y\n").await;
-        assert!(matches!(unread, Err(writ::Error::NotRead { .. })), "{unread:?}");
+        assert!(
+            matches!(unread, Err(writ::Error::NotRead { .. })),
+            "{unread:?}"
+        );
         // The log counts as the events are read: wait for both.
         let deadline = Instant::now() + Duration::from_secs(10);
         let shown = loop {
@@ -479,7 +485,10 @@ fn the_page_counts_logged_refusals_and_marks_and_frees_agents_without_a_session(
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         assert_eq!(shown["refused"], 2, "the page's count: {shown}");
-        assert_eq!(shown["counters"]["refused"], 0, "the table counts admissions only");
+        assert_eq!(
+            shown["counters"]["refused"], 0,
+            "the table counts admissions only"
+        );
         let page = include_str!("../src/server/page.html");
         assert!(page.contains("d.refused"), "the page shows the log's count");
 
@@ -491,12 +500,19 @@ fn the_page_counts_logged_refusals_and_marks_and_frees_agents_without_a_session(
         assert!(!error, "{text}");
         assert_eq!(reviewer.close().await, 200);
         let shown = dump(url.clone(), token.clone()).await;
-        let absent = shown["absent_agents"].as_array().cloned().unwrap_or_default();
+        let absent = shown["absent_agents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         assert_eq!(absent.len(), 1, "{shown}");
         assert_eq!(absent[0]["name"], "reviewer");
         let actor = absent[0]["actor"].as_u64().unwrap();
         assert!(
-            shown["holds"].as_array().unwrap().iter().any(|h| h["actor_id"] == actor),
+            shown["holds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["actor_id"] == actor),
             "the agent's reservation is still held: {shown}"
         );
         assert!(page.contains("absent_agents"), "the page marks them");
@@ -505,7 +521,9 @@ fn the_page_counts_logged_refusals_and_marks_and_frees_agents_without_a_session(
         let release = |url: String, token: String| {
             tokio::task::spawn_blocking(move || {
                 std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
-                    .args(["release", "--agent", "reviewer", "--url", &url, "--token", &token])
+                    .args([
+                        "release", "--agent", "reviewer", "--url", &url, "--token", &token,
+                    ])
                     .output()
                     .unwrap()
             })
@@ -523,12 +541,22 @@ fn the_page_counts_logged_refusals_and_marks_and_frees_agents_without_a_session(
         );
         // An actor token may not release the session's agents.
         let made = session
-            .call("actor.create", json!({"name": "worker", "grant": {"workspace": true}}))
+            .call(
+                "actor.create",
+                json!({"name": "worker", "grant": {"workspace": true}}),
+            )
             .await
             .unwrap();
-        let worker = Session::connect(&url, made["token"].as_str().unwrap()).await.unwrap();
-        let forbidden = worker.call("agent.release", json!({"name": "reviewer"})).await;
-        assert!(matches!(forbidden, Err(writ::Error::Forbidden { .. })), "{forbidden:?}");
+        let worker = Session::connect(&url, made["token"].as_str().unwrap())
+            .await
+            .unwrap();
+        let forbidden = worker
+            .call("agent.release", json!({"name": "reviewer"}))
+            .await;
+        assert!(
+            matches!(forbidden, Err(writ::Error::Forbidden { .. })),
+            "{forbidden:?}"
+        );
         bob.close().await.unwrap();
         session.close().await.unwrap();
         server.shutdown().await;

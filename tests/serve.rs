@@ -1255,7 +1255,11 @@ fn the_live_page_link_carries_the_token_only_to_a_terminal() {
             .unwrap_or_else(|| panic!("no live page line in {printed}"));
         assert!(page.contains(&found.url), "{page}");
         assert!(
-            page.contains(&writ::server::discovery_path(&root, None).display().to_string()),
+            page.contains(
+                &writ::server::discovery_path(&root, None)
+                    .display()
+                    .to_string()
+            ),
             "the line says where the token is: {page}"
         );
     }
@@ -1329,7 +1333,10 @@ fn serve_inside_a_served_folder_refuses_and_names_the_outer_server() {
     let mut said = String::new();
     std::io::Read::read_to_string(nested.stderr.as_mut().unwrap(), &mut said).unwrap();
     assert!(!status.success());
-    assert!(said.contains(&outer.url), "the outer server is named: {said}");
+    assert!(
+        said.contains(&outer.url),
+        "the outer server is named: {said}"
+    );
     assert!(
         !writ::server::discovery_path(&inner, None).exists(),
         "the nested server wrote a discovery file"
@@ -1380,10 +1387,9 @@ fn the_npm_launcher_ends_as_writ_did_and_never_leaves_it_running() {
             }
         }
         std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        let writ_pid =
-            writ::server::read_discovery(&writ::server::discovery_path(&root, None))
-                .unwrap()
-                .pid;
+        let writ_pid = writ::server::read_discovery(&writ::server::discovery_path(&root, None))
+            .unwrap()
+            .pid;
         rustix::process::kill_process(rustix::process::Pid::from_child(&node), signal).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         let status = loop {
@@ -1412,7 +1418,9 @@ fn the_npm_launcher_ends_as_writ_did_and_never_leaves_it_running() {
         }
         // writ, the launcher's child, has ended (reaped, or a zombie).
         let stat = std::fs::read_to_string(format!("/proc/{writ_pid}/stat")).unwrap_or_default();
-        let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start().chars().next());
+        let state = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r.trim_start().chars().next());
         assert!(
             matches!(state, None | Some(Some('Z' | 'X'))),
             "{signal:?}: writ (pid {writ_pid}) still runs: {stat}"

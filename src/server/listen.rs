@@ -392,7 +392,11 @@ async fn mcp_body(
     let (parts, body) = request.into_parts();
     // The token first, from the headers alone: a caller without one has
     // its body read and dropped, and the MCP service refuses it as before.
-    if app.authenticate_any(auth::bearer(&parts.headers)).await.is_err() {
+    if app
+        .authenticate_any(auth::bearer(&parts.headers))
+        .await
+        .is_err()
+    {
         discard_body(body, app.max_body).await;
         return next
             .run(axum::extract::Request::from_parts(parts, Body::empty()))

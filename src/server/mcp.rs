@@ -1235,12 +1235,7 @@ fn internal() -> Response {
 /// live page marks them), and releasing one before `--mcp-idle`.
 impl super::rpc::NamedAgents for Mcp {
     fn release(&self, name: &str) -> usize {
-        let count = self
-            .agents
-            .lock()
-            .keys()
-            .filter(|(_, n)| n == name)
-            .count();
+        let count = self.agents.lock().keys().filter(|(_, n)| n == name).count();
         self.drop_agents(|(_, n), _| n == name);
         count
     }

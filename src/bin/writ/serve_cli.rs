@@ -62,12 +62,14 @@ pub struct ServeCmd {
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     max_body: usize,
-    /// Seconds a request's headers may take to arrive; a slower client is
+    /// Seconds a request's headers may take to arrive, and an answer may
+    /// wait unwritten (a client that never reads); a slower client is
     /// dropped.
     #[arg(long, default_value = "10", value_parser = seconds)]
     header_timeout: Duration,
     /// The most connections open at once on each listener; more wait to
-    /// be accepted (the open-file limit is raised to fit).
+    /// be accepted (the open-file limit is raised to fit, or the cap
+    /// lowered to what it allows).
     #[arg(long, default_value = "512", value_parser = at_least_one)]
     max_connections: usize,
     /// The most targets one request may name; a larger request is refused
@@ -252,7 +254,10 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
     runtime()?.block_on(async move {
         let server = Server::start(options).await.map_err(|e| e.to_string())?;
         println!("writ serve: {} for {}", server.url(), root.display());
-        println!("{}", live_page_line(&server, &discovery, std::io::stdout().is_terminal()));
+        println!(
+            "{}",
+            live_page_line(&server, &discovery, std::io::stdout().is_terminal())
+        );
         if let Some(session) = &cmd.session {
             println!("table: etcd session '{session}' at {}", cmd.etcd.join(","));
         }

@@ -7,9 +7,9 @@ use serde_json::{Value, json};
 
 use super::request::{AgentParams, PlanParams};
 use super::{App, InProcess, targets};
-use crate::{Error, ProtocolError, Result};
 use crate::server::auth::Caller;
 use crate::wire::PROTOCOL_VERSION;
+use crate::{Error, ProtocolError, Result};
 
 /// What a table adds to `session.info`.
 pub(super) trait Session {
