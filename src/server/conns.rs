@@ -228,6 +228,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_write_no_one_takes_fails_after_the_stall_limit_and_progress_resets_it() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (server, mut client) = tokio::io::duplex(64);
+            let mut server = WriteStall::new(server, Duration::from_millis(100));
+            // Read slowly but steadily (longer than the limit in all):
+            // each write makes progress within it, so a long answer to a
+            // slow reader is never cut.
+            let reader = tokio::spawn(async move {
+                let mut buf = [0u8; 32];
+                let mut taken = 0;
+                while taken < 256 {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    taken += client.read(&mut buf).await.unwrap_or(256);
+                }
+                client
+            });
+            server.write_all(&[b'x'; 256]).await.unwrap();
+            let _client = reader.await.unwrap();
+            // Then nobody reads: the next write fails once stalled.
+            let stalled =
+                tokio::time::timeout(Duration::from_secs(5), server.write_all(&[b'y'; 1024])).await;
+            match stalled {
+                Ok(Err(e)) => assert_eq!(e.kind(), io::ErrorKind::TimedOut),
+                other => panic!("a stalled write was not cut: {other:?}"),
+            }
+        });
+    }
+
+    #[test]
     fn the_longest_idle_connection_is_closed_never_a_busy_one() {
         let conns = Arc::new(Conns::default());
         let (old, old_close) = conns.opened();
