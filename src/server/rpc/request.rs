@@ -475,7 +475,7 @@ mod tests {
     #[test]
     fn every_documented_method_is_read_and_an_unknown_one_refused() {
         let methods = documented();
-        assert_eq!(methods.len(), 25, "{methods:?}");
+        assert_eq!(methods.len(), 26, "{methods:?}");
         for method in &methods {
             if let Err(e) = Request::parse(method, minimal(method)) {
                 panic!("{method}: {e}");
