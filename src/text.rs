@@ -6,6 +6,10 @@ use unicode_width::UnicodeWidthStr;
 /// Rows as columns two spaces apart, each padded to its widest cell, one line
 /// per row after the header; trailing spaces trimmed.
 ///
+/// Every cell is [`escape`]d first: cells hold what agents chose (paths,
+/// labels), and a raw newline, escape or bidirectional override in one
+/// would forge a row or drive the reader's terminal.
+///
 /// Widths are display columns, not characters, so names with wide (CJK) or
 /// combining characters still line up in a terminal.
 ///
@@ -17,8 +21,12 @@ use unicode_width::UnicodeWidthStr;
 /// assert_eq!(text, "actor   path\nlead    src/\n解析器  src/lex.rs\n");
 /// ```
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<std::borrow::Cow<'_, str>>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| escape(cell)).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.width()).collect();
-    for row in rows {
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.width());
         }
@@ -39,8 +47,8 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     };
     line(&mut header.iter().copied());
-    for row in rows {
-        line(&mut row.iter().map(String::as_str));
+    for row in &rows {
+        line(&mut row.iter().map(|cell| cell.as_ref()));
     }
     out
 }
@@ -55,6 +63,12 @@ mod tests {
         // "日本" is four columns wide: the header's "a" gets three spaces of
         // padding plus the two-space gap.
         assert_eq!(text, "a     b\n日本  x\n");
+    }
+
+    #[test]
+    fn cells_are_escaped() {
+        let text = table(&["path"], &[vec!["a\nb\u{1b}[31m\u{202e}c".into()]]);
+        assert_eq!(text, "path\na\\nb\\u{1b}[31m\\u{202e}c\n");
     }
 
     #[test]

@@ -591,3 +591,255 @@ fn idle_connections_at_the_cap_never_make_a_new_client_wait() {
         server.shutdown().await;
     });
 }
+
+/// `writ serve ROOT` in a child process under the shell's `limits` (e.g.
+/// `ulimit -n 128`) with `args`; the child and its URL.
+fn serve_child(root: &Path, limits: &str, args: &str) -> (Child, String) {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{limits} && exec '{}' serve '{}' --no-history {args}",
+            env!("CARGO_BIN_EXE_writ"),
+            root.display()
+        ))
+        .env("XDG_STATE_HOME", root.join("state"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
+    let mut url = None;
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        if let Some(rest) = line.strip_prefix("writ serve: ") {
+            url = rest.split_whitespace().next().map(str::to_string);
+        }
+        if line.contains("discovery file") {
+            break;
+        }
+    }
+    let url = url.unwrap_or_else(|| panic!("writ serve did not start"));
+    (child, url)
+}
+
+/// A field of /proc/PID/status, in KiB (`VmRSS`, `VmHWM`).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+}
+
+#[test]
+fn a_body_without_a_token_is_never_kept() {
+    // 40 clients without a token each send all but the last byte of an
+    // 8 MiB body, /rpc and /mcp alike, and stall: were bodies read before
+    // the token was checked, the server would hold 320 MiB for them.
+    const CLIENTS: usize = 40;
+    const BODY: usize = 8 * 1024 * 1024;
+    let (_dir, root) = workspace();
+    let (mut child, url) = serve_child(&root, "true", "--header-timeout 30");
+    let addr = url.trim_start_matches("http://").to_string();
+    let before = status_kib(child.id(), "VmRSS");
+    let chunk = std::sync::Arc::new(vec![b' '; BODY - 1]);
+    let senders: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let (addr, chunk) = (addr.clone(), chunk.clone());
+            std::thread::spawn(move || {
+                let route = if i % 2 == 0 { "/rpc" } else { "/mcp" };
+                let mut stream =
+                    TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connect: {e}"));
+                let _ = stream.set_write_timeout(Some(Duration::from_secs(20)));
+                let head = format!(
+                    "POST {route} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer nottoken{i}\r\n\
+                     Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+                     Content-Length: {BODY}\r\n\r\n"
+                );
+                let sent = stream
+                    .write_all(head.as_bytes())
+                    .and_then(|()| stream.write_all(&chunk));
+                (stream, sent.is_ok())
+            })
+        })
+        .collect();
+    let streams: Vec<_> = senders
+        .into_iter()
+        .map(|s| s.join().unwrap_or_else(|_| panic!("a sender panicked")))
+        .collect();
+    let sent = streams.iter().filter(|(_, ok)| *ok).count();
+    // The peak, whenever it was reached while the bodies arrived.
+    let peak = status_kib(child.id(), "VmHWM");
+    let answered = raw(
+        &addr,
+        &format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    );
+    drop(streams);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(sent, CLIENTS, "every body but its last byte was taken");
+    assert_eq!(answered, 200);
+    let grown = peak.saturating_sub(before) / 1024;
+    assert!(
+        grown < 64,
+        "the server grew by {grown} MiB for {CLIENTS} bodies without a token"
+    );
+}
+
+#[test]
+fn clients_that_never_read_their_answers_never_fill_the_connection_cap() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(
+            Options::new(&root)
+                .max_connections(4)
+                .header_timeout(Duration::from_secs(1)),
+        )
+        .await;
+        let addr = server.addr().to_string();
+        let (code, waited) = tokio::task::spawn_blocking(move || {
+            // Four clients pipeline requests and never read an answer,
+            // until the server stops taking their requests: its answers
+            // cannot be written.
+            let stuck: Vec<TcpStream> = (0..4)
+                .map(|_| {
+                    let mut stream =
+                        TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connect: {e}"));
+                    let _ = stream.set_write_timeout(Some(Duration::from_millis(500)));
+                    let burst =
+                        format!("GET /health HTTP/1.1\r\nHost: {addr}\r\n\r\n").repeat(1000);
+                    while stream.write_all(burst.as_bytes()).is_ok() {}
+                    stream
+                })
+                .collect();
+            let started = Instant::now();
+            let code = raw(
+                &addr,
+                &format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+            );
+            drop(stuck);
+            (code, started.elapsed())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            code, 200,
+            "a new client was not answered (after {waited:?})"
+        );
+        assert!(
+            waited < Duration::from_secs(10),
+            "a new client waited {waited:?}"
+        );
+        server.shutdown().await;
+    });
+}
+
+#[test]
+fn half_sent_heads_under_a_low_descriptor_limit_never_stop_the_answers() {
+    // A small cap, and the default cap past what 128 descriptors allow:
+    // either way the half-sent heads are the idle connections to close,
+    // and the header timeout (30 s) is not what frees a seat.
+    for args in ["--max-connections 16", ""] {
+        let (_dir, root) = workspace();
+        let (mut child, url) = serve_child(
+            &root,
+            "ulimit -n 128",
+            &format!("--header-timeout 30 {args}"),
+        );
+        let addr = url.trim_start_matches("http://").to_string();
+        let held: Vec<TcpStream> = (0..300)
+            .filter_map(|_| {
+                let mut stream = TcpStream::connect_timeout(
+                    &addr.parse().unwrap_or_else(|e| panic!("{e}")),
+                    Duration::from_secs(5),
+                )
+                .ok()?;
+                let _ = stream.write_all(b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
+                Some(stream)
+            })
+            .collect();
+        assert!(held.len() >= 200, "only {} connections opened", held.len());
+        let started = Instant::now();
+        let code = raw(
+            &addr,
+            &format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+        );
+        let waited = started.elapsed();
+        drop(held);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(
+            code, 200,
+            "{args:?}: nobody was answered (after {waited:?})"
+        );
+        assert!(
+            waited < Duration::from_secs(10),
+            "{args:?}: a new client waited {waited:?}"
+        );
+    }
+}
+
+#[test]
+fn dump_tables_show_agent_chosen_paths_escaped() {
+    let (_dir, root) = workspace();
+    runtime().block_on(async {
+        let server = start(Options::new(&root)).await;
+        let (url, token) = (server.url().to_string(), server.token().to_string());
+        let actor = workspace_actor(&url, &token, "lead").await;
+        let forged = "a\u{1b}[31mred\u{202e}txt.rs\nholds (0):";
+        let held = rpc(
+            &url,
+            &token,
+            "admit",
+            json!({"actor": actor, "targets": [forged], "wait": false}),
+        )
+        .await;
+        assert!(held["result"]["hold"].is_string(), "{held}");
+        let addr = server.addr().to_string();
+        let (table, printed) = tokio::task::spawn_blocking({
+            let (url, token) = (url.clone(), token.clone());
+            move || {
+                let mut stream =
+                    TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connect: {e}"));
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
+                let _ = stream.write_all(
+                    format!(
+                        "GET /dump?format=table HTTP/1.1\r\nHost: {addr}\r\n\
+                         Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
+                );
+                let mut answer = String::new();
+                let _ = stream.read_to_string(&mut answer);
+                let printed = Command::new(env!("CARGO_BIN_EXE_writ"))
+                    .args(["dump", "--url", &url, "--token", &token])
+                    .output()
+                    .unwrap_or_else(|e| panic!("writ dump: {e}"));
+                (
+                    answer,
+                    String::from_utf8_lossy(&printed.stdout).into_owned(),
+                )
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        for (what, text) in [("/dump?format=table", &table), ("writ dump", &printed)] {
+            assert!(
+                text.contains("a\\u{1b}[31mred\\u{202e}txt.rs\\nholds (0):"),
+                "{what} does not show the path escaped:\n{text}"
+            );
+            assert!(
+                !text.chars().any(|c| c == '\u{1b}' || c == '\u{202e}'),
+                "{what} printed a raw escape:\n{text}"
+            );
+            assert_eq!(
+                text.lines().filter(|l| l.starts_with("holds (")).count(),
+                1,
+                "{what} printed a forged line:\n{text}"
+            );
+        }
+        server.shutdown().await;
+    });
+}

@@ -2865,6 +2865,71 @@ async fn tickets_are_bounded_in_length_and_number_per_actor_on_etcd() {
     assert!(two.dump().await.unwrap().table.holds.is_empty());
 }
 
+/// SPEC §13 on etcd: the per-actor ticket bound holds under concurrency.
+/// 300 give-ups of distinct tickets at once, over two tables, store at
+/// most the bound: the count is checked inside the transaction that
+/// stores, not before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_given_up_concurrently_through_two_tables_stay_within_the_bound() {
+    let etcd = Etcd::start();
+    let (one, two) = (etcd.table("racing").await, etcd.table("racing").await);
+    let caller = actor(&one, "caller").await;
+    let tasks: Vec<_> = (0..300)
+        .map(|i| {
+            let via = if i % 2 == 0 { one.clone() } else { two.clone() };
+            let caller = caller.clone();
+            tokio::spawn(async move { via.give_up(&caller, &format!("racing-{i}")).await })
+        })
+        .collect();
+    let mut stored = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(None) => stored += 1,
+            Ok(Some(hold)) => panic!("a ticket never asked with released {hold:?}"),
+            Err(Error::Protocol { .. }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let keys = etcd_keys(&etcd, "racing", "g/").await.len();
+    assert_eq!(keys, stored, "every give-up that succeeded stored one mark");
+    assert!(keys <= 64, "{keys} tickets stored past the bound of 64");
+    assert_eq!(keys, 64, "the bound is reached, not undershot");
+
+    // Admissions with tickets, 150 at once over the two tables: the
+    // tickets they leave stored settle within the bound too.
+    let (one, two) = (
+        etcd.table("racing-admits").await,
+        etcd.table("racing-admits").await,
+    );
+    let caller = actor(&one, "caller").await;
+    let tasks: Vec<_> = (0..150)
+        .map(|i| {
+            let via = if i % 2 == 0 { one.clone() } else { two.clone() };
+            let caller = caller.clone();
+            tokio::spawn(async move {
+                let asked =
+                    AdmitRequest::call([format!("/ws/{i}.rs")]).ticket(format!("admit-{i}"));
+                via.admit(&caller, asked).await
+            })
+        })
+        .collect();
+    let mut granted = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(grant) => granted.push(grant),
+            Err(Error::Protocol { .. }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let keys = etcd_keys(&etcd, "racing-admits", "g/").await.len();
+    assert!(keys <= 64, "{keys} tickets stored past the bound of 64");
+    assert_eq!(
+        keys,
+        granted.len(),
+        "each grant kept has its ticket's answer"
+    );
+}
+
 // ---- the file tools through two servers (SPEC §6–§7 across servers) ----
 
 /// Two `writ serve --etcd` in this process on session `session` of `etcd`,

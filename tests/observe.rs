@@ -434,3 +434,131 @@ fn the_log_escapes_what_agents_choose_and_tells_policy_refusals() {
         "{scrape}"
     );
 }
+
+/// SPEC §13 for the operator (issue 48, finding 8): the live page's
+/// refusal count is the log's (a policy or gate refusal, logged, is
+/// counted on the page, not only the table's admission refusals); a named
+/// agent whose sessions ended is marked on the page with its idle time,
+/// and `writ release --agent NAME` frees its reservations at once, not
+/// `--mcp-idle` later.
+#[test]
+fn the_page_counts_logged_refusals_and_marks_and_frees_agents_without_a_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let server = writ::server::Server::start(
+            writ::server::Options::new(&root).mcp_idle(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+        let (url, token) = (server.url().to_string(), server.token().to_string());
+        let dump = |url: String, token: String| async move {
+            let (status, body) = get(&format!("{url}/dump"), Some(&token)).await;
+            assert_eq!(status, 200, "{body}");
+            serde_json::from_str::<Value>(&body).unwrap()
+        };
+        let session = Session::connect(&url, &token).await.unwrap();
+        let bob = session.actor("bob", Grant::workspace(&root)).await.unwrap();
+        let policy = bob.files().write(".env", "TOKEN=1\n").await;
+        assert!(
+            matches!(policy, Err(writ::Error::Policy { .. })),
+            "{policy:?}"
+        );
+        std::fs::write(root.join("seen.md"), "x\n").unwrap();
+        let unread = bob.files().write("seen.md", "y\n").await;
+        assert!(
+            matches!(unread, Err(writ::Error::NotRead { .. })),
+            "{unread:?}"
+        );
+        // The log counts as the events are read: wait for both.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let shown = loop {
+            let d = dump(url.clone(), token.clone()).await;
+            if d["refused"].as_u64().is_some_and(|n| n >= 2) || Instant::now() > deadline {
+                break d;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(shown["refused"], 2, "the page's count: {shown}");
+        assert_eq!(
+            shown["counters"]["refused"], 0,
+            "the table counts admissions only"
+        );
+        let page = include_str!("../src/server/page.html");
+        assert!(page.contains("d.refused"), "the page shows the log's count");
+
+        // A named agent reserves, and its client is killed: no session.
+        let mut reviewer =
+            McpHttp::new(&format!("{url}/mcp"), &token).with_header("Writ-Agent", "reviewer");
+        assert_eq!(reviewer.initialize("reviewer").await.status, 200);
+        let (error, text) = reviewer.call("reserve", json!({"paths": ["src/"]})).await;
+        assert!(!error, "{text}");
+        assert_eq!(reviewer.close().await, 200);
+        let shown = dump(url.clone(), token.clone()).await;
+        let absent = shown["absent_agents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(absent.len(), 1, "{shown}");
+        assert_eq!(absent[0]["name"], "reviewer");
+        let actor = absent[0]["actor"].as_u64().unwrap();
+        assert!(
+            shown["holds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["actor_id"] == actor),
+            "the agent's reservation is still held: {shown}"
+        );
+        assert!(page.contains("absent_agents"), "the page marks them");
+
+        // Freed now, by name; a second release finds nobody.
+        let release = |url: String, token: String| {
+            tokio::task::spawn_blocking(move || {
+                std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+                    .args([
+                        "release", "--agent", "reviewer", "--url", &url, "--token", &token,
+                    ])
+                    .output()
+                    .unwrap()
+            })
+        };
+        let freed = release(url.clone(), token.clone()).await.unwrap();
+        assert!(freed.status.success(), "{freed:?}");
+        let shown = dump(url.clone(), token.clone()).await;
+        assert_eq!(shown["holds"], json!([]), "{shown}");
+        assert_eq!(shown["absent_agents"], json!([]), "{shown}");
+        let again = release(url.clone(), token.clone()).await.unwrap();
+        assert!(!again.status.success());
+        assert!(
+            String::from_utf8_lossy(&again.stderr).contains("no agent named 'reviewer'"),
+            "{again:?}"
+        );
+        // An actor token may not release the session's agents.
+        let made = session
+            .call(
+                "actor.create",
+                json!({"name": "worker", "grant": {"workspace": true}}),
+            )
+            .await
+            .unwrap();
+        let worker = Session::connect(&url, made["token"].as_str().unwrap())
+            .await
+            .unwrap();
+        let forbidden = worker
+            .call("agent.release", json!({"name": "reviewer"}))
+            .await;
+        assert!(
+            matches!(forbidden, Err(writ::Error::Forbidden { .. })),
+            "{forbidden:?}"
+        );
+        bob.close().await.unwrap();
+        session.close().await.unwrap();
+        server.shutdown().await;
+    });
+}

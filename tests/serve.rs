@@ -4,8 +4,11 @@
 //! its own error kind, changes nothing, and leaves the server serving.
 //! Nothing here sleeps to synchronize: waits poll the dump with a deadline.
 
+#[path = "common/serve_process.rs"]
+mod serve_process;
+
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -913,6 +916,7 @@ fn the_protocol_document_matches_the_code() {
     for method in [
         "session.info",
         "session.stop",
+        "agent.release",
         "actor.create",
         "actor.child_wait",
         "actor.drop",
@@ -1197,4 +1201,228 @@ async fn an_actor_cannot_take_another_actors_grant_by_resuming_its_ticket() {
     assert_eq!(kind(&stolen), "busy", "{stolen}");
     assert_eq!(server.scheduler().dump().holds.len(), 1);
     server.shutdown().await;
+}
+
+// ---- the operator's commands (SPEC §13) ----
+
+/// `writ serve ROOT ARGS` with stdout and stderr piped, until it says
+/// where its discovery file is: the process and everything it printed.
+fn serve_printing(root: &Path, args: &[&str]) -> (std::process::Child, String) {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+        .arg("serve")
+        .arg(root)
+        .args(["--no-history", "--no-fsync"])
+        .args(args)
+        .env("XDG_STATE_HOME", root.join("state"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        printed.push_str(&line);
+        if line.starts_with("discovery file") {
+            break;
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (child, printed)
+}
+
+#[test]
+fn the_live_page_link_carries_the_token_only_to_a_terminal() {
+    for format in ["text", "json"] {
+        let (_dir, root) = workspace();
+        let (mut child, printed) = serve_printing(&root, &["--log-format", format]);
+        let found =
+            writ::server::read_discovery(&writ::server::discovery_path(&root, None)).unwrap();
+        let pid = rustix::process::Pid::from_child(&child);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        let _ = child.wait();
+        assert!(
+            !printed.contains(&found.token) && !stderr.contains(&found.token),
+            "{format}: the session token went to a pipe:\n{printed}{stderr}"
+        );
+        let page = printed
+            .lines()
+            .find(|l| l.starts_with("live page: "))
+            .unwrap_or_else(|| panic!("no live page line in {printed}"));
+        assert!(page.contains(&found.url), "{page}");
+        assert!(
+            page.contains(
+                &writ::server::discovery_path(&root, None)
+                    .display()
+                    .to_string()
+            ),
+            "the line says where the token is: {page}"
+        );
+    }
+    // On a terminal the link carries it, for the session's owner to click.
+    let (_dir, root) = workspace();
+    let script = format!(
+        "'{}' serve '{}' --no-history & pid=$!; \
+         while [ ! -s '{}' ]; do sleep 0.05; done; sleep 0.2; kill $pid; wait $pid",
+        env!("CARGO_BIN_EXE_writ"),
+        root.display(),
+        writ::server::discovery_path(&root, None).display()
+    );
+    let shown = std::process::Command::new("script")
+        .args(["-qec", &script, "/dev/null"])
+        .env("XDG_STATE_HOME", root.join("state"))
+        .output();
+    let Ok(shown) = shown else {
+        eprintln!("no `script` to give writ serve a terminal; the terminal half is skipped");
+        return;
+    };
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("/#token="), "{shown}");
+}
+
+#[test]
+fn stop_returns_only_once_the_server_has_exited() {
+    let (_dir, root) = workspace();
+    let state = root.join("state");
+    let mut serve = serve_process::Serve::start(&root, &state, &[], &[]);
+    let stopped = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["serve", "--stop"])
+        .arg(&root)
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert!(stopped.status.success(), "{stopped:?}");
+    let exited = serve.child.try_wait().unwrap();
+    assert!(
+        exited.is_some(),
+        "writ serve --stop returned while the server still ran"
+    );
+}
+
+#[test]
+fn serve_inside_a_served_folder_refuses_and_names_the_outer_server() {
+    let (_dir, root) = workspace();
+    let state = root.join("state");
+    let outer = serve_process::Serve::start(&root, &state, &[], &[]);
+    let inner = root.join("src");
+    std::fs::create_dir(&inner).unwrap();
+    let mut nested = std::process::Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["serve", "--no-history"])
+        .arg(&inner)
+        .env("XDG_STATE_HOME", &state)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = nested.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = nested.kill();
+            let _ = nested.wait();
+            panic!("a nested server started inside a served folder");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut said = String::new();
+    std::io::Read::read_to_string(nested.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert!(!status.success());
+    assert!(
+        said.contains(&outer.url),
+        "the outer server is named: {said}"
+    );
+    assert!(
+        !writ::server::discovery_path(&inner, None).exists(),
+        "the nested server wrote a discovery file"
+    );
+}
+
+#[test]
+fn the_npm_launcher_ends_as_writ_did_and_never_leaves_it_running() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let launcher = concat!(env!("CARGO_MANIFEST_DIR"), "/npm/writ-sched/bin/writ.js");
+    let node = std::process::Command::new("node").arg("--version").output();
+    assert!(
+        node.is_ok_and(|out| out.status.success()),
+        "node is required: install it (Debian/Ubuntu: apt-get install nodejs npm)"
+    );
+    // writ serve stops cleanly on SIGTERM and SIGINT; the others kill it,
+    // and the launcher must die of the same one (SIGUSR1 must not start
+    // node's inspector and exit 0), never leaving writ running.
+    for (signal, dies) in [
+        (rustix::process::Signal::USR1, true),
+        (rustix::process::Signal::USR2, true),
+        (rustix::process::Signal::QUIT, true),
+        (rustix::process::Signal::HUP, true),
+        (rustix::process::Signal::TERM, false),
+    ] {
+        let (_dir, root) = workspace();
+        let mut node = std::process::Command::new("node")
+            .arg(launcher)
+            .args(["serve", "--no-history"])
+            .arg(&root)
+            .env("WRIT_BINARY", env!("CARGO_BIN_EXE_writ"))
+            .env("XDG_STATE_HOME", root.join("state"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(node.stdout.take().unwrap());
+        loop {
+            let mut line = String::new();
+            if std::io::BufRead::read_line(&mut out, &mut line).unwrap_or(0) == 0 {
+                panic!("writ serve did not start under the launcher");
+            }
+            if line.starts_with("discovery file") {
+                break;
+            }
+        }
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        let writ_pid = writ::server::read_discovery(&writ::server::discovery_path(&root, None))
+            .unwrap()
+            .pid;
+        rustix::process::kill_process(rustix::process::Pid::from_child(&node), signal).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = node.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = node.kill();
+                let _ = node.wait();
+                let _ = rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(writ_pid as i32).unwrap(),
+                    rustix::process::Signal::KILL,
+                );
+                panic!("{signal:?}: the launcher did not end");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if dies {
+            assert_eq!(
+                status.signal(),
+                Some(signal.as_raw()),
+                "{signal:?}: the launcher ended with {status}"
+            );
+        } else {
+            assert_eq!(status.code(), Some(0), "{signal:?}: {status}");
+        }
+        // writ, the launcher's child, has ended (reaped, or a zombie).
+        let stat = std::fs::read_to_string(format!("/proc/{writ_pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r.trim_start().chars().next());
+        assert!(
+            matches!(state, None | Some(Some('Z' | 'X'))),
+            "{signal:?}: writ (pid {writ_pid}) still runs: {stat}"
+        );
+    }
 }

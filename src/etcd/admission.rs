@@ -545,15 +545,16 @@ impl Table {
         let Some(ticket) = &request.ticket else {
             return self.spawn_admission(admission).await;
         };
-        // The actor's tickets are counted beside the admission, not before
-        // it, so a ticket costs no round trip; a grant made past the bound
-        // is handed back (its answer key goes with it).
-        let (room, granted) = tokio::join!(
-            self.ticket_room(actor, ticket),
-            self.spawn_admission(admission)
-        );
+        // The actor's tickets are counted once the admission has committed
+        // (its answer key with it): admissions racing on other servers
+        // have committed theirs by then or count this one, so a grant past
+        // the bound is handed back by at least one side and the stored
+        // tickets settle within the bound (a give-up, which stores a mark
+        // and nothing else, compares on the count in its transaction).
+        let granted = self.spawn_admission(admission).await;
+        let room = self.ticket_room(actor, ticket).await;
         match (room, granted) {
-            (Ok(()), granted) => granted,
+            (Ok(_), granted) => granted,
             (Err(e), Ok(grant)) => {
                 self.release(grant.hold()).await?;
                 Err(e)
@@ -564,8 +565,10 @@ impl Table {
 
     /// A ticket of `actor` within the bounds every table keeps (SPEC §13):
     /// its length, and the actor's other live tickets, counted (keys only)
-    /// so that one more stays within the bound.
-    async fn ticket_room(&self, actor: &ActorRef, ticket: &str) -> Result<()> {
+    /// so that one more stays within the bound. Returns the revision the
+    /// count was made at, for a transaction that stores a ticket to compare
+    /// on ([`Table::tickets_unchanged`]).
+    async fn ticket_room(&self, actor: &ActorRef, ticket: &str) -> Result<i64> {
         crate::tickets::check_len(ticket)?;
         let layout = self.layout();
         let counted = self
@@ -593,7 +596,22 @@ impl Table {
             [own, live] => live.saturating_sub(*own),
             _ => 0,
         };
-        crate::tickets::check_room(usize::try_from(others).unwrap_or(usize::MAX))
+        crate::tickets::check_room(usize::try_from(others).unwrap_or(usize::MAX))?;
+        Ok(revision_of(&counted))
+    }
+
+    /// The compare that keeps a count of `actor`'s tickets made at
+    /// `counted` true in the transaction that stores one more: no ticket
+    /// of the actor was stored or changed since. Tickets stored by other
+    /// servers between the count and the store fail it, and the count is
+    /// made again, so the bound holds however many servers store at once.
+    fn tickets_unchanged(&self, actor: &ActorRef, counted: i64) -> Compare {
+        Compare::mod_revision(
+            self.layout().tickets_of(actor.id.0),
+            CompareOp::Less,
+            counted.saturating_add(1),
+        )
+        .with_prefix()
     }
 
     /// A tool call's wait (SPEC §14; `Actor::wait_call` in process):
@@ -1115,18 +1133,39 @@ impl Table {
     /// # Ok(()) }
     /// ```
     pub async fn give_up(&self, actor: &ActorRef, ticket: &str) -> Result<Option<HoldId>> {
-        self.ticket_room(actor, ticket).await?;
         let key = self
             .layout()
             .ticket(actor.id.0, &tokens::token_hash(ticket));
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.clone(), ABANDONED, with_lease(actor.lease))])
-            .or_else([TxnOp::get(key.clone(), None)]);
-        let done = self
-            .txn(txn)
-            .await
-            .map_err(|e| etcd_error(e, Some(actor.lease), 0, 0))?;
+        // The mark is stored only while the count it was allowed by still
+        // holds; another ticket stored meanwhile (through any server) has
+        // it counted again. Each round that fails does so because another
+        // ticket was stored, so the rounds are bounded by the bound.
+        let mut rounds = 0usize;
+        let done = loop {
+            let counted = self.ticket_room(actor, ticket).await?;
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                    self.tickets_unchanged(actor, counted),
+                ])
+                .and_then([TxnOp::put(key.clone(), ABANDONED, with_lease(actor.lease))])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            let done = self
+                .txn(txn)
+                .await
+                .map_err(|e| etcd_error(e, Some(actor.lease), 0, 0))?;
+            let present = ranges_of(&done).into_iter().flatten().next().is_some();
+            if done.succeeded() || present {
+                break done;
+            }
+            rounds += 1;
+            if rounds > 4 * crate::tickets::MAX_TICKETS_PER_ACTOR {
+                return Err(Error::Unavailable {
+                    reason: "the actor's tickets kept changing while one was given up; try again"
+                        .into(),
+                });
+            }
+        };
         if done.succeeded() {
             return Ok(None);
         }

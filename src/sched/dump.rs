@@ -272,7 +272,9 @@ fn table(f: &mut fmt::Formatter<'_>, header: &[&str], rows: &[Vec<String>]) -> f
 
 impl fmt::Display for Dump {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "writ session {}", self.session)?;
+        // Every name and path below is escaped (`text::table`): agents
+        // choose them, and this table goes to terminals.
+        writeln!(f, "writ session {}", crate::text::escape(&self.session))?;
         // Actors as a tree: children under their parent, orphans at the top.
         let live: std::collections::HashSet<ActorId> = self.actors.iter().map(|a| a.id).collect();
         let mut rows = Vec::new();

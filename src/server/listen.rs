@@ -7,7 +7,8 @@
 //! client never blocks another. Bounded by construction (SPEC §13): a
 //! request's headers must arrive within `--header-timeout` (hyper's timer
 //! drops a slow-loris client, answered by nobody), a body within
-//! [`BODY_DEADLINE`]; at most `--max-connections` connections are open per
+//! [`BODY_DEADLINE`], and a response may stall unwritten (a client that
+//! never reads) no longer than the header timeout; at most `--max-connections` connections are open per
 //! listener (more wait in the kernel's backlog, costing no descriptor,
 //! while the connection idle the longest is closed to make room), and
 //! on TCP every request whose `Host` is not a loopback authority is 403
@@ -136,19 +137,25 @@ where
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
-            .serve_connection(TokioIo::new(io), service);
+            .serve_connection(
+                TokioIo::new(super::conns::WriteStall::new(io, limits.header_timeout)),
+                service,
+            );
         let (conns, mut stopped) = (conns.clone(), stop.clone());
         tokio::spawn(async move {
             let mut connection = std::pin::pin!(connection);
-            // A client that sent its headers too slowly, or went away, ends
-            // its own connection; told to close (it was idle the longest at
-            // the cap, or the server stops), it ends once idle.
+            // A client that sent its headers too slowly, never read its
+            // answers, or went away, ends its own connection; told to close
+            // (it was idle the longest at the cap, or the server stops), it
+            // ends at once when idle (a half-sent head included: finishing
+            // it could take the whole header timeout, while new clients
+            // wait), or after its request when busy.
             let told = tokio::select! {
                 _ = connection.as_mut() => false,
                 () = close.notified() => true,
                 stopping = stopped.wait_for(|s| *s) => stopping.is_ok(),
             };
-            if told {
+            if told && conns.is_busy(id) {
                 connection.as_mut().graceful_shutdown();
                 let _ = connection.as_mut().await;
             }
@@ -351,9 +358,33 @@ async fn whole_body(
     }
 }
 
+/// Reads a refused request's body and keeps none of it, within `max_body`
+/// bytes and [`BODY_DEADLINE`]: a client that sends its body after its
+/// headers would otherwise find the connection closed under it (EPIPE on
+/// a Unix socket, a reset over TCP) and never see the refusal, and a body
+/// kept would let anyone without a token make the server hold
+/// `--max-body` per connection (SPEC §13).
+async fn discard_body(body: Body, max_body: usize) {
+    use http_body_util::BodyExt as _;
+    let mut body = body;
+    let _ = tokio::time::timeout(BODY_DEADLINE, async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Some(data) = frame.data_ref() {
+                seen = seen.saturating_add(data.len());
+                if seen > max_body {
+                    break;
+                }
+            }
+        }
+    })
+    .await;
+}
+
 /// `/mcp`'s POST bodies are read whole (see [`whole_body`]) before the MCP
 /// service sees them, which would otherwise wait for an unfinished one
-/// for as long as its client keeps the connection.
+/// for as long as its client keeps the connection; only a caller with a
+/// token has its body kept.
 #[cfg(feature = "mcp")]
 async fn mcp_body(
     State(app): State<Arc<App>>,
@@ -364,6 +395,18 @@ async fn mcp_body(
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
+    // The token first, from the headers alone: a caller without one has
+    // its body read and dropped, and the MCP service refuses it as before.
+    if app
+        .authenticate_any(auth::bearer(&parts.headers))
+        .await
+        .is_err()
+    {
+        discard_body(body, app.max_body).await;
+        return next
+            .run(axum::extract::Request::from_parts(parts, Body::empty()))
+            .await;
+    }
     match whole_body(body, app.max_body).await {
         Ok(bytes) => {
             next.run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
@@ -377,12 +420,7 @@ async fn rpc(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Res
     let caller = match admit_caller(&app, &headers).await {
         Ok(c) => c,
         Err(response) => {
-            // Read (and discard) the body before refusing: a client that
-            // sends its body after its headers would otherwise find the
-            // connection closed under it (EPIPE on a Unix socket, a reset
-            // over TCP) and never see the 401. Bounded like any body.
-            let _ =
-                tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, app.max_body)).await;
+            discard_body(body, app.max_body).await;
             return *response;
         }
     };
@@ -481,7 +519,7 @@ async fn dump(
                     .unwrap_or_default(),
             )
                 .into_response(),
-            Ok(v) => json_response(StatusCode::OK, &v),
+            Ok(v) => json_response(StatusCode::OK, &for_the_page(&app, v)),
             Err(e @ Error::Protocol { .. }) => {
                 json_response(StatusCode::BAD_REQUEST, &error_body(&Value::Null, &e))
             }
@@ -500,7 +538,7 @@ async fn dump(
         )
             .into_response(),
         None | Some("json") => match serde_json::to_value(&dump) {
-            Ok(v) => json_response(StatusCode::OK, &v),
+            Ok(v) => json_response(StatusCode::OK, &for_the_page(&app, v)),
             Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
         },
         Some(other) => (
@@ -509,6 +547,29 @@ async fn dump(
         )
             .into_response(),
     }
+}
+
+/// `GET /dump`'s JSON with what the live page shows beside the table:
+/// `refused`, every refusal this server logged (the table's own
+/// `counters.refused` counts admissions only, not the gate's or the
+/// policy's refusals), and `absent_agents`, the named agents no session
+/// acts as now (`[{name, actor, idle}]`, `idle` in seconds), which keep
+/// their reservations until `--mcp-idle` or `agent.release`.
+fn for_the_page(app: &App, mut dump: Value) -> Value {
+    let absent: Vec<Value> = app
+        .named_agents
+        .get()
+        .and_then(std::sync::Weak::upgrade)
+        .map(|agents| agents.absent())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| json!({"name": a.name, "actor": a.actor, "idle": a.idle.as_secs_f64()}))
+        .collect();
+    if let Some(fields) = dump.as_object_mut() {
+        fields.insert("refused".into(), json!(app.metrics.refused()));
+        fields.insert("absent_agents".into(), Value::Array(absent));
+    }
+    dump
 }
 
 /// `GET /metrics`: the Prometheus text format. The session token only:

@@ -106,6 +106,8 @@ pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<A
         max_body: app.max_body,
     });
     tokio::spawn(reap(Arc::downgrade(&mcp)));
+    let named: std::sync::Weak<dyn super::rpc::NamedAgents> = Arc::downgrade(&mcp) as _;
+    let _ = app.named_agents.set(named);
     let gone = Arc::downgrade(&mcp);
     let _ = app
         .on_actors_gone
@@ -1227,6 +1229,34 @@ fn internal() -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     response
+}
+
+/// The operator's view of the named agents: which have no session (the
+/// live page marks them), and releasing one before `--mcp-idle`.
+impl super::rpc::NamedAgents for Mcp {
+    fn release(&self, name: &str) -> usize {
+        let count = self.agents.lock().keys().filter(|(_, n)| n == name).count();
+        self.drop_agents(|(_, n), _| n == name);
+        count
+    }
+
+    fn absent(&self) -> Vec<super::rpc::AbsentAgent> {
+        let now = Instant::now();
+        self.agents
+            .lock()
+            .iter()
+            .filter(|((_, name), slot)| !name.is_empty() && slot.users == 0 && slot.agent.is_some())
+            .map(|((_, name), slot)| super::rpc::AbsentAgent {
+                name: name.clone(),
+                actor: slot
+                    .agent
+                    .as_ref()
+                    .and_then(crate::mcp::Agent::actor)
+                    .map(|a| a.id().0),
+                idle: now.saturating_duration_since(slot.last),
+            })
+            .collect()
+    }
 }
 
 impl Mcp {

@@ -89,16 +89,21 @@ pub struct Options {
 /// Raises the soft limit on open files toward the hard one, so that
 /// `max_connections` on each listener (TCP and a socket), plus the files
 /// the tools open, fit: the usual soft limit of 1,024 would be reached
-/// before the cap.
-fn raise_open_file_limit(max_connections: usize) {
+/// before the cap. Returns the cap that fits: `max_connections`, or
+/// fewer when the limit cannot be raised that far. A cap past the
+/// descriptors would never be reached: accepts would fail first, and the
+/// idle connections the cap closes (half-sent requests among them) would
+/// keep every descriptor while new clients wait.
+fn raise_open_file_limit(max_connections: usize) -> usize {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    const RESERVED: u64 = 256;
     let wanted = (max_connections as u64)
         .saturating_mul(2)
-        .saturating_add(256);
+        .saturating_add(RESERVED);
     let limit = getrlimit(Resource::Nofile);
     let soft = limit.current.unwrap_or(u64::MAX);
     if soft >= wanted {
-        return;
+        return max_connections;
     }
     let raised = limit.maximum.map_or(wanted, |hard| hard.min(wanted));
     let set = setrlimit(
@@ -108,13 +113,23 @@ fn raise_open_file_limit(max_connections: usize) {
             maximum: limit.maximum,
         },
     );
-    if set.is_err() || raised < wanted {
-        tracing::warn!(
-            soft,
-            wanted,
-            "cannot raise the open-file limit to fit --max-connections; lower it or raise the hard limit"
-        );
+    let have = if set.is_ok() { raised } else { soft };
+    if have >= wanted {
+        return max_connections;
     }
+    // Two listeners at most, and room for the files the tools open: a
+    // quarter of a small limit, else the usual reserve.
+    let reserve = RESERVED.min(have / 4);
+    let fits = usize::try_from(have.saturating_sub(reserve) / 2)
+        .unwrap_or(max_connections)
+        .clamp(1, max_connections);
+    tracing::warn!(
+        soft = have,
+        wanted,
+        max_connections = fits,
+        "cannot raise the open-file limit to fit --max-connections; serving at most this many per listener"
+    );
+    fits
 }
 
 /// The bounds that keep one client from exhausting the server (SPEC §13).
@@ -475,7 +490,8 @@ impl Server {
             (None, Some(file)) => discovery::token_from_file(file)?,
             (None, None) => auth::random_hex(32)?,
         };
-        raise_open_file_limit(options.limits.max_connections);
+        let mut options = options;
+        options.limits.max_connections = raise_open_file_limit(options.limits.max_connections);
         let listener = tokio::net::TcpListener::bind(options.listen)
             .await
             .map_err(|e| Error::io("listen on", options.listen.to_string(), e))?;

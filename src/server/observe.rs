@@ -69,6 +69,9 @@ pub(crate) struct Metrics {
     mcp_sessions: Gauge,
     mcp_sessions_opened: Counter,
     events_lost: Counter,
+    /// Every refusal logged, of every kind (the sum of `refusals` and
+    /// `gate_refusals`): the count the live page shows.
+    refused: Counter,
 }
 
 impl Default for Metrics {
@@ -81,6 +84,7 @@ impl Default for Metrics {
             mcp_sessions: Gauge::default(),
             mcp_sessions_opened: Counter::default(),
             events_lost: Counter::default(),
+            refused: Counter::default(),
         }
     }
 }
@@ -107,6 +111,14 @@ impl Metrics {
                 outcome: outcome.to_string(),
             })
             .inc();
+    }
+
+    /// Every refusal logged so far (each is counted in
+    /// `writ_refusals_total` or `writ_gate_refusals_total`): what the
+    /// live page shows as refused, so a refusal in the log is never
+    /// missing from the page.
+    pub(crate) fn refused(&self) -> u64 {
+        self.refused.get()
     }
 
     /// An MCP session opened.
@@ -157,6 +169,7 @@ impl Metrics {
                         kind: error.clone(),
                     })
                     .inc();
+                self.refused.inc();
                 tracing::info!(
                     actor = %escape(actor_name),
                     kind = %error,

@@ -140,6 +140,16 @@ enum Command {
     /// Say whether a server is running, and its URL.
     #[cfg(all(feature = "server", feature = "remote"))]
     Status(serve_cli::TargetArgs),
+    /// Free a named agent's reservations now (its client was killed), not
+    /// --mcp-idle after its last session.
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Release {
+        #[command(flatten)]
+        target: serve_cli::TargetArgs,
+        /// The agent's name (what its client passed as `agent`).
+        #[arg(long, value_name = "NAME")]
+        agent: String,
+    },
     /// Watch a running server live: actors, holds, waiters, the wait-for
     /// graph, counters and refusals, redrawn from its event stream (q quits).
     #[cfg(all(feature = "server", feature = "remote"))]
@@ -203,6 +213,8 @@ fn main() -> ExitCode {
         Command::Dump { target, json } => serve_cli::dump(target, json),
         #[cfg(all(feature = "server", feature = "remote"))]
         Command::Status(target) => serve_cli::status(target),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Release { target, agent } => serve_cli::release_agent(target, &agent),
         #[cfg(all(feature = "server", feature = "remote"))]
         Command::Top(target) => top::run(target),
         #[cfg(all(feature = "server", feature = "remote"))]

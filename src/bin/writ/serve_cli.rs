@@ -1,5 +1,6 @@
 //! `writ serve`, `writ dump` and `writ status`.
 
+use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -61,12 +62,14 @@ pub struct ServeCmd {
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     max_body: usize,
-    /// Seconds a request's headers may take to arrive; a slower client is
+    /// Seconds a request's headers may take to arrive, and an answer may
+    /// wait unwritten (a client that never reads); a slower client is
     /// dropped.
     #[arg(long, default_value = "10", value_parser = seconds)]
     header_timeout: Duration,
     /// The most connections open at once on each listener; more wait to
-    /// be accepted (the open-file limit is raised to fit).
+    /// be accepted (the open-file limit is raised to fit, or the cap
+    /// lowered to what it allows).
     #[arg(long, default_value = "512", value_parser = at_least_one)]
     max_connections: usize,
     /// The most targets one request may name; a larger request is refused
@@ -203,6 +206,7 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
             ));
         }
     }
+    refuse_nested(&root)?;
     let mut config = writ::Config::default().anchored_edits(!cmd.strict_gate);
     if cmd.no_fsync {
         config = config.durability(writ::Durability::Process);
@@ -260,9 +264,10 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
     runtime()?.block_on(async move {
         let server = Server::start(options).await.map_err(|e| e.to_string())?;
         println!("writ serve: {} for {}", server.url(), root.display());
-        // The page reads the token from the fragment, which the browser
-        // never sends; the terminal is the session owner's.
-        println!("live page: {}/#token={}", server.url(), server.token());
+        println!(
+            "{}",
+            live_page_line(&server, &discovery, std::io::stdout().is_terminal())
+        );
         if let Some(session) = &cmd.session {
             println!("table: etcd session '{session}' at {}", cmd.etcd.join(","));
         }
@@ -274,6 +279,23 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         println!("writ serve: stopped; every hold released");
         Ok(())
     })
+}
+
+/// The live page's line. The page reads the token from the fragment,
+/// which the browser never sends; a terminal is the session owner's, but
+/// standard output sent to a file or a pipe (a journal, `> serve.log`) is
+/// read by others, so there the link goes without the token, with where
+/// to find it (SPEC §13).
+fn live_page_line(server: &Server, discovery: &Path, terminal: bool) -> String {
+    if terminal {
+        format!("live page: {}/#token={}", server.url(), server.token())
+    } else {
+        format!(
+            "live page: {}/ (add #token=TOKEN with the token of {}; not printed, as this output is not a terminal)",
+            server.url(),
+            discovery.display()
+        )
+    }
 }
 
 #[cfg(feature = "etcd")]
@@ -306,14 +328,62 @@ fn stop(discovery: &Path) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         Ok::<_, String>(())
     })?;
+    // Gone only once the process has exited: the discovery file goes
+    // first, the process after it has released everything and flushed.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while discovery.exists() {
+    while discovery.exists() || process_alive(found.pid) {
         if Instant::now() > deadline {
-            return Err("the server did not stop within 10 s".into());
+            return Err(format!(
+                "the server (pid {}) did not stop within 10 s",
+                found.pid
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     println!("writ serve: stopped the server at {}", found.url);
+    Ok(())
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie
+/// waiting for its parent to reap it (it has exited by then).
+fn process_alive(pid: u32) -> bool {
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name's closing parenthesis.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        return !matches!(state, Some("Z" | "X"));
+    }
+    if std::path::Path::new("/proc/self/stat").exists() {
+        return false;
+    }
+    i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .is_some_and(|pid| rustix::process::test_kill_process(pid).is_ok())
+}
+
+/// Refuses to serve `root` when a live server already serves a folder
+/// holding it: two tables over one file would let agents of each write
+/// what the other holds. The outer server is named, to be used instead.
+fn refuse_nested(root: &Path) -> Result<(), String> {
+    for outer in root.ancestors().skip(1) {
+        let Ok(found) = server::read_discovery(&server::discovery_path(outer, None)) else {
+            continue;
+        };
+        if found.pid != std::process::id() && answers_with_token(&found.url, &found.token) {
+            return Err(format!(
+                "{} is inside {}, which a server already serves at {} (pid {}); \
+                 point this session's clients at that server, or stop it with \
+                 `writ serve --stop {}` first",
+                root.display(),
+                outer.display(),
+                found.url,
+                found.pid,
+                outer.display()
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -415,6 +485,41 @@ pub fn dump(target: TargetArgs, json: bool) -> ExitCode {
         }
         Err(e) => {
             eprintln!("writ dump: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `writ release --agent NAME`: `agent.release` on the server.
+pub fn release_agent(target: TargetArgs, name: &str) -> ExitCode {
+    let result = locate(target).and_then(|(url, token)| {
+        runtime()?.block_on(async move {
+            let session = writ::remote::Session::connect(&url, &token)
+                .await
+                .map_err(|e| e.to_string())?;
+            session
+                .call("agent.release", serde_json::json!({ "name": name }))
+                .await
+                .map_err(|e| e.to_string())
+        })
+    });
+    match result {
+        Ok(answer) if answer["released"].as_u64().unwrap_or(0) > 0 => {
+            println!(
+                "writ release: agent '{}' released, with every reservation it held",
+                writ::text::escape(name)
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(_) => {
+            eprintln!(
+                "writ release: no agent named '{}' on this server (gone already, or never named so)",
+                writ::text::escape(name)
+            );
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("writ release: {e}");
             ExitCode::FAILURE
         }
     }

@@ -47,6 +47,28 @@ impl std::fmt::Debug for ActorsGone {
     }
 }
 
+/// `/mcp`'s named agents, as the operator sees and frees them (the live
+/// page, `agent.release`); `/mcp` sets it.
+pub(crate) trait NamedAgents: Send + Sync {
+    /// Drops every agent named `name` (of any token) with its
+    /// reservations, at once; how many went.
+    fn release(&self, name: &str) -> usize;
+    /// The agents no session or call acts as now: their reservations
+    /// stay until `--mcp-idle` or a release.
+    fn absent(&self) -> Vec<AbsentAgent>;
+}
+
+/// An agent with no session (see [`NamedAgents::absent`]).
+#[derive(Debug, Clone)]
+pub(crate) struct AbsentAgent {
+    /// Its name (a minted agent's is its handle).
+    pub(crate) name: String,
+    /// Its actor's id in the table, while it has one.
+    pub(crate) actor: Option<u64>,
+    /// How long since its last session or call ended.
+    pub(crate) idle: std::time::Duration,
+}
+
 /// Keeps a lease from lapsing while a long-poll is open; its end renews it.
 struct OpenPoll {
     app: Arc<App>,

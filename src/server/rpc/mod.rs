@@ -35,7 +35,7 @@ mod session;
 
 #[cfg(feature = "etcd")]
 pub(crate) use etcd::{EtcdBackend, EtcdOptions};
-pub(crate) use local::ActorsGone;
+pub(crate) use local::{AbsentAgent, ActorsGone, NamedAgents};
 use request::{FileOp, FileRequest, Request};
 
 /// The answer of a task of the server's own; one that panicked or was
@@ -89,6 +89,8 @@ pub(crate) struct App {
     pub(crate) limits: super::Limits,
     /// What `/mcp` does when actors made over the wire are dropped.
     pub(crate) on_actors_gone: std::sync::OnceLock<local::ActorsGone>,
+    /// `/mcp`'s named agents, for the page and `agent.release`.
+    pub(crate) named_agents: std::sync::OnceLock<std::sync::Weak<dyn local::NamedAgents>>,
     /// `--max-mcp-sessions`: the open MCP sessions of each token.
     #[cfg(feature = "mcp")]
     pub(crate) mcp_sessions: super::mcp_cap::SessionCap,
@@ -226,6 +228,7 @@ impl App {
             max_targets: options.limits.max_targets,
             limits: options.limits,
             on_actors_gone: std::sync::OnceLock::new(),
+            named_agents: std::sync::OnceLock::new(),
             #[cfg(feature = "mcp")]
             mcp_sessions: super::mcp_cap::SessionCap::new(options.limits.max_mcp_sessions),
             #[cfg(feature = "mcp")]
@@ -572,6 +575,7 @@ impl Request {
         match self {
             Request::Info => Ok(table.info(app, caller)),
             Request::Stop => session::stop(app, caller),
+            Request::ReleaseAgent(p) => session::release_agent(app, caller, p),
             Request::Plan(p) => session::validate_plan(app, p),
             Request::Create(p, creation) => table.create(app, caller, p, creation).await,
             Request::DropActor(p) => table.drop_actor(app, caller, p).await,

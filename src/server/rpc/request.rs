@@ -316,10 +316,18 @@ pub(super) struct RunParams {
     pub(super) keep_s: Option<f64>,
 }
 
+/// `agent.release`: a named MCP agent, by its name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AgentParams {
+    pub(super) name: String,
+}
+
 /// One method of SPEC §13 with its parameters read.
 pub(super) enum Request {
     Info,
     Stop,
+    ReleaseAgent(AgentParams),
     Create(CreateParams, Creation),
     DropActor(ActorParams),
     Admit(AdmitParams, HoldKind),
@@ -345,6 +353,7 @@ impl Request {
         Ok(match method {
             "session.info" => Request::Info,
             "session.stop" => Request::Stop,
+            "agent.release" => Request::ReleaseAgent(params(p)?),
             "actor.create" => Request::Create(named(params(p)?)?, Creation::Now),
             "actor.child_wait" => Request::Create(named(params(p)?)?, Creation::Wait),
             "actor.drop" => Request::DropActor(params(p)?),
@@ -445,6 +454,7 @@ mod tests {
         let actor = "a-x-1";
         match method {
             "session.info" | "session.stop" | "dump" => json!({}),
+            "agent.release" => json!({"name": "reviewer"}),
             "actor.create" | "actor.child_wait" => {
                 json!({"name": "n", "parent": actor, "grant": {"workspace": true}})
             }
@@ -482,7 +492,7 @@ mod tests {
     #[test]
     fn every_documented_method_is_read_and_an_unknown_one_refused() {
         let methods = documented();
-        assert_eq!(methods.len(), 26, "{methods:?}");
+        assert_eq!(methods.len(), 27, "{methods:?}");
         for method in &methods {
             if let Err(e) = Request::parse(method, minimal(method)) {
                 panic!("{method}: {e}");

@@ -1,15 +1,15 @@
-//! `session.info`, `session.stop` and `plan.validate` (SPEC §12–§13): the
-//! session itself, not its table.
+//! `session.info`, `session.stop`, `agent.release` and `plan.validate`
+//! (SPEC §12–§13): the session itself, not its table.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::request::PlanParams;
+use super::request::{AgentParams, PlanParams};
 use super::{App, InProcess, targets};
-use crate::Result;
 use crate::server::auth::Caller;
 use crate::wire::PROTOCOL_VERSION;
+use crate::{Error, ProtocolError, Result};
 
 /// What a table adds to `session.info`.
 pub(super) trait Session {
@@ -59,6 +59,29 @@ pub(super) fn stop(app: &App, caller: &Caller) -> Result<Value> {
     app.session_only(caller, "stopping the server")?;
     let _ = app.stop_tx.send(true);
     Ok(json!({"stopping": true}))
+}
+
+/// `agent.release {name}`: the session token frees a named agent's
+/// reservations now (its client was killed, and `--mcp-idle` is long),
+/// on this server. `{released}` counts the agents that went; none is
+/// not an error (it went already).
+pub(super) fn release_agent(app: &App, caller: &Caller, p: AgentParams) -> Result<Value> {
+    app.session_only(caller, "releasing an agent")?;
+    if p.name.is_empty() {
+        return Err(Error::Protocol {
+            kind: ProtocolError::InvalidParams,
+            detail: "'name' names the agent to release".into(),
+        });
+    }
+    let released = app
+        .named_agents
+        .get()
+        .and_then(std::sync::Weak::upgrade)
+        .map_or(0, |agents| agents.release(&p.name));
+    if released > 0 {
+        tracing::info!(agent = %crate::text::escape(&p.name), released, "agent released");
+    }
+    Ok(json!({ "released": released }))
 }
 
 /// `plan.validate`: a plan's tasks in waves, judged against the workspace
