@@ -119,6 +119,7 @@ pub use crate::core::table::{ActorId, HoldId, ScopeKind};
 pub use error::{Busy, ERROR_KINDS, Error, ErrorKind, ProtocolError, Result, SlotLimit};
 #[doc(hidden)]
 pub use files::WriteStep;
+pub use files::atomic::write_atomic;
 pub use files::folders::{EntryKind, FolderEntry};
 pub use files::gate::{ReadMark, View};
 pub use files::{Anchored, FileOp, Files, HistoryStatus, Receipt};
