@@ -84,8 +84,7 @@ pub mod plan;
 mod sched;
 
 #[doc(hidden)]
-#[path = "bench_support.rs"]
-pub mod __bench;
+pub mod bench_support;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 // The etcd table's pure parts (key layout, the admission decision, the
