@@ -66,15 +66,15 @@ use crate::error::{Error, Result};
 use crate::sched::actor::Actor;
 
 #[cfg(unix)]
-mod env;
+pub(crate) mod env;
 #[cfg(unix)]
 mod git;
 #[cfg(unix)]
-mod manifest;
+pub(crate) mod manifest;
 #[cfg(unix)]
-mod output;
+pub(crate) mod output;
 #[cfg(unix)]
-mod process;
+pub(crate) mod process;
 #[cfg(unix)]
 mod runner;
 #[cfg(unix)]

@@ -81,6 +81,7 @@ pub mod delegate;
 mod files;
 pub mod history;
 pub mod plan;
+pub mod run;
 mod sched;
 
 #[doc(hidden)]

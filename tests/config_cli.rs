@@ -328,7 +328,7 @@ fn claude_gets_its_hooks_and_the_server_approved_beside_the_entry() {
     assert!(pre.iter().any(|g| g["matcher"] == "Bash"), "{after}");
     assert!(
         pre.iter().any(
-            |g| g["matcher"] == "Write|Edit|MultiEdit|NotebookEdit|mcp__writ__.*"
+            |g| g["matcher"] == "Write|Edit|MultiEdit|NotebookEdit|Bash|mcp__writ__.*"
                 && g["hooks"] == hook
         ),
         "{after}"

@@ -930,6 +930,7 @@ fn the_protocol_document_matches_the_code() {
         "files.replace",
         "files.delete",
         "files.rename",
+        "files.run",
         "turn.set",
         "history.snapshot",
         "history.record",

@@ -118,9 +118,37 @@ pub(crate) fn inserted(
             }
         }
     }
+    let (lo, hi) = (first.saturating_sub(1), (end + 1).min(m_lines.len()));
+    // A line diff aligns repeated lines by choice, not by identity: when a
+    // change since deleted, rewrote or added a line with the text of a
+    // spanned line or a neighbour, "unchanged" may be another instance of
+    // that text, and the insertion could land beside lines the agent never
+    // saw there. Such a replace is judged as `decide` says instead.
+    let named = &m_lines[lo..hi];
+    let repeats = |from: &[&[u8]]| from.iter().any(|line| named.contains(line));
+    let ambiguous = ops.iter().any(|op| match *op {
+        DiffOp::Equal { .. } => false,
+        DiffOp::Insert {
+            new_index, new_len, ..
+        } => repeats(&c_lines[new_index..new_index + new_len]),
+        DiffOp::Delete {
+            old_index, old_len, ..
+        } => repeats(&m_lines[old_index..old_index + old_len]),
+        DiffOp::Replace {
+            old_index,
+            old_len,
+            new_index,
+            new_len,
+        } => {
+            repeats(&m_lines[old_index..old_index + old_len])
+                || repeats(&c_lines[new_index..new_index + new_len])
+        }
+    });
+    if ambiguous {
+        return None;
+    }
     // The spanned lines and their neighbours, unchanged.
     let mut place = Vec::with_capacity(end - first + 1);
-    let (lo, hi) = (first.saturating_sub(1), (end + 1).min(m_lines.len()));
     for (line, at_now) in now.iter().enumerate().take(hi).skip(lo) {
         let at_now = (*at_now)?;
         if (first..end).contains(&line) {

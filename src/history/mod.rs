@@ -76,13 +76,13 @@
 //! scheduler (`Handle`) has two leaf mutexes (the store slot and the
 //! pending snapshots), never held while the scheduler's state lock is taken.
 
-mod fsio;
+pub(crate) mod fsio;
 mod hook;
 mod merge;
 mod outside;
-mod record;
+pub(crate) mod record;
 mod rewind;
-mod store;
+pub(crate) mod store;
 mod view;
 
 use std::collections::HashMap;

@@ -26,7 +26,7 @@
 //! // One ToolServer per session; each session gets its own child of `lead`.
 //! let identity = Identity::children_of(lead);
 //! let server = ToolServer::new(identity.clone(), ToolOptions::default());
-//! assert_eq!(server.tool_names().len(), 10);
+//! assert_eq!(server.tool_names().len(), 11);
 //! // Serve it: `rmcp::ServiceExt::serve(server, rmcp::transport::stdio())`.
 //! # Ok(()) }
 //! ```
@@ -35,6 +35,7 @@ mod anchored;
 mod args;
 mod filesystem;
 pub(crate) mod handle;
+mod run;
 pub(crate) mod table;
 mod tools;
 
@@ -69,7 +70,7 @@ use table::{SessionTable, TableFence, TableRef};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ToolSet {
-    /// writ's own ten tools ([`TOOL_NAMES`]).
+    /// writ's own eleven tools ([`TOOL_NAMES`]).
     #[default]
     Writ,
     /// The fourteen tools of the reference server

@@ -15,7 +15,7 @@ use crate::{Actor, Error, Files, HoldKind, ProtocolError, Receipt, Reservation, 
 
 /// The tools of [`ToolServer`](super::ToolServer), in the order `tools/list`
 /// gives them.
-pub const TOOL_NAMES: [&str; 10] = [
+pub const TOOL_NAMES: [&str; 11] = [
     "read_file",
     "write_file",
     "edit_file",
@@ -26,6 +26,7 @@ pub const TOOL_NAMES: [&str; 10] = [
     "reserve",
     "release",
     "writ_status",
+    "run_command",
 ];
 
 const PATH: &str =
@@ -229,6 +230,7 @@ pub(super) fn definitions() -> Vec<Tool> {
             true,
             false,
         ),
+        super::run::definition(),
     ]
 }
 
@@ -262,6 +264,7 @@ pub(super) async fn call(name: &str, call: Call<'_>) -> (&'static str, CallToolR
         "reserve" => reserve(call).await,
         "release" => release(call).await,
         "writ_status" => writ_status(call).await,
+        "run_command" => super::run::run_command(call).await,
         other => Err(no_such_tool(other, &TOOL_NAMES)),
     };
     finished(outcome.map(tool_ok))

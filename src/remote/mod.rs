@@ -545,6 +545,45 @@ impl Actor {
         decode(self.inner.http.call("history.record", params).await?)
     }
 
+    /// Runs a shell command as a transaction (`files.run`, SPEC §17): the
+    /// server runs `sh -c command` through a private copy-on-write layer
+    /// over the workspace and commits its writes all or nothing as this
+    /// actor's. Returns the run report (see [`crate::run::RunReport`]) as
+    /// JSON; a refused commit is `"committed": false`, not an error.
+    ///
+    /// ```no_run
+    /// # async fn demo(actor: &writ::remote::Actor) -> Result<(), writ::Error> {
+    /// let report = actor.run("cargo fmt", None, None).await?;
+    /// if report["committed"] == false {
+    ///     println!("{}", report["conflicts"]);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn run(
+        &self,
+        command: &str,
+        cwd: Option<&Path>,
+        timeout: Option<Duration>,
+    ) -> Result<Value> {
+        let mut params = json!({"actor": self.handle, "command": command});
+        if let Some(cwd) = cwd {
+            params["cwd"] = Value::from(path_text(cwd)?);
+        }
+        if let Some(t) = timeout {
+            params["timeout_s"] = Value::from(t.as_secs_f64());
+        }
+        self.inner.http.call("files.run", params).await
+    }
+
+    /// [`Actor::run`] with an argument vector instead of a shell line.
+    pub async fn run_argv(&self, argv: &[String], timeout: Option<Duration>) -> Result<Value> {
+        let mut params = json!({"actor": self.handle, "argv": argv});
+        if let Some(t) = timeout {
+            params["timeout_s"] = Value::from(t.as_secs_f64());
+        }
+        self.inner.http.call("files.run", params).await
+    }
+
     /// This actor's file tools.
     pub fn files(&self) -> Files<'_> {
         Files { actor: self }

@@ -98,6 +98,23 @@ struct Inner {
     /// One line per request received (path, marker, model), for a failing
     /// test's message.
     log: Vec<String>,
+    /// Other providers' APIs served beside the Anthropic Messages API.
+    providers: Vec<Provider>,
+}
+
+/// Another provider's API, plugged in with [`ScriptedModel::serve`]: what
+/// it answers itself (token counts) and how it reads a request and writes
+/// a step.
+#[derive(Clone, Copy)]
+pub struct Provider {
+    /// Whether a request path (without its query) is this provider's.
+    pub serves: fn(&str) -> bool,
+    /// An answer that needs no script (a token count), if the request is one.
+    pub errand: fn(&str, &Value) -> Option<axum::response::Response>,
+    /// Reads a request.
+    pub decode: fn(&str, &Value) -> anthropic::Decoded,
+    /// Writes `step` as the response to `request`; the ids name its calls.
+    pub encode: fn(&str, &Value, &[String], &Step) -> axum::response::Response,
 }
 
 /// The server; dropped, it stops.
@@ -151,6 +168,13 @@ impl ScriptedModel {
         );
     }
 
+    /// Serves `provider`'s API too.
+    #[allow(dead_code)] // by the suites of the CLIs other than Claude Code
+    pub fn serve(&self, provider: Provider) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.providers.push(provider);
+    }
+
     /// The marker a prompt carries to be answered by the agent `name`.
     pub fn marker(name: &str) -> String {
         format!("[script:{name}]")
@@ -193,11 +217,33 @@ async fn respond(
     if path.ends_with("/count_tokens") {
         return axum::Json(json!({"input_tokens": 100})).into_response();
     }
-    if !path.ends_with("/v1/messages") {
-        log(&state, format!("{path}: not served"));
-        return axum::http::StatusCode::NOT_FOUND.into_response();
+    let provider = if path.ends_with("/v1/messages") {
+        None
+    } else {
+        let providers = state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .providers
+            .clone();
+        match providers.into_iter().find(|p| (p.serves)(&path)) {
+            Some(p) => Some(p),
+            None => {
+                log(&state, format!("{path}: not served"));
+                return axum::http::StatusCode::NOT_FOUND.into_response();
+            }
+        }
+    };
+    if let Some(answer) = provider.and_then(|p| (p.errand)(&path, &request)) {
+        return answer;
     }
-    let decoded = anthropic::decode(&request);
+    let encode = |ids: &[String], step: &Step| match provider {
+        Some(p) => (p.encode)(&path, &request, ids, step),
+        None => anthropic::encode(&request, ids, step),
+    };
+    let decoded = match provider {
+        Some(p) => (p.decode)(&path, &request),
+        None => anthropic::decode(&request),
+    };
     let agent = {
         let mut inner = state.lock().unwrap_or_else(|e| e.into_inner());
         let found = inner
@@ -217,7 +263,7 @@ async fn respond(
     // A request with no tools is the CLI's own errand (a title, a summary),
     // not a step of the agent's loop.
     let Some((_, agent)) = agent.filter(|_| !decoded.seen.tools.is_empty()) else {
-        return anthropic::encode(&request, &[], &Step::End("ok".to_string()));
+        return encode(&[], &Step::End("ok".to_string()));
     };
     let mut seen = decoded.seen;
     {
@@ -264,7 +310,7 @@ async fn respond(
             Step::End(_) => Vec::new(),
         }
     };
-    anthropic::encode(&request, &ids, &step)
+    encode(&ids, &step)
 }
 
 fn log(state: &Arc<Mutex<Inner>>, line: String) {

@@ -413,3 +413,25 @@ def test_cancel_abandons_a_wait_from_another_thread(session: Session) -> None:
     with pytest.raises(writ_client.Unavailable):
         waiter.admit(["c.txt"], cancel=cancel)
     assert holds_of(session, "waiter") == []
+
+
+def test_run_commits_a_commands_writes_and_refuses_over_unseen_work(session: Session, server: Server) -> None:
+    (server.root / "list.txt").write_text("one\ntwo\nthree\n")
+    shell = session.actor("shell")
+    other = session.actor("other")
+    other.read("list.txt")
+    other.edit("list.txt", "two\n", "other's work\n")
+    # A sed of another line keeps the other agent's work, unread or not.
+    report = shell.run("echo hello; sed -i s/one/ONE/ list.txt")
+    if report["mode"] != "overlay":
+        pytest.skip("no overlay on this machine: " + "; ".join(report["notes"]))
+    assert report["committed"] is True, report
+    assert report["exit_code"] == 0
+    assert report["output"] == "hello\n"
+    assert [a["path"] for a in report["artifacts"]] == ["list.txt"]
+    assert (server.root / "list.txt").read_text() == "ONE\nother's work\nthree\n"
+    # Overwriting it whole is refused: the shell agent has not read that work.
+    refused = shell.run(["sh", "-c", "printf 'x\\n' > list.txt"])
+    assert refused["committed"] is False, refused
+    assert refused["conflicts"][0]["writers"] == ["other"]
+    assert (server.root / "list.txt").read_text() == "ONE\nother's work\nthree\n"

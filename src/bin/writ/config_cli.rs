@@ -386,10 +386,10 @@ struct Hooks {
 }
 
 /// The tools whose calls `writ hook claude-code` judges before they run:
-/// the built-in writes (`MultiEdit` for versions that still have it) and
-/// writ's own MCP tools, whose `agent` the hook fills per session and
-/// subagent.
-const CLAUDE_BEFORE: &str = "Write|Edit|MultiEdit|NotebookEdit|mcp__writ__.*";
+/// the built-in writes (`MultiEdit` for versions that still have it),
+/// `Bash`, whose command it sends through `writ run` (SPEC §17), and writ's
+/// own MCP tools, whose `agent` the hook fills per session and subagent.
+const CLAUDE_BEFORE: &str = "Write|Edit|MultiEdit|NotebookEdit|Bash|mcp__writ__.*";
 /// The tools whose results the hook records: the writes (release and
 /// history) and `Read` (what the model was shown is its read mark).
 const CLAUDE_AFTER: &str = "Write|Edit|MultiEdit|NotebookEdit|Read";

@@ -16,6 +16,8 @@ mod mcp_bridge;
 mod mcp_cli;
 mod rng;
 #[cfg(all(feature = "server", feature = "remote"))]
+mod run_cli;
+#[cfg(all(feature = "server", feature = "remote"))]
 mod serve_cli;
 #[cfg(all(feature = "server", feature = "remote"))]
 mod top;
@@ -115,6 +117,10 @@ enum Command {
     /// Print an MCP client's configuration for writ (the `writ mcp` bridge:
     /// no port, no token), or merge it into the client's file with --write.
     Config(config_cli::ConfigCmd),
+    /// Run a shell command as a transaction: through a private copy-on-write
+    /// layer, its writes committed all or nothing (or `--show` a kept run).
+    #[cfg(all(feature = "server", feature = "remote"))]
+    Run(run_cli::RunCmd),
     /// Hooks for coding agents' built-in file tools (through `writ serve`).
     #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
     Hook(hook_cli::HookCmd),
@@ -187,6 +193,8 @@ fn main() -> ExitCode {
         #[cfg(feature = "mcp")]
         Command::Mcp(cmd) => mcp_cli::run(cmd),
         Command::Config(cmd) => config_cli::run(cmd),
+        #[cfg(all(feature = "server", feature = "remote"))]
+        Command::Run(cmd) => run_cli::run(cmd),
         #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
         Command::Hook(cmd) => hook_cli::run(cmd),
         #[cfg(all(feature = "server", feature = "remote"))]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::request::{FileOp, FileRequest};
+use super::request::{FileOp, FileRequest, RunParams};
 use super::{App, InProcess};
 use crate::server::auth::Caller;
 use crate::{Actor, Files, ReadMark, Receipt, Reservation, Result, Target, wire};
@@ -15,6 +15,34 @@ use crate::{Actor, Files, ReadMark, Receipt, Reservation, Result, Target, wire};
 /// The file methods of a table.
 pub(super) trait FileOps {
     async fn file(&self, app: &Arc<App>, caller: &Caller, request: FileRequest) -> Result<Value>;
+
+    /// `files.run` (SPEC §17): a shell command as a transaction.
+    async fn run_command(&self, app: &Arc<App>, caller: &Caller, p: RunParams) -> Result<Value>;
+}
+
+/// The command `files.run` asked for.
+fn command_of(p: &RunParams) -> Result<crate::run::Command> {
+    let mut cmd = match (&p.command, &p.argv) {
+        (Some(line), None) => crate::run::Command::shell(line.clone()),
+        (None, Some(argv)) if !argv.is_empty() => crate::run::Command::new(argv.clone()),
+        _ => {
+            return Err(crate::Error::invalid(
+                "",
+                "files.run takes exactly one of `command` (a shell line) or `argv` (not empty)",
+            ));
+        }
+    };
+    if let Some(cwd) = &p.cwd {
+        cmd = cmd.cwd(cwd);
+    }
+    let secs = |s: f64| Duration::try_from_secs_f64(s).ok();
+    if let Some(t) = p.timeout_s.and_then(secs) {
+        cmd = cmd.timeout(t);
+    }
+    if let Some(k) = p.keep_s.and_then(secs) {
+        cmd = cmd.keep(k);
+    }
+    Ok(cmd)
 }
 
 /// What a file op answered.
@@ -100,6 +128,14 @@ impl FileOps for InProcess {
         .await?;
         Ok(done.to_wire())
     }
+
+    async fn run_command(&self, app: &Arc<App>, caller: &Caller, p: RunParams) -> Result<Value> {
+        let (actor, lease, _) = app.actor_for(caller, &p.actor)?;
+        let cmd = command_of(&p)?;
+        // The lease cannot lapse while the command runs.
+        let report = app.long_poll(lease, actor.run(cmd)).await?;
+        Ok(json!(report))
+    }
 }
 
 #[cfg(feature = "etcd")]
@@ -108,5 +144,13 @@ impl FileOps for super::EtcdBackend {
         let actor = self.actor(app, caller, &request.actor).await?;
         let wait = request.timeout_ms.map(Duration::from_millis);
         Ok(self.file_op(app, actor, request.op, wait).await?.to_wire())
+    }
+
+    async fn run_command(&self, _app: &Arc<App>, _caller: &Caller, p: RunParams) -> Result<Value> {
+        command_of(&p)?;
+        Err(crate::Error::invalid(
+            "",
+            "files.run is not served on a session whose table is in etcd yet; run the command through a server without --etcd",
+        ))
     }
 }

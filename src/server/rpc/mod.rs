@@ -582,6 +582,7 @@ impl Request {
             Request::KeepAlive(p) => table.keep_alive(app, caller, p).await,
             Request::Revoke(p) => table.revoke(app, caller, p).await,
             Request::File(request) => table.file(app, caller, request).await,
+            Request::Run(p) => table.run_command(app, caller, p).await,
             Request::SetTurn(p) => table.set_turn(app, caller, p).await,
             Request::Snapshot(p) => table.snapshot(app, caller, p).await,
             Request::Record(p) => table.record(app, caller, p).await,

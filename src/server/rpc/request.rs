@@ -303,6 +303,19 @@ pub(super) struct PlanParams {
     pub(super) tasks: Vec<PlanTask>,
 }
 
+/// `files.run` (SPEC §17): a shell line (`command`, run with `sh -c`) or
+/// an argument vector (`argv`), exactly one of them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RunParams {
+    pub(super) actor: String,
+    pub(super) command: Option<String>,
+    pub(super) argv: Option<Vec<String>>,
+    pub(super) cwd: Option<String>,
+    pub(super) timeout_s: Option<f64>,
+    pub(super) keep_s: Option<f64>,
+}
+
 /// One method of SPEC §13 with its parameters read.
 pub(super) enum Request {
     Info,
@@ -322,6 +335,7 @@ pub(super) enum Request {
     Rewind(RewindParams),
     Redo(RewindParams),
     Plan(PlanParams),
+    Run(RunParams),
 }
 
 impl Request {
@@ -403,6 +417,7 @@ impl Request {
                     current: false,
                 })
             }
+            "files.run" => Request::Run(params(p)?),
             "turn.set" => Request::SetTurn(params(p)?),
             "history.snapshot" => Request::Snapshot(params(p)?),
             "history.record" => Request::Record(params(p)?),
@@ -444,6 +459,7 @@ mod tests {
             "files.write" | "files.append" => json!({"actor": actor, "path": "a", "content": ""}),
             "files.replace" => json!({"actor": actor, "path": "a", "old": "x", "new": "y"}),
             "files.rename" => json!({"actor": actor, "from": "a", "to": "b"}),
+            "files.run" => json!({"actor": actor, "command": "true"}),
             "turn.set" => json!({"actor": actor, "turn": "t"}),
             "history.rewind" | "history.redo" => json!({"turn": "t"}),
             "plan.validate" => json!({"tasks": []}),
@@ -466,7 +482,7 @@ mod tests {
     #[test]
     fn every_documented_method_is_read_and_an_unknown_one_refused() {
         let methods = documented();
-        assert_eq!(methods.len(), 25, "{methods:?}");
+        assert_eq!(methods.len(), 26, "{methods:?}");
         for method in &methods {
             if let Err(e) = Request::parse(method, minimal(method)) {
                 panic!("{method}: {e}");

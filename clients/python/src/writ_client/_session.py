@@ -918,6 +918,37 @@ class Actor:
         """Group this actor's next writes under ``turn`` in history (for ``Session.rewind``)."""
         self._call("turn.set", {"turn": turn})
 
+    def run(
+        self,
+        command: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        timeout: float = 600.0,
+        keep: Optional[float] = None,
+    ) -> Dict[str, Any]:
+        """Run a shell command as a transaction (``files.run``, SPEC §17).
+
+        ``command`` is a shell line (run with ``/bin/sh -c``) or an argument
+        list. The server runs it with the workspace seen through a private
+        copy-on-write layer and, when it ends (or after ``timeout`` seconds,
+        when its whole process tree is stopped), applies its file changes as
+        this actor's writes, all or nothing: merged with what others changed
+        meanwhile, or refused (``committed`` is ``False``, ``conflicts`` says
+        which files, who changed them and both diffs). The report also has
+        ``exit_code``, ``output``, ``artifacts`` and ``mode``.
+        """
+        params: Dict[str, Any] = (
+            {"command": command} if isinstance(command, str) else {"argv": list(command)}
+        )
+        if cwd is not None:
+            params["cwd"] = cwd
+        params["timeout_s"] = float(timeout)
+        if keep is not None:
+            params["keep_s"] = float(keep)
+        # The call lasts as long as the command: wait that long, and a
+        # commit's reservation on top.
+        return _dict(self._call("files.run", params, wait=float(timeout) + 60.0))
+
 
 def _request_options(params: Dict[str, Any], priority: Optional[int], label: Optional[str]) -> None:
     if priority is not None:

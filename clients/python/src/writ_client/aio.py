@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar, Union
 
 from ._errors import WritError
 from ._session import Actor, Fence, Hold, Lines, Paths, ReadResult, Session, Task
@@ -233,6 +233,17 @@ class AsyncActor:
     async def set_turn(self, turn: str) -> None:
         """Group the next writes under ``turn``."""
         await _run(lambda: self.sync.set_turn(turn))
+
+    async def run(
+        self,
+        command: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        timeout: float = 600.0,
+        keep: Optional[float] = None,
+    ) -> Dict[str, Any]:
+        """Run a shell command as a transaction (see ``Actor.run``)."""
+        return await _run(lambda: self.sync.run(command, cwd=cwd, timeout=timeout, keep=keep))
 
     async def drop(self) -> None:
         """Drop the actor (its fences go)."""

@@ -7,7 +7,9 @@
 //! file; `Edit`, `NotebookEdit` (and `MultiEdit`, gone from current
 //! versions, still accepted) change part of one; `Read`'s `tool_response`
 //! is what the model was shown. `PreToolUse` on `mcp__writ__*` fills the
-//! tool's `agent` argument so writ's MCP tools act as the same agent.
+//! tool's `agent` argument so writ's MCP tools act as the same agent;
+//! `PreToolUse` on `Bash` sends its command through `writ run` as the
+//! agent (SPEC §17).
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +30,16 @@ pub enum Parsed {
     /// A call of writ's own MCP tools: answered at once with its input
     /// rewritten to name the agent.
     Mcp(Value),
+    /// A `Bash` call: the event renews the agent's lease, and the command
+    /// is sent through `writ run` as `agent`.
+    Shell {
+        /// The lease renewal.
+        event: Event,
+        /// The tool input (`command`, `timeout`, `description`, …).
+        input: Value,
+        /// The agent the command's writes are made as.
+        agent: String,
+    },
 }
 
 /// Reads one event; `Err` says why it is not a Claude Code hook event.
@@ -61,6 +73,21 @@ pub fn parse(event: &Value) -> Result<Parsed, String> {
         }
         ("PreToolUse", _, _) if tool.starts_with("mcp__writ__") => {
             return Ok(Parsed::Mcp(with_agent(input, &who)));
+        }
+        ("PreToolUse", _, _) if tool == "Bash" => {
+            // The hook engine's own actor name: the run's writes are this
+            // agent's, and its own earlier edits are not another's work.
+            let agent = engine::agent_name(PREFIX, &who);
+            return Ok(Parsed::Shell {
+                event: Event {
+                    prefix: PREFIX,
+                    who,
+                    step: Step::Renew,
+                    cwd,
+                },
+                input,
+                agent,
+            });
         }
         ("PreToolUse", Some(kind), Some(path)) => Step::BeforeWrite {
             call: call_of(&path),
@@ -155,7 +182,9 @@ pub fn output(decision: &Decision) -> Option<Value> {
     }
 }
 
-/// The answer to a `PreToolUse` of writ's MCP tools.
+/// The answer to a `PreToolUse` of writ's MCP tools, and of a `Bash` call
+/// whose command was wrapped: allowed, with the rewritten input (Claude Code
+/// applies `updatedInput` only together with a decision).
 pub fn mcp_output(input: Value) -> Value {
     json!({"hookSpecificOutput": {
         "hookEventName": "PreToolUse",

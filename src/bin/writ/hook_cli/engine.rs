@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 /// How the hook finds its server, shared by every vocabulary.
@@ -143,10 +143,26 @@ pub struct Event {
 /// agent (`PARENT/CHILD`): `prefix-<session8>` for the main conversation,
 /// `prefix-<session8>/<agent8>` for a subagent.
 pub fn agent_name(prefix: &str, who: &Who) -> String {
-    let first8 = |s: &str| short(s).chars().take(8).collect::<String>();
+    let session = eight(&who.session);
     match &who.agent {
-        None => format!("{prefix}-{}", first8(&who.session)),
-        Some(agent) => format!("{prefix}-{}/{}", first8(&who.session), first8(agent)),
+        None => format!("{prefix}-{session}"),
+        Some(agent) => format!("{prefix}-{session}/{}", eight(agent)),
+    }
+}
+
+/// Eight characters that tell an id apart: its first eight, except for a
+/// UUIDv7 (Codex CLI's session ids), which begins with its creation time,
+/// so that sessions started together share their first eight; its last
+/// eight are random.
+fn eight(id: &str) -> String {
+    let id = short(id);
+    let bytes = id.as_bytes();
+    let v7 =
+        id.len() == 36 && [8, 13, 18, 23].iter().all(|&i| bytes[i] == b'-') && bytes[14] == b'7';
+    if v7 {
+        id[28..].to_string()
+    } else {
+        id.chars().take(8).collect()
     }
 }
 
@@ -267,6 +283,33 @@ fn served_root(file: &Path) -> Option<PathBuf> {
         .skip(1)
         .find(|dir| std::fs::symlink_metadata(dir.join(".writ").join("serve.json")).is_ok())
         .map(Path::to_path_buf)
+}
+
+/// `input` with its `command` sent through `writ run` as `agent` (SPEC
+/// §17), for a shell tool whose command runs in `dir`; `None` where it
+/// cannot be: no served root at or above `dir` (not writ's business), no
+/// command, a command already wrapped, or no path to this binary. The
+/// wrapped line names this binary by the path it runs from, so the command
+/// reaches the same writ the client's hooks call.
+pub fn wrap_shell(dir: Option<&Path>, agent: &str, mut input: Value) -> Option<Value> {
+    let dir = dir?;
+    served_root(&dir.join("-"))?;
+    let command = input.get("command")?.as_str()?.trim();
+    if command.is_empty() {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let writ = exe.to_str()?;
+    let line = writ::run::wrapped_command_line(writ, agent, command);
+    // The part before the command: a line that starts with it already runs
+    // through writ (a hook that fires twice, or a model that wrapped it).
+    let head = writ::run::wrapped_command_line(writ, agent, "");
+    let head = head.strip_suffix("''").unwrap_or(&head);
+    if command.starts_with(head) {
+        return None;
+    }
+    input["command"] = Value::String(line);
+    Some(input)
 }
 
 /// Whether a path lies in a `.writ` folder (where the session token is).
@@ -1075,5 +1118,23 @@ mod tests {
             ..main
         };
         assert_eq!(agent_name("claude", &sub), "claude-5def7bb7/a1b2c3d4");
+    }
+
+    #[test]
+    fn time_ordered_session_ids_are_told_apart_by_their_random_part() {
+        let at = |session: &str| {
+            agent_name(
+                "codex",
+                &Who {
+                    session: session.into(),
+                    agent: None,
+                },
+            )
+        };
+        // Two Codex sessions started in the same millisecond.
+        let one = at("01a24864-be1f-7211-b05c-cef7ba1876ed");
+        let two = at("01a24864-be1f-7cc2-9d01-5a0e33f1c2b9");
+        assert_eq!(one, "codex-ba1876ed");
+        assert_ne!(one, two);
     }
 }

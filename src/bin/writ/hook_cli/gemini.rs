@@ -72,6 +72,41 @@ pub fn parse(event: &Value) -> Result<Event, String> {
     })
 }
 
+/// For a `BeforeTool` of `run_shell_command`: its input and the folder the
+/// command runs in (`dir_path`, relative to `cwd`), for `writ run`.
+pub fn shell(event: &Value) -> Option<(Value, Option<PathBuf>)> {
+    let text = |key: &str| event.get(key).and_then(Value::as_str);
+    if text("hook_event_name")? != "BeforeTool" || text("tool_name")? != "run_shell_command" {
+        return None;
+    }
+    let input = event.get("tool_input")?.clone();
+    let cwd = text("cwd").map(PathBuf::from);
+    let dir = ["dir_path", "directory"]
+        .iter()
+        .find_map(|k| input.get(*k).and_then(Value::as_str))
+        .map(|d| engine::absolute(d, cwd.as_deref()))
+        .or(cwd);
+    Some((input, dir))
+}
+
+/// The agent name the hook's actor goes by in a Gemini session.
+pub fn agent(event: &Value) -> Option<String> {
+    let session = event.get("session_id")?.as_str()?;
+    Some(engine::agent_name(
+        PREFIX,
+        &Who {
+            session: session.to_string(),
+            agent: None,
+        },
+    ))
+}
+
+/// The answer to a `BeforeTool` whose shell command was wrapped: Gemini CLI
+/// merges `hookSpecificOutput.tool_input` over the model's arguments.
+pub fn shell_output(input: Value) -> Value {
+    json!({"hookSpecificOutput": {"tool_input": input}})
+}
+
 /// What Gemini CLI reads from the hook's stdout for `decision`.
 pub fn output(decision: &Decision) -> Option<Value> {
     match decision {

@@ -1,12 +1,14 @@
 //! `writ hook CLIENT`: a coding CLI's hooks for its built-in file tools, so
 //! that edits that bypass MCP are still admitted through the running
 //! `writ serve`. One engine (`engine`) holds the rules; each client is a
-//! vocabulary that maps its events onto it (`claude`, `codex`, `gemini`).
+//! vocabulary that maps its events onto it (`claude`, `codex`, `gemini`,
+//! `opencode`).
 
 mod claude;
 mod codex;
 mod engine;
 mod gemini;
+mod opencode;
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -26,14 +28,29 @@ pub struct HookCmd {
 #[derive(Debug, Subcommand)]
 enum HookAgent {
     /// Claude Code: PreToolUse/PostToolUse for Write|Edit|NotebookEdit|Read
-    /// (and MultiEdit), PreToolUse for mcp__writ__*, UserPromptSubmit and
-    /// SubagentStop.
+    /// (and MultiEdit), PreToolUse for Bash (its command sent through
+    /// `writ run`) and mcp__writ__*, UserPromptSubmit and SubagentStop.
     ClaudeCode(Common),
     /// Codex CLI: PreToolUse/PostToolUse for apply_patch, UserPromptSubmit.
     Codex(Common),
     /// Gemini CLI: BeforeTool/AfterTool for write_file|replace|read_file,
+    /// BeforeTool for run_shell_command (sent through `writ run`),
     /// BeforeAgent.
     Gemini(Common),
+    /// opencode, through writ's plugin: tool.execute.before/after for
+    /// write|edit|read, chat.message.
+    Opencode(OpencodeArgs),
+}
+
+/// `writ hook opencode`: the hook, or the plugin that calls it.
+#[derive(Debug, Args)]
+struct OpencodeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Print the plugin opencode loads (put it in `.opencode/plugin/`)
+    /// instead of handling an event.
+    #[arg(long)]
+    print_plugin: bool,
 }
 
 /// How every hook finds its server.
@@ -72,6 +89,13 @@ impl Common {
 /// Runs one hook event. It always exits 0: the decision is in what it
 /// prints, and a write it cannot judge is denied, never let through.
 pub fn run(cmd: HookCmd) -> ExitCode {
+    if let HookAgent::Opencode(OpencodeArgs {
+        print_plugin: true, ..
+    }) = cmd.agent
+    {
+        print!("{}", opencode::PLUGIN);
+        return ExitCode::SUCCESS;
+    }
     let mut input = String::new();
     let event = match std::io::stdin().read_to_string(&mut input) {
         Ok(_) => serde_json::from_str::<Value>(&input).map_err(|e| e.to_string()),
@@ -81,6 +105,17 @@ pub fn run(cmd: HookCmd) -> ExitCode {
         HookAgent::ClaudeCode(args) => match event.and_then(|e| claude::parse(&e)) {
             Err(why) => claude::output(&unreadable(&why)),
             Ok(claude::Parsed::Mcp(input)) => Some(claude::mcp_output(input)),
+            Ok(claude::Parsed::Shell {
+                event,
+                input,
+                agent,
+            }) => {
+                let renewed = decide(&args, &event);
+                match engine::wrap_shell(event.cwd.as_deref(), &agent, input) {
+                    Some(input) => Some(claude::mcp_output(input)),
+                    None => claude::output(&renewed),
+                }
+            }
             Ok(claude::Parsed::Engine(event)) => claude::output(&decide(&args, &event)),
         },
         // Codex reads a decision as Claude Code does.
@@ -88,9 +123,27 @@ pub fn run(cmd: HookCmd) -> ExitCode {
             Err(why) => claude::output(&unreadable(&why)),
             Ok(event) => claude::output(&decide(&args, &event)),
         },
-        HookAgent::Gemini(args) => match event.and_then(|e| gemini::parse(&e)) {
-            Err(why) => gemini::output(&unreadable(&why)),
-            Ok(event) => gemini::output(&decide(&args, &event)),
+        HookAgent::Gemini(args) => {
+            let wrapped = event.as_ref().ok().and_then(|e| {
+                let (input, dir) = gemini::shell(e)?;
+                engine::wrap_shell(dir.as_deref(), &gemini::agent(e)?, input)
+            });
+            match event.and_then(|e| gemini::parse(&e)) {
+                Err(why) => gemini::output(&unreadable(&why)),
+                Ok(event) => {
+                    let decision = decide(&args, &event);
+                    match wrapped {
+                        Some(input) if matches!(decision, engine::Decision::Pass) => {
+                            Some(gemini::shell_output(input))
+                        }
+                        _ => gemini::output(&decision),
+                    }
+                }
+            }
+        }
+        HookAgent::Opencode(args) => match event.and_then(|e| opencode::parse(&e)) {
+            Err(why) => opencode::output(&unreadable(&why)),
+            Ok(event) => opencode::output(&decide(&args.common, &event)),
         },
     };
     if let Some(out) = out {

@@ -1,0 +1,162 @@
+//! opencode's vocabulary for the hook engine. opencode has no command
+//! hooks; writ's plugin (`opencode_plugin.js`, printed by `writ hook
+//! opencode --print-plugin`) sends each tool call's `tool.execute.before`
+//! and `tool.execute.after` as `{hook_event_name, session_id, call_id,
+//! tool, args, output?, cwd}`, and `chat.message` for a user prompt. Tools:
+//! `write {filePath, content}` replaces a whole file, `edit {filePath,
+//! oldString, newString}` changes text it names, `read {filePath, offset?,
+//! limit?}` shows numbered lines (`N: line`) between `<content>` and an
+//! end note. A decision is `{"decision": "deny", "reason": …}`; the plugin
+//! throws the reason, which opencode gives the model as the tool's error.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use super::engine::{self, Change, Decision, Event, Kind, Seen, Step, Who};
+
+/// The prefix of the names of opencode's hook actors and turns.
+const PREFIX: &str = "opencode";
+
+/// The plugin opencode loads from `.opencode/plugin/`.
+pub const PLUGIN: &str = include_str!("opencode_plugin.js");
+
+/// Reads one event; `Err` says why it is not an event of writ's plugin.
+pub fn parse(event: &Value) -> Result<Event, String> {
+    let text = |key: &str| event.get(key).and_then(Value::as_str);
+    let session = text("session_id").ok_or("the event has no session_id")?;
+    let name = text("hook_event_name").ok_or("the event has no hook_event_name")?;
+    let cwd = text("cwd").map(PathBuf::from);
+    let tool = text("tool").unwrap_or_default();
+    let call = text("call_id").unwrap_or_default().to_string();
+    let path = event["args"]
+        .get("filePath")
+        .and_then(Value::as_str)
+        .map(|p| engine::absolute(p, cwd.as_deref()));
+    let kind = match tool {
+        "write" => Some(Kind::Whole),
+        "edit" => Some(Kind::Edit),
+        _ => None,
+    };
+    let step = match (name, kind, path) {
+        ("chat.message", _, _) => Step::Prompt,
+        ("tool.execute.before", Some(kind), Some(path)) => Step::BeforeWrite {
+            call,
+            changes: vec![Change { path, kind }],
+        },
+        ("tool.execute.after", Some(_), Some(path)) => Step::AfterWrite {
+            call,
+            paths: vec![path],
+        },
+        ("tool.execute.after", None, Some(path)) if tool == "read" => Step::AfterRead {
+            path,
+            seen: event["output"].as_str().map_or(Seen::Disk, seen),
+        },
+        _ => Step::Renew,
+    };
+    Ok(Event {
+        prefix: PREFIX,
+        who: Who {
+            session: session.to_string(),
+            agent: None,
+        },
+        step,
+        cwd,
+    })
+}
+
+/// What `read` showed: its numbered lines, where they start, and the
+/// file's length when the read reached its end.
+fn seen(output: &str) -> Seen {
+    let Some((_, body)) = output.split_once("<content>\n") else {
+        return Seen::Disk;
+    };
+    let mut numbers = Vec::new();
+    let mut lines = Vec::new();
+    for row in body.lines() {
+        let Some((n, text)) = row.split_once(": ") else {
+            break;
+        };
+        let Ok(n) = n.trim().parse::<u64>() else {
+            break;
+        };
+        numbers.push(n);
+        lines.push(text);
+    }
+    let Some(&start) = numbers.first() else {
+        return Seen::Disk;
+    };
+    let count = lines.len() as u64;
+    // "(End of file - total N lines)" when the read reached the end.
+    let total = body
+        .split_once("(End of file - total ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok());
+    Seen::Lines {
+        content: lines.join("\n"),
+        start,
+        count,
+        total: total.unwrap_or(start + count),
+        cut: total.is_none(),
+    }
+}
+
+/// What the plugin reads from the hook's stdout for `decision`.
+pub fn output(decision: &Decision) -> Option<Value> {
+    match decision {
+        Decision::Pass => None,
+        Decision::Deny(reason) => Some(json!({"decision": "deny", "reason": reason})),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_read_marks_its_lines_and_a_write_is_whole() {
+        let read = json!({"hook_event_name": "tool.execute.after", "session_id": "ses_1",
+            "call_id": "c1", "tool": "read", "cwd": "/repo",
+            "args": {"filePath": "/repo/a.txt"},
+            "output": "<path>/repo/a.txt</path>\n<type>file</type>\n<content>\n1: one\n2: two\n\n(End of file - total 2 lines)\n</content>"});
+        let event = parse(&read).unwrap_or_else(|e| panic!("{e}"));
+        match event.step {
+            Step::AfterRead {
+                seen:
+                    Seen::Lines {
+                        content,
+                        start: 1,
+                        total: 2,
+                        cut: false,
+                        ..
+                    },
+                ..
+            } => assert_eq!(content, "one\ntwo"),
+            other => panic!("{other:?}"),
+        }
+        let write = json!({"hook_event_name": "tool.execute.before", "session_id": "ses_1",
+            "call_id": "c2", "tool": "write", "cwd": "/repo",
+            "args": {"filePath": "a.txt", "content": "x"}});
+        let event = parse(&write).unwrap_or_else(|e| panic!("{e}"));
+        match event.step {
+            Step::BeforeWrite { changes, .. } => {
+                assert_eq!(changes[0].path, PathBuf::from("/repo/a.txt"));
+                assert!(matches!(changes[0].kind, Kind::Whole));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_read_cut_short_is_part_of_the_file() {
+        let out = "<content>\n5: five\n6: six\n\n(Showing lines 5-6 of 9. Use offset=7 to continue.)\n</content>";
+        assert!(matches!(
+            seen(out),
+            Seen::Lines {
+                start: 5,
+                cut: true,
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,53 @@
+// writ's plugin for opencode (`writ hook opencode --print-plugin` prints
+// it; put it in .opencode/plugin/). opencode has no command hooks: this
+// plugin hands each tool call to `writ hook opencode` before and after it
+// runs, and a denial throws, which opencode reports to the model as the
+// tool's error. A hook that cannot run throws too: a write writ cannot
+// judge does not happen.
+export const WritPlugin = async ({ directory }) => {
+  const args = new Map();
+  const hook = async (event) => {
+    const proc = Bun.spawn(["writ", "hook", "opencode"], {
+      cwd: directory,
+      stdin: "pipe",
+      stdout: "pipe",
+      stderr: "inherit",
+    });
+    proc.stdin.write(JSON.stringify({ cwd: directory, ...event }));
+    proc.stdin.end();
+    const out = await new Response(proc.stdout).text();
+    await proc.exited;
+    return out.trim() ? JSON.parse(out) : null;
+  };
+  return {
+    "chat.message": async (input) => {
+      await hook({ hook_event_name: "chat.message", session_id: input.sessionID });
+    },
+    "tool.execute.before": async (input, output) => {
+      args.set(input.callID, output.args);
+      const decision = await hook({
+        hook_event_name: "tool.execute.before",
+        session_id: input.sessionID,
+        call_id: input.callID,
+        tool: input.tool,
+        args: output.args,
+      });
+      if (decision && decision.decision === "deny") {
+        args.delete(input.callID);
+        throw new Error(decision.reason);
+      }
+    },
+    "tool.execute.after": async (input, output) => {
+      const called = args.get(input.callID) ?? input.args ?? {};
+      args.delete(input.callID);
+      await hook({
+        hook_event_name: "tool.execute.after",
+        session_id: input.sessionID,
+        call_id: input.callID,
+        tool: input.tool,
+        args: called,
+        output: typeof output.output === "string" ? output.output : null,
+      });
+    },
+  };
+};

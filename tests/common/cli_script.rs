@@ -1,0 +1,275 @@
+//! Scripts for the coding CLIs other than Claude Code, in the scripted
+//! model's provider-neutral steps: an agent adds its own line to a shared
+//! file with its CLI's own tools — reads it, thinks, writes what it read
+//! plus its line — and after a refusal reads again and redoes its change.
+//! Each CLI's tools are a [`Dialect`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::edit_script::{Outcome, Rendezvous, Report};
+use super::scripted_model::{Script, Seen, Step, ToolCall, ToolResult, think};
+
+/// A CLI's own tools, as one agent uses them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// Gemini CLI: `read_file {file_path}`, then `write_file {file_path,
+    /// content}` with the whole content.
+    GeminiWrite,
+    /// Gemini CLI: `read_file`, then `replace {file_path, old_string,
+    /// new_string, instruction}` on the last line.
+    GeminiReplace,
+    /// Codex CLI: `exec_command {cmd: "cat PATH"}`, then `apply_patch`
+    /// with `*** Add File` over the file (the whole content); after a
+    /// refusal, an `*** Update File` hunk, as the refusal says.
+    CodexAddFile,
+    /// Codex CLI: `exec_command`, then `apply_patch` with `*** Update
+    /// File` adding a line after the last line.
+    CodexUpdate,
+    /// opencode: `read {filePath}`, then `write {filePath, content}` with
+    /// the whole content.
+    OpencodeWrite,
+    /// opencode: `read`, then `edit {filePath, oldString, newString}` on
+    /// the last line.
+    OpencodeEdit,
+}
+
+impl Dialect {
+    fn read(self, path: &str) -> ToolCall {
+        match self {
+            Dialect::GeminiWrite | Dialect::GeminiReplace => ToolCall {
+                name: "read_file".into(),
+                input: json!({"file_path": path}),
+            },
+            Dialect::OpencodeWrite | Dialect::OpencodeEdit => ToolCall {
+                name: "read".into(),
+                input: json!({"filePath": path}),
+            },
+            Dialect::CodexAddFile | Dialect::CodexUpdate => ToolCall {
+                name: "exec_command".into(),
+                input: json!({"cmd": format!("cat {path}")}),
+            },
+        }
+    }
+
+    /// The file's lines in a read's result, or None when it shows none.
+    fn content(self, result: &ToolResult) -> Option<Vec<String>> {
+        if result.is_error || result.text.is_empty() {
+            return None;
+        }
+        match self {
+            // Gemini CLI's read_file gives the model the file as it is.
+            Dialect::GeminiWrite | Dialect::GeminiReplace => {
+                Some(result.text.lines().map(str::to_string).collect())
+            }
+            // opencode numbers the lines (`N: line`) between `<content>`
+            // and its end-of-file note.
+            Dialect::OpencodeWrite | Dialect::OpencodeEdit => {
+                let (_, body) = result.text.split_once("<content>\n")?;
+                let body = body.split("\n\n(End of file").next()?;
+                body.lines()
+                    .map(|l| l.split_once(": ").map(|(_, text)| text.to_string()))
+                    .collect()
+            }
+            // Codex's shell result: a header, then `Output:` and the output.
+            Dialect::CodexAddFile | Dialect::CodexUpdate => {
+                let (head, output) = result.text.split_once("Output:\n")?;
+                head.contains("exited with code 0")
+                    .then(|| output.lines().map(str::to_string).collect())
+            }
+        }
+    }
+
+    fn write(self, path: &str, lines: &[String], line: &str, refused: bool) -> ToolCall {
+        let mut kept = lines.to_vec();
+        while kept.last().is_some_and(|l| l.is_empty()) {
+            kept.pop();
+        }
+        let last = kept.last().cloned().unwrap_or_default();
+        let whole = format!("{}\n{line}\n", kept.join("\n"));
+        match self {
+            Dialect::GeminiWrite => ToolCall {
+                name: "write_file".into(),
+                input: json!({"file_path": path, "content": whole}),
+            },
+            Dialect::GeminiReplace => ToolCall {
+                name: "replace".into(),
+                input: json!({"file_path": path, "old_string": last,
+                              "new_string": format!("{last}\n{line}"),
+                              "instruction": "add my line after the last line"}),
+            },
+            Dialect::OpencodeWrite => ToolCall {
+                name: "write".into(),
+                input: json!({"filePath": path, "content": whole}),
+            },
+            Dialect::OpencodeEdit => ToolCall {
+                name: "edit".into(),
+                input: json!({"filePath": path, "oldString": last,
+                              "newString": format!("{last}\n{line}")}),
+            },
+            Dialect::CodexAddFile if !refused => {
+                let plus: String = whole.lines().map(|l| format!("+{l}\n")).collect();
+                apply_patch(format!("*** Add File: {path}\n{plus}"))
+            }
+            Dialect::CodexAddFile | Dialect::CodexUpdate => {
+                apply_patch(format!("*** Update File: {path}\n@@\n {last}\n+{line}\n"))
+            }
+        }
+    }
+}
+
+fn apply_patch(body: String) -> ToolCall {
+    ToolCall {
+        name: "apply_patch".into(),
+        input: json!({"input": format!("*** Begin Patch\n{body}*** End Patch\n")}),
+    }
+}
+
+/// Whether a write's result says it was done: an error, or a text that
+/// says it was refused, is not.
+pub fn write_succeeded(result: &ToolResult) -> bool {
+    let text = result.text.to_lowercase();
+    !result.is_error
+        && ![
+            "denied",
+            "blocked",
+            "refused",
+            "nothing was written",
+            "failed",
+        ]
+        .iter()
+        .any(|w| text.contains(w))
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Phase {
+    Reading,
+    Writing,
+    Done,
+}
+
+/// One agent adding its line to a shared file with its CLI's own tools.
+pub struct Adder {
+    dialect: Dialect,
+    path: String,
+    line: String,
+    think: Duration,
+    before_write: Option<Arc<Rendezvous>>,
+    max_writes: usize,
+    phase: Phase,
+    reads: usize,
+    writes: usize,
+    refused: bool,
+    content: Vec<String>,
+    report: Report,
+}
+
+impl Adder {
+    /// An agent adding `line` to the file at `path` (as its tools take it).
+    pub fn new(dialect: Dialect, path: &str, line: &str) -> Adder {
+        Adder {
+            dialect,
+            path: path.to_string(),
+            line: line.to_string(),
+            think: Duration::ZERO,
+            before_write: None,
+            max_writes: 8,
+            phase: Phase::Reading,
+            reads: 0,
+            writes: 0,
+            refused: false,
+            content: Vec::new(),
+            report: Report::default(),
+        }
+    }
+
+    /// Thinks this long between its first read and its first write.
+    pub fn thinking(mut self, pause: Duration) -> Adder {
+        self.think = pause;
+        self
+    }
+
+    /// Meets the other agents at `rendezvous` before its first write, so
+    /// that every one writes on what it read before anyone wrote.
+    pub fn meeting(mut self, rendezvous: Arc<Rendezvous>) -> Adder {
+        self.before_write = Some(rendezvous);
+        self
+    }
+
+    /// Where it reports how its work ended.
+    pub fn report(&self) -> Report {
+        self.report.clone()
+    }
+
+    fn read(&mut self) -> Step {
+        self.reads += 1;
+        self.phase = Phase::Reading;
+        Step::Call(vec![self.dialect.read(&self.path)])
+    }
+
+    fn write(&mut self) -> Step {
+        self.writes += 1;
+        self.phase = Phase::Writing;
+        Step::Call(vec![self.dialect.write(
+            &self.path,
+            &self.content,
+            &self.line,
+            self.refused,
+        )])
+    }
+
+    fn end(&mut self, outcome: Outcome, why: String) -> Step {
+        self.phase = Phase::Done;
+        // Whoever waits on this agent waits no more.
+        if let Some(r) = &self.before_write {
+            if self.writes == 0 && !r.all_met() {
+                r.meet();
+            }
+        }
+        *self.report.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
+        Step::End(why)
+    }
+}
+
+impl Script for Adder {
+    fn next(&mut self, seen: &Seen) -> Step {
+        let result = seen.results.last();
+        match self.phase {
+            Phase::Reading if self.reads == 0 => self.read(),
+            Phase::Reading => match result.and_then(|r| self.dialect.content(r)) {
+                Some(lines) => {
+                    self.content = lines;
+                    if self.writes == 0 {
+                        if let Some(r) = &self.before_write {
+                            r.meet();
+                        }
+                        think(self.think);
+                    }
+                    self.write()
+                }
+                None if self.reads >= self.max_writes => {
+                    let said = result.map(|r| r.text.clone()).unwrap_or_default();
+                    self.end(Outcome::GaveUp(self.writes), format!("no content: {said}"))
+                }
+                None => self.read(),
+            },
+            Phase::Writing => match result {
+                Some(r) if write_succeeded(r) => {
+                    self.end(Outcome::Landed, format!("landed: {}", self.line))
+                }
+                Some(r) if self.writes >= self.max_writes => {
+                    let said = r.text.clone();
+                    self.end(Outcome::GaveUp(self.writes), said)
+                }
+                Some(_) => {
+                    self.refused = true;
+                    self.read()
+                }
+                None => self.end(Outcome::GaveUp(self.writes), "no result".into()),
+            },
+            Phase::Done => Step::End("done".into()),
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! The coding CLIs beside Claude Code for the real-CLI suite (Gemini CLI,
+//! Codex CLI, opencode): installed from tests/cli's lockfile with `npm ci`
+//! into a folder under target/ (reused), each run headless against the
+//! scripted model with a private home and every call home switched off,
+//! and each CLI's writ hook configuration written in one function.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const INSTALL_HINT: &str = "node (20 or later) and npm are required: install them (Debian/Ubuntu: apt-get install nodejs npm)";
+
+/// The executable `bin` of the npm package `package`: the lockfile's
+/// version, or the newest on npm when `WRIT_CLI_LATEST=1`.
+pub fn cli_bin(bin: &str, package: &str) -> PathBuf {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    for tool in ["node", "npm"] {
+        let found = Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        assert!(found.is_ok_and(|s| s.success()), "{INSTALL_HINT}");
+    }
+    let pinned = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli");
+    let latest = std::env::var("WRIT_CLI_LATEST").is_ok_and(|v| v == "1");
+    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join(if latest {
+        "real-cli-latest"
+    } else {
+        "real-cli"
+    });
+    let path = prefix.join("node_modules/.bin").join(bin);
+    std::fs::create_dir_all(&prefix).unwrap_or_else(|e| panic!("{}: {e}", prefix.display()));
+    if latest {
+        if !path.exists() {
+            npm(
+                &prefix,
+                &[
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    &format!("{package}@latest"),
+                ],
+            );
+        }
+        return path;
+    }
+    // `npm ci` again whenever the lockfile changed since the last install.
+    let lock = std::fs::read(pinned.join("package-lock.json"))
+        .unwrap_or_else(|e| panic!("tests/cli/package-lock.json: {e}"));
+    let installed_lock = std::fs::read(prefix.join("package-lock.json")).ok();
+    if !path.exists() || installed_lock.as_deref() != Some(&lock[..]) {
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(pinned.join(file), prefix.join(file))
+                .unwrap_or_else(|e| panic!("copying tests/cli/{file}: {e}"));
+        }
+        npm(&prefix, &["ci", "--no-audit", "--no-fund"]);
+    }
+    path
+}
+
+fn npm(prefix: &Path, args: &[&str]) {
+    let status = Command::new("npm")
+        .args(args)
+        .current_dir(prefix)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("npm could not start: {e}"));
+    assert!(
+        status.success(),
+        "npm {} failed with {status}",
+        args.join(" ")
+    );
+}
+
+/// The folder holding the `writ` the tests built, first on every CLI's PATH.
+pub fn writ_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_writ"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn path_with_writ() -> String {
+    format!(
+        "{}:{}",
+        writ_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Gemini CLI's hooks for writ in `ROOT/.gemini/settings.json` (the
+/// configuration `writ config gemini --write` is to install).
+pub fn gemini_hooks() -> Value {
+    let hook = json!([{"type": "command", "command": "writ hook gemini"}]);
+    json!({
+        "BeforeTool": [{"matcher": "write_file|replace", "hooks": hook}],
+        "AfterTool": [{"matcher": "write_file|replace|read_file", "hooks": hook}],
+        "BeforeAgent": [{"hooks": hook}],
+    })
+}
+
+/// Sets `root` up for Gemini CLI with writ's hooks. The one place the suite
+/// configures writ for Gemini CLI.
+pub fn configure_gemini(root: &Path) {
+    let dir = root.join(".gemini");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let settings = json!({ "hooks": gemini_hooks() });
+    std::fs::write(dir.join("settings.json"), settings.to_string())
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// One headless CLI process.
+pub struct Session {
+    child: Child,
+    started: Instant,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+/// How a session ended.
+pub struct Ended {
+    /// Its exit status, None when it outlived the deadline and was killed.
+    pub status: Option<std::process::ExitStatus>,
+    /// Its stdout.
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+impl Session {
+    fn spawn(mut command: Command, home: &Path) -> Session {
+        let out = home.join("stdout.txt");
+        let err = home.join("stderr.txt");
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap_or_else(|e| panic!("{e}")))
+            .stderr(std::fs::File::create(&err).unwrap_or_else(|e| panic!("{e}")))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{command:?} could not start: {e}"));
+        Session {
+            child,
+            started: Instant::now(),
+            out,
+            err,
+        }
+    }
+
+    /// Starts `gemini -p PROMPT` in `root` with its own home under `home`,
+    /// talking to the scripted model at `model_url`.
+    pub fn gemini(
+        gemini: &Path,
+        root: &Path,
+        home: &Path,
+        state: &Path,
+        model_url: &str,
+        prompt: &str,
+    ) -> Session {
+        let config = home.join(".gemini");
+        std::fs::create_dir_all(&config).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
+        let settings = json!({
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+            "privacy": {"usageStatisticsEnabled": false},
+            "telemetry": {"enabled": false},
+            "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+        });
+        std::fs::write(config.join("settings.json"), settings.to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut command = Command::new(gemini);
+        command
+            .args([
+                "-p",
+                prompt,
+                "--yolo",
+                "--output-format",
+                "json",
+                "--skip-trust",
+            ])
+            .current_dir(root)
+            .env("HOME", home)
+            .env("XDG_STATE_HOME", state)
+            .env("PATH", path_with_writ())
+            .env("GEMINI_API_KEY", "scripted-model")
+            .env("GOOGLE_GEMINI_BASE_URL", model_url)
+            // `--skip-trust` is read after the workspace settings (and
+            // their hooks) were dropped as untrusted; the variable is not.
+            .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
+            .env("GEMINI_TELEMETRY_ENABLED", "false")
+            .env("GEMINI_CLI_NO_RELAUNCH", "true")
+            .env("NO_BROWSER", "1")
+            .env_remove("GOOGLE_API_KEY")
+            .env_remove("GOOGLE_CLOUD_PROJECT")
+            .env_remove("GOOGLE_GENAI_USE_VERTEXAI");
+        Session::spawn(command, home)
+    }
+
+    /// Waits for the session to end, killing it after `deadline` from its
+    /// start.
+    pub fn finish(mut self, deadline: Duration) -> Ended {
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if self.started.elapsed() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        Ended {
+            status,
+            stdout: std::fs::read_to_string(&self.out).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&self.err).unwrap_or_default(),
+        }
+    }
+}
+
+/// Codex CLI's hooks for writ in its `config.toml` (the configuration
+/// `writ config codex --write` is to install; a new hook runs once the
+/// user trusts it, headless runs pass `--dangerously-bypass-hook-trust`).
+pub const CODEX_HOOKS: &str = r#"
+[[hooks.PreToolUse]]
+matcher = "apply_patch"
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = "writ hook codex"
+
+[[hooks.PostToolUse]]
+matcher = "apply_patch"
+[[hooks.PostToolUse.hooks]]
+type = "command"
+command = "writ hook codex"
+
+[[hooks.UserPromptSubmit]]
+[[hooks.UserPromptSubmit.hooks]]
+type = "command"
+command = "writ hook codex"
+"#;
+
+/// The model name the scripted Codex sessions use: one Codex offers
+/// `apply_patch` to.
+pub const CODEX_MODEL: &str = "gpt-5.5";
+
+impl Session {
+    /// Starts `codex exec PROMPT` in `root` with its own `CODEX_HOME` under
+    /// `home`, talking to the scripted Responses API at `model_url`; with
+    /// `hooks`, writ's hooks are in its configuration.
+    pub fn codex(
+        codex: &Path,
+        root: &Path,
+        home: &Path,
+        state: &Path,
+        model_url: &str,
+        prompt: &str,
+        hooks: bool,
+    ) -> Session {
+        let codex_home = home.join(".codex");
+        std::fs::create_dir_all(&codex_home)
+            .unwrap_or_else(|e| panic!("{}: {e}", codex_home.display()));
+        let mut config = format!(
+            r#"model = "{CODEX_MODEL}"
+model_provider = "scripted"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[model_providers.scripted]
+name = "scripted"
+base_url = "{model_url}/v1"
+env_key = "SCRIPTED_API_KEY"
+wire_api = "responses"
+"#
+        );
+        if hooks {
+            config.push_str(CODEX_HOOKS);
+        }
+        std::fs::write(codex_home.join("config.toml"), config).unwrap_or_else(|e| panic!("{e}"));
+        let mut command = Command::new(codex);
+        command.args([
+            "exec",
+            "--json",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--skip-git-repo-check",
+        ]);
+        if hooks {
+            command.arg("--dangerously-bypass-hook-trust");
+        }
+        command
+            .arg(prompt)
+            .current_dir(root)
+            .env("HOME", home)
+            .env("CODEX_HOME", &codex_home)
+            .env("XDG_STATE_HOME", state)
+            .env("PATH", path_with_writ())
+            .env("SCRIPTED_API_KEY", "scripted-model")
+            .env("NO_UPDATE_NOTIFIER", "1")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("CODEX_SANDBOX");
+        Session::spawn(command, home)
+    }
+}
+
+impl Session {
+    /// Starts `opencode run PROMPT` in `root` with its own home under
+    /// `home`, talking to the scripted Chat Completions API at `model_url`
+    /// through a provider on `@ai-sdk/openai-compatible`.
+    pub fn opencode(
+        opencode: &Path,
+        root: &Path,
+        home: &Path,
+        state: &Path,
+        model_url: &str,
+        prompt: &str,
+    ) -> Session {
+        let config_dir = home.join(".config/opencode");
+        std::fs::create_dir_all(&config_dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", config_dir.display()));
+        let config = json!({
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": false,
+            "share": "disabled",
+            // Headless runs reject every permission prompt.
+            "permission": {"edit": "allow", "bash": "allow", "external_directory": "allow"},
+            "provider": {"scripted": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "scripted",
+                "options": {"baseURL": format!("{model_url}/v1"), "apiKey": "scripted-model"},
+                "models": {"scripted": {"name": "scripted", "tool_call": true}}
+            }}
+        });
+        std::fs::write(config_dir.join("opencode.json"), config.to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut command = Command::new(opencode);
+        command
+            .args(["run", "--format", "json", "-m", "scripted/scripted", prompt])
+            .current_dir(root)
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .env("XDG_CACHE_HOME", home.join(".cache"))
+            .env("XDG_STATE_HOME", state)
+            .env("PATH", path_with_writ())
+            .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+            .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+            .env("OPENCODE_DISABLE_SHARE", "1")
+            .env_remove("OPENAI_API_KEY");
+        Session::spawn(command, home)
+    }
+}
+
+/// Sets `root` up for opencode with writ's plugin, printed by `writ hook
+/// opencode --print-plugin` into `.opencode/plugin/writ.js` (what `writ
+/// config opencode --write` is to install). The one place the suite
+/// configures writ for opencode.
+pub fn configure_opencode(root: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["hook", "opencode", "--print-plugin"])
+        .output()
+        .unwrap_or_else(|e| panic!("writ hook could not start: {e}"));
+    assert!(
+        out.status.success(),
+        "writ hook opencode --print-plugin failed"
+    );
+    let dir = root.join(".opencode/plugin");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    std::fs::write(dir.join("writ.js"), out.stdout).unwrap_or_else(|e| panic!("{e}"));
+}
