@@ -86,11 +86,11 @@ fn manifest_walk(c: &mut Criterion) {
         }
     }
     let trees = vec![PathBuf::from("src")];
-    assert_eq!(writ::__bench::manifest_walk(&root, &trees), 2000);
+    assert_eq!(writ::bench_support::manifest_walk(&root, &trees), 2000);
     let mut group = c.benchmark_group("manifest_walk_2000_files");
     group.sampling_mode(SamplingMode::Flat).sample_size(20);
     group.bench_function("folder_handles", |b| {
-        b.iter(|| writ::__bench::manifest_walk(black_box(&root), &trees))
+        b.iter(|| writ::bench_support::manifest_walk(black_box(&root), &trees))
     });
     group.bench_function("full_paths", |b| {
         b.iter(|| {

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use parking_lot::Mutex;
-use writ::__bench::workload::{live_path, live_request, probe, probe_paths};
-use writ::__bench::{NaiveTable, Table};
+use writ::bench_support::workload::{live_path, live_request, probe, probe_paths};
+use writ::bench_support::{NaiveTable, Table};
 use writ::{Config, Grant, Scheduler, Target};
 
 macro_rules! fill {
@@ -113,7 +113,7 @@ fn depth(c: &mut Criterion) {
     let indexed = fill!(Table, 10_000);
     for depth in [4usize, 8, 16, 32] {
         let path: String = (1..depth).map(|i| format!("/p{i}")).collect::<String>() + "/f.rs";
-        let mut request = writ::__bench::Request::new(1, &[&path], false, true);
+        let mut request = writ::bench_support::Request::new(1, &[&path], false, true);
         group.bench_function(BenchmarkId::new("indexed", depth), |b| {
             b.iter(|| {
                 let id = indexed.lock().admit(&mut request);
@@ -201,7 +201,7 @@ fn resolve(c: &mut Criterion) {
         let t = tree(depth);
         let absolute = t.root.join(&t.rel);
         group.bench_function(BenchmarkId::new("walk", depth), |b| {
-            b.iter(|| writ::__bench::resolve(black_box(&absolute)).expect("resolves"))
+            b.iter(|| writ::bench_support::resolve(black_box(&absolute)).expect("resolves"))
         });
         // For comparison: the C library's realpath (every component must exist).
         group.bench_function(BenchmarkId::new("canonicalize", depth), |b| {

@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 try:
     import writ_client
-except ImportError:  # running from a clone without `pip install ./clients/python`
+except ImportError:  # running from a clone without `pip install writ-sched`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "clients" / "python" / "src"))
     import writ_client
 

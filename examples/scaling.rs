@@ -22,8 +22,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use writ::__bench::workload::{live_path, live_request, probe, probe_paths};
-use writ::__bench::{NaiveTable, Request, Table};
+use writ::bench_support::workload::{live_path, live_request, probe, probe_paths};
+use writ::bench_support::{NaiveTable, Request, Table};
 
 /// Time per call of `f`, run `iters` times.
 fn per_op(iters: usize, mut f: impl FnMut()) -> Duration {

@@ -2,39 +2,57 @@
 // Lays out the npm packages for `npm pack` / `npm publish`:
 //
 //   node npm/stage.js OUT [PLATFORM=BINARY ...]
+//   node npm/stage.js OUT --from DIR     (DIR/bin-PLATFORM/writ for each)
+//   node npm/stage.js --matrix           (the release workflow's matrix)
 //
-// OUT/writ-sched is the launcher package; OUT/PLATFORM (e.g. linux-x64) is
+// The platforms are npm/platforms.json's, the one list the release
+// workflow (its build matrix, through --matrix), this stager and the
+// launcher's optional dependencies are made from. OUT/writ-sched is the
+// launcher package, its optionalDependencies the shipped platforms' at
+// Cargo.toml's version; OUT/PLATFORM (e.g. linux-x64) is
 // @writ-sched/PLATFORM with BINARY as its bin/writ (bin/writ.exe on
-// win32). Refuses, naming the difference, when a version in
-// npm/writ-sched/package.json is not Cargo.toml's or when its optional
-// dependencies are not exactly PLATFORMS below, so a release cannot
-// publish a launcher that points at packages that do not exist.
+// win32). Refuses, naming the difference, when the version in
+// npm/writ-sched/package.json is not Cargo.toml's or when it lists
+// optional dependencies of its own (a second list to drift).
 "use strict";
 
 const fs = require("fs");
 const path = require("path");
 
-// One entry per prebuilt binary: npm's `os` and `cpu` names, and the Rust
-// target the release workflow builds it for.
-const PLATFORMS = {
-  "linux-x64": { os: "linux", cpu: "x64", libc: "glibc", target: "x86_64-unknown-linux-gnu" },
-  "linux-arm64": { os: "linux", cpu: "arm64", libc: "glibc", target: "aarch64-unknown-linux-gnu" },
-  "darwin-x64": { os: "darwin", cpu: "x64", target: "x86_64-apple-darwin" },
-  "darwin-arm64": { os: "darwin", cpu: "arm64", target: "aarch64-apple-darwin" },
-  // No win32-x64 yet: writ's file layer is POSIX-only (the release
-  // workflow's Windows build says when that changes). On Windows the
-  // launcher says there is no prebuilt writ, and WSL runs the Linux one.
-};
+// Every platform the release workflow builds: npm's `os`, `cpu` (and
+// `libc`), the Rust target and the runner; `ships: false` for one that is
+// built only to say when it works (`why` says why not yet).
+const ALL = JSON.parse(fs.readFileSync(path.join(__dirname, "platforms.json"), "utf8"));
+const exeOf = (spec) => (spec.os === "win32" ? "writ.exe" : "writ");
+// The prebuilt binaries npm ships, by platform name. On a platform with
+// none the launcher says there is no prebuilt writ (WSL runs the Linux one).
+const PLATFORMS = Object.fromEntries(ALL.filter((p) => p.ships).map((p) => [p.platform, p]));
 
 function fail(message) {
   process.stderr.write(`npm/stage.js: ${message}\n`);
   process.exit(1);
 }
 
+if (process.argv[2] === "--matrix") {
+  // Every platform, with the binary's file name, for `fromJSON` in the
+  // release workflow's build matrix.
+  console.log(JSON.stringify(ALL.map((p) => ({ ...p, exe: exeOf(p) }))));
+  process.exit(0);
+}
+
 const repo = path.resolve(__dirname, "..");
-const [out, ...binaries] = process.argv.slice(2);
+let [out, ...binaries] = process.argv.slice(2);
 if (!out) {
-  fail("usage: node npm/stage.js OUT [PLATFORM=BINARY ...]");
+  fail("usage: node npm/stage.js OUT [PLATFORM=BINARY ... | --from DIR] | --matrix");
+}
+if (binaries[0] === "--from") {
+  if (binaries.length !== 2) {
+    fail("--from takes one folder, holding bin-PLATFORM/writ for each platform");
+  }
+  const from = binaries[1];
+  binaries = Object.values(PLATFORMS).map(
+    (p) => `${p.platform}=${path.join(from, `bin-${p.platform}`, exeOf(p))}`,
+  );
 }
 
 const cargo = fs.readFileSync(path.join(repo, "Cargo.toml"), "utf8");
@@ -48,16 +66,12 @@ const launcher = JSON.parse(fs.readFileSync(path.join(launcherDir, "package.json
 if (launcher.version !== version) {
   fail(`npm/writ-sched/package.json has version ${launcher.version}, Cargo.toml ${version}`);
 }
-const wanted = Object.keys(PLATFORMS).map((p) => `@writ-sched/${p}`).sort();
-const listed = Object.keys(launcher.optionalDependencies || {}).sort();
-if (JSON.stringify(wanted) !== JSON.stringify(listed)) {
-  fail(`optionalDependencies are ${listed.join(", ")}; expected ${wanted.join(", ")}`);
+if (launcher.optionalDependencies) {
+  fail("npm/writ-sched/package.json lists optionalDependencies; they are made from npm/platforms.json");
 }
-for (const [name, v] of Object.entries(launcher.optionalDependencies)) {
-  if (v !== version) {
-    fail(`optionalDependencies["${name}"] is ${v}, Cargo.toml's version is ${version}`);
-  }
-}
+launcher.optionalDependencies = Object.fromEntries(
+  Object.keys(PLATFORMS).map((p) => [`@writ-sched/${p}`, version]),
+);
 if (launcher.scripts && Object.keys(launcher.scripts).some((s) => /install/.test(s))) {
   fail("the launcher must have no install scripts");
 }
@@ -72,7 +86,8 @@ function copy(from, to, mode) {
 
 const staged = path.join(out, "writ-sched");
 fs.rmSync(staged, { recursive: true, force: true });
-copy(path.join(launcherDir, "package.json"), path.join(staged, "package.json"));
+fs.mkdirSync(staged, { recursive: true });
+fs.writeFileSync(path.join(staged, "package.json"), JSON.stringify(launcher, null, 2) + "\n");
 copy(path.join(launcherDir, "README.md"), path.join(staged, "README.md"));
 copy(path.join(launcherDir, "bin", "writ.js"), path.join(staged, "bin", "writ.js"), 0o755);
 console.log(staged);
@@ -83,9 +98,12 @@ for (const arg of binaries) {
   if (!spec || !binary) {
     fail(`${arg}: expected PLATFORM=BINARY with PLATFORM one of ${Object.keys(PLATFORMS).join(", ")}`);
   }
+  if (!fs.existsSync(binary)) {
+    fail(`${platform}: no binary at ${binary}`);
+  }
   const dir = path.join(out, platform);
   fs.rmSync(dir, { recursive: true, force: true });
-  const exe = spec.os === "win32" ? "writ.exe" : "writ";
+  const exe = exeOf(spec);
   copy(binary, path.join(dir, "bin", exe), 0o755);
   const manifest = {
     name: `@writ-sched/${platform}`,

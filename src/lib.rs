@@ -85,8 +85,7 @@ pub mod run;
 mod sched;
 
 #[doc(hidden)]
-#[path = "bench_support.rs"]
-pub mod __bench;
+pub mod bench_support;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 // The etcd table's pure parts (key layout, the admission decision, the
@@ -120,6 +119,7 @@ pub use crate::core::table::{ActorId, HoldId, ScopeKind};
 pub use error::{Busy, ERROR_KINDS, Error, ErrorKind, ProtocolError, Result, SlotLimit};
 #[doc(hidden)]
 pub use files::WriteStep;
+pub use files::atomic::write_atomic;
 pub use files::folders::{EntryKind, FolderEntry};
 pub use files::gate::{ReadMark, View};
 pub use files::{Anchored, FileOp, Files, HistoryStatus, Receipt};

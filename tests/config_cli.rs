@@ -135,6 +135,24 @@ fn write_adds_writ_and_keeps_every_byte_already_there() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), after);
 }
 
+/// The merged file keeps its permissions: the atomic write (a new file
+/// renamed over the old one) gives the new content the old file's mode.
+#[test]
+fn write_keeps_the_files_mode() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(".mcp.json");
+    std::fs::write(&file, "{}\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+
+    let out = writ_config(dir.path(), &["claude", "--write"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(after["mcpServers"]["writ"].is_object(), "{after}");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o640, "the merged file's mode is {mode:04o}");
+}
+
 #[test]
 fn a_file_writ_cannot_edit_safely_is_left_exactly_as_it_was() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,9 @@
 //! The Python client (`clients/python`) against the real `writ serve`:
 //! `mypy --strict` on the package, then its pytest suite, in the shared venv.
+//!
+//! The client is tested from its source (`PYTHONPATH`/`MYPYPATH`), not
+//! installed: it ships in one distribution, the `writ-sched` wheel, and
+//! `clients/python/pyproject.toml` holds only its development settings.
 
 mod common;
 
@@ -8,7 +12,11 @@ use std::process::Command;
 
 use common::pyenv::venv_python;
 
-const PACKAGES: &[&str] = &["pytest", "mypy", "clients/python"];
+const PACKAGES: &[&str] = &["pytest", "mypy"];
+
+/// Where `writ_client` is imported from: the source, ahead of anything an
+/// older test run installed in the shared venv.
+const SOURCE: &str = "clients/python/src";
 
 fn crate_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -22,6 +30,8 @@ fn run_python(python: &Path, args: &[&str], what: &str) {
         .current_dir(crate_root())
         .env("WRIT_BIN", env!("CARGO_BIN_EXE_writ"))
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONPATH", crate_root().join(SOURCE))
+        .env("MYPYPATH", crate_root().join(SOURCE))
         .status();
     match status {
         Ok(s) => assert!(s.success(), "{what} failed with {s}"),
@@ -157,5 +167,26 @@ fn the_client_follows_the_servers_error_table() {
     assert_eq!(
         classes, wanted,
         "writ_client must have exactly one exception class per server error kind"
+    );
+}
+
+/// The client's `__version__` is the wheel's, which is the crate's (maturin
+/// takes it from Cargo.toml): the one distribution has one version.
+#[test]
+fn the_clients_version_is_the_crates() {
+    let init_path = crate_root().join(SOURCE).join("writ_client/__init__.py");
+    let init = match std::fs::read_to_string(&init_path) {
+        Ok(text) => text,
+        Err(e) => panic!("cannot read {}: {e}", init_path.display()),
+    };
+    let declared = init
+        .lines()
+        .find_map(|line| line.strip_prefix("__version__ = "))
+        .map(|v| v.trim().trim_matches('"'));
+    assert_eq!(
+        declared,
+        Some(env!("CARGO_PKG_VERSION")),
+        "{}'s __version__ is not Cargo.toml's version",
+        init_path.display()
     );
 }

@@ -400,6 +400,43 @@ impl Dir {
     }
 }
 
+/// Replaces the file at `path` with `bytes`, whole or not at all, by the
+/// same steps as every file tool's write: a temporary
+/// file created `O_EXCL|O_NOFOLLOW` mode 0600 beside it (nothing planted
+/// at its name can redirect the write), the content, the file's final
+/// `mode` (set-user-id and set-group-id dropped), then a rename over `path`;
+/// with `durable`, the file and its folder are synced too. On failure the
+/// temporary file is removed and `path` is as it was.
+///
+/// For files writ keeps for its user (the history store, a client's
+/// configuration), not a grant root's: the folder is opened by its path,
+/// following a symlink the user put there. It must exist.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let file = dir.path().join("settings.json");
+/// writ::write_atomic(&file, b"{}", 0o600, false).unwrap();
+/// assert_eq!(std::fs::read(&file).unwrap(), b"{}");
+/// ```
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::invalid(path, "it does not name a file"))?;
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let fd = rustix::fs::open(
+        folder,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io("open the folder", folder, e.into()))?;
+    Dir::root(Arc::new(fd), folder.to_path_buf())
+        .replace(name, bytes, Some(mode), durable, None)
+        .map(drop)
+}
+
 /// One name in a folder, as the folder's own listing gives it.
 #[derive(Debug)]
 pub(crate) struct Listed {

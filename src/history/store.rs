@@ -23,7 +23,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use super::record::Record;
@@ -75,47 +74,22 @@ pub(crate) struct Store {
     lock: parking_lot::Mutex<()>,
 }
 
-/// Keeps temp names distinct between threads of one process.
-static TEMP: AtomicU64 = AtomicU64::new(0);
-
-fn temp_name() -> String {
-    // Relaxed: only distinctness matters.
-    format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        TEMP.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Puts `bytes` at `path` (in `folder`) whole or not at all: a private temp
-/// file, fsync, rename over, fsync of the folder (the syncs only when
-/// `durable`). On failure the temp file is removed and `path` is untouched.
+/// Puts `bytes` at `path` whole or not at all, mode 0600 (the one atomic
+/// write, [`crate::write_atomic`]), its failure said as `op` on `shown`.
 ///
 /// The store's own files live outside every grant root, so plain paths are
 /// enough here; the file tools' writes go through directory handles instead.
-fn replace_file(folder: &Path, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
-    let temp = folder.join(temp_name());
-    let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)?;
-        file.write_all(bytes)?;
-        if durable {
-            file.sync_all()?;
-        }
-        fs::rename(&temp, path)?;
-        if durable {
-            sync_dir(folder)?;
-        }
-        Ok(())
-    })();
-    if written.is_err() {
-        // Best effort: the error that matters is the one returned.
-        let _ = fs::remove_file(&temp);
-    }
-    written
+fn replace_file(
+    path: &Path,
+    bytes: &[u8],
+    durable: bool,
+    op: &'static str,
+    shown: &Path,
+) -> Result<()> {
+    crate::files::atomic::write_atomic(path, bytes, 0o600, durable).map_err(|e| match e {
+        Error::Io { source, .. } => Error::io(op, shown, source),
+        other => other,
+    })
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -190,7 +164,7 @@ impl Store {
                 sync_dir(&self.dir.join(BLOBS)).map_err(fail)?;
             }
         }
-        replace_file(&folder, &path, bytes, self.durable).map_err(fail)
+        replace_file(&path, bytes, self.durable, "store a snapshot in", &folder)
     }
 
     /// The bytes of blob `sha`, checked against their hash.
@@ -297,8 +271,13 @@ impl Store {
                 })?;
                 text.push(b'\n');
             }
-            replace_file(&self.dir, &path, &text, self.durable)
-                .map_err(|e| Error::io("rewrite the history journal", &path, e))?;
+            replace_file(
+                &path,
+                &text,
+                self.durable,
+                "rewrite the history journal",
+                &path,
+            )?;
             let referenced: HashSet<&str> = kept.iter().flat_map(Record::blobs).collect();
             let swept = self.sweep(&referenced, grace)?;
             Ok((kept.len(), swept))

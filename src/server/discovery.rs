@@ -1,13 +1,16 @@
 //! The discovery file (`ROOT/.writ/serve.json`, mode 0600) and the user's
 //! state directory.
 
+use std::ffi::OsStr;
 use std::io::Write as _;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::files::atomic::Dir;
 use crate::{Error, Result};
 
 pub use crate::wire::discovery::Discovery;
@@ -159,31 +162,19 @@ fn private_folder(dir: &Path) -> Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Writes `bytes` as `name` in the folder `dir_fd` (shown as `dir`): by a
-/// random temporary name opened `O_EXCL|O_NOFOLLOW` (nothing planted there
-/// can redirect it), mode 0600, synced, then renamed into place.
-fn write_private_at(dir_fd: &OwnedFd, dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
-    let tmp = format!(".{name}.{}", super::auth::random_hex(8)?);
-    let fd = rustix::fs::openat(
-        dir_fd,
-        tmp.as_str(),
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(|e| Error::io("create", dir.join(&tmp), e.into()))?;
-    let mut file = std::fs::File::from(fd);
-    let written = file
-        .write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| Error::io("write", dir.join(&tmp), e))
-        .and_then(|()| {
-            rustix::fs::renameat(dir_fd, tmp.as_str(), dir_fd, name)
-                .map_err(|e| Error::io("rename", dir.join(name), e.into()))
-        });
-    if written.is_err() {
-        let _ = rustix::fs::unlinkat(dir_fd, tmp.as_str(), rustix::fs::AtFlags::empty());
-    }
-    written
+/// Writes `bytes` as `name` in the checked folder `dir` by the one atomic
+/// write every file of writ's goes through
+/// (`files::atomic`): a temporary name opened `O_EXCL|O_NOFOLLOW` (nothing
+/// planted there can redirect it), mode 0600, synced, then renamed into
+/// place.
+fn write_private_at(dir: &Dir, name: &str, bytes: &[u8]) -> Result<()> {
+    dir.replace(OsStr::new(name), bytes, Some(0o600), true, None)
+        .map(drop)
+}
+
+/// The handle of a folder [`private_folder`] made or checked.
+fn checked_folder(dir: &Path) -> Result<Dir> {
+    Ok(Dir::root(Arc::new(private_folder(dir)?), dir.to_path_buf()))
 }
 
 /// Writes `bytes` to `path`, readable by its owner only, atomically: the
@@ -205,8 +196,7 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| Error::invalid(path, "it does not name a file"))?;
-    let dir_fd = private_folder(dir)?;
-    write_private_at(&dir_fd, dir, name, bytes)
+    write_private_at(&checked_folder(dir)?, name, bytes)
 }
 
 /// Reads a file written by [`write_private`] (at most 1 MiB): refused when
@@ -229,9 +219,9 @@ pub(crate) fn write(path: &Path, discovery: &Discovery) -> Result<()> {
     let text = serde_json::to_vec_pretty(discovery).map_err(|e| Error::Unavailable {
         reason: format!("cannot encode the discovery file ({e})"),
     })?;
-    let dir_fd = private_folder(dir)?;
-    write_private_at(&dir_fd, dir, ".gitignore", b"*\n")?;
-    write_private_at(&dir_fd, dir, name, &text)
+    let folder = checked_folder(dir)?;
+    write_private_at(&folder, ".gitignore", b"*\n")?;
+    write_private_at(&folder, name, &text)
 }
 
 /// Removes the discovery file if it is still this server's (a newer server

@@ -1031,29 +1031,23 @@ fn merge_codex(existing: Option<&str>, table: &str) -> Result<Option<String>, St
     Ok(Some(merged))
 }
 
-/// Replaces `file` with `text` by a temporary file in its folder and a
-/// rename, keeping the old file's permissions: a crash leaves the old file
-/// or the new one, and a link planted at the temporary name cannot
-/// redirect it (`tempfile` creates it `O_EXCL`).
+/// Replaces `file` with `text` by writ's one atomic write (a temporary
+/// file in its folder, created `O_EXCL|O_NOFOLLOW`, synced, renamed over),
+/// keeping the old file's permissions (0600 for a new file): a crash leaves
+/// the old file or the new one, and a link planted at the temporary name
+/// cannot redirect it.
 fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
-    let shown = |e: std::io::Error| format!("{}: {e}", file.display());
+    use std::os::unix::fs::PermissionsExt as _;
     let dir = match file.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut temp = tempfile::NamedTempFile::new_in(&dir).map_err(shown)?;
-    std::io::Write::write_all(&mut temp, text.as_bytes()).map_err(shown)?;
-    if let Ok(meta) = std::fs::symlink_metadata(file) {
-        if meta.is_file() {
-            temp.as_file()
-                .set_permissions(meta.permissions())
-                .map_err(shown)?;
-        }
-    }
-    temp.as_file().sync_all().map_err(shown)?;
-    temp.persist(file).map_err(|e| shown(e.error))?;
-    Ok(())
+    let mode = match std::fs::symlink_metadata(file) {
+        Ok(meta) if meta.is_file() => meta.permissions().mode(),
+        _ => 0o600,
+    };
+    writ::write_atomic(file, text.as_bytes(), mode, true).map_err(|e| e.to_string())
 }
 
 /// Whether `command` is an executable file in a folder of `PATH`.
