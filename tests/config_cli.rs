@@ -153,6 +153,25 @@ fn write_keeps_the_files_mode() {
     assert_eq!(mode, 0o640, "the merged file's mode is {mode:04o}");
 }
 
+/// A config file writ creates is one a project commits and every
+/// collaborator's client reads: readable by all, like any file an editor
+/// makes, and writable by its owner only.
+#[test]
+fn a_new_config_file_is_readable_by_everyone() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let out = writ_config(dir.path(), &["claude", "--write"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for made in [".mcp.json", ".claude/settings.json"] {
+        let mode = std::fs::metadata(dir.path().join(made))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777;
+        assert_eq!(mode, 0o644, "{made} was made {mode:04o}");
+    }
+}
+
 #[test]
 fn a_file_writ_cannot_edit_safely_is_left_exactly_as_it_was() {
     let dir = tempfile::tempdir().unwrap();

@@ -1033,7 +1033,9 @@ fn merge_codex(existing: Option<&str>, table: &str) -> Result<Option<String>, St
 
 /// Replaces `file` with `text` by writ's one atomic write (a temporary
 /// file in its folder, created `O_EXCL|O_NOFOLLOW`, synced, renamed over),
-/// keeping the old file's permissions (0600 for a new file): a crash leaves
+/// keeping the old file's permissions (0644 for a new file: `.mcp.json`
+/// and the other project files are meant to be committed and read by
+/// every collaborator, and none holds a secret): a crash leaves
 /// the old file or the new one, and a link planted at the temporary name
 /// cannot redirect it.
 fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
@@ -1045,7 +1047,7 @@ fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mode = match std::fs::symlink_metadata(file) {
         Ok(meta) if meta.is_file() => meta.permissions().mode(),
-        _ => 0o600,
+        _ => 0o644,
     };
     writ::write_atomic(file, text.as_bytes(), mode, true).map_err(|e| e.to_string())
 }
