@@ -127,13 +127,21 @@ fn without_agent_argument(mut tool: Value) -> Value {
     assert_eq!(agent["x-mcp-header"], "Writ-Agent", "{tool}");
     let media = tool["name"] == "read_media_file";
     if let Some(p) = tool["output_schema"]["properties"].as_object_mut() {
-        assert_eq!(p.remove("agent").map(|a| a["type"].clone()), Some(json!("string")));
-        assert_eq!(p.remove("error").map(|e| e["type"].clone()), Some(json!("object")));
+        assert_eq!(
+            p.remove("agent").map(|a| a["type"].clone()),
+            Some(json!("string"))
+        );
+        assert_eq!(
+            p.remove("error").map(|e| e["type"].clone()),
+            Some(json!("object"))
+        );
         if media {
             let widened = p["content"]["anyOf"].clone();
             assert_eq!(widened[0], json!({"type": "string"}), "{widened}");
             let mut media = widened[1].clone();
-            let kinds = media.pointer_mut("/items/anyOf").and_then(Value::as_array_mut);
+            let kinds = media
+                .pointer_mut("/items/anyOf")
+                .and_then(Value::as_array_mut);
             let text = kinds.and_then(Vec::pop).unwrap_or_default();
             assert_eq!(text["properties"]["type"]["const"], "text", "{widened}");
             p.insert("content".into(), media);

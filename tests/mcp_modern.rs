@@ -486,7 +486,10 @@ fn calls_without_identity_never_lock_session_clients_out() {
             assert!(!error, "call {n}: {text}");
         }
         let actors = server.scheduler().dump().actors.len();
-        assert!(actors <= 256 + 2, "minted agents are bounded: {actors} actors");
+        assert!(
+            actors <= 256 + 2,
+            "minted agents are bounded: {actors} actors"
+        );
         let mut session = http_client::McpHttp::new(&url, server.token());
         let reply = session.initialize("claude-code").await;
         assert_eq!(reply.status, hyper::StatusCode::OK, "{}", reply.body);
@@ -498,7 +501,10 @@ fn calls_without_identity_never_lock_session_clients_out() {
         assert!(!error, "{text}");
         server.shutdown().await;
     });
-    assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap_or_default(), "kept\n");
+    assert_eq!(
+        fs::read_to_string(root.join("a.txt")).unwrap_or_default(),
+        "kept\n"
+    );
 }
 
 /// SPEC §14: another session passing a session's handle acts as that
@@ -554,7 +560,10 @@ fn a_sessions_handle_is_its_agent_while_the_session_lives_and_after() {
         fs::read_to_string(root.join("a.txt")).unwrap_or_default(),
         "one\n2\nthree\nfour\n"
     );
-    assert_eq!(fs::read_to_string(root.join("b.txt")).unwrap_or_default(), "s1\n");
+    assert_eq!(
+        fs::read_to_string(root.join("b.txt")).unwrap_or_default(),
+        "s1\n"
+    );
 }
 
 /// SPEC §14 subagents: `"agent": "PARENT/CHILD"` is the agent CHILD as a
@@ -620,7 +629,10 @@ fn subagents_named_parent_slash_child_are_agents_of_their_own() {
         }
         server.shutdown().await;
     });
-    assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap_or_default(), "1\ntwo\nthree\n");
+    assert_eq!(
+        fs::read_to_string(root.join("a.txt")).unwrap_or_default(),
+        "1\ntwo\nthree\n"
+    );
 }
 
 /// `writ mcp` on a scheduler of its own (no server) serves one client, so
@@ -715,7 +727,10 @@ fn writ_tour(steps: &mut Vec<Value>, who: &str, dir: &str) -> Vec<(usize, &'stat
     t("reserve", json!({"paths": [p("r/")], "note": "a tour"}));
     t("writ_status", json!({}));
     t("release", json!({}));
-    let busy = t("write_file", json!({"path": format!("busy/{dir}.txt"), "content": "x\n"}));
+    let busy = t(
+        "write_file",
+        json!({"path": format!("busy/{dir}.txt"), "content": "x\n"}),
+    );
     let bad = t("read_file", json!({"path": p("f.txt"), "bogus": 1}));
     vec![
         (no_match, "no_match"),
@@ -750,14 +765,23 @@ fn filesystem_tour(
         json!({"path": p("f.txt"), "edits": [{"oldText": "two", "newText": "2"}]}),
     );
     t("read_file", json!({"path": p("f.txt")}));
-    t("read_multiple_files", json!({"paths": [p("f.txt"), p("g.txt")]}));
+    t(
+        "read_multiple_files",
+        json!({"paths": [p("f.txt"), p("g.txt")]}),
+    );
     t("create_directory", json!({"path": p("d")}));
     t("list_directory", json!({"path": p("")}));
     t("list_directory_with_sizes", json!({"path": p("")}));
     t("directory_tree", json!({"path": p("")}));
-    let unread_move = t("move_file", json!({"source": p("h.txt"), "destination": p("h2.txt")}));
+    let unread_move = t(
+        "move_file",
+        json!({"source": p("h.txt"), "destination": p("h2.txt")}),
+    );
     t("read_text_file", json!({"path": p("h.txt"), "tail": 1}));
-    t("move_file", json!({"source": p("h.txt"), "destination": p("h2.txt")}));
+    t(
+        "move_file",
+        json!({"source": p("h.txt"), "destination": p("h2.txt")}),
+    );
     t("search_files", json!({"path": p(""), "pattern": "*.txt"}));
     t("get_file_info", json!({"path": p("f.txt")}));
     t("list_allowed_directories", json!({}));
@@ -798,7 +822,11 @@ fn check_tour(
         if sentence {
             let handle = handle(result);
             let asked = text.contains(&format!("Pass \"agent\": \"{handle}\""));
-            assert_eq!(asked, i == first, "the sentence on the first result only: {result}");
+            assert_eq!(
+                asked,
+                i == first,
+                "the sentence on the first result only: {result}"
+            );
         }
         match refusals.iter().find(|(at, _)| *at == i) {
             Some((_, kind)) => {
@@ -852,23 +880,51 @@ fn every_result_of_both_sets_carries_its_one_text_in_both_places() {
         for agent in ["wm", "wh", "fm", "fh"] {
             steps.push(json!({"agent": agent, "list_tools": true}));
         }
-        let r = run(json!({"agents": script_agents, "steps": steps}), scratch.path().to_path_buf()).await;
+        let r = run(
+            json!({"agents": script_agents, "steps": steps}),
+            scratch.path().to_path_buf(),
+        )
+        .await;
         ok(&r[0]);
         check_tour(&r, wm..wh, "text", &wm_refusals, None, true);
         check_tour(&r, wh..fm, "text", &wh_refusals, None, true);
         let any = |at: Vec<usize>| at.into_iter().map(|i| (i, "")).collect::<Vec<_>>();
-        check_tour(&r, fm..fh, "content", &any(fm_refusals), Some(fm_media), true);
-        check_tour(&r, fh..end, "content", &any(fh_refusals), Some(fh_media), true);
+        check_tour(
+            &r,
+            fm..fh,
+            "content",
+            &any(fm_refusals),
+            Some(fm_media),
+            true,
+        );
+        check_tour(
+            &r,
+            fh..end,
+            "content",
+            &any(fh_refusals),
+            Some(fh_media),
+            true,
+        );
         // The typed fields of a read and an edit.
         assert_eq!(r[wm]["structured"]["total_lines"], 2, "{}", r[wm]);
         assert_eq!(r[wm + 2]["structured"]["op"], "replace", "{}", r[wm + 2]);
         assert_eq!(r[wm + 2]["structured"]["path"], "wm/f.txt", "{}", r[wm + 2]);
         // A refusal that carries the content carries all of it in both.
-        let stale = r[wm_refusals[1].0]["structured"]["text"].as_str().unwrap_or_default();
-        assert!(stale.contains("changed since you read it") && stale.contains("2"), "{stale}");
+        let stale = r[wm_refusals[1].0]["structured"]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            stale.contains("changed since you read it") && stale.contains("2"),
+            "{stale}"
+        );
         // Every tool of both sets declares an output schema naming the
         // text, the agent and a refusal's error.
-        for (i, field) in [(listings, "text"), (listings + 1, "text"), (listings + 2, "content"), (listings + 3, "content")] {
+        for (i, field) in [
+            (listings, "text"),
+            (listings + 1, "text"),
+            (listings + 2, "content"),
+            (listings + 3, "content"),
+        ] {
             let tools = r[i]["tools"].as_array().cloned().unwrap_or_default();
             assert!(tools.len() >= 10, "{}", r[i]);
             for tool in tools {

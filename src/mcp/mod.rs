@@ -764,9 +764,8 @@ impl ToolServer {
         // refusal is: one text, in both places, with its kind.
         let refused = |text: String, kind: &str| {
             let mut refusal = tool_error(text);
-            refusal.structured_content = Some(result::refusal_fields(
-                serde_json::json!({ "kind": kind }),
-            ));
+            refusal.structured_content =
+                Some(result::refusal_fields(serde_json::json!({ "kind": kind })));
             result::finish(refusal, self.tool_set(), None, result::Tell::Quietly)
         };
         let asked = match handle::take_agent(&mut request.arguments) {
@@ -982,10 +981,9 @@ impl ServerHandler for ToolServer {
             ToolSet::Writ => tools::definitions(),
             ToolSet::Filesystem => filesystem::definitions(),
         };
-        Ok(ListToolsResult::with_all_items(result::with_output_schemas(
-            handle::with_agent_argument(tools),
-            set,
-        )))
+        Ok(ListToolsResult::with_all_items(
+            result::with_output_schemas(handle::with_agent_argument(tools), set),
+        ))
     }
 
     async fn call_tool(

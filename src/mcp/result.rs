@@ -189,10 +189,7 @@ pub(crate) fn with_output_schemas(mut tools: Vec<Tool>, set: ToolSet) -> Vec<Too
                 ToolSet::Filesystem => {
                     let mut schema = JsonObject::new();
                     schema.insert("type".into(), json!("object"));
-                    schema.insert(
-                        "properties".into(),
-                        json!({"content": {"type": "string"}}),
-                    );
+                    schema.insert("properties".into(), json!({"content": {"type": "string"}}));
                     schema.insert("required".into(), json!(["content"]));
                     schema
                 }
@@ -229,7 +226,10 @@ mod tests {
         );
         let one = texts(&asked);
         assert_eq!(one.len(), 1);
-        assert!(one[0].starts_with("read\n\nPass \"agent\": \"h\""), "{one:?}");
+        assert!(
+            one[0].starts_with("read\n\nPass \"agent\": \"h\""),
+            "{one:?}"
+        );
         let structured = asked.structured_content.unwrap_or_default();
         assert_eq!(structured["text"], json!(one[0]));
         assert_eq!(structured["agent"], "h");

@@ -71,7 +71,8 @@ fn tool(
 /// The output schema of one of writ's tools (SPEC §14 results): its text,
 /// agent and refusal (`mcp/result`), and its own typed fields.
 fn output_schema(name: &str) -> Arc<JsonObject> {
-    let path = json!({"type": "string", "description": "The file, relative to the workspace root."});
+    let path =
+        json!({"type": "string", "description": "The file, relative to the workspace root."});
     let typed = match name {
         "read_file" => json!({
             "path": path,
@@ -559,9 +560,11 @@ async fn read_file(call: Call<'_>) -> Outcome {
     }
     let text = String::from_utf8_lossy(&bytes);
     let total = text.lines().count();
-    Ok(Reply::from(numbered(&shown_path, &text, offset, limit, opts))
-        .with("path", shown_path)
-        .with("total_lines", total))
+    Ok(
+        Reply::from(numbered(&shown_path, &text, offset, limit, opts))
+            .with("path", shown_path)
+            .with("total_lines", total),
+    )
 }
 
 /// `cat -n`-style lines `offset..offset+limit` (1-based) of `text`, bounded

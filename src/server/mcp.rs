@@ -412,10 +412,12 @@ async fn elsewhere(app: &App, name: &str) -> std::result::Result<(), String> {
         .await
         .map_err(|e| e.to_string())?
     {
-        return Err("This agent handle was not given by any server of this session (or its \
+        return Err(
+            "This agent handle was not given by any server of this session (or its \
                     server has stopped): pass a handle a result of these tools gave you, or \
                     leave out \"agent\" to act as a new agent. Nothing was done."
-            .to_string());
+                .to_string(),
+        );
     }
     Err(format!(
         "The agent handle \"{name}\" was given by the writ server at http://{server}, another \
@@ -1423,7 +1425,14 @@ mod tests {
     fn dropping_an_agent_takes_its_subagents_and_only_its_own() {
         let mut agents: HashMap<AgentKey, AgentSlot> = HashMap::new();
         let session = |name: &str| (Caller::Session, name.to_string());
-        for name in ["lead", "lead/one", "lead/one/deep", "lead/two", "leader", "other/lead"] {
+        for name in [
+            "lead",
+            "lead/one",
+            "lead/one/deep",
+            "lead/two",
+            "leader",
+            "other/lead",
+        ] {
             agents.insert(session(name), AgentSlot::new(None, Vec::new()));
         }
         agents.insert(
