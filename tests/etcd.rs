@@ -4011,6 +4011,40 @@ async fn mcp_handles_on_etcd_belong_to_the_server_that_minted_them() {
     }
 }
 
+/// Finding 7 of round 4: a handle that names a server no server of the
+/// session registered (a forged `agent-…@evil.example:80`) is refused
+/// plainly, naming no server; a handle of a registered server still names
+/// it. Servers register in the session's table when they mint a handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_a_forged_handle_on_etcd_names_no_server() {
+    use mcp_driver::{call, ok, refused};
+    use serde_json::json;
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::write(root.join("a.txt"), "one\n").unwrap();
+    let (servers, _sessions) = file_servers(&etcd, &root, "mcp-forged").await;
+    let modern = |server: &writ::server::Server| json!({"http": format!("{}/mcp", server.url()), "token": SESSION_TOKEN, "client": true});
+    let forged = "agent-aaaaaaaaaaaaaa@evil.example:80";
+    let script = json!({
+        "agents": {"one": modern(&servers[0]), "two": modern(&servers[1])},
+        "steps": [
+            {"agent": "two", "tool": "read_file", "args": {"path": "a.txt", "agent": forged}},
+            call("one", "read_file", json!({"path": "a.txt"})),
+            {"agent": "two", "tool": "read_file", "args": {"path": "a.txt"}, "agent_from": 1},
+        ],
+    });
+    let r = drive(script).await;
+    let text = refused(&r[0], &["not given by any server of this session"]);
+    assert!(!text.contains("evil.example"), "{text}");
+    assert!(!text.contains("http://"), "{text}");
+    ok(&r[1]);
+    let one_url = servers[0].url().to_string();
+    refused(&r[2], &["another server of this session", &one_url]);
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
 /// `/mcp` on two servers of one session, driven by the official MCP Python
 /// SDK (and one agent through `writ mcp`, the stdio bridge): agents on
 /// different servers see each other's reservations and writes, the version

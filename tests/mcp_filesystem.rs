@@ -114,16 +114,38 @@ fn without_agent(mut result: Value) -> Value {
     result
 }
 
-/// A tool's schemas without the `agent` argument writ adds to every tool
-/// (asserted there, mirrored into the `Writ-Agent` header).
+/// A tool's schemas without what writ adds to every tool: the `agent`
+/// argument (asserted there, mirrored into the `Writ-Agent` header), and
+/// in the output schema `agent` and a refusal's `error` (SPEC §14
+/// results: every result validates, refusals too, so `read_media_file`'s
+/// `content` may also be a refusal's sentence or list a text).
 fn without_agent_argument(mut tool: Value) -> Value {
     let agent = tool["input_schema"]["properties"]
         .as_object_mut()
         .and_then(|p| p.remove("agent"))
         .unwrap_or_else(|| panic!("no agent argument: {tool}"));
     assert_eq!(agent["x-mcp-header"], "Writ-Agent", "{tool}");
+    let media = tool["name"] == "read_media_file";
     if let Some(p) = tool["output_schema"]["properties"].as_object_mut() {
-        p.remove("agent");
+        assert_eq!(
+            p.remove("agent").map(|a| a["type"].clone()),
+            Some(json!("string"))
+        );
+        assert_eq!(
+            p.remove("error").map(|e| e["type"].clone()),
+            Some(json!("object"))
+        );
+        if media {
+            let widened = p["content"]["anyOf"].clone();
+            assert_eq!(widened[0], json!({"type": "string"}), "{widened}");
+            let mut media = widened[1].clone();
+            let kinds = media
+                .pointer_mut("/items/anyOf")
+                .and_then(Value::as_array_mut);
+            let text = kinds.and_then(Vec::pop).unwrap_or_default();
+            assert_eq!(text["properties"]["type"]["const"], "text", "{widened}");
+            p.insert("content".into(), media);
+        }
     }
     tool
 }

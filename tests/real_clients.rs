@@ -458,3 +458,30 @@ fn the_official_typescript_sdk_outlives_a_pause_and_reads_writs_sentence() {
         server.shutdown().await;
     });
 }
+
+/// SPEC §14 results: a program on the TypeScript SDK reading `content[0]`
+/// of an unnamed session's results counts right (it read `NaN` when the
+/// handle sentence came as a second block), every result is one block
+/// whose text `structuredContent.text` repeats, and the SDK's own check of
+/// each result against the tool's output schema passes.
+#[test]
+fn a_typescript_program_counts_through_read_file_on_one_text_block() {
+    let (_dir, root) = workspace();
+    fs::write(root.join("counter.txt"), "0\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let server = start(&root).await;
+        let config = config(&server, &root);
+        let result = typescript(&config, "count").await;
+        let blocks = result["blocks"].as_array().cloned().unwrap_or_default();
+        assert_eq!(blocks.len(), 10, "{result}");
+        assert!(blocks.iter().all(|b| b == 1), "one block each: {result}");
+        let same = result["same"].as_array().cloned().unwrap_or_default();
+        assert!(same.iter().all(|s| s == true), "{result}");
+        no_warnings(&result);
+        server.shutdown().await;
+    });
+    assert_eq!(
+        fs::read_to_string(root.join("counter.txt")).unwrap_or_default(),
+        "5\n"
+    );
+}

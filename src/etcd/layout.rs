@@ -12,6 +12,7 @@
 //! | `P c` | the session's case mode, set by the first table | none |
 //! | `P n/<instance>/<counter>` | nothing: its version is that table's count | none |
 //! | `P t/<sha256 of an actor token>` | the token's actor and lease | the actor's |
+//! | `P v/<host:port>` | nothing: a server whose MCP handles others may name | its MCP root's |
 //! | `P r/<hold>` | a fence released by its owner's drop: the owner's lineage | the owner's |
 //! | `P g/<actor>/<sha256 of a ticket>` | the hold granted to the wait the ticket names, or `abandoned` when its caller gave it up first | the actor's |
 //! | `P a/<actor>` | the actor record | the actor's |
@@ -154,6 +155,12 @@ impl Layout {
     /// session records in, or none), set by its first server.
     pub(crate) fn journal(&self) -> Vec<u8> {
         self.under(b"j")
+    }
+
+    /// A server of the session whose MCP agent handles others may name:
+    /// its `host:port`, on its MCP root's lease.
+    pub(crate) fn mcp_server(&self, authority: &str) -> Vec<u8> {
+        self.under(format!("v/{authority}").as_bytes())
     }
 
     /// An actor token's key: the hex sha256 of the token, never the token.

@@ -57,6 +57,22 @@ impl Table {
             .await
     }
 
+    /// Registers a server of the session at `authority` (`host:port`) as
+    /// one whose MCP agent handles other servers may name, on `lease`.
+    pub(crate) async fn register_mcp_server(&self, authority: &str, lease: LeaseId) -> Result<()> {
+        let key = self.layout().mcp_server(authority);
+        let txn = Txn::new().and_then([TxnOp::put(key, "", with_lease(lease))]);
+        self.idempotent_txn(txn).await.map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Whether a server at `authority` registered itself and still lives.
+    pub(crate) async fn mcp_server_registered(&self, authority: &str) -> Result<bool> {
+        let key = self.layout().mcp_server(authority);
+        let found = self.get(key, None).await.map_err(unavailable)?;
+        Ok(!found.kvs().is_empty())
+    }
+
     pub(crate) async fn claim_session_value(&self, key: Vec<u8>, hash: &str) -> Result<bool> {
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])

@@ -86,8 +86,35 @@ pub(super) fn definitions() -> Vec<Tool> {
         if let Some(description) = extra {
             tool.description = Some(description.into());
         }
+        if tool.name == "read_media_file" {
+            media_or_text(tool);
+        }
     }
     tools
+}
+
+/// `read_media_file`'s output schema, widened so that every result of it
+/// validates (SPEC §14 results): a refusal's `content` is its sentence, and
+/// a media answer may list a text after the media (the handle sentence).
+fn media_or_text(tool: &mut Tool) {
+    let Some(schema) = &tool.output_schema else {
+        return;
+    };
+    let mut schema = (**schema).clone();
+    if let Some(content) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("content"))
+    {
+        if let Some(Value::Array(kinds)) = content.pointer_mut("/items/anyOf") {
+            kinds.push(json!({
+                "type": "object",
+                "properties": {"type": {"type": "string", "const": "text"}, "text": {"type": "string"}},
+                "required": ["type", "text"]
+            }));
+        }
+        *content = json!({"anyOf": [{"type": "string"}, content.clone()]});
+    }
+    tool.output_schema = Some(Arc::new(schema));
 }
 
 type Outcome = Result<CallToolResult, Failure>;

@@ -8,11 +8,11 @@
 //! call that names none acts as a fresh agent whose handle the result gives
 //! back. Both tool sets go through this one module: the argument is added
 //! to every schema here, taken out of every call here (the tools never see
-//! it), and every result is shaped here.
+//! it); `mcp/result` puts the handle in every result.
 
 use std::sync::Arc;
 
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
+use rmcp::model::{JsonObject, Tool};
 use serde_json::{Value, json};
 
 /// The argument that names the agent a call acts as.
@@ -35,8 +35,7 @@ what you read and reserved carries over from call to call; leave it out only on 
 call, and you are given one.";
 
 /// Every tool of `tools` with the optional `agent` argument in its input
-/// schema (and `agent` in its output schema, where it has one, since the
-/// structured result carries it).
+/// schema (its output schema names the agent too: `mcp/result`).
 pub(crate) fn with_agent_argument(mut tools: Vec<Tool>) -> Vec<Tool> {
     for tool in &mut tools {
         let mut input = (*tool.input_schema).clone();
@@ -47,13 +46,6 @@ pub(crate) fn with_agent_argument(mut tools: Vec<Tool>) -> Vec<Tool> {
             );
         }
         tool.input_schema = Arc::new(input);
-        if let Some(output) = &tool.output_schema {
-            let mut output = (**output).clone();
-            if let Some(Value::Object(properties)) = output.get_mut("properties") {
-                properties.insert(AGENT_ARG.into(), json!({"type": "string"}));
-            }
-            tool.output_schema = Some(Arc::new(output));
-        }
     }
     tools
 }
@@ -136,50 +128,6 @@ fn decode_header_value(value: &str) -> Option<String> {
     }
 }
 
-/// How a result names the agent the call acted as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tell {
-    /// In `structuredContent.agent` only: the call named its agent.
-    Quietly,
-    /// There, and in a sentence asking the model to pass it: the call
-    /// named no agent, so unless the model passes the handle its next call
-    /// is someone else. Its reads and reservations carry over.
-    AskToPass,
-    /// The same for a handshake session's own actor, whose reservations
-    /// end with the session: only its reads carry over, and the sentence
-    /// says so.
-    AskToPassReads,
-}
-
-/// `result`, naming `handle` as `tell` says.
-pub(crate) fn shaped(mut result: CallToolResult, handle: &str, tell: Tell) -> CallToolResult {
-    match &mut result.structured_content {
-        Some(Value::Object(fields)) => {
-            fields.insert(AGENT_ARG.into(), json!(handle));
-        }
-        Some(_) => {}
-        None => result.structured_content = Some(json!({ AGENT_ARG: handle })),
-    }
-    match tell {
-        Tell::Quietly => {}
-        Tell::AskToPass => result.content.push(ContentBlock::text(pass_it_on(handle))),
-        Tell::AskToPassReads => result.content.push(ContentBlock::text(format!(
-            "Pass \"agent\": \"{handle}\" in the arguments of your next calls to these tools, \
-             so that what you read here carries over to them (what you reserve lasts until you \
-             release it or this MCP session ends)."
-        ))),
-    }
-    result
-}
-
-/// The sentence that asks the model to pass its handle.
-pub(crate) fn pass_it_on(handle: &str) -> String {
-    format!(
-        "Pass \"agent\": \"{handle}\" in the arguments of your next calls to these tools, so that \
-         what you read and reserved here carries over to them."
-    )
-}
-
 /// A new handle: a short name nobody can guess, so no two calls share one
 /// by accident or by a guess.
 pub(crate) fn mint() -> Result<String, String> {
@@ -229,22 +177,6 @@ mod tests {
         assert!(take_agent(&mut bidi).is_err());
         let mut none = None;
         assert_eq!(take_agent(&mut none).unwrap(), None);
-    }
-
-    #[test]
-    fn a_result_names_its_agent_and_asks_only_when_told() {
-        let quiet = shaped(CallToolResult::success(vec![]), "h", Tell::Quietly);
-        assert_eq!(quiet.structured_content, Some(json!({"agent": "h"})));
-        assert!(quiet.content.is_empty());
-        let asked = shaped(CallToolResult::success(vec![]), "h", Tell::AskToPass);
-        assert_eq!(asked.content.len(), 1);
-        let mut kept = CallToolResult::success(vec![]);
-        kept.structured_content = Some(json!({"content": "x"}));
-        let kept = shaped(kept, "h", Tell::Quietly);
-        assert_eq!(
-            kept.structured_content,
-            Some(json!({"content": "x", "agent": "h"}))
-        );
     }
 
     #[test]

@@ -35,12 +35,14 @@ mod anchored;
 mod args;
 mod filesystem;
 pub(crate) mod handle;
+mod result;
 mod run;
 pub(crate) mod table;
 mod tools;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -261,9 +263,13 @@ pub struct SessionActor {
     /// The handle a model passes as `agent` to act as this actor again,
     /// when it has one (a named or minted agent of a server).
     handle: Option<Handle>,
+    /// The agent is the session's own (a handshake session's minted
+    /// handle): its actor and reservations end with that session, and only
+    /// its reads outlive it under the handle.
+    bound: bool,
     /// Kept while the session or call acting as this actor lives (a named
     /// agent counts its users by it).
-    keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    keep: Vec<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// An agent's handle, and whether writ minted it for a caller that named
@@ -379,7 +385,8 @@ impl SessionActor {
             reservations: None,
             table: None,
             handle: None,
-            keep: None,
+            bound: false,
+            keep: Vec::new(),
         }
     }
 
@@ -423,7 +430,15 @@ impl SessionActor {
     /// `keep` lives as long as the session (or call) acting as this actor.
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(crate) fn keeping(mut self, keep: Arc<dyn std::any::Any + Send + Sync>) -> Self {
-        self.keep = Some(keep);
+        self.keep.push(keep);
+        self
+    }
+
+    /// The agent is the session's own: it ends with the session that
+    /// minted its handle (see [`SessionActor::bound`]).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn bound_to_session(mut self, bound: bool) -> Self {
+        self.bound = bound;
         self
     }
 
@@ -452,6 +467,13 @@ impl SessionActor {
             ActorRef::Owned(actor) => Ok(actor.clone()),
             ActorRef::Shared(weak) => weak.upgrade().ok_or_else(gone),
         }
+    }
+
+    /// The seat's actor's id in the table its holds are taken in (etcd),
+    /// if it has one.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn table_actor(&self) -> Result<Option<crate::ActorId>, String> {
+        Ok(self.table()?.map(|table| table.actor_id()))
     }
 
     /// The table the session's holds are taken in: `None` for the actor's
@@ -644,6 +666,9 @@ struct Session {
     /// Reservations of this session (released when it ends), or of its
     /// named agent; set when the session opens.
     held: OnceLock<Reservations>,
+    /// Whether a result of the session named its minted handle in a
+    /// sentence yet: a session is told once, on its first result.
+    told: std::sync::atomic::AtomicBool,
 }
 
 /// An MCP server whose tools are one agent's writ file tools (see the
@@ -673,6 +698,7 @@ impl ToolServer {
                 actor: OnceLock::new(),
                 opening: tokio::sync::Mutex::new(()),
                 held: OnceLock::new(),
+                told: Default::default(),
             }),
         }
     }
@@ -732,6 +758,7 @@ impl ToolServer {
                 actor: OnceLock::from(seat),
                 opening: tokio::sync::Mutex::new(()),
                 held,
+                told: Default::default(),
             }),
         }
     }
@@ -744,9 +771,17 @@ impl ToolServer {
         mut request: CallToolRequestParams,
         opening: impl Fn() -> Opening,
     ) -> CallToolResult {
+        // A call that names no agent it can have is refused as every
+        // refusal is: one text, in both places, with its kind.
+        let refused = |text: String, kind: &str| {
+            let mut refusal = tool_error(text);
+            refusal.structured_content =
+                Some(result::refusal_fields(serde_json::json!({ "kind": kind })));
+            result::finish(refusal, self.tool_set(), None, result::Tell::Quietly)
+        };
         let asked = match handle::take_agent(&mut request.arguments) {
             Ok(asked) => asked,
-            Err(text) => return tool_error(text),
+            Err(text) => return refused(text, "bad_arguments"),
         };
         let own = self
             .session
@@ -762,31 +797,39 @@ impl ToolServer {
                 };
                 match rule(opening).await {
                     Ok(seat) => (self.seated(seat.clone()), seat),
-                    Err(reason) => return tool_error(reason),
+                    Err(reason) => return refused(reason, "unavailable"),
                 }
             }
             _ => match self.open(opening()).await {
                 Ok(seat) => (self.clone(), seat),
-                Err(reason) => return tool_error(reason),
+                Err(reason) => return refused(reason, "unavailable"),
             },
         };
         let result = match server.current(&seat) {
             Ok(actor) => server.dispatch(&actor, request).await,
-            Err(reason) => tool_error(reason),
-        };
-        match &seat.handle {
-            Some(h) => {
-                // Only an agent's own reservations list outlives the
-                // session; a session's own goes with it.
-                let tell = match (h.minted && asked.is_none(), seat.reservations.is_some()) {
-                    (false, _) => handle::Tell::Quietly,
-                    (true, true) => handle::Tell::AskToPass,
-                    (true, false) => handle::Tell::AskToPassReads,
-                };
-                handle::shaped(result, &h.name, tell)
+            Err(reason) => {
+                let mut gone = tool_error(reason);
+                gone.structured_content = Some(result::refusal_fields(
+                    serde_json::json!({"kind": "unavailable"}),
+                ));
+                gone
             }
-            None => result,
-        }
+        };
+        // A handle writ minted is told in a sentence on the first result of
+        // the session it was minted for (a modern call is a session of one
+        // call); a model that passes it, or a long session told once, reads
+        // it in `structuredContent.agent` only.
+        let tell = match &seat.handle {
+            Some(h) if h.minted && asked.is_none() && !self.session.told.swap(true, Relaxed) => {
+                match seat.bound {
+                    true => result::Tell::AskToPassReads,
+                    false => result::Tell::AskToPass,
+                }
+            }
+            _ => result::Tell::Quietly,
+        };
+        let handle = seat.handle.as_ref().map(|h| &*h.name);
+        result::finish(result, server.tool_set(), handle, tell)
     }
 
     /// Whether `reserve` keeps its reservations for an agent that outlives
@@ -795,7 +838,7 @@ impl ToolServer {
         self.session
             .actor
             .get()
-            .is_some_and(|seat| seat.reservations.is_some())
+            .is_some_and(|seat| seat.reservations.is_some() && !seat.bound)
     }
 
     /// The reservations the session's `reserve` and `release` act on.
@@ -862,14 +905,19 @@ async fn off_async_threads<T: Send + 'static>(
     }
 }
 
-/// The answer to a tool call that was still running when the server
-/// stopped: nothing was done, and the agent may retry once it is back.
+/// The answer to a tool call of a session using `set` that was still
+/// running when the server stopped: nothing was done, and the agent may
+/// retry once it is back.
 #[cfg_attr(not(feature = "server"), allow(dead_code))]
-pub(crate) fn stopping_result() -> CallToolResult {
-    tool_error(
+fn stopping_result(set: ToolSet) -> CallToolResult {
+    let mut stopping = tool_error(
         "writ serve is stopping; this call did nothing. Retry it in a moment: the server \
          (or its next run) answers again.",
-    )
+    );
+    stopping.structured_content = Some(result::refusal_fields(
+        serde_json::json!({"kind": "unavailable"}),
+    ));
+    result::finish(stopping, set, None, result::Tell::Quietly)
 }
 
 fn tool_error(text: impl Into<String>) -> CallToolResult {
@@ -952,11 +1000,13 @@ impl ServerHandler for ToolServer {
                 .get::<http::request::Parts>()
                 .and_then(|parts| ToolSet::asked_in(&parts.uri).ok().flatten()),
         };
+        let set = asked.unwrap_or_else(|| self.tool_set());
+        let tools = match set {
+            ToolSet::Writ => tools::definitions(),
+            ToolSet::Filesystem => filesystem::definitions(),
+        };
         Ok(ListToolsResult::with_all_items(
-            handle::with_agent_argument(match asked.unwrap_or_else(|| self.tool_set()) {
-                ToolSet::Writ => tools::definitions(),
-                ToolSet::Filesystem => filesystem::definitions(),
-            }),
+            result::with_output_schemas(handle::with_agent_argument(tools), set),
         ))
     }
 
@@ -1015,6 +1065,16 @@ impl SessionTools {
         let session = self.0.upgrade()?;
         let actor = session.actor.get()?.get().ok()?;
         Some(actor.name().to_string())
+    }
+
+    /// The answer to one of the session's calls still running when the
+    /// server stopped.
+    pub(crate) fn stopping_result(&self) -> CallToolResult {
+        let set = match self.0.upgrade() {
+            Some(session) => ToolServer { session }.tool_set(),
+            None => ToolSet::Writ,
+        };
+        stopping_result(set)
     }
 
     /// The handle of the agent the session acts as, if it has one.

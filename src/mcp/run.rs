@@ -30,7 +30,7 @@ pub(super) fn definition() -> Tool {
     annotations.read_only_hint = Some(false);
     annotations.destructive_hint = Some(true);
     annotations.open_world_hint = Some(true);
-    Tool::new(
+    let mut tool = Tool::new(
         "run_command",
         "Runs a shell command (a formatter, sed, a code generator, git, a build, tests) in the \
          workspace. It sees the files as they are, but its changes to them are kept apart while \
@@ -42,7 +42,10 @@ pub(super) fn definition() -> Tool {
          result has the exit code, the output (its end, if long) and the files changed.",
         std::sync::Arc::new(input),
     )
-    .annotate(annotations)
+    .annotate(annotations);
+    // Every tool declares its output (SPEC §14 results): the one text.
+    tool.output_schema = Some(super::tools::output_schema("run_command"));
+    tool
 }
 
 /// The call.
@@ -72,7 +75,7 @@ pub(super) async fn run_command(call: Call<'_>) -> Outcome {
         },
     }
     let report = actor.run(cmd).await?;
-    Ok(text(&report))
+    Ok(text(&report).into())
 }
 
 /// The result as the model reads it.

@@ -50,6 +50,10 @@ pub(crate) trait SessionTable: Send + Sync {
 
     /// The whole table, and the session actor's id in it.
     fn dump(&self) -> TableFuture<'_, (Dump, ActorId)>;
+
+    /// The session actor's id in the table (a subagent is made its child
+    /// there).
+    fn actor_id(&self) -> ActorId;
 }
 
 /// A fence a [`SessionTable`] granted; dropping it releases it there.

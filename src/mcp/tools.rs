@@ -64,7 +64,39 @@ fn tool(
     annotations.read_only_hint = Some(read_only);
     annotations.destructive_hint = Some(destructive);
     annotations.open_world_hint = Some(false);
-    Tool::new(name, description, input).annotate(annotations)
+    let mut tool = Tool::new(name, description, input).annotate(annotations);
+    tool.output_schema = Some(output_schema(name));
+    tool
+}
+
+/// The output schema of one of writ's tools (SPEC §14 results): its text,
+/// agent and refusal (`mcp/result`), and its own typed fields.
+pub(super) fn output_schema(name: &str) -> Arc<JsonObject> {
+    let path =
+        json!({"type": "string", "description": "The file, relative to the workspace root."});
+    let typed = match name {
+        "read_file" => json!({
+            "path": path,
+            "total_lines": {"type": "integer", "description": "How many lines the whole file has."}
+        }),
+        "write_file" | "edit_file" | "append_file" | "delete_file" | "move_file" => json!({
+            "path": path,
+            "op": {"type": "string", "description": "What was done: write, replace, append, delete or rename."},
+            "bytes": {"type": "integer", "description": "The file's size after the change."},
+            "anchored": {"type": "boolean", "description": "Applied on top of changes made since your read."},
+            "repeat": {"type": "boolean", "description": "The same call as one already applied since your read: answered again, nothing written."},
+            "from": {"type": "string", "description": "Where a moved file came from."}
+        }),
+        "list_dir" => json!({
+            "path": {"type": "string", "description": "The folder listed."},
+            "entries": {"type": "integer", "description": "How many entries it has."}
+        }),
+        "reserve" => json!({"reserved": {"type": "array", "items": {"type": "string"}}}),
+        "release" => json!({"released": {"type": "array", "items": {"type": "string"}}}),
+        "writ_status" => json!({"actor": {"type": "string", "description": "Your actor's name."}}),
+        _ => json!({}),
+    };
+    super::result::writ_schema(typed)
 }
 
 /// The tool definitions `tools/list` returns.
@@ -267,7 +299,7 @@ pub(super) async fn call(name: &str, call: Call<'_>) -> (&'static str, CallToolR
         "run_command" => super::run::run_command(call).await,
         other => Err(no_such_tool(other, &TOOL_NAMES)),
     };
-    finished(outcome.map(tool_ok))
+    finished(outcome.map(Reply::into_result))
 }
 
 /// A call of a tool the set does not have.
@@ -287,10 +319,21 @@ pub(super) fn finished(outcome: Result<CallToolResult, Failure>) -> (&'static st
     match outcome {
         Ok(result) if result.is_error == Some(true) => ("error", result),
         Ok(result) => ("ok", result),
-        Err(Failure::Bad(text)) => ("bad_arguments", tool_error(text)),
-        Err(Failure::Current(kind, text)) => (kind, tool_error(text)),
-        Err(Failure::Refused(e)) => (e.kind(), tool_error(e.to_string())),
+        Err(Failure::Bad(text)) => (
+            "bad_arguments",
+            refusal(text, json!({"kind": "bad_arguments"})),
+        ),
+        Err(Failure::Current(e, text)) => (e.kind(), refusal(text, e.data())),
+        Err(Failure::Refused(e)) => (e.kind(), refusal(e.to_string(), e.data())),
     }
+}
+
+/// A refusal as a tool result: its sentence, and its kind and data as the
+/// typed field `error` (SPEC §14 results).
+fn refusal(text: String, data: Value) -> CallToolResult {
+    let mut result = tool_error(text);
+    result.structured_content = Some(super::result::refusal_fields(data));
+    result
 }
 
 /// Why a call did nothing.
@@ -299,10 +342,10 @@ pub(super) enum Failure {
     Bad(Bad),
     /// writ refused (busy, stale, policy, …): the error's own sentence.
     Refused(Error),
-    /// A write refused for want of a current read (the refusal's kind:
-    /// `stale` or `not_read`), with the file's current content, which the
-    /// agent has now read ([`refused_with_current`]).
-    Current(&'static str, String),
+    /// A write refused for want of a current read (`Stale` or
+    /// `NotRead`), with the file's current content, which the agent has
+    /// now read ([`refused_with_current`]).
+    Current(Box<Error>, String),
 }
 
 impl From<Bad> for Failure {
@@ -317,7 +360,38 @@ impl From<Error> for Failure {
     }
 }
 
-pub(super) type Outcome = Result<String, Failure>;
+pub(super) type Outcome = Result<Reply, Failure>;
+
+/// What a tool of writ's set answers: the text the model reads, and the
+/// typed fields of its structured result (SPEC §14 results; the text and
+/// the agent are added by `mcp/result`).
+pub(super) struct Reply {
+    text: String,
+    fields: JsonObject,
+}
+
+impl Reply {
+    /// The reply with one more typed field.
+    fn with(mut self, name: &str, value: impl Into<Value>) -> Self {
+        self.fields.insert(name.into(), value.into());
+        self
+    }
+
+    fn into_result(self) -> CallToolResult {
+        let mut result = tool_ok(self.text);
+        result.structured_content = Some(Value::Object(self.fields));
+        result
+    }
+}
+
+impl From<String> for Reply {
+    fn from(text: String) -> Self {
+        Reply {
+            text,
+            fields: JsonObject::new(),
+        }
+    }
+}
 
 /// A path for messages: relative to the actor's root when inside it.
 pub(super) fn shown(actor: &Actor, path: &Path) -> String {
@@ -431,8 +505,9 @@ fn session_table(server: &ToolServer) -> crate::Result<Option<Arc<dyn SessionTab
         .map_err(|reason| Error::Unavailable { reason })
 }
 
-/// What a model needs to know after a write.
-fn done(actor: &Actor, receipt: &Receipt) -> String {
+/// What a model needs to know after a write, and the receipt's typed
+/// fields.
+fn done(actor: &Actor, receipt: &Receipt) -> Reply {
     let path = shown(actor, &receipt.path);
     let what = match (&receipt.from, receipt.op) {
         (Some(from), _) => format!("Moved {} to {path}.", shown(actor, from)),
@@ -459,7 +534,16 @@ fn done(actor: &Actor, receipt: &Receipt) -> String {
     }
     text.push_str(&super::anchored::note(receipt));
     text.push_str(repeat_note(receipt));
-    text
+    let mut reply = Reply::from(text)
+        .with("path", path)
+        .with("op", format!("{:?}", receipt.op).to_lowercase())
+        .with("bytes", receipt.size)
+        .with("anchored", receipt.anchored.is_some())
+        .with("repeat", receipt.repeat);
+    if let Some(from) = &receipt.from {
+        reply = reply.with("from", shown(actor, from));
+    }
+    reply
 }
 
 /// What a result says of a call resent after its answer was lost (SPEC §6).
@@ -507,7 +591,12 @@ async fn read_file(call: Call<'_>) -> Outcome {
         )));
     }
     let text = String::from_utf8_lossy(&bytes);
-    Ok(numbered(&shown_path, &text, offset, limit, opts))
+    let total = text.lines().count();
+    Ok(
+        Reply::from(numbered(&shown_path, &text, offset, limit, opts))
+            .with("path", shown_path)
+            .with("total_lines", total),
+    )
 }
 
 /// `cat -n`-style lines `offset..offset+limit` (1-based) of `text`, bounded
@@ -750,7 +839,7 @@ pub(super) async fn refused_with_current(
         Show::Numbered | Show::Tail => "read_file",
     };
     Failure::Current(
-        error.kind(),
+        Box::new(error),
         format!(
             "{lead}; nothing was written. {what}; this counts as reading it, so redo your change on \
          this content and call {tool} again now, without calling {reader} first.\n\n{body}"
@@ -909,7 +998,9 @@ async fn list_dir(call: Call<'_>) -> Outcome {
                     "[{more} more entries not shown; list a subfolder to narrow it down.]"
                 );
             }
-            Ok(out)
+            Ok(Reply::from(out)
+                .with("path", shown_dir)
+                .with("entries", entries.len()))
         }
         Err(Error::NotFound { .. }) => Err(Failure::Bad(format!(
             "{shown_dir} does not exist; call list_dir without a path to see the workspace root."
@@ -988,11 +1079,12 @@ async fn reserve(call: Call<'_>) -> Outcome {
     } else {
         "until you call release or this MCP session ends"
     };
-    Ok(format!(
+    let text = format!(
         "Reserved {} for you: other agents' writes there are refused {until}. \
          Read files before changing them, as always.",
         names.join(", ")
-    ))
+    );
+    Ok(Reply::from(text).with("reserved", names))
 }
 
 fn target_name(actor: &Actor, target: &Target) -> String {
@@ -1011,13 +1103,18 @@ async fn release(call: Call<'_>) -> Outcome {
     if paths.is_empty() {
         let gone = std::mem::take(&mut *reservations.lock());
         let count = gone.len();
+        let names: Vec<String> = gone
+            .iter()
+            .flat_map(|h| h.targets.iter().map(|t| target_name(actor, t)))
+            .collect();
         // Each fence is released as it drops.
         drop(gone);
-        return Ok(match count {
+        let text = match count {
             0 => "You had no reservations.".to_string(),
             1 => "Released your reservation.".to_string(),
             n => format!("Released your {n} reservations."),
-        });
+        };
+        return Ok(Reply::from(text).with("released", names));
     }
     let wanted = actor.resolve(paths.iter().map(String::as_str))?;
     let wanted: Vec<&Path> = wanted.targets().iter().map(Target::path).collect();
@@ -1072,7 +1169,7 @@ async fn release(call: Call<'_>) -> Outcome {
     let mut held = reservations.lock();
     let made_meanwhile = std::mem::replace(&mut *held, kept);
     held.extend(made_meanwhile);
-    Ok(format!("Released {}.", released.join(", ")))
+    Ok(Reply::from(format!("Released {}.", released.join(", "))).with("released", released))
 }
 
 async fn writ_status(call: Call<'_>) -> Outcome {
@@ -1163,7 +1260,7 @@ async fn writ_status(call: Call<'_>) -> Outcome {
     for w in queued {
         let _ = writeln!(out, "  '{}' waits for {}", w.actor, paths(&w.paths));
     }
-    Ok(out)
+    Ok(Reply::from(out).with("actor", actor.name()))
 }
 
 #[cfg(test)]

@@ -155,18 +155,64 @@ type AgentKey = (Caller, String);
 
 /// An agent and what keeps it alive.
 struct AgentSlot {
-    /// The agent; `None` for what a session's own actor left behind when
+    /// The agent; `None` for what a session's own agent left behind when
     /// the session ended ([`Ghost`]): only its reads, until a call names
     /// its handle and an agent takes them over.
     agent: Option<Agent>,
     /// The reads an agent made under this handle takes over.
     marks: Vec<crate::ReadMark>,
-    /// A minted agent's place under its token's cap, freed when it goes.
-    claim: Option<super::mcp_cap::Claim>,
+    /// Made for calls that named no agent and outliving them (a modern
+    /// call's agent, a session's reads after it ended): counted in the
+    /// token's pool of such agents, where the longest idle makes room
+    /// ([`Seats::make_room`]), never against its sessions.
+    minted: bool,
+    /// A handshake session's own agent: it ends with that session
+    /// ([`Ghost`]), whoever else passes its handle meanwhile.
+    bound: bool,
+    /// A subagent's parent agent (`PARENT/CHILD`), kept alive while its
+    /// child lives.
+    parent: Option<SessionActor>,
     /// The sessions and calls acting as it now ([`AgentUse`]).
     users: usize,
     /// When its last user went.
     last: Instant,
+}
+
+impl AgentSlot {
+    fn new(agent: Option<Agent>, marks: Vec<crate::ReadMark>) -> Self {
+        AgentSlot {
+            agent,
+            marks,
+            minted: false,
+            bound: false,
+            parent: None,
+            users: 0,
+            last: Instant::now(),
+        }
+    }
+}
+
+/// Takes the agents of `keys` out of `agents`, with every subagent of
+/// theirs (`PARENT/CHILD`, at any depth): dropping an agent drops its
+/// children. Dropped by the caller once the lock is released (an agent's
+/// guards take it again).
+fn take_agents(agents: &mut HashMap<AgentKey, AgentSlot>, keys: Vec<AgentKey>) -> Vec<AgentSlot> {
+    let mut taken = Vec::new();
+    let mut keys = keys;
+    while let Some(key) = keys.pop() {
+        let Some(slot) = agents.remove(&key) else {
+            continue;
+        };
+        taken.push(slot);
+        let prefix = format!("{}/", key.1);
+        keys.extend(
+            agents
+                .keys()
+                .filter(|(caller, name)| *caller == key.0 && name.starts_with(&prefix))
+                .cloned(),
+        );
+    }
+    taken
 }
 
 /// One session or call acting as an agent: the agent lives while one does,
@@ -176,14 +222,16 @@ struct AgentUse {
     key: AgentKey,
 }
 
-/// The handle of a handshake-era session's own actor (SPEC §14): when the
-/// session ends and the actor goes, its read marks stay under the handle
-/// for `--mcp-idle`, so a later session or call passing the handle has read
+/// The end of a handshake-era session's own agent (SPEC §14). While the
+/// session lives, its agent is found by its handle like any other: another
+/// session or call passing the handle acts as it at once (one agent, one
+/// set of marks). When the session ends, the agent's actor and
+/// reservations go with it, and its read marks stay under the handle for
+/// `--mcp-idle`, so a later session or call passing the handle has read
 /// what the session read. Nothing else outlives the session.
 struct Ghost {
     agents: Weak<Agents>,
     key: AgentKey,
-    actor: Arc<crate::Actor>,
 }
 
 impl Drop for Ghost {
@@ -191,19 +239,25 @@ impl Drop for Ghost {
         let Some(agents) = self.agents.upgrade() else {
             return;
         };
-        let marks = self.actor.marks();
-        // A call that named the handle while the session lived made an
-        // agent of its own: that one stays.
-        agents
-            .lock()
-            .entry(self.key.clone())
-            .or_insert_with(|| AgentSlot {
-                agent: None,
-                marks,
-                claim: None,
-                users: 0,
-                last: Instant::now(),
-            });
+        let gone = {
+            let mut agents = agents.lock();
+            let Some(slot) = agents.get_mut(&self.key).filter(|slot| slot.bound) else {
+                return;
+            };
+            let gone = slot.agent.take();
+            slot.marks = gone
+                .as_ref()
+                .and_then(Agent::actor)
+                .map(|actor| actor.marks())
+                .unwrap_or_default();
+            slot.bound = false;
+            slot.minted = true;
+            slot.last = Instant::now();
+            gone
+        };
+        // Dropped once the lock is released: its reservations' guards
+        // take it again.
+        drop(gone);
     }
 }
 
@@ -327,14 +381,16 @@ fn service(
 }
 
 /// A new agent handle. On etcd, named agents are each server's own (SPEC
-/// §14), so a handle minted there names its server after an `@`: another
-/// server of the session can then say where it belongs.
-fn mint(app: &App) -> std::result::Result<String, String> {
+/// §14), so a handle minted there names its server after an `@`, and the
+/// server is registered in the session's table first: another server of
+/// the session can then say where the handle belongs.
+async fn mint(app: &App) -> std::result::Result<String, String> {
     let handle = handle::mint()?;
-    Ok(match app.in_etcd() {
-        true => format!("{handle}@{}", authority(&app.url)),
-        false => handle,
-    })
+    if !app.in_etcd() {
+        return Ok(handle);
+    }
+    app.mcp_register().await.map_err(|e| e.to_string())?;
+    Ok(format!("{handle}@{}", authority(&app.url)))
 }
 
 /// `host:port` of a server's URL.
@@ -343,13 +399,27 @@ fn authority(url: &str) -> &str {
 }
 
 /// Refuses a handle another server of the session minted: passing it here
-/// would silently make a new agent that has read nothing.
-fn elsewhere(app: &App, name: &str) -> std::result::Result<(), String> {
+/// would silently make a new agent that has read nothing. Only a server
+/// registered in the session's table is named (a forged handle must not
+/// send a model's calls to a server of its author's choosing).
+async fn elsewhere(app: &App, name: &str) -> std::result::Result<(), String> {
     let Some((_, server)) = name.split_once('@') else {
         return Ok(());
     };
     if !app.in_etcd() || !name.starts_with("agent-") || server == authority(&app.url) {
         return Ok(());
+    }
+    if !app
+        .mcp_registered(server)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        return Err(
+            "This agent handle was not given by any server of this session (or its \
+                    server has stopped): pass a handle a result of these tools gave you, or \
+                    leave out \"agent\" to act as a new agent. Nothing was done."
+                .to_string(),
+        );
     }
     Err(format!(
         "The agent handle \"{name}\" was given by the writ server at http://{server}, another \
@@ -365,6 +435,8 @@ struct Handle {
     actor: String,
     /// Writ made the handle for a caller that named no agent.
     minted: bool,
+    /// The agent ends with the session it is made for ([`Ghost`]).
+    bound: bool,
 }
 
 impl Handle {
@@ -374,6 +446,18 @@ impl Handle {
             key: name.clone(),
             actor: name,
             minted: false,
+            bound: false,
+        }
+    }
+
+    /// A handle writ mints for a caller that named no agent; its actor is
+    /// named after the client.
+    fn minted(key: String, actor: String, bound: bool) -> Self {
+        Handle {
+            key,
+            actor,
+            minted: true,
+            bound,
         }
     }
 }
@@ -431,7 +515,7 @@ impl Seats {
         // session to carry it (the modern revision, or a session per call)
         // continues as its agent by passing the handle.
         if let Some(name) = &named {
-            elsewhere(&app, name)?;
+            elsewhere(&app, name).await?;
         }
         // An actor token's modern results name its actor; passing that
         // name back is the token's own seat, not a child of that name.
@@ -445,35 +529,29 @@ impl Seats {
             (Some(name), _) => self.agent(&app, caller, Handle::named(name)).await?,
             // A modern call has no session: its agent lives on by itself
             // (`--mcp-idle` after its last call), reservations and all.
-            // It counts against the token's cap as a session would, until
-            // it goes.
+            // It counts in its token's pool of minted agents, never
+            // against its sessions (SPEC §13: a call with no identity never
+            // costs another client its seat).
             (None, Caller::Session) if opening.era == Era::Modern => {
-                let claim = app.mcp_sessions.claim(&caller)?;
-                let key = (caller.clone(), mint(&app)?);
-                let handle = Handle {
-                    key: key.1.clone(),
-                    actor: self.unique(start.client_name),
-                    minted: true,
-                };
-                let seat = self.agent(&app, caller, handle).await?;
-                if let Some(slot) = self.agents.lock().get_mut(&key) {
-                    slot.claim = Some(claim);
-                }
-                seat
+                let key = mint(&app).await?;
+                self.make_room(&caller, app.mcp_sessions.max())?;
+                let handle = Handle::minted(key, self.unique(start.client_name), false);
+                self.agent(&app, caller, handle).await?
             }
-            // A session's actor and reservations go with it (a killed
-            // client's within the lease TTL), but what it read outlives it
-            // under its handle, so a client that opens a session per call
-            // continues by passing the handle.
+            // A session's own agent, found by its handle while the session
+            // lives; its actor and reservations go with the session (a
+            // killed client's within the lease TTL), but what it read
+            // outlives it under its handle, so a client that opens a
+            // session per call continues by passing the handle.
             (None, Caller::Session) => {
-                let seat = self.unnamed(&app, caller.clone(), &start).await?;
-                let key = mint(&app)?;
+                let key = mint(&app).await?;
+                let handle = Handle::minted(key.clone(), self.unique(start.client_name), true);
+                let seat = self.agent(&app, caller.clone(), handle).await?;
                 let ghost = Ghost {
                     agents: Arc::downgrade(&self.agents),
-                    key: (caller, key.clone()),
-                    actor: seat.actor()?,
+                    key: (caller, key),
                 };
-                seat.with_handle(&key, true).keeping(Arc::new(ghost))
+                seat.keeping(Arc::new(ghost))
             }
             (None, Caller::Actor(n)) if opening.era == Era::Modern => {
                 self.token_agent(&app, *n).await?
@@ -498,7 +576,7 @@ impl Seats {
     ) -> Option<SessionActor> {
         let slot = agents.get_mut(key)?;
         let agent = slot.agent.as_ref()?;
-        let seat = SessionActor::agent(agent);
+        let seat = SessionActor::agent(agent).bound_to_session(slot.bound);
         slot.users += 1;
         slot.last = Instant::now();
         let user = AgentUse {
@@ -510,6 +588,11 @@ impl Seats {
 
     /// A named (or minted) agent's actor: all sessions and calls of one
     /// (token, handle) share it.
+    ///
+    /// A name `PARENT/CHILD` names a subagent (SPEC §14 subagents): the
+    /// agent CHILD as a child actor of the named agent PARENT (its own
+    /// marks and holds, PARENT's turn), both made on first use; PARENT
+    /// lives while CHILD does, and dropping PARENT drops CHILD.
     async fn agent(
         &self,
         app: &App,
@@ -522,9 +605,28 @@ impl Seats {
         if let Some(seat) = self.seat(&mut self.agents.lock(), &key) {
             return Ok(named(seat));
         }
-        let seat = match &caller {
-            Caller::Session => McpSeat::Own(name),
-            Caller::Actor(n) => McpSeat::ChildOf(crate::ActorId(*n), name),
+        let parent = match handle.key.rsplit_once('/') {
+            Some((parent, child)) => {
+                if parent.split('/').any(str::is_empty) || child.is_empty() {
+                    return Err(format!(
+                        "The agent name \"{}\" has an empty part: a subagent is named \
+                         \"PARENT/CHILD\" (for example \"claude-1a2b3c4d/5e6f7a8b\"). Nothing was done.",
+                        handle.key
+                    ));
+                }
+                let parent = Handle::named(parent.to_string());
+                Some(Box::pin(self.agent(app, caller.clone(), parent)).await?)
+            }
+            None => None,
+        };
+        let table_parent = match &parent {
+            Some(parent) => Some(parent.table_actor()?),
+            None => None,
+        };
+        let seat = match (&caller, table_parent.flatten()) {
+            (_, Some(parent)) => McpSeat::ChildOf(parent, name),
+            (Caller::Session, None) => McpSeat::Own(name),
+            (Caller::Actor(n), None) => McpSeat::ChildOf(crate::ActorId(*n), name),
         };
         // On etcd the actor is made first (that awaits); in process, under
         // the lock. A racing first session of the agent may have made it
@@ -540,19 +642,56 @@ impl Seats {
                 Agent::new(mirror).on_table(table)
             }
             None => {
-                let actor = match &caller {
-                    Caller::Session => self.mcp_root(app)?.parent_child(name),
-                    Caller::Actor(n) => {
-                        let parent = token_actor(app, *n)?;
-                        parent
-                            .child(name.clone(), Grant::workspace(parent.root()))
-                            .map_err(|e| e.to_string())
-                    }
+                let of = |parent: &crate::Actor| {
+                    parent
+                        .child(name.clone(), Grant::workspace(parent.root()))
+                        .map_err(|e| e.to_string())
+                };
+                let actor = match (&parent, &caller) {
+                    (Some(parent), _) => of(&*parent.actor()?),
+                    (None, Caller::Session) => self.mcp_root(app)?.parent_child(name),
+                    (None, Caller::Actor(n)) => of(&*token_actor(app, *n)?),
                 }?;
                 Agent::new(Arc::new(actor))
             }
         };
-        self.keep(&mut agents, key, agent).map(named)
+        self.keep(&mut agents, key, agent, &handle, parent)
+            .map(named)
+    }
+
+    /// Makes room in `caller`'s pool of minted agents (modern calls' that
+    /// named none, and what ended sessions read) for one more: at `max`,
+    /// the longest idle goes, with its reservations. A call with no
+    /// identity never costs another client its seat, and never grows the
+    /// server without bound.
+    fn make_room(&self, caller: &Caller, max: usize) -> std::result::Result<(), String> {
+        let evicted = {
+            let mut agents = self.agents.lock();
+            let minted = || {
+                agents
+                    .iter()
+                    .filter(|((of, _), slot)| of == caller && slot.minted)
+            };
+            if minted().count() < max {
+                return Ok(());
+            }
+            let idlest = minted()
+                .filter(|(_, slot)| slot.users == 0)
+                .min_by_key(|(_, slot)| slot.last)
+                .map(|(key, _)| key.clone());
+            match idlest {
+                Some(key) => take_agents(&mut agents, vec![key]),
+                None => {
+                    return Err(format!(
+                        "{max} agents of calls that passed no `agent` are working right now, the \
+                         server's bound for this token; pass \"agent\" (the handle an earlier \
+                         result gave you) and retry. Nothing was done."
+                    ));
+                }
+            }
+        };
+        drop(evicted);
+        Ok(())
     }
 
     /// The handle an actor token's modern seat names: its actor's name,
@@ -587,19 +726,25 @@ impl Seats {
             }
             None => Agent::of_shared(&token_actor(app, n)?),
         };
-        named(self.keep(&mut agents, key, agent)?)
+        let handle = Handle::named(String::new());
+        named(self.keep(&mut agents, key, agent, &handle, None)?)
     }
 
-    /// Keeps a new agent under `key`, seated once.
+    /// Keeps a new agent under `key`, seated once; it takes over the
+    /// reads an ended session left under the handle.
     fn keep(
         &self,
         agents: &mut HashMap<AgentKey, AgentSlot>,
         key: AgentKey,
         agent: Agent,
+        handle: &Handle,
+        parent: Option<SessionActor>,
     ) -> std::result::Result<SessionActor, String> {
-        let marks = agents
+        // What is there is reads only (`seat` found no agent): no guard
+        // of it takes the lock on its drop.
+        let (marks, users) = agents
             .remove(&key)
-            .map(|ghost| ghost.marks)
+            .map(|ghost| (ghost.marks, ghost.users))
             .unwrap_or_default();
         if let Some(actor) = agent.actor() {
             for mark in marks {
@@ -607,16 +752,12 @@ impl Seats {
                 let _ = actor.add_mark(mark);
             }
         }
-        agents.insert(
-            key.clone(),
-            AgentSlot {
-                agent: Some(agent),
-                marks: Vec::new(),
-                claim: None,
-                users: 0,
-                last: Instant::now(),
-            },
-        );
+        let mut slot = AgentSlot::new(Some(agent), Vec::new());
+        slot.minted = handle.minted && !handle.bound;
+        slot.bound = handle.bound;
+        slot.parent = parent;
+        slot.users = users;
+        agents.insert(key.clone(), slot);
         self.seat(agents, &key)
             .ok_or_else(|| "the agent went as it was made".to_string())
     }
@@ -1080,7 +1221,7 @@ impl Mcp {
             // A call waiting for a contested path must not hold up the
             // server's stop (and a restart on the same folder): it is
             // answered now, its wait dropped with nothing left behind.
-            _ = stop.wait_for(|s| *s) => Called::Answered(crate::mcp::stopping_result()),
+            _ = stop.wait_for(|s| *s) => Called::Answered(tools.stopping_result()),
         };
         let mut live = self.live.lock();
         if let Some(session) = live.get_mut(id) {
@@ -1300,8 +1441,38 @@ impl Mcp {
                 .filter(|(key, slot)| gone(key, slot))
                 .map(|(key, _)| key.clone())
                 .collect();
-            keys.iter().filter_map(|k| agents.remove(k)).collect()
+            take_agents(&mut agents, keys)
         };
         drop(dropped);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropping_an_agent_takes_its_subagents_and_only_its_own() {
+        let mut agents: HashMap<AgentKey, AgentSlot> = HashMap::new();
+        let session = |name: &str| (Caller::Session, name.to_string());
+        for name in [
+            "lead",
+            "lead/one",
+            "lead/one/deep",
+            "lead/two",
+            "leader",
+            "other/lead",
+        ] {
+            agents.insert(session(name), AgentSlot::new(None, Vec::new()));
+        }
+        agents.insert(
+            (Caller::Actor(7), "lead/one".into()),
+            AgentSlot::new(None, Vec::new()),
+        );
+        let taken = take_agents(&mut agents, vec![session("lead")]);
+        assert_eq!(taken.len(), 4);
+        let mut left: Vec<String> = agents.keys().map(|(_, name)| name.clone()).collect();
+        left.sort();
+        assert_eq!(left, ["lead/one", "leader", "other/lead"]);
     }
 }

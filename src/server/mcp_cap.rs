@@ -38,6 +38,12 @@ impl SessionCap {
         }
     }
 
+    /// The cap: sessions per token, and minted agents per token in a pool
+    /// of their own.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
     /// Counts one more session of `caller`, or refuses it at the cap.
     pub(crate) fn claim(&self, caller: &Caller) -> Result<Claim, String> {
         let mut open = self.open.lock();

@@ -74,3 +74,30 @@ pub fn refused<'a>(result: &'a Value, needles: &[&str]) -> &'a str {
     }
     text
 }
+
+/// Asserts that a call result carries its one complete text in both places
+/// (SPEC §14 results): `content` is exactly one text block, the structured
+/// result holds the same text under `field` (`text` in writ's set,
+/// `content` in the filesystem set), and it validates against the tool's
+/// output schema (refusals too). Returns the text.
+#[track_caller]
+#[allow(dead_code)] // not every test binary checks results' shape
+pub fn whole<'a>(result: &'a Value, field: &str) -> &'a str {
+    assert!(result.get("error").is_none(), "the step raised: {result}");
+    let blocks = result["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no content: {result}"));
+    assert_eq!(blocks.len(), 1, "exactly one content block: {result}");
+    assert_eq!(blocks[0]["type"], "text", "{result}");
+    let text = blocks[0]["text"].as_str().unwrap_or_default();
+    assert_eq!(
+        result["structured"][field].as_str(),
+        Some(text),
+        "structuredContent.{field} is the whole text: {result}"
+    );
+    assert!(
+        result["schema_error"].is_null(),
+        "the result validates against the tool's output schema: {result}"
+    );
+    text
+}

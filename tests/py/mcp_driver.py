@@ -19,7 +19,10 @@ a call step with "agent_from": K passes as its `agent` argument the handle
 step K's result gave (structuredContent.agent).
 Each agent's session opens at its first step, with clientInfo.name = NAME.
 Prints one JSON line per step: {"is_error": bool, "text": str, "content":
-[block, ...], "structured": obj} for a call, {"tools": [{"name", "title",
+[block, ...], "structured": obj, "schema_error": str | null} for a call
+(`schema_error`: why the result does not validate against the tool's
+output schema, refusals included; the SDK raises on a success that does
+not), {"tools": [{"name", "title",
 "description", "input_schema", "output_schema", "annotations"}]} for a listing,
 {"closed": true} for a close, or {"error": str} when the step raised.
 """
@@ -83,6 +86,22 @@ async def open_session(stack, name, spec):
     return session
 
 
+async def schema_error(session, tool, result):
+    """Why the result's structured content does not validate against the
+    tool's output schema, or None. The SDK validates a success itself (a
+    failure raises from call_tool); a refusal (isError) is validated here
+    with the SDK's own check, since a client that shows the model only
+    structuredContent shows it refusals too."""
+    if not result.is_error:
+        return None
+    checker = getattr(session, "session", session)
+    try:
+        await checker.validate_tool_result(tool, result)
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
 async def perform(session, step):
     if step.get("list_tools"):
         tools = await session.list_tools()
@@ -108,6 +127,7 @@ async def perform(session, step):
         "text": text,
         "content": [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content],
         "structured": result.structured_content,
+        "schema_error": await schema_error(session, step["tool"], result),
     }
     if step.get("protocol"):
         out["protocol"] = session.protocol_version

@@ -7,6 +7,7 @@
 // CONFIG is {"url": MCP_URL, "token": TOKEN, "ttl": SECONDS}. Prints one
 // JSON object. `hold`: an unnamed session reserves k/, prints, and waits
 // to be killed. `race`: two named agents write one file they both read.
+// `count`: an unnamed session counts to 5 through read_file/write_file.
 
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -42,6 +43,33 @@ if (mode === "hold") {
   const held = await client.callTool({ name: "reserve", arguments: { paths: ["k/"] } });
   console.log(JSON.stringify({ reserved: !held.isError, text: text(held) }));
   await new Promise(() => {});
+}
+
+if (mode === "count") {
+  // A program, not a model: it counts through read_file and write_file on
+  // an unnamed session, reading the number off the first line of the
+  // answer (content[0]). The SDK validates each result's structuredContent
+  // against the tool's outputSchema as it goes.
+  const { client } = await open(null);
+  const blocks = [];
+  const same = [];
+  const seen = (result) => {
+    blocks.push(result.content.length);
+    same.push(result.structuredContent?.text === result.content[0]?.text);
+  };
+  for (let i = 0; i < 5; i++) {
+    const read = await client.callTool({ name: "read_file", arguments: { path: "counter.txt" } });
+    seen(read);
+    const n = Number(read.content[0].text.split("\n")[0].split("\t")[1]);
+    const written = await client.callTool({
+      name: "write_file",
+      arguments: { path: "counter.txt", content: `${n + 1}\n` },
+    });
+    seen(written);
+  }
+  await client.close();
+  console.log(JSON.stringify({ blocks, same, warnings }));
+  process.exit(0);
 }
 
 if (mode === "race") {

@@ -289,6 +289,30 @@ impl App {
         None
     }
 
+    /// On a server whose table is in etcd, registers this server as one
+    /// of the session's whose MCP agent handles another server may name
+    /// (SPEC §14); in process, nothing to do.
+    #[cfg(feature = "mcp")]
+    pub(crate) async fn mcp_register(&self) -> Result<()> {
+        #[cfg(feature = "etcd")]
+        if let Some(backend) = &self.etcd {
+            return backend.mcp_register(self).await;
+        }
+        Ok(())
+    }
+
+    /// Whether a server of the session at `authority` (`host:port`)
+    /// registered itself ([`App::mcp_register`]); never in process.
+    #[cfg(feature = "mcp")]
+    pub(crate) async fn mcp_registered(&self, authority: &str) -> Result<bool> {
+        #[cfg(feature = "etcd")]
+        if let Some(backend) = &self.etcd {
+            return backend.mcp_registered(authority).await;
+        }
+        let _ = authority;
+        Ok(false)
+    }
+
     pub(crate) fn token(&self) -> &str {
         &self.token
     }

@@ -146,6 +146,10 @@ impl SessionTable for EtcdSessionTable {
     fn dump(&self) -> TableFuture<'_, (Dump, ActorId)> {
         Box::pin(async move { Ok((self.table.dump().await?.table, self.actor.id())) })
     }
+
+    fn actor_id(&self) -> ActorId {
+        self.actor.id()
+    }
 }
 
 /// A `reserve` fence held in etcd.
@@ -286,8 +290,17 @@ impl EtcdBackend {
             }
         }
         let lease = self.table.grant_lease(app.ttl).await?;
+        // The server is registered as one of the session's on the root's
+        // lease: it names the servers a handle may send a model to.
+        let authority = app.url.strip_prefix("http://").unwrap_or(&app.url);
         let made = match self.table.create_actor(lease, "mcp", &app.root, None).await {
-            Ok(made) => made,
+            Ok(made) => match self.table.register_mcp_server(authority, lease).await {
+                Ok(()) => made,
+                Err(e) => {
+                    let _ = self.table.revoke(lease).await;
+                    return Err(e);
+                }
+            },
             Err(e) => {
                 let _ = self.table.revoke(lease).await;
                 return Err(e);
@@ -296,5 +309,20 @@ impl EtcdBackend {
         let renewing = self.renew(app, lease);
         *root = Some((made.clone(), renewing));
         Ok(made)
+    }
+}
+
+impl EtcdBackend {
+    /// Registers this server in the session's table as one whose MCP
+    /// agent handles other servers may name (with its MCP root, on the
+    /// root's lease: registered while the server lives).
+    pub(in crate::server::rpc) async fn mcp_register(&self, app: &App) -> Result<()> {
+        self.mcp_root(app).await.map(drop)
+    }
+
+    /// Whether a server of the session at `authority` (`host:port`) is
+    /// registered (see [`EtcdBackend::mcp_register`]).
+    pub(in crate::server::rpc) async fn mcp_registered(&self, authority: &str) -> Result<bool> {
+        self.table.mcp_server_registered(authority).await
     }
 }
