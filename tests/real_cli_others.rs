@@ -10,6 +10,8 @@
 
 #![allow(dead_code)]
 
+#[path = "common/cli_install.rs"]
+mod cli_install;
 #[path = "common/cli_script.rs"]
 mod cli_script;
 #[path = "common/edit_script.rs"]
@@ -31,7 +33,8 @@ use std::time::Duration;
 
 use cli_script::{Adder, Dialect, write_succeeded};
 use edit_script::{Rendezvous, Report, Tally, tally};
-use other_clis::{Ended, Session, cli_bin, configure_gemini, configure_opencode};
+use cli_install::cli_bin;
+use other_clis::{Ended, Session, configure_gemini, configure_opencode};
 use scripted_model::{ScriptedModel, ToolResult};
 
 /// A session's deadline: far above a run's few seconds, so only a hung

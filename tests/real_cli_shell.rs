@@ -7,6 +7,8 @@
 //! what the model reads.
 
 // The shared helpers serve several suites; this one uses a part of them.
+#[path = "common/cli_install.rs"]
+mod cli_install;
 #[path = "common/claude_code.rs"]
 #[allow(dead_code)]
 mod claude_code;

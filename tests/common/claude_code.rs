@@ -1,80 +1,18 @@
 //! The real Claude Code CLI for the real-CLI suite: installed from
-//! tests/cli's lockfile with `npm ci` into a folder under target/ (reused),
-//! run headless against a scripted model, one private home per run, and
+//! tests/cli's lockfile into a folder under target/ (reused; see
+//! tests/common/cli_install.rs), run headless against a scripted model, one private home per run, and
 //! set up with writ the way a user does it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const INSTALL_HINT: &str = "node (22 or later) and npm are required: install them (Debian/Ubuntu: apt-get install nodejs npm)";
-
 /// The `claude` executable: the lockfile's version, or the newest on npm
-/// when `WRIT_CLI_LATEST=1` (the weekly job that finds a CLI's change the
-/// week it ships).
+/// when `WRIT_CLI_LATEST=1`.
 pub fn claude_bin() -> PathBuf {
-    static INSTALL: Mutex<()> = Mutex::new(());
-    let _once = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    for tool in ["node", "npm"] {
-        let found = Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        assert!(found.is_ok_and(|s| s.success()), "{INSTALL_HINT}");
-    }
-    let pinned = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli");
-    let latest = std::env::var("WRIT_CLI_LATEST").is_ok_and(|v| v == "1");
-    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join(if latest {
-        "real-cli-latest"
-    } else {
-        "real-cli"
-    });
-    let bin = prefix.join("node_modules/.bin/claude");
-    std::fs::create_dir_all(&prefix).unwrap_or_else(|e| panic!("{}: {e}", prefix.display()));
-    if latest {
-        if !bin.exists() {
-            npm(
-                &prefix,
-                &[
-                    "install",
-                    "--no-audit",
-                    "--no-fund",
-                    "@anthropic-ai/claude-code@latest",
-                ],
-            );
-        }
-        return bin;
-    }
-    // `npm ci` again whenever the lockfile changed since the last install.
-    let lock = std::fs::read(pinned.join("package-lock.json"))
-        .unwrap_or_else(|e| panic!("tests/cli/package-lock.json: {e}"));
-    let installed_lock = std::fs::read(prefix.join("package-lock.json")).ok();
-    if !bin.exists() || installed_lock.as_deref() != Some(&lock[..]) {
-        for file in ["package.json", "package-lock.json"] {
-            std::fs::copy(pinned.join(file), prefix.join(file))
-                .unwrap_or_else(|e| panic!("copying tests/cli/{file}: {e}"));
-        }
-        npm(&prefix, &["ci", "--no-audit", "--no-fund"]);
-    }
-    bin
-}
-
-fn npm(prefix: &Path, args: &[&str]) {
-    let status = Command::new("npm")
-        .args(args)
-        .current_dir(prefix)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap_or_else(|e| panic!("npm could not start: {e}"));
-    assert!(
-        status.success(),
-        "npm {} failed with {status}",
-        args.join(" ")
-    );
+    super::cli_install::cli_bin("claude", "@anthropic-ai/claude-code")
 }
 
 /// The folder holding the `writ` the tests built, for PATH: a user has
