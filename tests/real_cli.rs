@@ -8,10 +8,10 @@
 //! and without writ, and every refusal must reach the model with writ's
 //! sentence.
 
-#[path = "common/cli_install.rs"]
-mod cli_install;
 #[path = "common/claude_code.rs"]
 mod claude_code;
+#[path = "common/cli_install.rs"]
+mod cli_install;
 #[path = "common/edit_script.rs"]
 mod edit_script;
 #[path = "common/scripted_model.rs"]

@@ -31,9 +31,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use cli_install::cli_bin;
 use cli_script::{Adder, Dialect, write_succeeded};
 use edit_script::{Rendezvous, Report, Tally, tally};
-use cli_install::cli_bin;
 use other_clis::{Ended, Session, configure_gemini, configure_opencode};
 use scripted_model::{ScriptedModel, ToolResult};
 

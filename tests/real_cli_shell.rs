@@ -7,11 +7,11 @@
 //! what the model reads.
 
 // The shared helpers serve several suites; this one uses a part of them.
-#[path = "common/cli_install.rs"]
-mod cli_install;
 #[path = "common/claude_code.rs"]
 #[allow(dead_code)]
 mod claude_code;
+#[path = "common/cli_install.rs"]
+mod cli_install;
 #[path = "common/scripted_model.rs"]
 #[allow(dead_code)]
 mod scripted_model;
