@@ -305,7 +305,11 @@ fn every_tool_of_both_sets_takes_an_agent_mirrored_into_a_header() {
             ],
         });
         let r = run(script, scratch.path().to_path_buf()).await;
-        for (listing, count) in [(&r[0], 10), (&r[1], 14)] {
+        let sets = [
+            (&r[0], writ::mcp::TOOL_NAMES.len()),
+            (&r[1], writ::mcp::FILESYSTEM_TOOL_NAMES.len()),
+        ];
+        for (listing, count) in sets {
             let tools = listing["tools"]
                 .as_array()
                 .unwrap_or_else(|| panic!("{listing}"));
@@ -722,6 +726,9 @@ fn writ_tour(steps: &mut Vec<Value>, who: &str, dir: &str) -> Vec<(usize, &'stat
     t("append_file", json!({"path": p("g.txt"), "content": "x\n"}));
     let not_read_bare = t("delete_file", json!({"path": p("h.txt")}));
     t("read_file", json!({"path": p("h.txt"), "offset": 2}));
+    // A move replaces the whole file: a view of part of it is not enough.
+    let partial = t("move_file", json!({"from": p("h.txt"), "to": p("h2.txt")}));
+    t("read_file", json!({"path": p("h.txt")}));
     t("move_file", json!({"from": p("h.txt"), "to": p("h2.txt")}));
     t("list_dir", json!({"path": dir}));
     t("reserve", json!({"paths": [p("r/")], "note": "a tour"}));
@@ -737,6 +744,7 @@ fn writ_tour(steps: &mut Vec<Value>, who: &str, dir: &str) -> Vec<(usize, &'stat
         (stale, "stale"),
         (not_read, "not_read"),
         (not_read_bare, "not_read"),
+        (partial, "partial_view"),
         (busy, "busy"),
         (bad, "bad_arguments"),
     ]

@@ -24,6 +24,11 @@ use std::time::Instant;
 
 use similar::{Algorithm, DiffOp};
 
+/// How long a line diff between an agent's read and the current content
+/// may take before it settles for a less minimal one (which can only
+/// refuse more, or show a longer diff).
+pub(crate) const DIFF_TIME: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// An edit that met a stale mark and may be anchored.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Edit<'e> {
@@ -321,7 +326,7 @@ pub(crate) fn changes(marked: &[u8], current: &[u8], bound: usize) -> (String, b
     );
     let diff = similar::TextDiff::configure()
         .algorithm(Algorithm::Myers)
-        .timeout(std::time::Duration::from_millis(500))
+        .timeout(DIFF_TIME)
         .diff_lines(old.as_ref(), new.as_ref());
     let text = diff
         .unified_diff()

@@ -300,9 +300,10 @@ pub(crate) struct Known {
     pub(crate) writer: Option<(String, String, std::time::Duration)>,
 }
 
-/// How long an anchored edit's line diff may take before it settles for a
-/// less minimal one.
-const ANCHOR_DIFF_TIME: std::time::Duration = std::time::Duration::from_millis(500);
+/// How many lines of a file an append needs to have seen: the tail a
+/// refused append carries (SPEC §6), on `/rpc` and through the MCP tools
+/// alike.
+pub(crate) const TAIL_LINES: usize = 20;
 
 /// A resolved path of one operation.
 struct Place {
@@ -869,7 +870,7 @@ impl<'a> Files<'a> {
         };
         // The diff runs inside the exclusive hold: a pathological pair of
         // versions gets a less minimal diff (more refusals), not a stall.
-        let deadline = std::time::Instant::now() + ANCHOR_DIFF_TIME;
+        let deadline = std::time::Instant::now() + anchor::DIFF_TIME;
         let new = match (anchor::decide(&marked, current, edit, Some(deadline)), edit) {
             (Ok(()), _) => {
                 let Ok(new) = apply(Some(current)) else {

@@ -756,8 +756,8 @@ pub(super) enum Show {
     Plain,
 }
 
-/// How many lines of a file a refused append shows.
-pub(super) const TAIL_LINES: u64 = 20;
+/// How many lines of a file a refused append shows: what an append needs.
+const TAIL_LINES: u64 = crate::files::TAIL_LINES as u64;
 
 /// Reads `path` for a write that was refused `Stale` or `NotRead` and turns
 /// the refusal into one that carries what was read (SPEC §6): the read

@@ -115,11 +115,7 @@ pub(crate) struct App {
     etcd: Option<EtcdBackend>,
 }
 
-/// How many lines of a file a refused `files.append` with `current: true`
-/// carries.
-pub(crate) const TAIL_LINES: usize = 20;
-
-/// The last [`TAIL_LINES`] lines of a `files.read` result, with `lines`
+/// The last [`crate::files::TAIL_LINES`] lines of a `files.read` result, with `lines`
 /// saying where they start; the result as it is when it cannot be cut.
 fn tail(mut read: Value) -> Option<Value> {
     let bytes = read.get("content").map(wire::content_from_wire)?.ok()?;
@@ -131,7 +127,7 @@ fn tail(mut read: Value) -> Option<Value> {
                 .map(|i| i + 1),
         )
         .collect();
-    let first = starts.len().saturating_sub(TAIL_LINES);
+    let first = starts.len().saturating_sub(crate::files::TAIL_LINES);
     let from = starts.get(first).copied().unwrap_or(0);
     if let Value::Object(map) = &mut read {
         map.insert("content".into(), wire::content_to_wire(&bytes[from..]));
@@ -500,7 +496,7 @@ impl App {
     /// refused `stale` or `not_read` then reads the file for its actor, as
     /// `files.read` would (recording the actor's mark: SPEC §6, the refusal
     /// is also the re-read), and returns what it read beside the error:
-    /// `{content, mark}`, for an append only the last [`TAIL_LINES`] lines
+    /// `{content, mark}`, for an append only the last [`crate::files::TAIL_LINES`] lines
     /// with `lines: [first, null]` (0-based) saying where they start.
     /// Nothing beside the error when the read fails too.
     pub(crate) async fn answer(
