@@ -786,6 +786,12 @@ fn filesystem_tour(
         json!({"source": p("h.txt"), "destination": p("h2.txt")}),
     );
     t("read_text_file", json!({"path": p("h.txt"), "tail": 1}));
+    // A move replaces the whole file: its tail is not enough.
+    let partial_move = t(
+        "move_file",
+        json!({"source": p("h.txt"), "destination": p("h2.txt")}),
+    );
+    t("read_text_file", json!({"path": p("h.txt")}));
     t(
         "move_file",
         json!({"source": p("h.txt"), "destination": p("h2.txt")}),
@@ -799,7 +805,10 @@ fn filesystem_tour(
         "write_file",
         json!({"path": root.join("busy/y.txt").display().to_string(), "content": "y\n"}),
     );
-    (vec![not_read, no_match, unread_move, missing, busy], media)
+    (
+        vec![not_read, no_match, unread_move, partial_move, missing, busy],
+        media,
+    )
 }
 
 /// Asserts a tour's results: each one text in both places, validated; the

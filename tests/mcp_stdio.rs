@@ -51,7 +51,8 @@ fn tools_are_listed_with_schemas_for_every_input() {
             "list_dir",
             "reserve",
             "release",
-            "writ_status"
+            "writ_status",
+            "run_command"
         ]
     );
     let props = |name: &str| -> Vec<String> {

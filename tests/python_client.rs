@@ -146,6 +146,7 @@ fn the_client_follows_the_servers_error_table() {
             "import json, writ_client; \
              print(json.dumps({k: c.__name__ for k, c in writ_client.KINDS.items()}))",
         ])
+        .env("PYTHONPATH", crate_root().join(SOURCE))
         .output();
     let output = match output {
         Ok(o) if o.status.success() => o,

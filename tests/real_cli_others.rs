@@ -320,17 +320,23 @@ fn gemini_with_writ_hooks_whole_file_writes_lose_nothing() {
     );
 }
 
-/// Gemini CLI's `replace` changes only the text it names: without writ it
-/// loses nothing either (the exact-match edit fails on changed text).
+/// Gemini CLI's `replace` changes only the text it names, but it reads
+/// and writes the file in two steps: without writ, edits landing at the
+/// same moment can still lose one. Its count is reported, not asserted:
+/// what plain Gemini CLI loses depends on timing writ does not control.
 #[test]
-fn gemini_without_writ_replace_loses_nothing() {
+fn gemini_without_writ_replace_reports_its_losses() {
     let mut world = World::new();
     let ended = world.gemini_sessions("gr", Dialect::GeminiReplace);
     let tally = world.tally();
     let story = world.story(&ended);
-    assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
+    assert!(
+        tally.landed + tally.lost.len() > 0,
+        "no session reported a landed line:\n{story}"
+    );
     println!(
-        "real-cli: Gemini CLI without writ, {SESSIONS} sessions, replace: 0 lost, {} landed, {} unfinished",
+        "real-cli: Gemini CLI without writ, {SESSIONS} sessions, replace: {} lost, {} landed, {} unfinished",
+        tally.lost.len(),
         tally.landed,
         tally.unfinished.len()
     );

@@ -276,7 +276,7 @@ async fn respond(
                 ToolResult {
                     name: call.map(|c| c.name.clone()).unwrap_or_default(),
                     input: call.map(|c| c.input.clone()).unwrap_or(Value::Null),
-                    text: text.clone(),
+                    text: as_read(text),
                     is_error: *is_error,
                 }
             })
@@ -487,5 +487,20 @@ pub mod anthropic {
             .header("cache-control", "no-cache")
             .body(axum::body::Body::from(body))
             .unwrap_or_default()
+    }
+}
+
+/// What a model reads in a tool result: a CLI that shows its model only a
+/// result's `structuredContent` (Claude Code 2.1.3xx, Codex) sends it as
+/// JSON, and a model reads the text inside it (`text` in writ's tool set,
+/// `content` in the filesystem set, SPEC §14): so does a script.
+/// Anything else is read as it came.
+pub fn as_read(text: &str) -> String {
+    let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(text.trim()) else {
+        return text.to_string();
+    };
+    match fields.get("text").or_else(|| fields.get("content")) {
+        Some(Value::String(inner)) => inner.clone(),
+        _ => text.to_string(),
     }
 }
