@@ -159,14 +159,25 @@ fn seen(response: Option<&Value>) -> Seen {
     }
 }
 
-/// The tool input with `agent` naming the session's (or subagent's) agent,
-/// whatever the model put there: the hook knows who calls, the model may not.
+/// The tool input with `agent` naming a subagent's agent, whatever the
+/// model put there: the hook knows who calls, the model may not (and a
+/// model told to may name another agent). The main conversation names
+/// none: its calls act as its own bridge's agent, one per Claude Code
+/// process, whose reservations end with the session (a named agent's
+/// would outlive it by `--mcp-idle`).
 fn with_agent(input: Value, who: &Who) -> Value {
     let mut input = match input {
         Value::Object(map) => map,
         _ => serde_json::Map::new(),
     };
-    input.insert("agent".into(), json!(engine::agent_name(MCP_PREFIX, who)));
+    match &who.agent {
+        Some(_) => {
+            input.insert("agent".into(), json!(engine::agent_name(MCP_PREFIX, who)));
+        }
+        None => {
+            input.remove("agent");
+        }
+    }
     Value::Object(input)
 }
 
