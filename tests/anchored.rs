@@ -463,9 +463,26 @@ fn run(start: &[u8], steps: &[Step]) -> Result<(), TestCaseError> {
                         // between: nothing reordered or dropped.
                         let k = model.current.iter().position(|l| *l == below);
                         let j = model.current.iter().position(|l| *l == above);
-                        let (Some(j), Some(k)) = (j, k) else {
-                            prop_assert!(false, "{step:?} inserted beside a line it had not seen");
-                            unreachable!()
+                        let (j, k) = match (j, k) {
+                            (Some(j), Some(k)) => (j, k),
+                            // Another instance of a repeated text stands
+                            // where the agent saw its own: the text it named
+                            // must then stand once, whole, in the current
+                            // content, and that is what the replace works on
+                            // (SPEC §6 compares texts, not instances).
+                            _ => {
+                                let at: Vec<usize> = (0..model.current.len().saturating_sub(1))
+                                    .filter(|&i| {
+                                        model.current[i].1 == above.1
+                                            && model.current[i + 1].1 == below.1
+                                    })
+                                    .collect();
+                                prop_assert!(
+                                    at.len() == 1,
+                                    "{step:?} inserted beside a line it had not seen"
+                                );
+                                (at[0], at[0] + 1)
+                            }
                         };
                         prop_assert!(j < k, "{step:?} reordered");
                         for between in &model.current[j + 1..k] {
