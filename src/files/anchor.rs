@@ -124,32 +124,7 @@ pub(crate) fn inserted(
         }
     }
     let (lo, hi) = (first.saturating_sub(1), (end + 1).min(m_lines.len()));
-    // A line diff aligns repeated lines by choice, not by identity: when a
-    // change since deleted, rewrote or added a line with the text of a
-    // spanned line or a neighbour, "unchanged" may be another instance of
-    // that text, and the insertion could land beside lines the agent never
-    // saw there. Such a replace is judged as `decide` says instead.
-    let named = &m_lines[lo..hi];
-    let repeats = |from: &[&[u8]]| from.iter().any(|line| named.contains(line));
-    let ambiguous = ops.iter().any(|op| match *op {
-        DiffOp::Equal { .. } => false,
-        DiffOp::Insert {
-            new_index, new_len, ..
-        } => repeats(&c_lines[new_index..new_index + new_len]),
-        DiffOp::Delete {
-            old_index, old_len, ..
-        } => repeats(&m_lines[old_index..old_index + old_len]),
-        DiffOp::Replace {
-            old_index,
-            old_len,
-            new_index,
-            new_len,
-        } => {
-            repeats(&m_lines[old_index..old_index + old_len])
-                || repeats(&c_lines[new_index..new_index + new_len])
-        }
-    });
-    if ambiguous {
+    if aligned_by_choice(&ops, &m_lines, &c_lines, lo, hi) {
         return None;
     }
     // The spanned lines and their neighbours, unchanged.
@@ -245,6 +220,42 @@ pub(crate) fn replaced(current: &[u8], pairs: &[(&[u8], &[u8])]) -> Option<Vec<u
         out.splice(at..at + old.len(), new.iter().copied());
     }
     Some(out)
+}
+
+/// Whether the line diff `ops` may have aligned the marked version's lines
+/// `lo..hi` (a span and its neighbours) with the current content by choice
+/// rather than by identity: a change since deleted, rewrote or added a line
+/// with the text of one of them, so "unchanged" may be another instance of
+/// that text, and an edit could land beside lines the agent never saw
+/// there. Such an edit is not anchored (it is refused with the current
+/// content, and the agent redoes it on what it then sees).
+fn aligned_by_choice(
+    ops: &[DiffOp],
+    m_lines: &[&[u8]],
+    c_lines: &[&[u8]],
+    lo: usize,
+    hi: usize,
+) -> bool {
+    let named = &m_lines[lo..hi];
+    let repeats = |from: &[&[u8]]| from.iter().any(|line| named.contains(line));
+    ops.iter().any(|op| match *op {
+        DiffOp::Equal { .. } => false,
+        DiffOp::Insert {
+            new_index, new_len, ..
+        } => repeats(&c_lines[new_index..new_index + new_len]),
+        DiffOp::Delete {
+            old_index, old_len, ..
+        } => repeats(&m_lines[old_index..old_index + old_len]),
+        DiffOp::Replace {
+            old_index,
+            old_len,
+            new_index,
+            new_len,
+        } => {
+            repeats(&m_lines[old_index..old_index + old_len])
+                || repeats(&c_lines[new_index..new_index + new_len])
+        }
+    })
 }
 
 /// Does `op` touch the span of lines `first..end` (of the marked version)
