@@ -398,17 +398,23 @@ fn codex_with_writ_hooks_add_file_over_a_file_loses_nothing() {
     );
 }
 
-/// Codex CLI's `*** Update File` hunks apply only where their context is:
-/// without writ they lose nothing either.
+/// Codex CLI's `*** Update File` hunks apply only where their context is,
+/// but read and write the file in two steps: patches landing at the same
+/// moment can still lose one. Its count is reported, not asserted: what
+/// plain Codex loses depends on timing writ does not control.
 #[test]
-fn codex_without_writ_update_file_loses_nothing() {
+fn codex_without_writ_update_file_reports_its_losses() {
     let mut world = World::new();
     let ended = world.sessions("cu", Dialect::CodexUpdate, false);
     let tally = world.tally();
     let story = world.story(&ended);
-    assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
+    assert!(
+        tally.landed + tally.lost.len() > 0,
+        "no session reported a landed line:\n{story}"
+    );
     println!(
-        "real-cli: Codex CLI without writ, {SESSIONS} sessions, apply_patch Update File: 0 lost, {} landed, {} unfinished",
+        "real-cli: Codex CLI without writ, {SESSIONS} sessions, apply_patch Update File: {} lost, {} landed, {} unfinished",
+        tally.lost.len(),
         tally.landed,
         tally.unfinished.len()
     );
