@@ -1,8 +1,9 @@
 //! The `writ mcp` bridge as a stdio client lives with it (SPEC §14
 //! "Lifetime"): its session outlives a model's pause of several lease
 //! TTLs, survives a restart of the server (the next call works, and is told
-//! to read again), and a bridge killed with SIGKILL frees what its session
-//! held within the lease TTL; a call whose answer is lost on the way is
+//! to read again), a bridge stopped by SIGTERM, SIGINT or SIGHUP frees
+//! what its session held at once, and one killed with SIGKILL within the
+//! lease TTL; a call whose answer is lost on the way is
 //! neither left holding nor made twice. Driven with raw JSON-RPC lines, as
 //! any stdio client speaks.
 
@@ -246,6 +247,40 @@ fn the_bridge_outlives_pauses_and_restarts_and_dies_with_its_client() {
             "the killed client's reservation outlived it"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(server);
+}
+
+/// A client that stops its server with a signal (as coding CLIs do on
+/// exit) frees what the bridge's session reserved at once: with a lease
+/// TTL of ten minutes, waiting for the lease would keep another agent out
+/// all that time.
+#[test]
+fn a_bridge_stopped_by_a_signal_ends_its_session_and_frees_its_reservation() {
+    let (_dir, root) = workspace();
+    let (_state, state) = workspace();
+    let server = serve_with_ttl(&root, &state, "600");
+    for signal in ["-TERM", "-HUP", "-INT"] {
+        let mut client = StdioClient::start(&root);
+        let (error, text) = client.call("reserve", json!({"paths": ["r/"]}));
+        assert!(!error, "{text}");
+        // Each bridge's session is its own agent: `bridged`, `bridged-2`…
+        let held = holders(&root);
+        assert_eq!(held.len(), 1, "{signal}: {held:?}");
+        let _ = Command::new("kill")
+            .args([signal, &client.child.id().to_string()])
+            .status();
+        let status = client.child.wait().unwrap_or_else(|e| panic!("{e}"));
+        // Ended by itself, not by the signal's default action.
+        assert!(
+            status.code().is_some(),
+            "{signal}: the bridge died of the signal"
+        );
+        assert_eq!(
+            holders(&root),
+            Vec::<String>::new(),
+            "{signal}: the reservation outlived the bridge stopped by a signal"
+        );
     }
     stop(server);
 }

@@ -121,11 +121,23 @@ pub async fn run(url: &str, token: &str, bridge: Bridge<'_>) -> Result<(), Strin
     });
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut calls = tokio::task::JoinSet::new();
-    while let Some(line) = lines
-        .next_line()
-        .await
-        .map_err(|e| format!("cannot read stdin: {e}"))?
-    {
+    let mut stop = Stop::listen();
+    loop {
+        let line = tokio::select! {
+            line = lines.next_line() => line.map_err(|e| format!("cannot read stdin: {e}"))?,
+            () = stop.recv() => {
+                // A client stops its server with a signal as often as by
+                // closing stdin: the calls in flight are abandoned, and the
+                // session still ends, so nothing it reserved outlives it.
+                calls.abort_all();
+                if let Some(stream) = link.stream.lock().take() {
+                    stream.abort();
+                }
+                let _ = tokio::time::timeout(Duration::from_secs(2), link.close()).await;
+                return Ok(());
+            }
+        };
+        let Some(line) = line else { break };
         if line.trim().is_empty() {
             continue;
         }
@@ -162,6 +174,32 @@ pub async fn run(url: &str, token: &str, bridge: Bridge<'_>) -> Result<(), Strin
     }
     link.close().await;
     Ok(())
+}
+
+/// SIGTERM, SIGINT and SIGHUP: how clients and terminals stop a bridge.
+struct Stop(Vec<tokio::signal::unix::Signal>);
+
+impl Stop {
+    /// Listens from now on; a signal that cannot be listened for is left
+    /// to its default action, which ends the bridge as before.
+    fn listen() -> Stop {
+        use tokio::signal::unix::{SignalKind, signal};
+        let kinds = [
+            SignalKind::terminate(),
+            SignalKind::interrupt(),
+            SignalKind::hangup(),
+        ];
+        Stop(kinds.into_iter().filter_map(|k| signal(k).ok()).collect())
+    }
+
+    /// The first of the signals to arrive (never, if none is heard).
+    async fn recv(&mut self) {
+        if self.0.is_empty() {
+            return std::future::pending().await;
+        }
+        let heard = self.0.iter_mut().map(|s| Box::pin(s.recv()));
+        futures_util::future::select_all(heard).await;
+    }
 }
 
 /// How one request to the server went.

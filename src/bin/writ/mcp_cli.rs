@@ -167,7 +167,12 @@ fn serve(cmd: McpCmd) -> Result<(), String> {
             agent: cmd.agent.as_deref(),
             discover,
         };
-        return runtime.block_on(crate::mcp_bridge::run(&url, &token, bridge));
+        let bridged = runtime.block_on(crate::mcp_bridge::run(&url, &token, bridge));
+        // Stopped by a signal, the bridge leaves a read of stdin blocked on
+        // its own thread, which no one can cancel: waiting for it would
+        // keep the process alive until the client wrote another line.
+        runtime.shutdown_background();
+        return bridged;
     }
     let mut config = Config::default().anchored_edits(!cmd.strict_gate);
     if let Some(dir) = cmd.history_dir.or_else(|| default_history_dir(&root)) {
