@@ -27,6 +27,10 @@ use serde_json::{Value, json};
 
 const TTL: Duration = Duration::from_secs(1);
 
+/// Not an argument of `writ mcp`: starts a [`StdioClient`] that speaks the
+/// current revision, which opens no session.
+const MODERN: &str = "<modern>";
+
 /// `writ serve ROOT` until it has written its discovery file.
 fn serve(root: &Path, state: &Path) -> Child {
     serve_with_ttl(root, state, "1")
@@ -81,6 +85,8 @@ impl StdioClient {
     /// `writ mcp ROOT ARGS` with `state` as its state folder (where a
     /// server it starts keeps its log, token and history).
     fn start_in(root: &Path, state: Option<&Path>, args: &[&str]) -> Self {
+        let modern = args.contains(&MODERN);
+        let args: Vec<&str> = args.iter().copied().filter(|a| *a != MODERN).collect();
         let mut command = Command::new(env!("CARGO_BIN_EXE_writ"));
         if let Some(state) = state {
             command.env("XDG_STATE_HOME", state);
@@ -111,6 +117,9 @@ impl StdioClient {
             next: 0,
             init: Value::Null,
         };
+        if modern {
+            return client;
+        }
         let init = client.request(
             "initialize",
             json!({"protocolVersion": "2025-11-25", "capabilities": {},
@@ -146,6 +155,26 @@ impl StdioClient {
                 return message;
             }
         }
+    }
+
+    /// Calls a tool as a client of the current revision (2026-07-28)
+    /// does: no session, the revision in each request's `_meta`.
+    fn call_modern(&mut self, tool: &str, arguments: Value) -> (bool, String) {
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "modern", "version": "1"}});
+        let answer = self.request(
+            "tools/call",
+            json!({"name": tool, "arguments": arguments, "_meta": meta}),
+        );
+        let result = answer
+            .get("result")
+            .unwrap_or_else(|| panic!("{tool}: not a tool result: {answer}"));
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        (
+            result["isError"].as_bool().unwrap_or(false),
+            text.to_string(),
+        )
     }
 
     /// Calls a tool: (is_error, text). A protocol error fails the test: the
@@ -264,25 +293,51 @@ fn a_bridge_stopped_by_a_signal_ends_its_session_and_frees_its_reservation() {
         let mut client = StdioClient::start(&root);
         let (error, text) = client.call("reserve", json!({"paths": ["r/"]}));
         assert!(!error, "{text}");
-        // Each bridge's session is its own agent: `bridged`, `bridged-2`…
-        let held = holders(&root);
-        assert_eq!(held.len(), 1, "{signal}: {held:?}");
-        let _ = Command::new("kill")
-            .args([signal, &client.child.id().to_string()])
-            .status();
-        let status = client.child.wait().unwrap_or_else(|e| panic!("{e}"));
-        // Ended by itself, not by the signal's default action.
-        assert!(
-            status.code().is_some(),
-            "{signal}: the bridge died of the signal"
-        );
-        assert_eq!(
-            holders(&root),
-            Vec::<String>::new(),
-            "{signal}: the reservation outlived the bridge stopped by a signal"
-        );
+        stop_bridge(client, signal, &root);
+        // A client of the current revision has no session: what ends
+        // with the bridge is the agent minted for it.
+        let mut client = StdioClient::start_with(&root, &[MODERN]);
+        let (error, text) = client.call_modern("reserve", json!({"paths": ["r/"]}));
+        assert!(!error, "{text}");
+        stop_bridge(client, signal, &root);
     }
+    // Closing stdin ends the minted agent the same way.
+    let mut client = StdioClient::start_with(&root, &[MODERN]);
+    let (error, text) = client.call_modern("reserve", json!({"paths": ["r/"]}));
+    assert!(!error, "{text}");
+    // Named after the `clientInfo` in its `_meta`, as a handshake names it.
+    let held = holders(&root);
+    assert!(held.len() == 1 && held[0].starts_with("modern"), "{held:?}");
+    drop(client.stdin);
+    let _ = client.child.wait();
+    assert_eq!(
+        holders(&root),
+        Vec::<String>::new(),
+        "the reservation of a client of the current revision outlived its bridge"
+    );
     stop(server);
+}
+
+/// Stops `client`'s bridge with `signal` and checks it freed its one
+/// reservation as it ended.
+fn stop_bridge(mut client: StdioClient, signal: &str, root: &Path) {
+    // Each bridge's session is its own agent: `bridged`, `bridged-2`…
+    let held = holders(root);
+    assert_eq!(held.len(), 1, "{signal}: {held:?}");
+    let _ = Command::new("kill")
+        .args([signal, &client.child.id().to_string()])
+        .status();
+    let status = client.child.wait().unwrap_or_else(|e| panic!("{e}"));
+    // Ended by itself, not by the signal's default action.
+    assert!(
+        status.code().is_some(),
+        "{signal}: the bridge died of the signal"
+    );
+    assert_eq!(
+        holders(root),
+        Vec::<String>::new(),
+        "{signal}: the reservation outlived the bridge stopped by a signal"
+    );
 }
 
 /// A TCP link in front of the server that loses one answer on purpose:

@@ -658,7 +658,6 @@ fn e_a_model_thinking_past_every_ttl_is_still_denied() {
 /// not stale) must be refused naming the reservation, not land through
 /// it undecided.
 #[test]
-#[ignore = "open (issue 47): a reservation a Claude Code session made through writ mcp outlives the session, so the other agent gives up; run with --ignored"]
 fn e_a_model_thinking_past_every_ttl_is_refused_by_a_reservation() {
     let mut world = World::new();
     world.serve(&["--lease-ttl", "1"]);
@@ -716,7 +715,6 @@ fn e_a_model_thinking_past_every_ttl_is_refused_by_a_reservation() {
 /// the other's `write_file` meanwhile is refused naming the reservation;
 /// afterwards both land.
 #[test]
-#[ignore = "open (issue 47): a reservation a Claude Code session made through writ mcp outlives the session, so the other agent gives up; run with --ignored"]
 fn f_two_bridges_without_a_server_share_one_scheduler() {
     let mut world = World::new();
     world.configure();

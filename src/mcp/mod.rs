@@ -859,9 +859,15 @@ impl ToolServer {
         context: &RequestContext<RoleServer>,
         era: Era,
     ) -> Opening {
+        // A request of the current revision names its client in its own
+        // `_meta` (SEP-2575); it has no handshake for the peer to keep.
         let peer = context.peer.peer_info();
         let name = client_name
             .map(str::to_string)
+            .or_else(|| match era {
+                Era::Modern => context.meta.client_info().map(|i| i.name),
+                Era::Handshake => None,
+            })
             .or_else(|| peer.map(|p| p.client_info.name.clone()))
             .unwrap_or_else(|| "agent".to_string());
         Opening {

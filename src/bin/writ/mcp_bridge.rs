@@ -6,7 +6,9 @@
 //! agent (a hook fills it in for a subagent) goes without the bridge's
 //! default, so the call's own agent is the one that acts.
 //!
-//! The bridge lives as long as its client, whatever the client's call rate:
+//! The bridge lives as long as its client, whatever the client's call rate,
+//! and ends what its client acted as when the client stops it (end of
+//! stdin, SIGTERM, SIGINT, SIGHUP), so nothing reserved outlives it. Meanwhile,
 //! once the session is open it holds the session's GET stream open (the
 //! server counts a session with a stream as alive, and pings it), reopening
 //! it if it drops. When the server restarts, the next call finds the
@@ -172,7 +174,7 @@ pub async fn run(url: &str, token: &str, bridge: Bridge<'_>) -> Result<(), Strin
     if let Some(stream) = link.stream.lock().take() {
         stream.abort();
     }
-    link.close().await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), link.close()).await;
     Ok(())
 }
 
@@ -551,13 +553,38 @@ impl Link {
         answered
     }
 
-    /// Ends the MCP session (HTTP DELETE), which frees an unnamed
-    /// session's actor and holds.
+    /// Ends what the bridge's client acted as: its MCP session (HTTP
+    /// DELETE), which frees an unnamed session's actor and holds; or, for
+    /// a client of the current revision, which has no session, the agent
+    /// minted for it (`agent.release`), which would otherwise keep its
+    /// reservations for `--mcp-idle`. An agent named with `--agent` is
+    /// left as it is: a named agent outlives its clients (SPEC §14).
     async fn close(&self) {
-        if self.session.lock().0.is_none() {
+        if self.session.lock().0.is_some() {
+            let _ = self.send(Method::DELETE, Bytes::new()).await;
             return;
         }
-        let _ = self.send(Method::DELETE, Bytes::new()).await;
+        if self.agent.is_some() {
+            return;
+        }
+        let Some(handle) = self.handle.lock().clone() else {
+            return;
+        };
+        let target = self.target.lock().clone();
+        let mut rpc = target.endpoint.into_parts();
+        rpc.path_and_query = Some(hyper::http::uri::PathAndQuery::from_static("/rpc"));
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "agent.release",
+            "params": {"name": handle}});
+        let request = Uri::from_parts(rpc).ok().and_then(|uri| {
+            Request::post(uri)
+                .header(hyper::header::AUTHORIZATION, target.authorization)
+                .header(hyper::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(body.to_string())))
+                .ok()
+        });
+        if let Some(request) = request {
+            let _ = self.pool.request(request).await;
+        }
     }
 }
 
