@@ -4,6 +4,8 @@
 
 #![cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
 
+#[path = "common/mcp_http_client.rs"]
+mod http_client;
 #[path = "common/scratch.rs"]
 mod scratch;
 
@@ -498,6 +500,41 @@ fn subagent_stop_releases_its_holds_and_its_actor() {
         assert!(
             !dump.actors.iter().any(|a| a.name.contains("/a1b2c3d4")),
             "{dump}"
+        );
+        server.shutdown().await;
+    });
+}
+
+/// A subagent's calls of writ's MCP tools act as the agent its hook names
+/// (`claude-<session>/<agent>`), which no MCP session ends: its stop
+/// releases that agent's reservations too, at once.
+#[test]
+fn subagent_stop_releases_what_its_mcp_agent_reserved() {
+    let t = setup();
+    let root = &t.root;
+    runtime().block_on(async {
+        let server = serve(root, Duration::from_secs(15), None).await;
+        let url = format!("{}/mcp", server.url());
+        let mut bridge = http_client::McpHttp::modern(&url, server.token());
+        let (error, text) = bridge
+            .call(
+                "reserve",
+                json!({"paths": ["src/"], "agent": "claude-5def7bb7/a1b2c3d4"}),
+            )
+            .await;
+        assert!(!error, "{text}");
+        let held = |server: &Server| server.scheduler().dump().holds.len();
+        assert_eq!(held(&server), 1);
+        let mut stop = prompt(root, S, "");
+        stop["hook_event_name"] = json!("SubagentStop");
+        stop["agent_id"] = json!("a1b2c3d4e5f6");
+        stop["agent_type"] = json!("general-purpose");
+        run(&t.state, vec![stop]).await;
+        assert_eq!(
+            held(&server),
+            0,
+            "the stopped subagent's MCP reservation stayed: {}",
+            server.scheduler().dump()
         );
         server.shutdown().await;
     });

@@ -101,7 +101,9 @@ pub fn parse(event: &Value) -> Result<Parsed, String> {
             seen: seen(event.get("tool_response")),
             path,
         },
-        ("SubagentStop", _, _) if who.agent.is_some() => Step::AgentStop,
+        ("SubagentStop", _, _) if who.agent.is_some() => Step::AgentStop {
+            mcp_agent: Some(engine::agent_name(MCP_PREFIX, &who)),
+        },
         _ => Step::Renew,
     };
     Ok(Parsed::Engine(Event {

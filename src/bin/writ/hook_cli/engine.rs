@@ -105,8 +105,10 @@ pub enum Step {
     BeforeWrite { call: String, changes: Vec<Change> },
     /// The write tool `call` ran (or failed) on these files.
     AfterWrite { call: String, paths: Vec<PathBuf> },
-    /// A subagent ended: its reservations and its actor go.
-    AgentStop,
+    /// A subagent ended: its reservations and its actor go, and so does
+    /// `mcp_agent`, the agent its calls of writ's MCP tools acted as
+    /// (named by the hook, so no MCP session ends with the subagent).
+    AgentStop { mcp_agent: Option<String> },
 }
 
 impl Step {
@@ -552,9 +554,14 @@ async fn handle(settings: &Settings, event: &Event) -> Result<Decision, String> 
             run.after_write(&mut state, &key, call, paths).await?;
             Decision::Pass
         }
-        Step::AgentStop => {
+        Step::AgentStop { mcp_agent } => {
             if !key.is_empty() {
                 run.stop(&mut state, &key).await;
+            }
+            if let Some(name) = mcp_agent {
+                // What it reserved through writ's tools would otherwise
+                // stay for `--mcp-idle` after the subagent's end.
+                let _ = run.admin.call("agent.release", json!({"name": name})).await;
             }
             Decision::Pass
         }
