@@ -432,6 +432,34 @@ fn a_raw_modern_client_carries_its_handle_with_no_extra_call() {
     );
 }
 
+/// Waits until `/dump` lists `count` agents that no call acts as now.
+async fn idle_agents(server: &Server, count: usize) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let address = server.url().trim_start_matches("http://").to_string();
+    for _ in 0..500 {
+        let Ok(mut stream) = tokio::net::TcpStream::connect(&address).await else {
+            continue;
+        };
+        let request = format!(
+            "GET /dump HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            server.token()
+        );
+        let mut answer = String::new();
+        if stream.write_all(request.as_bytes()).await.is_err()
+            || stream.read_to_string(&mut answer).await.is_err()
+        {
+            continue;
+        }
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let dump: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+        if dump["absent_agents"].as_array().map(Vec::len) == Some(count) {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the dump never listed {count} idle agents");
+}
+
 /// A call of the current revision has no session to count, so the agent
 /// it mints lives in a pool of its own per token, bounded as sessions are
 /// (`--max-mcp-sessions`) but never counted against them: at the bound
@@ -453,6 +481,12 @@ fn minted_agents_have_a_pool_of_their_own_where_the_idlest_makes_room() {
             let (error, text) = anonymous.call("read_file", json!({"path": "a.txt"})).await;
             assert!(!error, "call {n}: {text}");
             minted.push(anonymous);
+            // A call's agent is idle once the server has dropped the
+            // call, which may come just after its answer: only an idle
+            // one may make room.
+            if n < 2 {
+                idle_agents(&server, n + 1).await;
+            }
         }
         // The third made room: the first, idle longest, went with its read;
         // the second kept its own.
