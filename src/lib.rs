@@ -71,6 +71,8 @@ pub struct ReadmeDoctests;
 // The ground: the one error type and the words it shares with every layer.
 mod error;
 mod kinds;
+#[cfg_attr(not(any(feature = "server", feature = "mcp")), allow(dead_code))]
+mod random;
 pub mod text;
 #[cfg_attr(not(any(feature = "server", feature = "etcd")), allow(dead_code))]
 mod tickets;

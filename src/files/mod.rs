@@ -303,6 +303,7 @@ pub(crate) struct Known {
 /// How many lines of a file an append needs to have seen: the tail a
 /// refused append carries (SPEC §6), on `/rpc` and through the MCP tools
 /// alike.
+#[cfg_attr(not(any(feature = "mcp", feature = "server")), allow(dead_code))]
 pub(crate) const TAIL_LINES: usize = 20;
 
 /// A resolved path of one operation.
@@ -561,6 +562,7 @@ impl<'a> Files<'a> {
     /// Anchored edits of this handle carry a diff of at most `bytes`
     /// (a surface that shows less than `Config::max_read_bytes`, as the
     /// MCP tools' read bound does).
+    #[cfg_attr(not(any(feature = "mcp", feature = "server")), allow(dead_code))]
     pub(crate) fn diff_bound(mut self, bytes: usize) -> Self {
         self.diff_bound = Some(bytes);
         self
@@ -1274,6 +1276,7 @@ impl<'a> Files<'a> {
     /// `f` applies in order: with a stale mark it is an anchored edit when
     /// every one of them is (all or none), as [`Files::replace`] says, and
     /// what `f` made is exactly those replacements.
+    #[cfg_attr(not(any(feature = "mcp", feature = "server")), allow(dead_code))]
     pub(crate) fn rewrite_anchored(
         &self,
         path: impl AsRef<Path>,

@@ -131,13 +131,10 @@ fn decode_header_value(value: &str) -> Option<String> {
 /// A new handle: a short name nobody can guess, so no two calls share one
 /// by accident or by a guess.
 pub(crate) fn mint() -> Result<String, String> {
-    let mut bytes = [0u8; 9];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-        .map_err(|e| format!("cannot make an agent handle: {e}"))?;
+    let bytes = crate::random::bytes(9).map_err(|e| format!("cannot make an agent handle: {e}"))?;
     const ALPHABET: &[u8; 32] = b"abcdefghijkmnpqrstuvwxyz23456789";
     let mut handle = String::from("agent-");
-    // 72 bits, five per character: 14 characters (the last takes two bits).
+    // 14 characters of five bits: 70 of the 72 random bits drawn.
     let mut bits: u128 = 0;
     for b in bytes {
         bits = (bits << 8) | u128::from(b);

@@ -503,7 +503,7 @@ pub struct Identity {
 enum How {
     Children {
         parent: Arc<Actor>,
-        names: Arc<Mutex<HashMap<String, usize>>>,
+        names: Arc<ClientNames>,
     },
     Actor(Arc<Actor>),
     Rule(Arc<Rule>),
@@ -590,13 +590,7 @@ impl Identity {
             How::Rule(rule) => rule(start),
             How::Later(_) => Err("this identity decides asynchronously".to_string()),
             How::Children { parent, names } => {
-                let base = clean_name(start.client_name);
-                let name = {
-                    let mut names = names.lock();
-                    let n = names.entry(base.clone()).or_insert(0);
-                    *n += 1;
-                    if *n == 1 { base } else { format!("{base}-{n}") }
-                };
+                let name = names.unique(start.client_name);
                 parent
                     .child(name, Grant::workspace(parent.root()))
                     .map(|child| SessionActor::owned(Arc::new(child)))
@@ -606,12 +600,28 @@ impl Identity {
     }
 }
 
+/// How many sessions took each client name: their actors are named
+/// `codex`, `codex-2`, …, in one process and on either table.
+#[derive(Debug, Default)]
+pub(crate) struct ClientNames(Mutex<HashMap<String, usize>>);
+
+impl ClientNames {
+    /// `client_name`, cleaned, made unique among the names given so far.
+    pub(crate) fn unique(&self, client_name: &str) -> String {
+        let base = clean_name(client_name);
+        let mut names = self.0.lock();
+        let n = names.entry(base.clone()).or_insert(0);
+        *n += 1;
+        if *n == 1 { base } else { format!("{base}-{n}") }
+    }
+}
+
 /// A client name fit for an actor name: printable, bounded.
 pub(crate) fn clean_name(name: &str) -> String {
     let cleaned: String = name
         .chars()
         .filter(|&c| !crate::text::deceptive(c))
-        .take(64)
+        .take(handle::MAX_AGENT_NAME)
         .collect();
     let cleaned = cleaned.trim();
     if cleaned.is_empty() {

@@ -6,8 +6,6 @@
 //! constant time, so response timing tells an attacker nothing about how
 //! much of a guess was right.
 
-use std::io::Read as _;
-
 use axum::http::HeaderMap;
 use subtle::ConstantTimeEq as _;
 
@@ -21,15 +19,6 @@ pub(crate) enum Caller {
     /// An actor token: acts only for this actor (its wire number) and its
     /// descendants.
     Actor(u64),
-}
-
-/// `n` random bytes from the OS, as hex.
-pub(crate) fn random_hex(n: usize) -> Result<String> {
-    let mut bytes = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| Error::io("read", "/dev/urandom", e))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A token given on the command line or by a caller must be plain text that

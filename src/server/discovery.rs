@@ -247,7 +247,7 @@ pub(crate) fn token_from_file(path: &Path) -> Result<String> {
             Ok(token)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let token = super::auth::random_hex(32)?;
+            let token = crate::random::hex(32)?;
             if let Some(dir) = path.parent() {
                 std::fs::DirBuilder::new()
                     .recursive(true)

@@ -488,7 +488,7 @@ impl Server {
                 t
             }
             (None, Some(file)) => discovery::token_from_file(file)?,
-            (None, None) => auth::random_hex(32)?,
+            (None, None) => crate::random::hex(32)?,
         };
         let mut options = options;
         options.limits.max_connections = raise_open_file_limit(options.limits.max_connections);

@@ -147,7 +147,7 @@ pub(crate) fn bind(path: &Path, uid: u32) -> Result<(SameUid, SocketFile)> {
     }
     clear_stale(&path, uid)?;
 
-    let staging = dir.join(format!(".w{}", super::auth::random_hex(4)?));
+    let staging = dir.join(format!(".w{}", crate::random::hex(4)?));
     let staged = staging.join("s");
     if staged.as_os_str().len() > MAX_SOCKET_PATH {
         return Err(refuse(

@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::{App, invalid};
-use crate::server::auth::{self, Caller};
+use crate::server::auth::Caller;
 use crate::server::lease::{ActorSlot, Guard, HoldSlot, Ticket};
 use crate::{Actor, Error, Result, tickets};
 
@@ -344,7 +344,7 @@ impl App {
         parent_lineage: Option<&[u64]>,
     ) -> Result<Value> {
         let n = actor.id().0;
-        let secret = auth::random_hex(32)?;
+        let secret = crate::random::hex(32)?;
         let lineage: Arc<[u64]> = parent_lineage
             .unwrap_or_default()
             .iter()

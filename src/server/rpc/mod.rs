@@ -215,7 +215,7 @@ impl App {
             root,
             read_roots,
             token,
-            instance: auth::random_hex(4)?,
+            instance: crate::random::hex(4)?,
             ttl: options.lease_ttl,
             call_wait: options.call_wait,
             mcp_idle: options.mcp_idle,

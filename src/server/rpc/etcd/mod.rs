@@ -40,7 +40,7 @@ use crate::etcd::tokens::token_hash;
 use crate::etcd::{ActorRef, LeaseId, Table, TableOptions};
 use crate::sched::actor::{check_child_root, scoped_keys};
 use crate::sched::resolve::Resolver;
-use crate::server::auth::{self, Caller};
+use crate::server::auth::Caller;
 use crate::{ActorId, CaseMode, Config, Error, HoldKind, Mode, Result, Scheduler, Target};
 
 /// Where a server finds its session's table in etcd.
@@ -249,7 +249,7 @@ impl App {
         Ok(format!(
             "{}.{}",
             self.handle('a', id.0),
-            auth::random_hex(32)?
+            crate::random::hex(32)?
         ))
     }
 
