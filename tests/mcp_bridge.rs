@@ -167,29 +167,27 @@ impl StdioClient {
             "tools/call",
             json!({"name": tool, "arguments": arguments, "_meta": meta}),
         );
-        let result = answer
-            .get("result")
-            .unwrap_or_else(|| panic!("{tool}: not a tool result: {answer}"));
-        let text = result["content"][0]["text"].as_str().unwrap_or_default();
-        (
-            result["isError"].as_bool().unwrap_or(false),
-            text.to_string(),
-        )
+        tool_result(tool, &answer)
     }
 
     /// Calls a tool: (is_error, text). A protocol error fails the test: the
     /// client must always get a tool result it can read.
     fn call(&mut self, tool: &str, arguments: Value) -> (bool, String) {
         let answer = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
-        let result = answer
-            .get("result")
-            .unwrap_or_else(|| panic!("{tool}: not a tool result: {answer}"));
-        let text = result["content"][0]["text"].as_str().unwrap_or_default();
-        (
-            result["isError"].as_bool().unwrap_or(false),
-            text.to_string(),
-        )
+        tool_result(tool, &answer)
     }
+}
+
+/// A tool call's answer as (is_error, text); a protocol error fails the test.
+fn tool_result(tool: &str, answer: &Value) -> (bool, String) {
+    let result = answer
+        .get("result")
+        .unwrap_or_else(|| panic!("{tool}: not a tool result: {answer}"));
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    (
+        result["isError"].as_bool().unwrap_or(false),
+        text.to_string(),
+    )
 }
 
 /// The URL and token of the server running for `root`.
