@@ -306,6 +306,22 @@ pub(crate) struct Known {
 #[cfg_attr(not(any(feature = "mcp", feature = "server")), allow(dead_code))]
 pub(crate) const TAIL_LINES: usize = 20;
 
+/// The first line (1-based) of the tail a refused append shows, in a file
+/// of `total` lines: the last [`TAIL_LINES`] of them.
+#[cfg_attr(not(any(feature = "mcp", feature = "server")), allow(dead_code))]
+pub(crate) fn tail_first_line(total: u64) -> u64 {
+    total.saturating_sub(TAIL_LINES as u64) + 1
+}
+
+/// Whether a refused write shows its agent the file as it is now (SPEC
+/// §6): the file changed since the agent read it, or the agent never read
+/// it. Either way what it needs is the current content, which then counts
+/// as read; every other refusal carries none.
+#[cfg_attr(not(any(feature = "mcp", feature = "server")), allow(dead_code))]
+pub(crate) fn refusal_shows_current(error: &Error) -> bool {
+    matches!(error, Error::Stale { .. } | Error::NotRead { .. })
+}
+
 /// A resolved path of one operation.
 struct Place {
     key: Key,

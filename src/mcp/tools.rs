@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::args::{Args, Bad};
 use super::table::{AnyResult, ErasedOp, SessionTable};
 use super::{Held, Reserved, ToolServer, tool_error, tool_ok};
+use crate::files::tail_first_line;
 use crate::{Actor, Error, Files, HoldKind, ProtocolError, Receipt, Reservation, Target, View};
 
 /// The tools of [`ToolServer`](super::ToolServer), in the order `tools/list`
@@ -777,6 +778,9 @@ pub(super) async fn refused_with_current(
     show: Show,
     tool: &str,
 ) -> Failure {
+    if !crate::files::refusal_shows_current(&error) {
+        return Failure::Refused(error);
+    }
     let lead = match &error {
         Error::Stale { path, writer, ago } => {
             let who = match (writer, ago) {
@@ -799,7 +803,7 @@ pub(super) async fn refused_with_current(
             Show::Tail => {
                 let total = text.lines().count() as u64;
                 View::Tail {
-                    first: total.saturating_sub(TAIL_LINES) + 1,
+                    first: tail_first_line(total),
                     total,
                 }
             }
@@ -823,7 +827,7 @@ pub(super) async fn refused_with_current(
         ),
         Show::Tail => {
             let total = text.lines().count() as u64;
-            let first = total.saturating_sub(TAIL_LINES) + 1;
+            let first = tail_first_line(total);
             (
                 "Its last lines are below, as read_file shows them (for an append that is enough)",
                 numbered(&name, &text, first, TAIL_LINES, opts),

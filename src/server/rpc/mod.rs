@@ -127,7 +127,7 @@ fn tail(mut read: Value) -> Option<Value> {
                 .map(|i| i + 1),
         )
         .collect();
-    let first = starts.len().saturating_sub(crate::files::TAIL_LINES);
+    let first = crate::files::tail_first_line(starts.len() as u64) as usize - 1;
     let from = starts.get(first).copied().unwrap_or(0);
     if let Value::Object(map) = &mut read {
         map.insert("content".into(), wire::content_to_wire(&bytes[from..]));
@@ -530,7 +530,7 @@ impl App {
             _ => None,
         };
         match (self.run(caller, request).await, read) {
-            (Err(e @ (Error::Stale { .. } | Error::NotRead { .. })), Some((read, append))) => {
+            (Err(e), Some((read, append))) if crate::files::refusal_shows_current(&e) => {
                 let current = self.run(caller, Request::File(read)).await.ok();
                 let current = match current {
                     Some(whole) if append => tail(whole),
