@@ -722,7 +722,16 @@ async fn supervise(
             }
         }
         let mut stopper = process::Stopper::new(command.grace);
-        while let Some(wait) = stopper.step(&tree, std::time::Instant::now()) {
+        // Through the overlay the command is PID 1 of its own PID
+        // namespace: the kernel ends every process in it when it ends, and
+        // the leader exits only after that. A leader that exited by itself
+        // leaves nothing to stop (and a read-only `ls` does not pay a scan
+        // of `/proc`).
+        let left_nothing = overlaid && !timed_out;
+        while let Some(wait) = (!left_nothing)
+            .then(|| stopper.step(&tree, std::time::Instant::now()))
+            .flatten()
+        {
             if pump_done {
                 tokio::time::sleep(wait).await;
             } else {
