@@ -468,6 +468,77 @@ async fn files_run_through_the_server_merges_and_refuses_like_in_process() {
     assert!(bad.is_err());
 }
 
+/// `files.run {agent}` (and so `writ run --agent NAME` through a server)
+/// runs as the named agent `/mcp` sessions naming it act as: what that
+/// agent read counts for the command's writes. The same overwrite as a
+/// fresh actor is refused.
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_run_as_a_named_agent_counts_that_agents_reads() {
+    let ws = ws();
+    ws.put("list.txt", LINES);
+    let hist = tempfile::tempdir().unwrap();
+    let server = writ::server::Server::start(
+        writ::server::Options::new(&ws.root).config(Config::default().history_dir(hist.path())),
+    )
+    .await
+    .unwrap();
+    let session = writ::remote::Session::connect(server.url(), server.token())
+        .await
+        .unwrap();
+    let b = session
+        .actor("b", Grant::workspace(&ws.root))
+        .await
+        .unwrap();
+    b.files().read("list.txt").await.unwrap();
+    b.files()
+        .replace("list.txt", "two\n", "b's work\n")
+        .await
+        .unwrap();
+    ws.settle();
+    // The named agent "fmt" reads b's work through /mcp.
+    let mut mcp = http_client::McpHttp::modern(&format!("{}/mcp", server.url()), server.token());
+    let (error, text) = mcp
+        .call(
+            "read_file",
+            serde_json::json!({"path": "list.txt", "agent": "fmt"}),
+        )
+        .await;
+    assert!(!error, "{text}");
+    let overwrite = serde_json::json!("printf 'rewritten\\n' > list.txt");
+    // A fresh actor has not read it: refused, nothing applied.
+    let fresh = session
+        .actor("fmt", Grant::workspace(&ws.root))
+        .await
+        .unwrap();
+    let refused = session
+        .call(
+            "files.run",
+            serde_json::json!({"actor": fresh.handle(), "command": overwrite}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused["committed"], false, "{refused}");
+    assert_eq!(ws.get("list.txt"), "one\nb's work\nthree\nfour\nfive\nsix\n");
+    // As the named agent, which has: committed.
+    let run = session
+        .call(
+            "files.run",
+            serde_json::json!({"agent": "fmt", "command": overwrite}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run["committed"], true, "{run}");
+    assert_eq!(ws.get("list.txt"), "rewritten\n");
+    // Exactly one of `actor` and `agent`.
+    for both in [
+        serde_json::json!({"command": "true"}),
+        serde_json::json!({"actor": fresh.handle(), "agent": "fmt", "command": "true"}),
+    ] {
+        assert!(session.call("files.run", both).await.is_err());
+    }
+}
+
 /// `run_command` in writ's MCP tool set.
 #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
