@@ -79,6 +79,19 @@ pub struct Command {
     grace: Duration,
     commit_wait: Duration,
     overlay: bool,
+    outer: Option<Outer>,
+}
+
+/// A table the commit is admitted by too, before the actor's own (a
+/// server's etcd table: its holds, its marks), as the file tools'
+/// `Files::admitted_by`.
+#[derive(Clone)]
+pub(crate) struct Outer(pub(crate) std::sync::Arc<dyn crate::files::OuterAdmission>);
+
+impl fmt::Debug for Outer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Outer")
+    }
 }
 
 impl Command {
@@ -96,7 +109,24 @@ impl Command {
             grace: crate::delegate::DEFAULT_GRACE,
             commit_wait: DEFAULT_COMMIT_WAIT,
             overlay: true,
+            outer: None,
         }
+    }
+
+    /// The commit's write set is admitted by `outer` too (all or nothing,
+    /// waiting up to the commit wait), and the unseen-work rule reads the
+    /// marks `outer` knows; `outer` is told nothing else — the caller
+    /// records what landed ([`RunReport::landed`]).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn admitted_by(mut self, outer: Outer) -> Self {
+        self.outer = Some(outer);
+        self
+    }
+
+    /// How long the commit waits for its reservation.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn commit_wait_limit(&self) -> Duration {
+        self.commit_wait
     }
 
     /// Runs `line` with `/bin/sh -c`.
@@ -211,6 +241,11 @@ pub struct RunReport {
     pub duration: Duration,
     /// Anything else worth knowing.
     pub notes: Vec<String>,
+    /// What was applied, by folded path: the content hash it holds now, or
+    /// `None` where the file was removed (for an outer table's records).
+    #[serde(skip)]
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) landed: Vec<(PathBuf, Option<String>)>,
 }
 
 impl fmt::Display for RunReport {
@@ -390,6 +425,12 @@ impl Actor {
         };
         match overlay {
             Ok(()) => self.run_overlay(command, root, cwd).await,
+            // The fallback's fence is this scheduler's: another server's
+            // writes would not wait for it.
+            Err(why) if command.outer.is_some() => Err(Error::invalid(
+                &root,
+                format!("no overlay can be made here ({why}), and the fenced fallback is not served on a shared table"),
+            )),
             Err(why) => self.run_fenced(command, root, cwd, why).await,
         }
     }
@@ -452,6 +493,7 @@ impl Actor {
                 clock,
                 label: &label,
                 wait: command.commit_wait,
+                outer: command.outer.as_ref().map(|o| o.0.clone()),
             },
         )
         .await;
@@ -509,6 +551,7 @@ impl Actor {
             kept_for,
             duration: ran.duration,
             notes,
+            landed: outcome.landed,
         })
     }
 
@@ -606,6 +649,7 @@ impl Actor {
             kept_for: None,
             duration: ran.duration,
             notes,
+            landed: Vec::new(),
         })
     }
 }

@@ -176,12 +176,19 @@ impl FileOps for super::EtcdBackend {
         Ok(self.file_op(app, actor, request.op, wait).await?.to_wire())
     }
 
-    async fn run_command(&self, _app: &Arc<App>, _caller: &Caller, p: RunParams) -> Result<Value> {
-        command_of(&p)?;
-        named_agent(&p)?;
-        Err(crate::Error::invalid(
-            "",
-            "files.run is not served on a session whose table is in etcd yet; run the command through a server without --etcd",
-        ))
+    async fn run_command(&self, app: &Arc<App>, caller: &Caller, p: RunParams) -> Result<Value> {
+        let cmd = command_of(&p)?;
+        if let Some(name) = named_agent(&p)? {
+            return Err(crate::Error::invalid(
+                name,
+                "files.run {agent} is not served on a session whose table is in etcd yet; pass `actor`",
+            ));
+        }
+        let actor = self.actor(app, caller, &p.actor).await?;
+        let lease = actor.lease();
+        let runner = self.file_runner();
+        let running = runner.run_command(actor, cmd);
+        let report = self.long_poll(app, lease, running).await?;
+        Ok(json!(report))
     }
 }
