@@ -4404,14 +4404,22 @@ async fn files_run_commits_through_the_etcd_tables_admission() {
         let one = one.clone();
         let a = a.clone();
         tokio::spawn(async move {
-            file_op(&one, "files.run", &a, run("sed -i s/rewritten/sed/ list.txt")).await
+            file_op(
+                &one,
+                "files.run",
+                &a,
+                run("sed -i s/rewritten/sed/ list.txt"),
+            )
+            .await
         })
     };
     let url = servers[1].url().to_string();
     tokio::task::spawn_blocking(move || {
-        wait_until(Duration::from_secs(20), "the run's commit to wait in etcd", || {
-            waiters_through(&url) == 1
-        })
+        wait_until(
+            Duration::from_secs(20),
+            "the run's commit to wait in etcd",
+            || waiters_through(&url) == 1,
+        )
     })
     .await
     .unwrap();

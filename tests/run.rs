@@ -519,7 +519,10 @@ async fn files_run_as_a_named_agent_counts_that_agents_reads() {
         .await
         .unwrap();
     assert_eq!(refused["committed"], false, "{refused}");
-    assert_eq!(ws.get("list.txt"), "one\nb's work\nthree\nfour\nfive\nsix\n");
+    assert_eq!(
+        ws.get("list.txt"),
+        "one\nb's work\nthree\nfour\nfive\nsix\n"
+    );
     // As the named agent, which has: committed.
     let run = session
         .call(

@@ -429,7 +429,9 @@ impl Actor {
             // writes would not wait for it.
             Err(why) if command.outer.is_some() => Err(Error::invalid(
                 &root,
-                format!("no overlay can be made here ({why}), and the fenced fallback is not served on a shared table"),
+                format!(
+                    "no overlay can be made here ({why}), and the fenced fallback is not served on a shared table"
+                ),
             )),
             Err(why) => self.run_fenced(command, root, cwd, why).await,
         }
@@ -721,20 +723,11 @@ async fn supervise(
             overlay::prepare(cmd, plan);
         }
     };
-    let spawned = process::spawn_with(
-        &resolved,
-        program.as_os_str(),
-        args,
-        &env,
-        cwd,
-        prepare,
-    )
-    .map_err(|e| {
-        Error::Spawn {
+    let spawned = process::spawn_with(&resolved, program.as_os_str(), args, &env, cwd, prepare)
+        .map_err(|e| Error::Spawn {
             program: program.to_string_lossy().into_owned(),
             reason: e.to_string(),
-        }
-    })?;
+        })?;
     let started = tokio::time::Instant::now();
     let mut tree = spawned.tree;
     // Read before the command can end: see `ns::hold`.

@@ -222,13 +222,7 @@ fn inside(plan: &Plan) -> io::Result<()> {
     // SAFETY: prctl with integer arguments.
     check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
     map_ids(&plan.uid_map, &plan.gid_map)?;
-    mount(
-        c"none",
-        c"/",
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )?;
+    mount(c"none", c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
     mount(&plan.root, &plan.stage, None, libc::MS_BIND, None)?;
     mount(
         c"writ-run",

@@ -1384,7 +1384,12 @@ impl super::rpc::NamedAgents for Mcp {
         count
     }
 
-    fn seat<'a>(&'a self, app: &'a App, caller: Caller, name: String) -> super::rpc::SeatFuture<'a> {
+    fn seat<'a>(
+        &'a self,
+        app: &'a App,
+        caller: Caller,
+        name: String,
+    ) -> super::rpc::SeatFuture<'a> {
         Box::pin(async move {
             let seat = self.seats.agent(app, caller, Handle::named(name)).await?;
             let actor = seat.actor()?;

@@ -150,7 +150,10 @@ impl FileOps for InProcess {
                 .get()
                 .and_then(std::sync::Weak::upgrade)
                 .ok_or_else(|| {
-                    crate::Error::invalid(name, "named agents are `/mcp`'s, and this server has none")
+                    crate::Error::invalid(
+                        name,
+                        "named agents are `/mcp`'s, and this server has none",
+                    )
                 })?;
             // Seated for the whole run: the agent cannot go idle meanwhile.
             let (actor, seat) = agents
