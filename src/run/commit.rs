@@ -334,9 +334,9 @@ pub(crate) async fn commit(actor: &Actor, job: Job<'_>) -> Result<Outcome> {
     // what it knows of each path: this agent's marks live there.
     let known = match outer {
         Some(outer) => {
-            let keys: Vec<(crate::core::key::Key, crate::Mode)> = places
+            let keys: Vec<(crate::core::key::Key, crate::kinds::Mode)> = places
                 .iter()
-                .map(|k| (k.clone(), crate::Mode::Exclusive))
+                .map(|k| (k.clone(), crate::kinds::Mode::Exclusive))
                 .collect();
             let label = label.to_string();
             let admitted = tokio::task::spawn_blocking(move || outer.admit(&keys, &label))
