@@ -468,10 +468,10 @@ async fn files_run_through_the_server_merges_and_refuses_like_in_process() {
     assert!(bad.is_err());
 }
 
-/// `files.run {agent}` (and so `writ run --agent NAME` through a server)
-/// runs as the named agent `/mcp` sessions naming it act as: what that
-/// agent read counts for the command's writes. The same overwrite as a
-/// fresh actor is refused.
+/// `writ run --agent NAME` through a server (`files.run {agent}`) runs as
+/// the named agent `/mcp` sessions naming it act as: what that agent read
+/// counts for the command's writes. The same overwrite as a fresh actor
+/// (`files.run {actor}`, `writ run` without `--agent`) is refused.
 #[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_run_as_a_named_agent_counts_that_agents_reads() {
@@ -479,7 +479,9 @@ async fn files_run_as_a_named_agent_counts_that_agents_reads() {
     ws.put("list.txt", LINES);
     let hist = tempfile::tempdir().unwrap();
     let server = writ::server::Server::start(
-        writ::server::Options::new(&ws.root).config(Config::default().history_dir(hist.path())),
+        writ::server::Options::new(&ws.root)
+            .config(Config::default().history_dir(hist.path()))
+            .discovery_file(ws.root.join(".writ/serve.json")),
     )
     .await
     .unwrap();
@@ -523,15 +525,30 @@ async fn files_run_as_a_named_agent_counts_that_agents_reads() {
         ws.get("list.txt"),
         "one\nb's work\nthree\nfour\nfive\nsix\n"
     );
-    // As the named agent, which has: committed.
-    let run = session
-        .call(
-            "files.run",
-            serde_json::json!({"agent": "fmt", "command": overwrite}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(run["committed"], true, "{run}");
+    // `writ run` in the served folder: without --agent a fresh actor
+    // (refused, 75); with --agent fmt the named agent, which read it.
+    let cli = |agent: Option<&'static str>| {
+        let root = ws.root.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = Proc::new(env!("CARGO_BIN_EXE_writ"));
+            cmd.arg("run");
+            if let Some(agent) = agent {
+                cmd.args(["--agent", agent]);
+            }
+            cmd.args(["--", "sh", "-c", "printf 'rewritten\\n' > list.txt"])
+                .current_dir(root)
+                .output()
+                .unwrap()
+        })
+    };
+    let out = cli(None).await.unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert_eq!(
+        ws.get("list.txt"),
+        "one\nb's work\nthree\nfour\nfive\nsix\n"
+    );
+    let out = cli(Some("fmt")).await.unwrap();
+    assert!(out.status.success(), "{out:?}");
     assert_eq!(ws.get("list.txt"), "rewritten\n");
     // Exactly one of `actor` and `agent`.
     for both in [
