@@ -388,6 +388,28 @@ async fn a_timeout_kills_the_tree_and_the_output_comes_back() {
     }
 }
 
+/// A process the command leaves running in the background (its output
+/// still open) ends with the command: the run's PID namespace ends with
+/// it, so a run that ended by itself has nothing left to stop or wait for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_processes_end_with_the_command() {
+    let ws = ws();
+    let report =
+        ws.a.run(Command::shell("sleep 600 & echo started"))
+            .await
+            .unwrap();
+    if !overlay_or_skip(&report) {
+        return;
+    }
+    assert_eq!(report.status, Status::Completed);
+    assert_eq!(report.output, "started\n");
+    assert!(
+        !report.notes.iter().any(|n| n.contains("still open")),
+        "the background sleep outlived the command: {:?}",
+        report.notes
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fenced_fallback_says_so_and_reports_the_manifest() {
     let ws = ws();
