@@ -4340,3 +4340,103 @@ async fn mcp_sessions_on_etcd_count_against_the_sessions_slot_limits() {
     assert_eq!(children(dump), ["third"]);
     drop(servers);
 }
+
+/// `files.run` on a session in etcd (SPEC §17): the commit's write set is
+/// admitted in etcd and judged against the actor's marks kept there, and
+/// what it wrote is recorded there for every server's gate. An overwrite
+/// of another agent's work the actor has not read is refused (nothing
+/// applied); once the actor read it through the other server, the same
+/// overwrite commits; a commit waits in etcd for a hold taken through the
+/// other server; and a later write of the other agent is stale, naming the
+/// run's actor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_run_commits_through_the_etcd_tables_admission() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::write(root.join("list.txt"), "one\ntwo\nthree\n").unwrap();
+    let hist = tempfile::tempdir().unwrap();
+    let config = writ::Config::default()
+        .durability(writ::Durability::Process)
+        .history_dir(hist.path());
+    let (servers, [one, two]) = file_servers_with(&etcd, &root, "run", config).await;
+    let a = one.actor("a", writ::Grant::workspace(&root)).await.unwrap();
+    let b = two.actor("b", writ::Grant::workspace(&root)).await.unwrap();
+    let (a, b) = (a.handle().to_string(), b.handle().to_string());
+    read_through(&two, &b, "list.txt").await;
+    let params = serde_json::json!({"path": "list.txt", "old": "two\n", "new": "b's work\n"});
+    file_op(&two, "files.replace", &b, params).await.unwrap();
+    let run = |command: &str| serde_json::json!({ "command": command });
+    let overwrite = run("printf 'rewritten\\n' > list.txt");
+    // a has not read b's work: refused, nothing applied.
+    let refused = file_op(&one, "files.run", &a, overwrite.clone())
+        .await
+        .unwrap();
+    if refused["mode"] != "overlay" {
+        eprintln!("no overlay here: {refused}");
+        return;
+    }
+    assert_eq!(refused["committed"], false, "{refused}");
+    assert_eq!(refused["conflicts"][0]["writers"][0], "b", "{refused}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("list.txt")).unwrap(),
+        "one\nb's work\nthree\n"
+    );
+    // a reads it through the other server: its mark is in etcd, and the
+    // run through this one sees it.
+    read_through(&two, &a, "list.txt").await;
+    let done = file_op(&one, "files.run", &a, overwrite).await.unwrap();
+    assert_eq!(done["committed"], true, "{done}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("list.txt")).unwrap(),
+        "rewritten\n"
+    );
+    // The run's write is in etcd: b's next write through the other server
+    // is stale, naming a.
+    assert_eq!(
+        stale_writer(write_through(&two, &b, "list.txt", "b again\n").await).as_deref(),
+        Some("a")
+    );
+    // A hold taken through the other server: the commit waits for it in
+    // etcd, and lands once it is released.
+    let holder = two.actor("o", writ::Grant::workspace(&root)).await.unwrap();
+    let call = holder.try_admit(["list.txt"]).await.unwrap();
+    let waiting = {
+        let one = one.clone();
+        let a = a.clone();
+        tokio::spawn(async move {
+            file_op(
+                &one,
+                "files.run",
+                &a,
+                run("sed -i s/rewritten/sed/ list.txt"),
+            )
+            .await
+        })
+    };
+    let url = servers[1].url().to_string();
+    tokio::task::spawn_blocking(move || {
+        wait_until(
+            Duration::from_secs(20),
+            "the run's commit to wait in etcd",
+            || waiters_through(&url) == 1,
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(root.join("list.txt")).unwrap(),
+        "rewritten\n",
+        "nothing lands while the hold is held"
+    );
+    call.release().await.unwrap();
+    let landed = waiting.await.unwrap().unwrap();
+    assert_eq!(landed["committed"], true, "{landed}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("list.txt")).unwrap(),
+        "sed\n"
+    );
+    nothing_held(&[one, two]).await;
+    for server in servers {
+        server.shutdown().await;
+    }
+}

@@ -388,6 +388,28 @@ async fn a_timeout_kills_the_tree_and_the_output_comes_back() {
     }
 }
 
+/// A process the command leaves running in the background (its output
+/// still open) ends with the command: the run's PID namespace ends with
+/// it, so a run that ended by itself has nothing left to stop or wait for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_processes_end_with_the_command() {
+    let ws = ws();
+    let report =
+        ws.a.run(Command::shell("sleep 600 & echo started"))
+            .await
+            .unwrap();
+    if !overlay_or_skip(&report) {
+        return;
+    }
+    assert_eq!(report.status, Status::Completed);
+    assert_eq!(report.output, "started\n");
+    assert!(
+        !report.notes.iter().any(|n| n.contains("still open")),
+        "the background sleep outlived the command: {:?}",
+        report.notes
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fenced_fallback_says_so_and_reports_the_manifest() {
     let ws = ws();
@@ -466,6 +488,97 @@ async fn files_run_through_the_server_merges_and_refuses_like_in_process() {
         .call("files.run", serde_json::json!({"actor": a.handle()}))
         .await;
     assert!(bad.is_err());
+}
+
+/// `writ run --agent NAME` through a server (`files.run {agent}`) runs as
+/// the named agent `/mcp` sessions naming it act as: what that agent read
+/// counts for the command's writes. The same overwrite as a fresh actor
+/// (`files.run {actor}`, `writ run` without `--agent`) is refused.
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_run_as_a_named_agent_counts_that_agents_reads() {
+    let ws = ws();
+    ws.put("list.txt", LINES);
+    let hist = tempfile::tempdir().unwrap();
+    let server = writ::server::Server::start(
+        writ::server::Options::new(&ws.root)
+            .config(Config::default().history_dir(hist.path()))
+            .discovery_file(ws.root.join(".writ/serve.json")),
+    )
+    .await
+    .unwrap();
+    let session = writ::remote::Session::connect(server.url(), server.token())
+        .await
+        .unwrap();
+    let b = session
+        .actor("b", Grant::workspace(&ws.root))
+        .await
+        .unwrap();
+    b.files().read("list.txt").await.unwrap();
+    b.files()
+        .replace("list.txt", "two\n", "b's work\n")
+        .await
+        .unwrap();
+    ws.settle();
+    // The named agent "fmt" reads b's work through /mcp.
+    let mut mcp = http_client::McpHttp::modern(&format!("{}/mcp", server.url()), server.token());
+    let (error, text) = mcp
+        .call(
+            "read_file",
+            serde_json::json!({"path": "list.txt", "agent": "fmt"}),
+        )
+        .await;
+    assert!(!error, "{text}");
+    let overwrite = serde_json::json!("printf 'rewritten\\n' > list.txt");
+    // A fresh actor has not read it: refused, nothing applied.
+    let fresh = session
+        .actor("fmt", Grant::workspace(&ws.root))
+        .await
+        .unwrap();
+    let refused = session
+        .call(
+            "files.run",
+            serde_json::json!({"actor": fresh.handle(), "command": overwrite}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused["committed"], false, "{refused}");
+    assert_eq!(
+        ws.get("list.txt"),
+        "one\nb's work\nthree\nfour\nfive\nsix\n"
+    );
+    // `writ run` in the served folder: without --agent a fresh actor
+    // (refused, 75); with --agent fmt the named agent, which read it.
+    let cli = |agent: Option<&'static str>| {
+        let root = ws.root.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut cmd = Proc::new(env!("CARGO_BIN_EXE_writ"));
+            cmd.arg("run");
+            if let Some(agent) = agent {
+                cmd.args(["--agent", agent]);
+            }
+            cmd.args(["--", "sh", "-c", "printf 'rewritten\\n' > list.txt"])
+                .current_dir(root)
+                .output()
+                .unwrap()
+        })
+    };
+    let out = cli(None).await.unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert_eq!(
+        ws.get("list.txt"),
+        "one\nb's work\nthree\nfour\nfive\nsix\n"
+    );
+    let out = cli(Some("fmt")).await.unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(ws.get("list.txt"), "rewritten\n");
+    // Exactly one of `actor` and `agent`.
+    for both in [
+        serde_json::json!({"command": "true"}),
+        serde_json::json!({"actor": fresh.handle(), "agent": "fmt", "command": "true"}),
+    ] {
+        assert!(session.call("files.run", both).await.is_err());
+    }
 }
 
 /// `run_command` in writ's MCP tool set.

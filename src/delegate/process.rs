@@ -84,6 +84,18 @@ pub(crate) fn spawn(
     env: &[(OsString, OsString)],
     cwd: &Path,
 ) -> io::Result<Spawned> {
+    spawn_with(program, arg0, args, env, cwd, |_| {})
+}
+
+/// [`spawn`], with `prepare` given the command last (a `pre_exec` hook, say).
+pub(crate) fn spawn_with(
+    program: &Path,
+    arg0: &OsStr,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+    prepare: impl FnOnce(&mut Command),
+) -> io::Result<Spawned> {
     let (pid_tx, pid_rx) = std::sync::mpsc::channel::<Pid>();
     let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -100,6 +112,7 @@ pub(crate) fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    prepare(&mut cmd);
     // On failure `pid_tx` drops and the watcher ends without waiting.
     let mut child = cmd.spawn()?;
     let pid = Pid::from_child(&child);

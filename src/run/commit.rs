@@ -75,6 +75,9 @@ pub(crate) struct Outcome {
     pub(crate) notes: Vec<String>,
     /// Whether anything was judged at all (the write set was not empty).
     pub(crate) judged: bool,
+    /// What was applied, by folded path, with its content hash (`None`:
+    /// removed).
+    pub(crate) landed: Vec<(PathBuf, Option<String>)>,
 }
 
 fn ms(t: SystemTime) -> u64 {
@@ -274,6 +277,8 @@ pub(crate) struct Job<'a> {
     pub(crate) label: &'a str,
     /// How long the reservation may wait.
     pub(crate) wait: Duration,
+    /// A table that admits the write set too, first (an etcd table).
+    pub(crate) outer: Option<std::sync::Arc<dyn crate::files::OuterAdmission>>,
 }
 
 /// Judges the layer's write set and applies it, all or nothing.
@@ -287,6 +292,7 @@ pub(crate) async fn commit(actor: &Actor, job: Job<'_>) -> Result<Outcome> {
         clock,
         label,
         wait,
+        outer,
     } = job;
     let mut out = Outcome::default();
     let (wanted, removed_dirs) = write_set(root, upper, entries, rules, &mut out)?;
@@ -324,6 +330,22 @@ pub(crate) async fn commit(actor: &Actor, job: Job<'_>) -> Result<Outcome> {
         targets.push(Target::file(key.path.clone()).resolved());
         places.push(key);
     }
+    // The outer table first (its holds are what other servers see), with
+    // what it knows of each path: this agent's marks live there.
+    let known = match outer {
+        Some(outer) => {
+            let keys: Vec<(crate::core::key::Key, crate::kinds::Mode)> = places
+                .iter()
+                .map(|k| (k.clone(), crate::kinds::Mode::Exclusive))
+                .collect();
+            let label = label.to_string();
+            let admitted = tokio::task::spawn_blocking(move || outer.admit(&keys, &label))
+                .await
+                .map_err(|e| Error::io("admit", root, std::io::Error::other(e.to_string())))?;
+            Some(admitted?)
+        }
+        None => None,
+    };
     let _call = actor
         .request(targets)
         .label(label.to_string())
@@ -355,7 +377,7 @@ pub(crate) async fn commit(actor: &Actor, job: Job<'_>) -> Result<Outcome> {
     let marks = MarkStore::of(&actor.meta);
 
     let mut judged = Vec::with_capacity(set.len());
-    for (w, key) in set.into_iter().zip(places) {
+    for (i, (w, key)) in set.into_iter().zip(places).enumerate() {
         let abs = key.path.clone();
         let live = match fsio::current(root, &abs)? {
             Current::Absent => None,
@@ -458,7 +480,10 @@ pub(crate) async fn commit(actor: &Actor, job: Job<'_>) -> Result<Outcome> {
         };
         // The unseen-work rule.
         if let Some(start) = &start {
-            let mark = marks.get(&key.norm);
+            let mark = match &known {
+                Some(known) => known.get(i).and_then(|k| k.mark.clone()),
+                None => marks.get(&key.norm),
+            };
             let seen = mark.as_ref().is_some_and(|m| m.sha256 == sha256_hex(start));
             let read_ms = mark.as_ref().map_or(0, |m| ms(m.read_at));
             let unseen: Vec<_> = writes
@@ -647,6 +672,8 @@ fn apply(
         .collect();
     let gate = Gate::of(actor.scheduler());
     for (j, sha) in judged.iter().zip(&shas) {
+        out.landed
+            .push((j.norm.clone(), sha.as_ref().map(|s| s.0.clone())));
         gate.record_write(
             &j.norm,
             &actor.meta.name,

@@ -40,6 +40,7 @@
 //! ```
 
 mod commit;
+mod ns;
 mod overlay;
 mod passthrough;
 
@@ -78,6 +79,19 @@ pub struct Command {
     grace: Duration,
     commit_wait: Duration,
     overlay: bool,
+    outer: Option<Outer>,
+}
+
+/// A table the commit is admitted by too, before the actor's own (a
+/// server's etcd table: its holds, its marks), as the file tools'
+/// `Files::admitted_by`.
+#[derive(Clone)]
+pub(crate) struct Outer(pub(crate) std::sync::Arc<dyn crate::files::OuterAdmission>);
+
+impl fmt::Debug for Outer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Outer")
+    }
 }
 
 impl Command {
@@ -95,7 +109,24 @@ impl Command {
             grace: crate::delegate::DEFAULT_GRACE,
             commit_wait: DEFAULT_COMMIT_WAIT,
             overlay: true,
+            outer: None,
         }
+    }
+
+    /// The commit's write set is admitted by `outer` too (all or nothing,
+    /// waiting up to the commit wait), and the unseen-work rule reads the
+    /// marks `outer` knows; `outer` is told nothing else — the caller
+    /// records what landed ([`RunReport::landed`]).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn admitted_by(mut self, outer: Outer) -> Self {
+        self.outer = Some(outer);
+        self
+    }
+
+    /// How long the commit waits for its reservation.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn commit_wait_limit(&self) -> Duration {
+        self.commit_wait
     }
 
     /// Runs `line` with `/bin/sh -c`.
@@ -210,6 +241,11 @@ pub struct RunReport {
     pub duration: Duration,
     /// Anything else worth knowing.
     pub notes: Vec<String>,
+    /// What was applied, by folded path: the content hash it holds now, or
+    /// `None` where the file was removed (for an outer table's records).
+    #[serde(skip)]
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) landed: Vec<(PathBuf, Option<String>)>,
 }
 
 impl fmt::Display for RunReport {
@@ -388,7 +424,15 @@ impl Actor {
             Err("the run asked for the fenced mode".to_string())
         };
         match overlay {
-            Ok(unshare) => self.run_overlay(command, root, cwd, unshare).await,
+            Ok(()) => self.run_overlay(command, root, cwd).await,
+            // The fallback's fence is this scheduler's: another server's
+            // writes would not wait for it.
+            Err(why) if command.outer.is_some() => Err(Error::invalid(
+                &root,
+                format!(
+                    "no overlay can be made here ({why}), and the fenced fallback is not served on a shared table"
+                ),
+            )),
             Err(why) => self.run_fenced(command, root, cwd, why).await,
         }
     }
@@ -398,7 +442,6 @@ impl Actor {
         command: Command,
         root: PathBuf,
         cwd: PathBuf,
-        unshare: &Path,
     ) -> Result<RunReport> {
         sweep();
         let id = run_id();
@@ -406,7 +449,13 @@ impl Actor {
             .map_err(|e| Error::io("create the run's layer in", overlay::runs_dir(), e))?;
         let rules = passthrough::Rules::load(&root);
         let through = rules.top_dirs(&root);
-        let (program, args) = overlay::wrap(unshare, &root, &layer, &through, &cwd, &command.argv);
+        let plan = match overlay::plan(&root, &layer, &through, &cwd) {
+            Ok(plan) => std::sync::Arc::new(plan),
+            Err(e) => {
+                layer.remove();
+                return Err(Error::invalid(&root, e.to_string()));
+            }
+        };
         let started = SystemTime::now();
         let clock = match fs_clock(&layer.dir) {
             Ok(clock) => clock,
@@ -415,7 +464,7 @@ impl Actor {
                 return Err(Error::io("stamp the run's start in", &layer.dir, e));
             }
         };
-        let ran = match supervise(&program, &args, &cwd, &layer.dir, &command).await {
+        let ran = match supervise(&cwd, &layer.dir, &command, Some(plan)).await {
             Ok(ran) => ran,
             Err(e) => {
                 layer.remove();
@@ -423,6 +472,10 @@ impl Actor {
             }
         };
         let mut notes = ran.notes;
+        // Unmounting the overlay (an inode evicted per file the command
+        // looked at) and removing a committed run's layer are nobody's
+        // wait: a thread does them after the report is out.
+        let namespace = ran.namespace;
         let label = format!("writ run: {}", overlay::describe(&command.argv));
         let entries = match overlay::scan(&layer.upper()) {
             Ok(entries) => entries,
@@ -442,6 +495,7 @@ impl Actor {
                 clock,
                 label: &label,
                 wait: command.commit_wait,
+                outer: command.outer.as_ref().map(|o| o.0.clone()),
             },
         )
         .await;
@@ -460,12 +514,29 @@ impl Actor {
         notes.extend(outcome.notes);
         let committed = !failed && outcome.conflicts.is_empty();
         let (kept, kept_for) = if committed {
-            layer.remove();
             (None, None)
         } else {
             keep(&layer, command.keep);
             (Some(layer.dir.clone()), Some(command.keep))
         };
+        let discard = committed.then(|| layer.clone());
+        let fallback = discard.clone();
+        let cleanup = move || {
+            drop(namespace);
+            if let Some(layer) = discard {
+                layer.remove();
+            }
+        };
+        if std::thread::Builder::new()
+            .name("writ-run-cleanup".into())
+            .spawn(cleanup)
+            .is_err()
+        {
+            // The closure, and the namespace with it, was dropped here.
+            if let Some(layer) = fallback {
+                layer.remove();
+            }
+        }
         Ok(RunReport {
             run: id,
             mode: RunMode::Overlay,
@@ -482,6 +553,7 @@ impl Actor {
             kept_for,
             duration: ran.duration,
             notes,
+            landed: outcome.landed,
         })
     }
 
@@ -539,14 +611,7 @@ impl Actor {
         let before = tokio::task::spawn_blocking(move || walk(None).0)
             .await
             .map_err(|e| Error::io("scan", &root, std::io::Error::other(e.to_string())))?;
-        let ran = supervise(
-            Path::new(&command.argv[0]),
-            &command.argv[1..],
-            &cwd,
-            &dir,
-            &command,
-        )
-        .await;
+        let ran = supervise(&cwd, &dir, &command, None).await;
         let _ = std::fs::remove_dir_all(&dir);
         let ran = ran?;
         let changes = tokio::task::spawn_blocking(move || walk2(Some(before)).1)
@@ -586,6 +651,7 @@ impl Actor {
             kept_for: None,
             duration: ran.duration,
             notes,
+            landed: Vec::new(),
         })
     }
 }
@@ -620,18 +686,23 @@ struct Ran {
     output_bytes: u64,
     duration: Duration,
     notes: Vec<String>,
+    /// The overlay's mount namespace, held so that unmounting it happens
+    /// when this is dropped, not in the command's exit (`ns::hold`).
+    namespace: Option<std::fs::File>,
 }
 
-/// Runs `program args` in its own process group with the caller's
-/// environment, copying its output to `<dir>/output.log` and a tail; stops
-/// the whole tree at the deadline (SIGTERM, grace, SIGKILL), as §9 does.
+/// Runs the command in its own process group with the caller's
+/// environment (through the overlay of `plan`, when given), copying its
+/// output to `<dir>/output.log` and a tail; stops the whole tree at the
+/// deadline (SIGTERM, grace, SIGKILL), as §9 does.
 async fn supervise(
-    program: &Path,
-    args: &[OsString],
     cwd: &Path,
     dir: &Path,
     command: &Command,
+    plan: Option<std::sync::Arc<ns::Plan>>,
 ) -> Result<Ran> {
+    let program = Path::new(&command.argv[0]);
+    let args = &command.argv[1..];
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     let path_var = env
         .iter()
@@ -646,14 +717,21 @@ async fn supervise(
         })?;
     let log_path = dir.join("output.log");
     let log = std::fs::File::create(&log_path).map_err(|e| Error::io("create", &log_path, e))?;
-    let spawned = process::spawn(&resolved, program.as_os_str(), args, &env, cwd).map_err(|e| {
-        Error::Spawn {
+    let overlaid = plan.is_some();
+    let prepare = |cmd: &mut std::process::Command| {
+        if let Some(plan) = plan {
+            overlay::prepare(cmd, plan);
+        }
+    };
+    let spawned = process::spawn_with(&resolved, program.as_os_str(), args, &env, cwd, prepare)
+        .map_err(|e| Error::Spawn {
             program: program.to_string_lossy().into_owned(),
             reason: e.to_string(),
-        }
-    })?;
+        })?;
     let started = tokio::time::Instant::now();
     let mut tree = spawned.tree;
+    // Read before the command can end: see `ns::hold`.
+    let namespace = if overlaid { ns::hold(tree.pid()) } else { None };
     drop(spawned.stdin);
     let mut exited = spawned.exited;
     let mut log = tokio::fs::File::from_std(log);
@@ -681,7 +759,16 @@ async fn supervise(
             }
         }
         let mut stopper = process::Stopper::new(command.grace);
-        while let Some(wait) = stopper.step(&tree, std::time::Instant::now()) {
+        // Through the overlay the command is PID 1 of its own PID
+        // namespace: the kernel ends every process in it when it ends, and
+        // the leader exits only after that. A leader that exited by itself
+        // leaves nothing to stop (and a read-only `ls` does not pay a scan
+        // of `/proc`).
+        let left_nothing = overlaid && !timed_out;
+        while let Some(wait) = (!left_nothing)
+            .then(|| stopper.step(&tree, std::time::Instant::now()))
+            .flatten()
+        {
             if pump_done {
                 tokio::time::sleep(wait).await;
             } else {
@@ -716,7 +803,8 @@ async fn supervise(
     use std::os::unix::process::ExitStatusExt;
     let mut exit_code = status.and_then(|s| s.code());
     let mut signal = status.and_then(|s| s.signal());
-    // unshare and sh report a death by signal N as exit status 128 + N.
+    // The overlay's waiting parent reports a death by signal N as exit
+    // status 128 + N, as a shell does.
     if let Some(code) = exit_code.filter(|c| (129..=192).contains(c)) {
         if timed_out {
             exit_code = None;
@@ -743,6 +831,7 @@ async fn supervise(
         output_bytes: tail.total,
         duration: started.elapsed(),
         notes,
+        namespace,
     })
 }
 

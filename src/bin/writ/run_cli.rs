@@ -19,9 +19,12 @@ const REFUSED: u8 = 75;
 #[derive(Debug, Args)]
 pub struct RunCmd {
     /// Who the writes are made as (history, conflicts and other agents'
-    /// refusals name it).
-    #[arg(long, default_value = "shell")]
-    agent: String,
+    /// refusals name it). Through a server, the named agent of that name —
+    /// the actor `/mcp` sessions and calls naming it act as, made on first
+    /// use — so its reads count for the command's writes; without it, a
+    /// fresh actor named "shell".
+    #[arg(long)]
+    agent: Option<String>,
     /// The workspace (default: the nearest folder above the current one
     /// that a `writ serve` serves, else the current folder).
     #[arg(long)]
@@ -118,16 +121,25 @@ fn go(cmd: RunCmd) -> Result<ExitCode, String> {
             let session = writ::remote::Session::discover(&root)
                 .await
                 .map_err(|e| format!("the server for {} did not answer: {e}", root.display()))?;
-            let actor = session
-                .actor(cmd.agent.clone(), writ::Grant::workspace(&root))
-                .await
-                .map_err(|e| e.to_string())?;
             let mut params = serde_json::json!({
-                "actor": actor.handle(),
                 "argv": cmd.command,
                 "timeout_s": timeout.as_secs_f64(),
                 "keep_s": keep.as_secs_f64(),
             });
+            let actor = match &cmd.agent {
+                Some(name) => {
+                    params["agent"] = serde_json::Value::from(name.clone());
+                    None
+                }
+                None => {
+                    let actor = session
+                        .actor("shell", writ::Grant::workspace(&root))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    params["actor"] = serde_json::Value::from(actor.handle().to_string());
+                    Some(actor)
+                }
+            };
             if let Some(cwd) = cwd.as_ref().filter(|c| !c.as_os_str().is_empty()) {
                 params["cwd"] = serde_json::Value::from(cwd.to_string_lossy().into_owned());
             }
@@ -135,7 +147,9 @@ fn go(cmd: RunCmd) -> Result<ExitCode, String> {
                 .call("files.run", params)
                 .await
                 .map_err(|e| e.to_string())?;
-            let _ = actor.close().await;
+            if let Some(actor) = actor {
+                let _ = actor.close().await;
+            }
             let _ = session.close().await;
             Ok::<_, String>(report)
         } else {
@@ -144,7 +158,10 @@ fn go(cmd: RunCmd) -> Result<ExitCode, String> {
             std::fs::create_dir_all(&history).map_err(|e| format!("{}: {e}", history.display()))?;
             let sched = writ::Scheduler::new(writ::Config::default().history_dir(history));
             let actor = sched
-                .actor(cmd.agent.clone(), writ::Grant::workspace(&root))
+                .actor(
+                    cmd.agent.clone().unwrap_or_else(|| "shell".into()),
+                    writ::Grant::workspace(&root),
+                )
                 .map_err(|e| e.to_string())?;
             let mut command = writ::run::Command::new(cmd.command.clone())
                 .timeout(timeout)

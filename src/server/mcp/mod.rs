@@ -92,12 +92,14 @@ pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<A
     sessions.session_config.keep_alive = None;
     let sessions = Arc::new(sessions);
     let agents: Arc<Agents> = Arc::default();
+    let seats = Arc::new(Seats::new(app, agents.clone()));
     let mcp = Arc::new(Mcp {
         app: Arc::downgrade(app),
-        service: service(app, sessions.clone(), agents.clone())?,
+        service: service(app, sessions.clone(), seats.clone())?,
         sessions,
         live: Mutex::default(),
         agents,
+        seats,
         ttl: app.ttl,
         idle: app.mcp_idle,
         max_body: app.max_body,
@@ -138,6 +140,8 @@ struct Mcp {
     live: Mutex<HashMap<String, Live>>,
     /// The named agents, by the token and name their sessions gave.
     agents: Arc<Agents>,
+    /// Who sessions and calls act as (`files.run {agent}` too).
+    seats: Arc<Seats>,
     /// A session whose stream is gone ends this long after.
     ttl: Duration,
     /// A session with no stream, or an agent with no session, ends this
@@ -173,9 +177,8 @@ struct Live {
 fn service(
     app: &Arc<App>,
     sessions: Arc<LocalSessionManager>,
-    agents: Arc<Agents>,
+    decide: Arc<Seats>,
 ) -> Result<Service> {
-    let decide = Arc::new(Seats::new(app, agents));
     let identity = Identity::later(move |opening: Opening| {
         let decide = decide.clone();
         async move { decide.open(opening).await }
@@ -749,6 +752,19 @@ impl super::rpc::NamedAgents for Mcp {
         let count = self.agents.lock().keys().filter(|(_, n)| n == name).count();
         self.drop_agents(|(_, n), _| n == name);
         count
+    }
+
+    fn seat<'a>(
+        &'a self,
+        app: &'a App,
+        caller: Caller,
+        name: String,
+    ) -> super::rpc::SeatFuture<'a> {
+        Box::pin(async move {
+            let seat = self.seats.named(app, caller, name).await?;
+            let actor = seat.actor()?;
+            Ok((actor, Box::new(seat) as Box<dyn std::any::Any + Send>))
+        })
     }
 
     fn absent(&self) -> Vec<super::rpc::AbsentAgent> {

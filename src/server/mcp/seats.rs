@@ -412,6 +412,18 @@ impl Seats {
         Some(seat.keeping(Arc::new(user)))
     }
 
+    /// The agent `name` of `caller`'s token, made on first use: what
+    /// `files.run {agent}` acts as, the same agent `/mcp` sessions naming
+    /// it act as.
+    pub(super) async fn named(
+        &self,
+        app: &App,
+        caller: Caller,
+        name: String,
+    ) -> std::result::Result<SessionActor, String> {
+        self.agent(app, caller, Handle::named(name)).await
+    }
+
     /// A named (or minted) agent's actor: all sessions and calls of one
     /// (token, handle) share it.
     ///

@@ -45,6 +45,19 @@ fn command_of(p: &RunParams) -> Result<crate::run::Command> {
     Ok(cmd)
 }
 
+/// The named agent `files.run` runs as, when it names one instead of an
+/// actor.
+fn named_agent(p: &RunParams) -> Result<Option<&str>> {
+    match (p.actor.is_empty(), p.agent.as_deref()) {
+        (false, None) => Ok(None),
+        (true, Some(name)) if !name.is_empty() => Ok(Some(name)),
+        _ => Err(crate::Error::invalid(
+            "",
+            "files.run takes exactly one of `actor` (an actor's handle) or `agent` (a named agent)",
+        )),
+    }
+}
+
 /// What a file op answered.
 pub(super) enum Done {
     Read(Vec<u8>, ReadMark),
@@ -130,8 +143,28 @@ impl FileOps for InProcess {
     }
 
     async fn run_command(&self, app: &Arc<App>, caller: &Caller, p: RunParams) -> Result<Value> {
-        let (actor, lease, _) = app.actor_for(caller, &p.actor)?;
         let cmd = command_of(&p)?;
+        if let Some(name) = named_agent(&p)? {
+            let agents = app
+                .named_agents
+                .get()
+                .and_then(std::sync::Weak::upgrade)
+                .ok_or_else(|| {
+                    crate::Error::invalid(
+                        name,
+                        "named agents are `/mcp`'s, and this server has none",
+                    )
+                })?;
+            // Seated for the whole run: the agent cannot go idle meanwhile.
+            let (actor, seat) = agents
+                .seat(app, caller.clone(), name.to_string())
+                .await
+                .map_err(|why| crate::Error::invalid(name, why))?;
+            let report = actor.run(cmd).await?;
+            drop(seat);
+            return Ok(json!(report));
+        }
+        let (actor, lease, _) = app.actor_for(caller, &p.actor)?;
         // The lease cannot lapse while the command runs.
         let report = app.long_poll(lease, actor.run(cmd)).await?;
         Ok(json!(report))
@@ -146,11 +179,19 @@ impl FileOps for super::EtcdBackend {
         Ok(self.file_op(app, actor, request.op, wait).await?.to_wire())
     }
 
-    async fn run_command(&self, _app: &Arc<App>, _caller: &Caller, p: RunParams) -> Result<Value> {
-        command_of(&p)?;
-        Err(crate::Error::invalid(
-            "",
-            "files.run is not served on a session whose table is in etcd yet; run the command through a server without --etcd",
-        ))
+    async fn run_command(&self, app: &Arc<App>, caller: &Caller, p: RunParams) -> Result<Value> {
+        let cmd = command_of(&p)?;
+        if let Some(name) = named_agent(&p)? {
+            return Err(crate::Error::invalid(
+                name,
+                "files.run {agent} is not served on a session whose table is in etcd yet; pass `actor`",
+            ));
+        }
+        let actor = self.actor(app, caller, &p.actor).await?;
+        let lease = actor.lease();
+        let runner = self.file_runner();
+        let running = runner.run_command(actor, cmd);
+        let report = self.long_poll(app, lease, running).await?;
+        Ok(json!(report))
     }
 }

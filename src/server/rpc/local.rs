@@ -56,7 +56,24 @@ pub(crate) trait NamedAgents: Send + Sync {
     /// The agents no session or call acts as now: their reservations
     /// stay until `--mcp-idle` or a release.
     fn absent(&self) -> Vec<AbsentAgent>;
+    /// Acts as the named agent `name` of `caller`'s token — the actor
+    /// every `/mcp` session and call naming it shares, made on first use
+    /// as they make it — for as long as the returned seat lives
+    /// (`files.run {agent}`: the command's writes are judged against that
+    /// agent's reads): its actor, and the seat to keep meanwhile.
+    fn seat<'a>(&'a self, app: &'a App, caller: Caller, name: String) -> SeatFuture<'a>;
 }
+
+/// What [`NamedAgents::seat`] answers: the agent's actor, and what keeps
+/// it seated until dropped.
+pub(crate) type SeatFuture<'a> = std::pin::Pin<
+    Box<
+        dyn Future<
+                Output = std::result::Result<(Arc<Actor>, Box<dyn std::any::Any + Send>), String>,
+            > + Send
+            + 'a,
+    >,
+>;
 
 /// An agent with no session (see [`NamedAgents::absent`]).
 #[derive(Debug, Clone)]

@@ -35,7 +35,7 @@ mod session;
 
 #[cfg(feature = "etcd")]
 pub(crate) use etcd::{EtcdBackend, EtcdOptions};
-pub(crate) use local::{AbsentAgent, ActorsGone, NamedAgents};
+pub(crate) use local::{AbsentAgent, ActorsGone, NamedAgents, SeatFuture};
 use request::{FileOp, FileRequest, Request};
 
 /// The answer of a task of the server's own; one that panicked or was

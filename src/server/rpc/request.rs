@@ -304,11 +304,15 @@ pub(super) struct PlanParams {
 }
 
 /// `files.run` (SPEC §17): a shell line (`command`, run with `sh -c`) or
-/// an argument vector (`argv`), exactly one of them.
+/// an argument vector (`argv`), exactly one of them; run as an actor
+/// (`actor`, its handle) or as the token's named agent (`agent`, the one
+/// `/mcp` sessions naming it act as), exactly one of them.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RunParams {
+    #[serde(default)]
     pub(super) actor: String,
+    pub(super) agent: Option<String>,
     pub(super) command: Option<String>,
     pub(super) argv: Option<Vec<String>>,
     pub(super) cwd: Option<String>,

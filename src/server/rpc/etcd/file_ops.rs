@@ -320,6 +320,63 @@ impl FileRunner {
     }
 }
 
+impl FileRunner {
+    /// Runs a shell command as `actor` (`files.run`, SPEC §17): a local
+    /// actor made for it runs the command through its overlay; the
+    /// commit's write set is admitted in etcd (one exclusive hold on every
+    /// path it changes, waiting up to the commit wait, the fence checked as
+    /// for any write) and judged against the marks etcd keeps for the
+    /// actor; what landed is recorded in etcd and the hold released when
+    /// the run is over, however it ended (as step 3 of the module doc).
+    pub(in crate::server) async fn run_command(
+        &self,
+        actor: ActorRef,
+        cmd: crate::run::Command,
+    ) -> Result<crate::run::RunReport> {
+        let grant = local_grant(&actor);
+        let hook = Arc::new(EtcdAdmission {
+            table: self.table.clone(),
+            actor: actor.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            wait: OpWait::For(cmd.commit_wait_limit()),
+            keys: self.keys.clone(),
+            admitted: Mutex::new(Vec::new()),
+        });
+        let sched = self.files.clone();
+        let table = self.table.clone();
+        let task = tokio::spawn(async move {
+            let local = sched.actor(actor.name().to_string(), grant)?;
+            if let Some(turn) = actor.turn() {
+                local.set_turn(turn.to_string());
+            }
+            let outer: Arc<dyn OuterAdmission> = hook.clone();
+            let ran = local.run(cmd.admitted_by(crate::run::Outer(outer))).await;
+            let admitted = std::mem::take(&mut *hook.admitted.lock());
+            for admitted in admitted {
+                let mut records = crate::etcd::GateRecords::default();
+                if let Ok(report) = &ran {
+                    for (norm, sha) in &report.landed {
+                        let wrote = sha.clone().map(|h| (actor.name().to_string(), h));
+                        records.writes.push((norm.clone(), wrote));
+                    }
+                    if !records.writes.is_empty() {
+                        records.op = Some("run".into());
+                    }
+                }
+                if table
+                    .finish_file_op(&actor, admitted.hold, records)
+                    .await
+                    .is_err()
+                {
+                    release_later(table.clone(), admitted.hold);
+                }
+            }
+            ran
+        });
+        super::super::joined(task, "a command").await
+    }
+}
+
 impl EtcdBackend {
     /// What runs this server's file ops around etcd holds.
     pub(in crate::server) fn file_runner(&self) -> FileRunner {
