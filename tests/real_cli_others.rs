@@ -465,7 +465,7 @@ fn opencode_without_writ_simultaneous_edits_report_their_losses() {
 /// nothing through `write` or `edit`; every refusal reaches the model as
 /// writ's sentence.
 #[test]
-#[ignore = "opencode 1.18.33 loads and starts writ's plugin in `opencode run` but never calls its tool.execute hooks; see docs/AGENTS.md"]
+
 fn opencode_with_writ_plugin_loses_nothing() {
     for (prefix, dialect) in [
         ("ohw", Dialect::OpencodeWrite),

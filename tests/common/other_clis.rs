@@ -276,6 +276,10 @@ impl Session {
         command
             .args(["run", "--format", "json", "-m", "scripted/scripted", prompt])
             .current_dir(root)
+            // opencode 1.18.33's `run` serves its session in `$PWD`, not in
+            // the folder it was started in: a stale PWD (the test's own)
+            // would put the session, and its plugins, elsewhere.
+            .env("PWD", root)
             .env("HOME", home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("XDG_DATA_HOME", home.join(".local/share"))

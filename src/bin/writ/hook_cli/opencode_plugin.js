@@ -34,7 +34,9 @@ export const WritPlugin = async ({ directory }) => {
       });
       if (decision && decision.decision === "deny") {
         args.delete(input.callID);
-        throw new Error(decision.reason);
+        // opencode hands the model the message alone, with no error
+        // marker: the first words say the call did not happen.
+        throw new Error(`Blocked by writ, nothing was changed: ${decision.reason}`);
       }
     },
     "tool.execute.after": async (input, output) => {
