@@ -18,6 +18,12 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+/// writ's opencode plugin, running writ as `argv` (a JavaScript array of
+/// strings).
+pub fn opencode_plugin(argv: &str) -> String {
+    opencode::plugin(argv)
+}
+
 /// Hooks for coding agents' built-in tools.
 #[derive(Debug, Args)]
 pub struct HookCmd {

@@ -18,8 +18,18 @@ use super::engine::{self, Change, Decision, Event, Kind, Seen, Step, Who};
 /// The prefix of the names of opencode's hook actors and turns.
 const PREFIX: &str = "opencode";
 
-/// The plugin opencode loads from `.opencode/plugin/`.
+/// The plugin opencode loads from `.opencode/plugin/`, running `writ` from
+/// PATH.
 pub const PLUGIN: &str = include_str!("opencode_plugin.js");
+
+/// The line of [`PLUGIN`] that says how writ is run.
+const WRIT_LINE: &str = "const WRIT = [\"writ\"];";
+
+/// The plugin running writ as `argv` (a JavaScript array of strings, e.g.
+/// `["npx", "-y", "writ-sched"]`).
+pub fn plugin(argv: &str) -> String {
+    PLUGIN.replacen(WRIT_LINE, &format!("const WRIT = {argv};"), 1)
+}
 
 /// Reads one event; `Err` says why it is not an event of writ's plugin.
 pub fn parse(event: &Value) -> Result<Event, String> {
@@ -112,6 +122,14 @@ pub fn output(decision: &Decision) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_plugin_runs_writ_the_way_it_is_given() {
+        assert!(PLUGIN.contains(WRIT_LINE));
+        let text = plugin(r#"["npx", "-y", "writ-sched"]"#);
+        assert!(text.contains(r#"const WRIT = ["npx", "-y", "writ-sched"];"#));
+        assert!(!text.contains(WRIT_LINE));
+    }
 
     #[test]
     fn a_whole_read_marks_its_lines_and_a_write_is_whole() {

@@ -4,10 +4,13 @@
 // runs, and a denial throws, which opencode reports to the model as the
 // tool's error. A hook that cannot run throws too: a write writ cannot
 // judge does not happen.
+// How writ is run (`writ config opencode --write` puts the way it was run).
+const WRIT = ["writ"];
+
 export const WritPlugin = async ({ directory }) => {
   const args = new Map();
   const hook = async (event) => {
-    const proc = Bun.spawn(["writ", "hook", "opencode"], {
+    const proc = Bun.spawn([...WRIT, "hook", "opencode"], {
       cwd: directory,
       stdin: "pipe",
       stdout: "pipe",
