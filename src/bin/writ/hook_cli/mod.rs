@@ -37,7 +37,8 @@ enum HookAgent {
     /// (and MultiEdit), PreToolUse for Bash (its command sent through
     /// `writ run`) and mcp__writ__*, UserPromptSubmit and SubagentStop.
     ClaudeCode(Common),
-    /// Codex CLI: PreToolUse/PostToolUse for apply_patch, UserPromptSubmit.
+    /// Codex CLI: PreToolUse/PostToolUse for apply_patch, PreToolUse for
+    /// Bash (its command sent through `writ run`), UserPromptSubmit.
     Codex(Common),
     /// Gemini CLI: BeforeTool/AfterTool for write_file|replace|read_file,
     /// BeforeTool for run_shell_command (sent through `writ run`),
@@ -124,11 +125,25 @@ pub fn run(cmd: HookCmd) -> ExitCode {
             }
             Ok(claude::Parsed::Engine(event)) => claude::output(&decide(&args, &event)),
         },
-        // Codex reads a decision as Claude Code does.
-        HookAgent::Codex(args) => match event.and_then(|e| codex::parse(&e)) {
-            Err(why) => claude::output(&unreadable(&why)),
-            Ok(event) => claude::output(&decide(&args, &event)),
-        },
+        // Codex reads a decision, and a rewritten input, as Claude Code does.
+        HookAgent::Codex(args) => {
+            let wrapped = event.as_ref().ok().and_then(|e| {
+                let (input, dir) = codex::shell(e)?;
+                engine::wrap_shell(dir.as_deref(), &codex::agent(e)?, input)
+            });
+            match event.and_then(|e| codex::parse(&e)) {
+                Err(why) => claude::output(&unreadable(&why)),
+                Ok(event) => {
+                    let decision = decide(&args, &event);
+                    match wrapped {
+                        Some(input) if matches!(decision, engine::Decision::Pass) => {
+                            Some(claude::mcp_output(input))
+                        }
+                        _ => claude::output(&decision),
+                    }
+                }
+            }
+        }
         HookAgent::Gemini(args) => {
             let wrapped = event.as_ref().ok().and_then(|e| {
                 let (input, dir) = gemini::shell(e)?;
