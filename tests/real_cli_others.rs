@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use cli_install::cli_bin;
 use cli_script::{Adder, Dialect, write_succeeded};
-use edit_script::{Rendezvous, Report, Tally, tally};
+use edit_script::{Rendezvous, Report, Tally, numbered_lines, tally};
 use other_clis::{Ended, Session, configure_gemini, configure_opencode};
 use scripted_model::{ScriptedModel, ToolResult};
 
@@ -176,7 +176,10 @@ impl World {
     /// CLI's are in the workspace, see [`configure_gemini`]).
     fn sessions(&mut self, prefix: &str, dialect: Dialect, codex_hooks: bool) -> Vec<Ended> {
         let codex = matches!(dialect, Dialect::CodexAddFile | Dialect::CodexUpdate);
-        let opencode = matches!(dialect, Dialect::OpencodeWrite | Dialect::OpencodeEdit);
+        let opencode = matches!(
+            dialect,
+            Dialect::OpencodeWrite | Dialect::OpencodeEdit | Dialect::OpencodeMcp
+        );
         let bin = if codex {
             cli_bin("codex", "@openai/codex")
         } else if opencode {
@@ -185,8 +188,9 @@ impl World {
             cli_bin("gemini", "@google/gemini-cli")
         };
         let meet = Rendezvous::new(SESSIONS, Duration::from_secs(60));
-        // Codex's shell and patches take paths in its working folder.
-        let path = if codex {
+        // Codex's shell and patches take paths in its working folder, and
+        // writ's tools in the workspace.
+        let path = if codex || dialect.mcp() {
             SHARED.to_string()
         } else {
             self.file().display().to_string()
@@ -227,7 +231,10 @@ impl World {
                     .transcript(line.trim_start_matches("line of "))
                     .results
             })
-            .filter(|r| !["read_file", "exec_command", "read"].contains(&r.name.as_str()))
+            .filter(|r| {
+                !(r.name.ends_with("read_file")
+                    || ["exec_command", "read"].contains(&r.name.as_str()))
+            })
             .filter(|r| !write_succeeded(r))
             .collect()
     }
@@ -500,4 +507,68 @@ fn opencode_with_writ_plugin_loses_nothing() {
             refusals.first().map(|r| &r.text)
         );
     }
+}
+
+/// writ's MCP tools as `writ config CLI --write` sets them up, through
+/// the real CLI: sessions that all read before any wrote each write the
+/// whole file; writ refuses the stale writes with a result whose text
+/// carries the sentence and the file as it is now, the model redoes its
+/// change on that content without reading again, and nothing is lost.
+fn writ_mcp_tools_lose_nothing(prefix: &str, dialect: Dialect, cli: &str) {
+    let mut world = World::new();
+    match dialect {
+        Dialect::GeminiMcp => configure_gemini(&world.root),
+        Dialect::OpencodeMcp => configure_opencode(&world.root),
+        other => panic!("{other:?} is not writ's MCP tools"),
+    }
+    world.serve();
+    let ended = world.sessions(prefix, dialect, false);
+    let tally = world.tally();
+    let story = world.story(&ended);
+    assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
+    assert_eq!(
+        tally.landed, SESSIONS,
+        "every agent landed its line:\n{story}"
+    );
+    let refusals = world.refusals();
+    assert!(
+        !refusals.is_empty(),
+        "all read before any wrote, so writ refused some writes:\n{story}"
+    );
+    for r in &refusals {
+        assert!(
+            r.text.contains(SHARED) && !r.text.contains("\\\"") && !r.text.contains("\\n"),
+            "a refusal reached the model without writ's sentence as text: {:?}\n{story}",
+            r.text
+        );
+    }
+    // A stale write's refusal carries the content as lines the model
+    // reads, and the agent redid its change on them.
+    let carried = refusals
+        .iter()
+        .filter(|r| r.text.contains("nothing was written") && numbered_lines(&r.text).is_some())
+        .count();
+    assert!(
+        carried > 0,
+        "no refusal carried the file's content as text:\n{story}"
+    );
+    println!(
+        "real-cli: {cli} with writ's MCP tools (writ config {} --write), {SESSIONS} sessions, write_file: 0 lost, {} refusals ({carried} carrying the content), e.g. {:?}",
+        cli.split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_lowercase(),
+        refusals.len(),
+        refusals.first().map(|r| &r.text)
+    );
+}
+
+#[test]
+fn gemini_with_writ_mcp_tools_loses_nothing() {
+    writ_mcp_tools_lose_nothing("gm", Dialect::GeminiMcp, "Gemini CLI");
+}
+
+#[test]
+fn opencode_with_writ_mcp_tools_loses_nothing() {
+    writ_mcp_tools_lose_nothing("om", Dialect::OpencodeMcp, "opencode");
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::edit_script::{Outcome, Rendezvous, Report};
+use super::edit_script::{Outcome, Rendezvous, Report, numbered_lines};
 use super::scripted_model::{Script, Seen, Step, ToolCall, ToolResult, think};
 
 /// A CLI's own tools, as one agent uses them.
@@ -34,11 +34,27 @@ pub enum Dialect {
     /// opencode: `read`, then `edit {filePath, oldString, newString}` on
     /// the last line.
     OpencodeEdit,
+    /// writ's MCP tools through Gemini CLI: `read_file {path}`, then
+    /// `write_file {path, content}` with the whole content; after a refusal
+    /// that carries the file's content, the write again on that content,
+    /// as the refusal says (no read).
+    GeminiMcp,
+    /// writ's MCP tools through opencode, as [`Dialect::GeminiMcp`].
+    OpencodeMcp,
 }
 
 impl Dialect {
+    /// Whether the agent edits with writ's MCP tools.
+    pub fn mcp(self) -> bool {
+        matches!(self, Dialect::GeminiMcp | Dialect::OpencodeMcp)
+    }
+
     fn read(self, path: &str) -> ToolCall {
         match self {
+            Dialect::GeminiMcp | Dialect::OpencodeMcp => ToolCall {
+                name: "read_file".into(),
+                input: json!({"path": path}),
+            },
             Dialect::GeminiWrite | Dialect::GeminiReplace => ToolCall {
                 name: "read_file".into(),
                 input: json!({"file_path": path}),
@@ -60,6 +76,8 @@ impl Dialect {
             return None;
         }
         match self {
+            // writ's read_file numbers the lines (`     N\tline`).
+            Dialect::GeminiMcp | Dialect::OpencodeMcp => numbered_lines(&result.text),
             // Gemini CLI's read_file gives the model the file as it is.
             Dialect::GeminiWrite | Dialect::GeminiReplace => {
                 Some(result.text.lines().map(str::to_string).collect())
@@ -90,6 +108,10 @@ impl Dialect {
         let last = kept.last().cloned().unwrap_or_default();
         let whole = format!("{}\n{line}\n", kept.join("\n"));
         match self {
+            Dialect::GeminiMcp | Dialect::OpencodeMcp => ToolCall {
+                name: "write_file".into(),
+                input: json!({"path": path, "content": whole}),
+            },
             Dialect::GeminiWrite => ToolCall {
                 name: "write_file".into(),
                 input: json!({"file_path": path, "content": whole}),
@@ -164,6 +186,9 @@ pub struct Adder {
     refused: bool,
     content: Vec<String>,
     report: Report,
+    /// writ's tools as the CLI names them to the model (`read_file`,
+    /// `write_file`), found in the first request that offers tools.
+    mcp_names: Option<(String, String)>,
 }
 
 impl Adder {
@@ -182,6 +207,7 @@ impl Adder {
             refused: false,
             content: Vec::new(),
             report: Report::default(),
+            mcp_names: None,
         }
     }
 
@@ -206,18 +232,23 @@ impl Adder {
     fn read(&mut self) -> Step {
         self.reads += 1;
         self.phase = Phase::Reading;
-        Step::Call(vec![self.dialect.read(&self.path)])
+        let mut call = self.dialect.read(&self.path);
+        if let Some((read, _)) = &self.mcp_names {
+            call.name = read.clone();
+        }
+        Step::Call(vec![call])
     }
 
     fn write(&mut self) -> Step {
         self.writes += 1;
         self.phase = Phase::Writing;
-        Step::Call(vec![self.dialect.write(
-            &self.path,
-            &self.content,
-            &self.line,
-            self.refused,
-        )])
+        let mut call = self
+            .dialect
+            .write(&self.path, &self.content, &self.line, self.refused);
+        if let Some((_, write)) = &self.mcp_names {
+            call.name = write.clone();
+        }
+        Step::Call(vec![call])
     }
 
     fn end(&mut self, outcome: Outcome, why: String) -> Step {
@@ -235,6 +266,23 @@ impl Adder {
 
 impl Script for Adder {
     fn next(&mut self, seen: &Seen) -> Step {
+        if self.dialect.mcp() && self.mcp_names.is_none() {
+            // The CLI names them its own way (`writ_read_file`,
+            // `writ__read_file`, ...): never its own built-in tool's name.
+            let find = |tool: &str| {
+                seen.tools
+                    .iter()
+                    .find(|n| n.as_str() != tool && n.contains("writ") && n.ends_with(tool))
+                    .cloned()
+            };
+            match (find("read_file"), find("write_file")) {
+                (Some(read), Some(write)) => self.mcp_names = Some((read, write)),
+                _ => {
+                    let why = format!("writ's MCP tools are not offered: {:?}", seen.tools);
+                    return self.end(Outcome::GaveUp(0), why);
+                }
+            }
+        }
         let result = seen.results.last();
         match self.phase {
             Phase::Reading if self.reads == 0 => self.read(),
@@ -262,6 +310,13 @@ impl Script for Adder {
                 Some(r) if self.writes >= self.max_writes => {
                     let said = r.text.clone();
                     self.end(Outcome::GaveUp(self.writes), said)
+                }
+                // writ's refusal of a stale write carries the file as it is
+                // now and counts as reading it: redo the change on it.
+                Some(r) if self.dialect.mcp() && numbered_lines(&r.text).is_some() => {
+                    self.refused = true;
+                    self.content = numbered_lines(&r.text).unwrap_or_default();
+                    self.write()
                 }
                 Some(_) => {
                     self.refused = true;

@@ -487,8 +487,10 @@ fn codex_hooks(launch: &Launch) -> Vec<CodexHook> {
 /// run` (SPEC §17).
 const GEMINI_BEFORE: &str = "write_file|replace|run_shell_command";
 /// The tools whose results the hook records: the writes (release and
-/// history) and `read_file` (what the model was shown is its read mark).
-const GEMINI_AFTER: &str = "write_file|replace|read_file";
+/// history) and `read_file` (what the model was shown is its read mark);
+/// and writ's own MCP tools (`mcp_writ_*`), whose refusals it hands the
+/// model as text.
+const GEMINI_AFTER: &str = "write_file|replace|read_file|mcp_writ_.*";
 
 /// Gemini CLI's `BeforeTool`, `AfterTool` and `BeforeAgent` hooks (`writ
 /// hook gemini`).

@@ -41,7 +41,8 @@ enum HookAgent {
     /// Bash (its command sent through `writ run`), UserPromptSubmit.
     Codex(Common),
     /// Gemini CLI: BeforeTool/AfterTool for write_file|replace|read_file,
-    /// BeforeTool for run_shell_command (sent through `writ run`),
+    /// BeforeTool for run_shell_command (sent through `writ run`), AfterTool
+    /// for writ's MCP tools (a refusal handed to the model as text),
     /// BeforeAgent.
     Gemini(Common),
     /// opencode, through writ's plugin: tool.execute.before/after for
@@ -149,10 +150,16 @@ pub fn run(cmd: HookCmd) -> ExitCode {
                 let (input, dir) = gemini::shell(e)?;
                 engine::wrap_shell(dir.as_deref(), &gemini::agent(e)?, input)
             });
+            let refusal = event.as_ref().ok().and_then(gemini::mcp_refusal);
             match event.and_then(|e| gemini::parse(&e)) {
                 Err(why) => gemini::output(&unreadable(&why)),
                 Ok(event) => {
                     let decision = decide(&args, &event);
+                    if let Some(text) = refusal {
+                        // A blocked result is shown as `Tool result
+                        // blocked: <reason>`, as text.
+                        return print_out(gemini::output(&engine::Decision::Deny(text)));
+                    }
                     match wrapped {
                         Some(input) if matches!(decision, engine::Decision::Pass) => {
                             Some(gemini::shell_output(input))
@@ -167,6 +174,10 @@ pub fn run(cmd: HookCmd) -> ExitCode {
             Ok(event) => opencode::output(&decide(&args.common, &event)),
         },
     };
+    print_out(out)
+}
+
+fn print_out(out: Option<Value>) -> ExitCode {
     if let Some(out) = out {
         println!("{out}");
     }
