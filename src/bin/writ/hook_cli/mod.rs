@@ -46,7 +46,8 @@ enum HookAgent {
     /// BeforeAgent.
     Gemini(Common),
     /// opencode, through writ's plugin: tool.execute.before/after for
-    /// write|edit|read, chat.message.
+    /// write|edit|read, tool.execute.before for bash (its command sent
+    /// through `writ run`), chat.message.
     Opencode(OpencodeArgs),
 }
 
@@ -169,10 +170,24 @@ pub fn run(cmd: HookCmd) -> ExitCode {
                 }
             }
         }
-        HookAgent::Opencode(args) => match event.and_then(|e| opencode::parse(&e)) {
-            Err(why) => opencode::output(&unreadable(&why)),
-            Ok(event) => opencode::output(&decide(&args.common, &event)),
-        },
+        HookAgent::Opencode(args) => {
+            let wrapped = event.as_ref().ok().and_then(|e| {
+                let (input, dir) = opencode::shell(e)?;
+                engine::wrap_shell(dir.as_deref(), &opencode::agent(e)?, input)
+            });
+            match event.and_then(|e| opencode::parse(&e)) {
+                Err(why) => opencode::output(&unreadable(&why)),
+                Ok(event) => {
+                    let decision = decide(&args.common, &event);
+                    match wrapped {
+                        Some(input) if matches!(decision, engine::Decision::Pass) => {
+                            Some(opencode::shell_output(input))
+                        }
+                        _ => opencode::output(&decision),
+                    }
+                }
+            }
+        }
     };
     print_out(out)
 }

@@ -8,6 +8,9 @@
 //! limit?}` shows numbered lines (`N: line`) between `<content>` and an
 //! end note. A decision is `{"decision": "deny", "reason": …}`; the plugin
 //! throws the reason, which opencode gives the model as the tool's error.
+//! `bash {command, workdir?}`'s command is sent through `writ run` as the
+//! session's agent (SPEC §17): the answer `{"args": …}` is put over the
+//! call's arguments, which opencode then runs.
 
 use std::path::PathBuf;
 
@@ -73,6 +76,41 @@ pub fn parse(event: &Value) -> Result<Event, String> {
         step,
         cwd,
     })
+}
+
+/// For a `tool.execute.before` of `bash {command, workdir?, …}`: its
+/// arguments and the folder the command runs in, for `writ run`.
+pub fn shell(event: &Value) -> Option<(Value, Option<PathBuf>)> {
+    let text = |key: &str| event.get(key).and_then(Value::as_str);
+    if text("hook_event_name")? != "tool.execute.before" || text("tool")? != "bash" {
+        return None;
+    }
+    let args = event.get("args")?.clone();
+    let cwd = text("cwd").map(PathBuf::from);
+    let dir = args
+        .get("workdir")
+        .and_then(Value::as_str)
+        .map(|d| engine::absolute(d, cwd.as_deref()))
+        .or(cwd);
+    Some((args, dir))
+}
+
+/// The agent name the hook's actor goes by in an opencode session.
+pub fn agent(event: &Value) -> Option<String> {
+    let session = event.get("session_id")?.as_str()?;
+    Some(engine::agent_name(
+        PREFIX,
+        &Who {
+            session: session.to_string(),
+            agent: None,
+        },
+    ))
+}
+
+/// The answer to a `bash` call whose command was wrapped: the plugin puts
+/// `args` over the call's arguments (opencode runs the tool with them).
+pub fn shell_output(args: Value) -> Value {
+    json!({"args": args})
 }
 
 /// What `read` showed: its numbered lines, where they start, and the

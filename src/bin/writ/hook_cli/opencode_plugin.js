@@ -35,6 +35,11 @@ export const WritPlugin = async ({ directory }) => {
         tool: input.tool,
         args: output.args,
       });
+      // A shell command sent through `writ run`: opencode runs the tool
+      // with the arguments as the hooks leave them.
+      if (decision && decision.args) {
+        Object.assign(output.args, decision.args);
+      }
       if (decision && decision.decision === "deny") {
         args.delete(input.callID);
         // opencode hands the model the message alone, with no error
