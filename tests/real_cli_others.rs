@@ -179,7 +179,10 @@ impl World {
     /// `codex_hooks` puts writ's hooks in Codex's configuration (Gemini
     /// CLI's are in the workspace, see [`configure_gemini`]).
     fn sessions(&mut self, prefix: &str, dialect: Dialect, codex_hooks: bool) -> Vec<Ended> {
-        let codex = matches!(dialect, Dialect::CodexAddFile | Dialect::CodexUpdate);
+        let codex = matches!(
+            dialect,
+            Dialect::CodexAddFile | Dialect::CodexUpdate | Dialect::CodexMcp
+        );
         let opencode = matches!(
             dialect,
             Dialect::OpencodeWrite | Dialect::OpencodeEdit | Dialect::OpencodeMcp
@@ -215,7 +218,12 @@ impl World {
                 let home = self.base.join("home").join(name);
                 let (root, state, url) = (&self.root, self.state(), &self.model.url);
                 if codex {
-                    Session::codex(&bin, root, &home, &state, url, prompt, codex_hooks)
+                    let model = if dialect.mcp() {
+                        other_clis::CODEX_PLAIN_MODEL
+                    } else {
+                        other_clis::CODEX_MODEL
+                    };
+                    Session::codex(&bin, root, &home, &state, url, prompt, codex_hooks, model)
                 } else if opencode {
                     Session::opencode(&bin, root, &home, &state, url, prompt)
                 } else {
@@ -523,10 +531,12 @@ fn writ_mcp_tools_lose_nothing(prefix: &str, dialect: Dialect, cli: &str) {
     match dialect {
         Dialect::GeminiMcp => configure_gemini(&world.root),
         Dialect::OpencodeMcp => configure_opencode(&world.root),
+        // Codex's configuration is each session's own.
+        Dialect::CodexMcp => {}
         other => panic!("{other:?} is not writ's MCP tools"),
     }
     world.serve();
-    let ended = world.sessions(prefix, dialect, false);
+    let ended = world.sessions(prefix, dialect, dialect == Dialect::CodexMcp);
     let tally = world.tally();
     let story = world.story(&ended);
     assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
@@ -539,18 +549,23 @@ fn writ_mcp_tools_lose_nothing(prefix: &str, dialect: Dialect, cli: &str) {
         !refusals.is_empty(),
         "all read before any wrote, so writ refused some writes:\n{story}"
     );
-    for r in &refusals {
+    // What the model reads of each refusal: the text, or (Codex) the
+    // `text` of the JSON it is shown.
+    let shown: Vec<String> = refusals
+        .iter()
+        .map(|r| dialect.shown_text(r).unwrap_or_else(|| r.text.clone()))
+        .collect();
+    for text in &shown {
         assert!(
-            r.text.contains(SHARED) && !r.text.contains("\\\"") && !r.text.contains("\\n"),
-            "a refusal reached the model without writ's sentence as text: {:?}\n{story}",
-            r.text
+            text.contains(SHARED) && !text.contains("\\\"") && !text.contains("\\n"),
+            "a refusal reached the model without writ's sentence as text: {text:?}\n{story}"
         );
     }
     // A stale write's refusal carries the content as lines the model
     // reads, and the agent redid its change on them.
-    let carried = refusals
+    let carried = shown
         .iter()
-        .filter(|r| r.text.contains("nothing was written") && numbered_lines(&r.text).is_some())
+        .filter(|t| t.contains("nothing was written") && numbered_lines(t).is_some())
         .count();
     assert!(
         carried > 0,
@@ -563,7 +578,7 @@ fn writ_mcp_tools_lose_nothing(prefix: &str, dialect: Dialect, cli: &str) {
             .unwrap_or_default()
             .to_lowercase(),
         refusals.len(),
-        refusals.first().map(|r| &r.text)
+        shown.first()
     );
 }
 
@@ -602,7 +617,16 @@ impl World {
             }
             Cli::Codex => {
                 let bin = cli_bin("codex", "@openai/codex");
-                Session::codex(&bin, root, &home, &state, url, &prompt, true)
+                Session::codex(
+                    &bin,
+                    root,
+                    &home,
+                    &state,
+                    url,
+                    &prompt,
+                    true,
+                    other_clis::CODEX_MODEL,
+                )
             }
             Cli::Opencode => {
                 let bin = cli_bin("opencode", "opencode-ai");
@@ -776,4 +800,9 @@ fn codex_shell_command_runs_through_writ_run() {
 #[test]
 fn opencode_shell_command_runs_through_writ_run() {
     shell_command_runs_through_writ_run(Cli::Opencode);
+}
+
+#[test]
+fn codex_with_writ_mcp_tools_loses_nothing() {
+    writ_mcp_tools_lose_nothing("xm", Dialect::CodexMcp, "Codex CLI");
 }

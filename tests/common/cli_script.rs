@@ -41,17 +41,38 @@ pub enum Dialect {
     GeminiMcp,
     /// writ's MCP tools through opencode, as [`Dialect::GeminiMcp`].
     OpencodeMcp,
+    /// writ's MCP tools through Codex CLI, as [`Dialect::GeminiMcp`]; Codex
+    /// shows the model a result's `structuredContent` as JSON, whose `text`
+    /// is writ's answer.
+    CodexMcp,
 }
 
 impl Dialect {
     /// Whether the agent edits with writ's MCP tools.
     pub fn mcp(self) -> bool {
-        matches!(self, Dialect::GeminiMcp | Dialect::OpencodeMcp)
+        matches!(
+            self,
+            Dialect::GeminiMcp | Dialect::OpencodeMcp | Dialect::CodexMcp
+        )
+    }
+
+    /// The text a model reads in a result of writ's tools: the text as it
+    /// came, or for Codex (`Wall time: …\nOutput:\n{structuredContent}`)
+    /// the `text` of the JSON it shows.
+    pub fn shown_text(self, result: &ToolResult) -> Option<String> {
+        match self {
+            Dialect::CodexMcp => {
+                let (_, output) = result.text.split_once("Output:\n")?;
+                let value: serde_json::Value = serde_json::from_str(output.trim()).ok()?;
+                value["text"].as_str().map(str::to_string)
+            }
+            _ => Some(result.text.clone()),
+        }
     }
 
     fn read(self, path: &str) -> ToolCall {
         match self {
-            Dialect::GeminiMcp | Dialect::OpencodeMcp => ToolCall {
+            Dialect::GeminiMcp | Dialect::OpencodeMcp | Dialect::CodexMcp => ToolCall {
                 name: "read_file".into(),
                 input: json!({"path": path}),
             },
@@ -77,7 +98,9 @@ impl Dialect {
         }
         match self {
             // writ's read_file numbers the lines (`     N\tline`).
-            Dialect::GeminiMcp | Dialect::OpencodeMcp => numbered_lines(&result.text),
+            Dialect::GeminiMcp | Dialect::OpencodeMcp | Dialect::CodexMcp => {
+                numbered_lines(&self.shown_text(result)?)
+            }
             // Gemini CLI's read_file gives the model the file as it is.
             Dialect::GeminiWrite | Dialect::GeminiReplace => {
                 Some(result.text.lines().map(str::to_string).collect())
@@ -108,7 +131,7 @@ impl Dialect {
         let last = kept.last().cloned().unwrap_or_default();
         let whole = format!("{}\n{line}\n", kept.join("\n"));
         match self {
-            Dialect::GeminiMcp | Dialect::OpencodeMcp => ToolCall {
+            Dialect::GeminiMcp | Dialect::OpencodeMcp | Dialect::CodexMcp => ToolCall {
                 name: "write_file".into(),
                 input: json!({"path": path, "content": whole}),
             },
@@ -189,6 +212,8 @@ pub struct Adder {
     /// writ's tools as the CLI names them to the model (`read_file`,
     /// `write_file`), found in the first request that offers tools.
     mcp_names: Option<(String, String)>,
+    /// The handle writ told the model to pass as `agent`, once told.
+    handle: Option<String>,
 }
 
 impl Adder {
@@ -208,6 +233,7 @@ impl Adder {
             content: Vec::new(),
             report: Report::default(),
             mcp_names: None,
+            handle: None,
         }
     }
 
@@ -236,6 +262,9 @@ impl Adder {
         if let Some((read, _)) = &self.mcp_names {
             call.name = read.clone();
         }
+        if let Some(handle) = &self.handle {
+            call.input["agent"] = json!(handle);
+        }
         Step::Call(vec![call])
     }
 
@@ -248,7 +277,15 @@ impl Adder {
         if let Some((_, write)) = &self.mcp_names {
             call.name = write.clone();
         }
+        if let Some(handle) = &self.handle {
+            call.input["agent"] = json!(handle);
+        }
         Step::Call(vec![call])
+    }
+
+    /// The file's lines a refusal of writ's tools carries, if any.
+    fn refusal_content(&self, result: &ToolResult) -> Option<Vec<String>> {
+        numbered_lines(&self.dialect.shown_text(result)?)
     }
 
     fn end(&mut self, outcome: Outcome, why: String) -> Step {
@@ -284,6 +321,16 @@ impl Script for Adder {
             }
         }
         let result = seen.results.last();
+        // As a model does: a result that says which `agent` to pass is
+        // followed on every later call.
+        let told = result
+            .filter(|_| self.dialect.mcp())
+            .and_then(|r| self.dialect.shown_text(r));
+        if let Some((_, rest)) = told.as_deref().and_then(|t| t.split_once("\"agent\": \"")) {
+            if let Some((handle, _)) = rest.split_once('"') {
+                self.handle = Some(handle.to_string());
+            }
+        }
         match self.phase {
             Phase::Reading if self.reads == 0 => self.read(),
             Phase::Reading => match result.and_then(|r| self.dialect.content(r)) {
@@ -313,9 +360,9 @@ impl Script for Adder {
                 }
                 // writ's refusal of a stale write carries the file as it is
                 // now and counts as reading it: redo the change on it.
-                Some(r) if self.dialect.mcp() && numbered_lines(&r.text).is_some() => {
+                Some(r) if self.dialect.mcp() && self.refusal_content(r).is_some() => {
                     self.refused = true;
-                    self.content = numbered_lines(&r.text).unwrap_or_default();
+                    self.content = self.refusal_content(r).unwrap_or_default();
                     self.write()
                 }
                 Some(_) => {

@@ -171,6 +171,10 @@ impl Session {
 /// `apply_patch` to.
 pub const CODEX_MODEL: &str = "gpt-5.5";
 
+/// A model name Codex has no catalog entry for: it offers such a model no
+/// `apply_patch` and no `tool_search`, so MCP tools are its direct tools.
+pub const CODEX_PLAIN_MODEL: &str = "scripted-plain";
+
 impl Session {
     /// Starts `codex exec PROMPT` in `root` with its own `CODEX_HOME` under
     /// `home`, talking to the scripted Responses API at `model_url`; with
@@ -185,12 +189,13 @@ impl Session {
         model_url: &str,
         prompt: &str,
         hooks: bool,
+        model: &str,
     ) -> Session {
         let codex_home = home.join(".codex");
         std::fs::create_dir_all(&codex_home)
             .unwrap_or_else(|e| panic!("{}: {e}", codex_home.display()));
         let config = format!(
-            r#"model = "{CODEX_MODEL}"
+            r#"model = "{model}"
 model_provider = "scripted"
 check_for_update_on_startup = false
 

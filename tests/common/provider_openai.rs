@@ -56,7 +56,18 @@ fn decode(_path: &str, request: &Value) -> Decoded {
         .join("\n");
     let mut seen = Seen::default();
     for tool in request["tools"].as_array().into_iter().flatten() {
-        if let Some(name) = tool["name"].as_str() {
+        let Some(name) = tool["name"].as_str() else {
+            continue;
+        };
+        if tool["type"] == "namespace" {
+            // An MCP server's tools, grouped: named to the script as
+            // `NAMESPACE__TOOL` (`mcp__writ__read_file`).
+            for inner in tool["tools"].as_array().into_iter().flatten() {
+                if let Some(inner) = inner["name"].as_str() {
+                    seen.tools.push(format!("{name}__{inner}"));
+                }
+            }
+        } else {
             seen.tools.push(name.to_string());
         }
     }
@@ -83,6 +94,20 @@ fn decode(_path: &str, request: &Value) -> Decoded {
         seen,
         results,
     }
+}
+
+/// For a script's `NAMESPACE__TOOL`, the namespace the request declares
+/// and the tool's own name in it.
+fn namespaced(request: &Value, name: &str) -> Option<(String, String)> {
+    request["tools"]
+        .as_array()?
+        .iter()
+        .filter(|t| t["type"] == "namespace")
+        .find_map(|t| {
+            let space = t["name"].as_str()?;
+            let inner = name.strip_prefix(space)?.strip_prefix("__")?;
+            Some((space.to_string(), inner.to_string()))
+        })
 }
 
 /// Whether the request declares `name` as a freeform (custom) tool.
@@ -116,6 +141,10 @@ fn encode(_path: &str, request: &Value, ids: &[String], step: &Step) -> axum::re
                         .unwrap_or_else(|| call.input.to_string());
                     json!({"type": "custom_tool_call", "id": format!("ctc_{call_id}"),
                            "call_id": call_id, "name": call.name, "input": input})
+                } else if let Some((space, inner)) = namespaced(request, &call.name) {
+                    json!({"type": "function_call", "id": format!("fc_{call_id}"),
+                           "call_id": call_id, "namespace": space, "name": inner,
+                           "arguments": call.input.to_string()})
                 } else {
                     json!({"type": "function_call", "id": format!("fc_{call_id}"),
                            "call_id": call_id, "name": call.name,
