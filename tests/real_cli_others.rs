@@ -223,7 +223,11 @@ impl World {
                     } else {
                         other_clis::CODEX_MODEL
                     };
-                    Session::codex(&bin, root, &home, &state, url, prompt, codex_hooks, model)
+                    let setup = other_clis::CodexSetup {
+                        hooks: codex_hooks,
+                        model,
+                    };
+                    Session::codex(&bin, root, &home, &state, url, prompt, setup)
                 } else if opencode {
                     Session::opencode(&bin, root, &home, &state, url, prompt)
                 } else {
@@ -617,16 +621,11 @@ impl World {
             }
             Cli::Codex => {
                 let bin = cli_bin("codex", "@openai/codex");
-                Session::codex(
-                    &bin,
-                    root,
-                    &home,
-                    &state,
-                    url,
-                    &prompt,
-                    true,
-                    other_clis::CODEX_MODEL,
-                )
+                let setup = other_clis::CodexSetup {
+                    hooks: true,
+                    model: other_clis::CODEX_MODEL,
+                };
+                Session::codex(&bin, root, &home, &state, url, &prompt, setup)
             }
             Cli::Opencode => {
                 let bin = cli_bin("opencode", "opencode-ai");

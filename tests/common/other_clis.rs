@@ -171,6 +171,15 @@ impl Session {
 /// `apply_patch` to.
 pub const CODEX_MODEL: &str = "gpt-5.5";
 
+/// How a Codex session is set up: with writ (`writ config codex --write`)
+/// or not, and the model it names.
+pub struct CodexSetup {
+    /// Whether writ is configured.
+    pub hooks: bool,
+    /// The model's name.
+    pub model: &'static str,
+}
+
 /// A model name Codex has no catalog entry for: it offers such a model no
 /// `apply_patch` and no `tool_search`, so MCP tools are its direct tools.
 pub const CODEX_PLAIN_MODEL: &str = "scripted-plain";
@@ -188,9 +197,9 @@ impl Session {
         state: &Path,
         model_url: &str,
         prompt: &str,
-        hooks: bool,
-        model: &str,
+        setup: CodexSetup,
     ) -> Session {
+        let CodexSetup { hooks, model } = setup;
         let codex_home = home.join(".codex");
         std::fs::create_dir_all(&codex_home)
             .unwrap_or_else(|e| panic!("{}: {e}", codex_home.display()));

@@ -913,11 +913,11 @@ fn merge_codex_hooks(
             None => {}
             Some(Value::Object(events)) => match events.get(event) {
                 None => {}
-                Some(Value::Array(existing)) => {
-                    if writ_hook_in(existing, "codex").is_some() {
-                        continue;
-                    }
+                // A writ hook under the event already: kept, not added twice.
+                Some(Value::Array(existing)) if writ_hook_in(existing, "codex").is_some() => {
+                    continue;
                 }
+                Some(Value::Array(_)) => {}
                 Some(_) => return Err(format!("its hooks.{event} is not a list of tables")),
             },
             Some(_) => return Err("its hooks is not a table".into()),
