@@ -136,4 +136,19 @@ mod tests {
         );
         assert!(changes("*** Begin Patch\n*** End Patch\n", None).is_err());
     }
+
+    #[test]
+    fn its_shell_is_bash_before_it_runs_in_its_workdir() {
+        let event = serde_json::json!({"hook_event_name": "PreToolUse", "session_id": "s",
+            "cwd": "/w", "tool_name": "Bash", "tool_input": {"command": "ls", "workdir": "sub"}});
+        let (input, dir) = shell(&event).unwrap_or_else(|| panic!("not a shell call"));
+        assert_eq!(input["command"], "ls");
+        assert_eq!(dir, Some(PathBuf::from("/w/sub")));
+        let mut after = event.clone();
+        after["hook_event_name"] = "PostToolUse".into();
+        assert!(shell(&after).is_none());
+        let mut patch = event;
+        patch["tool_name"] = "apply_patch".into();
+        assert!(shell(&patch).is_none());
+    }
 }

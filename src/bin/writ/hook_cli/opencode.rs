@@ -204,6 +204,20 @@ mod tests {
     }
 
     #[test]
+    fn bash_before_it_runs_is_its_arguments_and_its_folder() {
+        let event = json!({"hook_event_name": "tool.execute.before", "session_id": "ses_1",
+            "call_id": "c", "tool": "bash", "cwd": "/repo",
+            "args": {"command": "make", "description": "build"}});
+        let (args, dir) = shell(&event).unwrap_or_else(|| panic!("not a shell call"));
+        assert_eq!(args["command"], "make");
+        assert_eq!(dir, Some(PathBuf::from("/repo")));
+        assert_eq!(shell_output(args.clone()), json!({"args": args}));
+        let mut write = event;
+        write["tool"] = json!("write");
+        assert!(shell(&write).is_none());
+    }
+
+    #[test]
     fn a_read_cut_short_is_part_of_the_file() {
         let out = "<content>\n5: five\n6: six\n\n(Showing lines 5-6 of 9. Use offset=7 to continue.)\n</content>";
         assert!(matches!(
