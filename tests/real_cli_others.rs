@@ -181,7 +181,10 @@ impl World {
     fn sessions(&mut self, prefix: &str, dialect: Dialect, codex_hooks: bool) -> Vec<Ended> {
         let codex = matches!(
             dialect,
-            Dialect::CodexAddFile | Dialect::CodexUpdate | Dialect::CodexMcp
+            Dialect::CodexAddFile
+                | Dialect::CodexUpdate
+                | Dialect::CodexMcp
+                | Dialect::CodexMcpSearch
         );
         let opencode = matches!(
             dialect,
@@ -218,7 +221,7 @@ impl World {
                 let home = self.base.join("home").join(name);
                 let (root, state, url) = (&self.root, self.state(), &self.model.url);
                 if codex {
-                    let model = if dialect.mcp() {
+                    let model = if dialect == Dialect::CodexMcp {
                         other_clis::CODEX_PLAIN_MODEL
                     } else {
                         other_clis::CODEX_MODEL
@@ -536,11 +539,12 @@ fn writ_mcp_tools_lose_nothing(prefix: &str, dialect: Dialect, cli: &str) {
         Dialect::GeminiMcp => configure_gemini(&world.root),
         Dialect::OpencodeMcp => configure_opencode(&world.root),
         // Codex's configuration is each session's own.
-        Dialect::CodexMcp => {}
+        Dialect::CodexMcp | Dialect::CodexMcpSearch => {}
         other => panic!("{other:?} is not writ's MCP tools"),
     }
     world.serve();
-    let ended = world.sessions(prefix, dialect, dialect == Dialect::CodexMcp);
+    let codex = matches!(dialect, Dialect::CodexMcp | Dialect::CodexMcpSearch);
+    let ended = world.sessions(prefix, dialect, codex);
     let tally = world.tally();
     let story = world.story(&ended);
     assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
@@ -548,6 +552,18 @@ fn writ_mcp_tools_lose_nothing(prefix: &str, dialect: Dialect, cli: &str) {
         tally.landed, SESSIONS,
         "every agent landed its line:\n{story}"
     );
+    if dialect == Dialect::CodexMcpSearch {
+        // Each model found writ's tools with Codex's tool search first.
+        for (line, _) in &world.agents {
+            let name = line.trim_start_matches("line of ");
+            assert!(
+                world.model.transcript(name).results.iter().any(|r| {
+                    r.name == "tool_search" && r.text.contains("mcp__writ__write_file")
+                }),
+                "{name} did not load writ's tools through tool_search:\n{story}"
+            );
+        }
+    }
     let refusals = world.refusals();
     assert!(
         !refusals.is_empty(),
@@ -801,7 +817,16 @@ fn opencode_shell_command_runs_through_writ_run() {
     shell_command_runs_through_writ_run(Cli::Opencode);
 }
 
+/// Codex with a model it knows keeps MCP tools behind `tool_search`: the
+/// model loads writ's first.
 #[test]
 fn codex_with_writ_mcp_tools_loses_nothing() {
-    writ_mcp_tools_lose_nothing("xm", Dialect::CodexMcp, "Codex CLI");
+    writ_mcp_tools_lose_nothing("xm", Dialect::CodexMcpSearch, "Codex CLI");
+}
+
+/// Codex with a model it has no catalog entry for offers MCP tools
+/// directly.
+#[test]
+fn codex_with_writ_mcp_tools_offered_directly_loses_nothing() {
+    writ_mcp_tools_lose_nothing("xd", Dialect::CodexMcp, "Codex CLI");
 }

@@ -41,10 +41,14 @@ pub enum Dialect {
     GeminiMcp,
     /// writ's MCP tools through opencode, as [`Dialect::GeminiMcp`].
     OpencodeMcp,
-    /// writ's MCP tools through Codex CLI, as [`Dialect::GeminiMcp`]; Codex
-    /// shows the model a result's `structuredContent` as JSON, whose `text`
-    /// is writ's answer.
+    /// writ's MCP tools through Codex CLI, as [`Dialect::GeminiMcp`], offered
+    /// directly (a model Codex has no catalog entry for); Codex shows the
+    /// model a result's `structuredContent` as JSON, whose `text` is writ's
+    /// answer.
     CodexMcp,
+    /// [`Dialect::CodexMcp`] with a model Codex knows, which finds writ's
+    /// tools through Codex's `tool_search` first.
+    CodexMcpSearch,
 }
 
 impl Dialect {
@@ -52,7 +56,7 @@ impl Dialect {
     pub fn mcp(self) -> bool {
         matches!(
             self,
-            Dialect::GeminiMcp | Dialect::OpencodeMcp | Dialect::CodexMcp
+            Dialect::GeminiMcp | Dialect::OpencodeMcp | Dialect::CodexMcp | Dialect::CodexMcpSearch
         )
     }
 
@@ -61,7 +65,7 @@ impl Dialect {
     /// the `text` of the JSON it shows.
     pub fn shown_text(self, result: &ToolResult) -> Option<String> {
         match self {
-            Dialect::CodexMcp => {
+            Dialect::CodexMcp | Dialect::CodexMcpSearch => {
                 let (_, output) = result.text.split_once("Output:\n")?;
                 let value: serde_json::Value = serde_json::from_str(output.trim()).ok()?;
                 value["text"].as_str().map(str::to_string)
@@ -72,7 +76,10 @@ impl Dialect {
 
     fn read(self, path: &str) -> ToolCall {
         match self {
-            Dialect::GeminiMcp | Dialect::OpencodeMcp | Dialect::CodexMcp => ToolCall {
+            Dialect::GeminiMcp
+            | Dialect::OpencodeMcp
+            | Dialect::CodexMcp
+            | Dialect::CodexMcpSearch => ToolCall {
                 name: "read_file".into(),
                 input: json!({"path": path}),
             },
@@ -98,9 +105,10 @@ impl Dialect {
         }
         match self {
             // writ's read_file numbers the lines (`     N\tline`).
-            Dialect::GeminiMcp | Dialect::OpencodeMcp | Dialect::CodexMcp => {
-                numbered_lines(&self.shown_text(result)?)
-            }
+            Dialect::GeminiMcp
+            | Dialect::OpencodeMcp
+            | Dialect::CodexMcp
+            | Dialect::CodexMcpSearch => numbered_lines(&self.shown_text(result)?),
             // Gemini CLI's read_file gives the model the file as it is.
             Dialect::GeminiWrite | Dialect::GeminiReplace => {
                 Some(result.text.lines().map(str::to_string).collect())
@@ -131,7 +139,10 @@ impl Dialect {
         let last = kept.last().cloned().unwrap_or_default();
         let whole = format!("{}\n{line}\n", kept.join("\n"));
         match self {
-            Dialect::GeminiMcp | Dialect::OpencodeMcp | Dialect::CodexMcp => ToolCall {
+            Dialect::GeminiMcp
+            | Dialect::OpencodeMcp
+            | Dialect::CodexMcp
+            | Dialect::CodexMcpSearch => ToolCall {
                 name: "write_file".into(),
                 input: json!({"path": path, "content": whole}),
             },
@@ -214,6 +225,8 @@ pub struct Adder {
     mcp_names: Option<(String, String)>,
     /// The handle writ told the model to pass as `agent`, once told.
     handle: Option<String>,
+    /// Whether it searched for writ's tools (Codex's `tool_search`).
+    searched: bool,
 }
 
 impl Adder {
@@ -234,6 +247,7 @@ impl Adder {
             report: Report::default(),
             mcp_names: None,
             handle: None,
+            searched: false,
         }
     }
 
@@ -314,6 +328,15 @@ impl Script for Adder {
             };
             match (find("read_file"), find("write_file")) {
                 (Some(read), Some(write)) => self.mcp_names = Some((read, write)),
+                // Codex keeps MCP tools behind its tool search for models
+                // that have one: load writ's first, as a model does.
+                _ if !self.searched && seen.tools.iter().any(|t| t == "tool_search") => {
+                    self.searched = true;
+                    return Step::Call(vec![ToolCall {
+                        name: "tool_search".into(),
+                        input: json!({"query": "writ read_file write_file", "limit": 8}),
+                    }]);
+                }
                 _ => {
                     let why = format!("writ's MCP tools are not offered: {:?}", seen.tools);
                     return self.end(Outcome::GaveUp(0), why);
