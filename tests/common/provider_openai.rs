@@ -87,7 +87,7 @@ fn decode(_path: &str, request: &Value) -> Decoded {
         }
         match item["type"].as_str() {
             Some("tool_search_output") => {
-                let found: Vec<String> = namespaces_in(&[item.clone()])
+                let found: Vec<String> = namespaces_in(std::slice::from_ref(item))
                     .into_iter()
                     .map(|(space, inner)| format!("{space}__{inner}"))
                     .collect();
