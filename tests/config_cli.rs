@@ -461,3 +461,279 @@ fn a_fifo_config_file_is_refused_at_once() {
             .is_fifo()
     );
 }
+
+/// The TOML file `file`, parsed.
+fn toml_of(file: &Path) -> toml_edit::DocumentMut {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: not TOML: {e}", file.display()))
+}
+
+/// The commands of the hook groups under `event` in a Codex config.
+fn codex_commands(doc: &toml_edit::DocumentMut, event: &str) -> Vec<(String, String)> {
+    let groups = doc["hooks"][event]
+        .as_array_of_tables()
+        .unwrap_or_else(|| panic!("hooks.{event} is not a list of tables"));
+    groups
+        .iter()
+        .flat_map(|g| {
+            let matcher = g
+                .get("matcher")
+                .and_then(|m| m.as_str())
+                .unwrap_or_default()
+                .to_string();
+            g["hooks"]
+                .as_array_of_tables()
+                .into_iter()
+                .flatten()
+                .map(move |h| {
+                    (
+                        matcher.clone(),
+                        h["command"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+        })
+        .collect()
+}
+
+#[test]
+fn codex_gets_its_hooks_beside_its_server_and_never_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let file = home.join("config.toml");
+    let before = "model = \"o4\"\n\n[[hooks.PreToolUse]]\nmatcher = \"Bash\"\n[[hooks.PreToolUse.hooks]]\ntype = \"command\"\ncommand = \"lint\"\n";
+    std::fs::write(&file, before).unwrap();
+    let envs = [("CODEX_HOME", home.as_path())];
+
+    let out = writ_config(dir.path(), &["codex", "--write"], &envs);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("added writ's hooks") && said.contains("trust"),
+        "{said}"
+    );
+    let after = std::fs::read_to_string(&file).unwrap();
+    assert!(after.starts_with(before), "{after}");
+    let doc = toml_of(&file);
+    assert_eq!(doc["mcp_servers"]["writ"]["command"].as_str(), Some("writ"));
+    let hook = "writ hook codex".to_string();
+    assert_eq!(
+        codex_commands(&doc, "PreToolUse"),
+        [
+            ("Bash".to_string(), "lint".to_string()),
+            ("apply_patch|Bash".to_string(), hook.clone())
+        ]
+    );
+    assert_eq!(
+        codex_commands(&doc, "PostToolUse"),
+        [("apply_patch".to_string(), hook.clone())]
+    );
+    assert_eq!(
+        codex_commands(&doc, "UserPromptSubmit"),
+        [(String::new(), hook)]
+    );
+
+    // Again: nothing is added twice.
+    let out = writ_config(dir.path(), &["codex", "--write"], &envs);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("already has writ's hooks"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), after);
+}
+
+#[test]
+fn a_codex_file_writ_cannot_add_hooks_to_is_left_whole_server_and_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let file = home.join("config.toml");
+    let envs = [("CODEX_HOME", home.as_path())];
+    for before in [
+        // Inline tables take no [[hooks.X]] after them.
+        "model = \"o4\"\nhooks = { PreToolUse = [] }\n",
+        "[hooks]\nPreToolUse = \"not a list\"\n",
+        "hooks = 3\n",
+    ] {
+        std::fs::write(&file, before).unwrap();
+        let out = writ_config(dir.path(), &["codex", "--write"], &envs);
+        assert!(!out.status.success(), "{before}: {}", text(&out.stdout));
+        let said = text(&out.stderr);
+        assert!(
+            said.contains("left unchanged") && said.contains("hook codex"),
+            "{before}: {said}"
+        );
+        // Not even the server's table went in.
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+    }
+}
+
+#[test]
+fn gemini_gets_its_hooks_in_the_file_its_server_is_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(".gemini/settings.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let before = "{\n  \"theme\": \"dark\",\n  \"hooks\": {\n    \"BeforeTool\": [\n      {\"matcher\": \"run_shell_command\", \"hooks\": [{\"type\": \"command\", \"command\": \"audit\"}]}\n    ]\n  }\n}\n";
+    std::fs::write(&file, before).unwrap();
+    let out = writ_config(dir.path(), &["gemini", "--write"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let after = std::fs::read_to_string(&file).unwrap();
+    let mut lines = after.lines();
+    for line in before.lines() {
+        assert!(lines.any(|l| l == line), "lost {line:?}: {after}");
+    }
+    let value: Value = serde_json::from_str(&after).unwrap();
+    assert_eq!(value["theme"], "dark");
+    assert_eq!(
+        command_line("gemini", &value["mcpServers"]["writ"]),
+        ["writ", "mcp", "."]
+    );
+    let hook = serde_json::json!([{"type": "command", "command": "writ hook gemini"}]);
+    let before_tool = value["hooks"]["BeforeTool"].as_array().unwrap();
+    assert_eq!(before_tool.len(), 2, "{after}");
+    assert!(
+        before_tool
+            .iter()
+            .any(|g| g["matcher"] == "run_shell_command")
+    );
+    assert!(
+        before_tool
+            .iter()
+            .any(|g| g["matcher"] == "write_file|replace|run_shell_command" && g["hooks"] == hook),
+        "{after}"
+    );
+    assert_eq!(
+        value["hooks"]["AfterTool"],
+        serde_json::json!([{"matcher": "write_file|replace|read_file|mcp_writ_.*", "hooks": hook}])
+    );
+    assert_eq!(
+        value["hooks"]["BeforeAgent"],
+        serde_json::json!([{"hooks": hook}])
+    );
+    let out = writ_config(dir.path(), &["gemini", "--write"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("already has writ's hooks"));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), after);
+}
+
+/// `writ hook opencode --print-plugin`.
+fn printed_plugin() -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .args(["hook", "opencode", "--print-plugin"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    text(&out.stdout)
+}
+
+#[test]
+fn opencode_gets_writs_plugin_beside_its_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join(".opencode/plugin/writ.js");
+    let out = writ_config(dir.path(), &["opencode", "--write"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("added writ's plugin"));
+    let written = std::fs::read_to_string(&plugin).unwrap();
+    assert_eq!(written, printed_plugin());
+    assert!(written.contains("const WRIT = [\"writ\"];"));
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("opencode.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        command_line("opencode", &config["mcp"]["writ"]),
+        ["writ", "mcp", "."]
+    );
+
+    let out = writ_config(dir.path(), &["opencode", "--write"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("already has writ's plugin"));
+
+    // An older writ's plugin is writ's own: replaced by this one's.
+    std::fs::write(&plugin, "// writ's plugin for opencode, an old one\n").unwrap();
+    let out = writ_config(dir.path(), &["opencode", "--write"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&plugin).unwrap(), written);
+
+    // Someone else's file of that name is not; and then nothing is written.
+    std::fs::remove_file(dir.path().join("opencode.json")).unwrap();
+    std::fs::write(&plugin, "export const Mine = async () => ({});\n").unwrap();
+    let out = writ_config(dir.path(), &["opencode", "--write"], &[]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("--print-plugin"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&plugin).unwrap(),
+        "export const Mine = async () => ({});\n"
+    );
+    assert!(!dir.path().join("opencode.json").exists());
+}
+
+#[test]
+fn hooks_and_the_plugin_run_writ_the_way_it_was_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_bin, with_writ) = path_with_writ();
+    let run = |args: &[&str], home: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_writ"))
+            .arg("config")
+            .args(args)
+            .current_dir(dir.path())
+            .env("PATH", &with_writ)
+            .env("CODEX_HOME", home)
+            .env("WRIT_LAUNCHER", "npx")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    };
+    let home = dir.path().join("codex-home");
+    run(&["codex", "--write"], &home);
+    let doc = toml_of(&home.join("config.toml"));
+    assert_eq!(
+        codex_commands(&doc, "PostToolUse")[0].1,
+        "npx -y writ-sched hook codex"
+    );
+    run(&["gemini", "--write"], &home);
+    let gemini: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join(".gemini/settings.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        gemini["hooks"]["AfterTool"][0]["hooks"][0]["command"],
+        "npx -y writ-sched hook gemini"
+    );
+    run(&["opencode", "--write"], &home);
+    let plugin = std::fs::read_to_string(dir.path().join(".opencode/plugin/writ.js")).unwrap();
+    assert!(
+        plugin.contains("const WRIT = [\"npx\", \"-y\", \"writ-sched\"];"),
+        "{plugin}"
+    );
+}
+
+#[test]
+fn a_symlinked_plugin_or_plugin_folder_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("elsewhere.js");
+    std::fs::write(&target, "// mine\n").unwrap();
+    let folder = dir.path().join(".opencode/plugin");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::os::unix::fs::symlink(&target, folder.join("writ.js")).unwrap();
+    let out = writ_config(dir.path(), &["opencode", "--write"], &[]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("symlink"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "// mine\n");
+    assert!(!dir.path().join("opencode.json").exists());
+
+    std::fs::remove_dir_all(dir.path().join(".opencode")).unwrap();
+    std::fs::create_dir_all(dir.path().join(".opencode")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), &folder).unwrap();
+    let out = writ_config(dir.path(), &["opencode", "--write"], &[]);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(!outside.path().join("writ.js").exists());
+}

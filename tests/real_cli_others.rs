@@ -26,6 +26,8 @@ mod provider_gemini;
 mod provider_openai;
 #[path = "common/scripted_model.rs"]
 mod scripted_model;
+#[path = "common/shell_script.rs"]
+mod shell_script;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -33,9 +35,11 @@ use std::time::Duration;
 
 use cli_install::cli_bin;
 use cli_script::{Adder, Dialect, write_succeeded};
-use edit_script::{Rendezvous, Report, Tally, tally};
+use edit_script::{Rendezvous, Report, Tally, numbered_lines, tally};
 use other_clis::{Ended, Session, configure_gemini, configure_opencode};
-use scripted_model::{ScriptedModel, ToolResult};
+use scripted_model::{Script, ScriptedModel, Step, ToolResult};
+use serde_json::json;
+use shell_script::{Play, Steps, call, wait_for_file};
 
 /// A session's deadline: far above a run's few seconds, so only a hung
 /// CLI reaches it.
@@ -175,8 +179,17 @@ impl World {
     /// `codex_hooks` puts writ's hooks in Codex's configuration (Gemini
     /// CLI's are in the workspace, see [`configure_gemini`]).
     fn sessions(&mut self, prefix: &str, dialect: Dialect, codex_hooks: bool) -> Vec<Ended> {
-        let codex = matches!(dialect, Dialect::CodexAddFile | Dialect::CodexUpdate);
-        let opencode = matches!(dialect, Dialect::OpencodeWrite | Dialect::OpencodeEdit);
+        let codex = matches!(
+            dialect,
+            Dialect::CodexAddFile
+                | Dialect::CodexUpdate
+                | Dialect::CodexMcp
+                | Dialect::CodexMcpSearch
+        );
+        let opencode = matches!(
+            dialect,
+            Dialect::OpencodeWrite | Dialect::OpencodeEdit | Dialect::OpencodeMcp
+        );
         let bin = if codex {
             cli_bin("codex", "@openai/codex")
         } else if opencode {
@@ -185,8 +198,9 @@ impl World {
             cli_bin("gemini", "@google/gemini-cli")
         };
         let meet = Rendezvous::new(SESSIONS, Duration::from_secs(60));
-        // Codex's shell and patches take paths in its working folder.
-        let path = if codex {
+        // Codex's shell and patches take paths in its working folder, and
+        // writ's tools in the workspace.
+        let path = if codex || dialect.mcp() {
             SHARED.to_string()
         } else {
             self.file().display().to_string()
@@ -207,7 +221,16 @@ impl World {
                 let home = self.base.join("home").join(name);
                 let (root, state, url) = (&self.root, self.state(), &self.model.url);
                 if codex {
-                    Session::codex(&bin, root, &home, &state, url, prompt, codex_hooks)
+                    let model = if dialect == Dialect::CodexMcp {
+                        other_clis::CODEX_PLAIN_MODEL
+                    } else {
+                        other_clis::CODEX_MODEL
+                    };
+                    let setup = other_clis::CodexSetup {
+                        hooks: codex_hooks,
+                        model,
+                    };
+                    Session::codex(&bin, root, &home, &state, url, prompt, setup)
                 } else if opencode {
                     Session::opencode(&bin, root, &home, &state, url, prompt)
                 } else {
@@ -227,7 +250,10 @@ impl World {
                     .transcript(line.trim_start_matches("line of "))
                     .results
             })
-            .filter(|r| !["read_file", "exec_command", "read"].contains(&r.name.as_str()))
+            .filter(|r| {
+                !(r.name.ends_with("read_file")
+                    || ["exec_command", "read"].contains(&r.name.as_str()))
+            })
             .filter(|r| !write_succeeded(r))
             .collect()
     }
@@ -465,7 +491,7 @@ fn opencode_without_writ_simultaneous_edits_report_their_losses() {
 /// nothing through `write` or `edit`; every refusal reaches the model as
 /// writ's sentence.
 #[test]
-#[ignore = "opencode 1.18.33 loads and starts writ's plugin in `opencode run` but never calls its tool.execute hooks; see docs/AGENTS.md"]
+
 fn opencode_with_writ_plugin_loses_nothing() {
     for (prefix, dialect) in [
         ("ohw", Dialect::OpencodeWrite),
@@ -500,4 +526,307 @@ fn opencode_with_writ_plugin_loses_nothing() {
             refusals.first().map(|r| &r.text)
         );
     }
+}
+
+/// writ's MCP tools as `writ config CLI --write` sets them up, through
+/// the real CLI: sessions that all read before any wrote each write the
+/// whole file; writ refuses the stale writes with a result whose text
+/// carries the sentence and the file as it is now, the model redoes its
+/// change on that content without reading again, and nothing is lost.
+fn writ_mcp_tools_lose_nothing(prefix: &str, dialect: Dialect, cli: &str) {
+    let mut world = World::new();
+    match dialect {
+        Dialect::GeminiMcp => configure_gemini(&world.root),
+        Dialect::OpencodeMcp => configure_opencode(&world.root),
+        // Codex's configuration is each session's own.
+        Dialect::CodexMcp | Dialect::CodexMcpSearch => {}
+        other => panic!("{other:?} is not writ's MCP tools"),
+    }
+    world.serve();
+    let codex = matches!(dialect, Dialect::CodexMcp | Dialect::CodexMcpSearch);
+    let ended = world.sessions(prefix, dialect, codex);
+    let tally = world.tally();
+    let story = world.story(&ended);
+    assert!(tally.lost.is_empty(), "lost {:?}:\n{story}", tally.lost);
+    assert_eq!(
+        tally.landed, SESSIONS,
+        "every agent landed its line:\n{story}"
+    );
+    if dialect == Dialect::CodexMcpSearch {
+        // Each model found writ's tools with Codex's tool search first.
+        for (line, _) in &world.agents {
+            let name = line.trim_start_matches("line of ");
+            assert!(
+                world.model.transcript(name).results.iter().any(|r| {
+                    r.name == "tool_search" && r.text.contains("mcp__writ__write_file")
+                }),
+                "{name} did not load writ's tools through tool_search:\n{story}"
+            );
+        }
+    }
+    let refusals = world.refusals();
+    assert!(
+        !refusals.is_empty(),
+        "all read before any wrote, so writ refused some writes:\n{story}"
+    );
+    // What the model reads of each refusal: the text, or (Codex) the
+    // `text` of the JSON it is shown.
+    let shown: Vec<String> = refusals
+        .iter()
+        .map(|r| dialect.shown_text(r).unwrap_or_else(|| r.text.clone()))
+        .collect();
+    for text in &shown {
+        assert!(
+            text.contains(SHARED) && !text.contains("\\\"") && !text.contains("\\n"),
+            "a refusal reached the model without writ's sentence as text: {text:?}\n{story}"
+        );
+    }
+    // A stale write's refusal carries the content as lines the model
+    // reads, and the agent redid its change on them.
+    let carried = shown
+        .iter()
+        .filter(|t| t.contains("nothing was written") && numbered_lines(t).is_some())
+        .count();
+    assert!(
+        carried > 0,
+        "no refusal carried the file's content as text:\n{story}"
+    );
+    println!(
+        "real-cli: {cli} with writ's MCP tools (writ config {} --write), {SESSIONS} sessions, write_file: 0 lost, {} refusals ({carried} carrying the content), e.g. {:?}",
+        cli.split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_lowercase(),
+        refusals.len(),
+        shown.first()
+    );
+}
+
+#[test]
+fn gemini_with_writ_mcp_tools_loses_nothing() {
+    writ_mcp_tools_lose_nothing("gm", Dialect::GeminiMcp, "Gemini CLI");
+}
+
+#[test]
+fn opencode_with_writ_mcp_tools_loses_nothing() {
+    writ_mcp_tools_lose_nothing("om", Dialect::OpencodeMcp, "opencode");
+}
+
+/// A coding CLI of this suite.
+#[derive(Clone, Copy, Debug)]
+enum Cli {
+    Gemini,
+    Codex,
+    Opencode,
+}
+
+impl World {
+    /// Starts one session of `cli`, configured by `writ config` (done by
+    /// the caller for Gemini CLI and opencode, whose configuration is the
+    /// workspace's; per session for Codex, whose is its home's), playing
+    /// `script`.
+    fn start(&mut self, cli: Cli, name: &str, script: impl Script + 'static) -> Session {
+        self.model.add(name, script);
+        let prompt = format!("{} Do your part.", ScriptedModel::marker(name));
+        let home = self.base.join("home").join(name);
+        let (root, state, url) = (&self.root, self.state(), &self.model.url);
+        match cli {
+            Cli::Gemini => {
+                let bin = cli_bin("gemini", "@google/gemini-cli");
+                Session::gemini(&bin, root, &home, &state, url, &prompt)
+            }
+            Cli::Codex => {
+                let bin = cli_bin("codex", "@openai/codex");
+                let setup = other_clis::CodexSetup {
+                    hooks: true,
+                    model: other_clis::CODEX_MODEL,
+                };
+                Session::codex(&bin, root, &home, &state, url, &prompt, setup)
+            }
+            Cli::Opencode => {
+                let bin = cli_bin("opencode", "opencode-ai");
+                Session::opencode(&bin, root, &home, &state, url, &prompt)
+            }
+        }
+    }
+
+    /// Every result `name`'s model was sent.
+    fn results(&self, name: &str) -> Vec<ToolResult> {
+        self.model.transcript(name).results
+    }
+}
+
+/// The file both shell-scenario sessions change.
+const NOTES: &str = "notes.txt";
+
+impl Cli {
+    /// The CLI's shell tool called with `command`, as its model calls it.
+    fn shell(self, command: &str) -> Step {
+        match self {
+            Cli::Gemini => call(
+                "run_shell_command",
+                json!({"command": command, "description": "run a command"}),
+            ),
+            Cli::Codex => call("exec_command", json!({"cmd": command})),
+            Cli::Opencode => call(
+                "bash",
+                json!({"command": command, "description": "run a command"}),
+            ),
+        }
+    }
+
+    fn shell_tool(self) -> &'static str {
+        match self {
+            Cli::Gemini => "run_shell_command",
+            Cli::Codex => "exec_command",
+            Cli::Opencode => "bash",
+        }
+    }
+
+    /// A read of `NOTES` with the CLI's own tool.
+    fn read(self, root: &std::path::Path) -> Step {
+        let file = root.join(NOTES).display().to_string();
+        match self {
+            Cli::Gemini => call("read_file", json!({"file_path": file})),
+            Cli::Codex => call("exec_command", json!({"cmd": format!("cat {NOTES}")})),
+            Cli::Opencode => call("read", json!({"filePath": file})),
+        }
+    }
+
+    /// `old` replaced by `new` in `NOTES` with the CLI's own edit tool.
+    fn edit(self, root: &std::path::Path, old: &str, new: &str) -> Step {
+        let file = root.join(NOTES).display().to_string();
+        match self {
+            Cli::Gemini => call(
+                "replace",
+                json!({"file_path": file, "old_string": old, "new_string": new,
+                       "instruction": "change the line"}),
+            ),
+            Cli::Codex => call(
+                "apply_patch",
+                json!({"input": format!(
+                    "*** Begin Patch\n*** Update File: {NOTES}\n@@\n-{old}\n+{new}\n*** End Patch\n"
+                )}),
+            ),
+            Cli::Opencode => call(
+                "edit",
+                json!({"filePath": file, "oldString": old, "newString": new}),
+            ),
+        }
+    }
+}
+
+/// A `sed -i` run by one session's shell tool, with what `writ config X
+/// --write` installs, while another session edits another line of the
+/// same file with the CLI's own edit tool: the hook sends the command
+/// through `writ run`, so it runs in its own layer and its commit merges
+/// the two changes (and says so). Both kept; 0 lost.
+fn shell_command_runs_through_writ_run(cli: Cli) {
+    let mut world = World::new();
+    std::fs::write(world.root.join(NOTES), "one\ntwo\nthree\nfour\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    match cli {
+        Cli::Gemini => configure_gemini(&world.root),
+        Cli::Opencode => configure_opencode(&world.root),
+        Cli::Codex => {}
+    }
+    world.serve();
+    // The command says when sed has run (outside the workspace, so not
+    // part of its write set) and ends once the other session's edit
+    // landed: the edit falls inside the run.
+    let sed_ran = world.base.join("sed-ran");
+    let edited = world.base.join("edited");
+    let command = "sed -i 's/^one$/one (shell)/' notes.txt && touch ../sed-ran && \
+         for i in $(seq 1200); do [ -e ../edited ] && break; sleep 0.05; done && echo sed-done";
+    let shell_steps: Vec<Play> = vec![Box::new(move |_| cli.shell(command))];
+    let shell = world.start(cli, "shell", Steps::new(shell_steps));
+    let root = world.root.clone();
+    let edited_mark = edited.clone();
+    let waited = sed_ran.clone();
+    let editor_steps: Vec<Play> = vec![
+        Box::new(move |_| cli.read(&root)),
+        Box::new({
+            let root = world.root.clone();
+            move |_| {
+                wait_for_file(&waited, Duration::from_secs(90));
+                cli.edit(&root, "four", "four (editor)")
+            }
+        }),
+        Box::new(move |_| {
+            let _ = std::fs::write(&edited_mark, "");
+            Step::End("edited".into())
+        }),
+    ];
+    let editor = world.start(cli, "editor", Steps::new(editor_steps));
+    let ended = vec![shell.finish(DEADLINE), editor.finish(DEADLINE)];
+    let notes = std::fs::read_to_string(world.root.join(NOTES)).unwrap_or_default();
+    let mut story = format!("{cli:?}: final {NOTES}:\n{notes}\n");
+    for name in ["shell", "editor"] {
+        for r in world.results(name) {
+            story.push_str(&format!(
+                "--- {name}: {} error={} {:.600}\n",
+                r.name, r.is_error, r.text
+            ));
+        }
+    }
+    for e in &ended {
+        story.push_str(&format!(
+            "--- {:?}\n  stderr: {}\n",
+            e.status,
+            tail(&e.stderr, 1500)
+        ));
+    }
+    assert!(
+        sed_ran.exists() && edited.exists(),
+        "the two sessions did not overlap:\n{story}"
+    );
+    let result = world
+        .results("shell")
+        .into_iter()
+        .find(|r| r.name == cli.shell_tool())
+        .unwrap_or_else(|| panic!("no shell result:\n{story}"));
+    assert!(
+        result.text.contains("sed-done"),
+        "the shell session's command failed:\n{story}"
+    );
+    assert!(
+        result.text.contains("merged"),
+        "the command ran through writ run, whose commit merged the two changes and said so:\n{story}"
+    );
+    assert_eq!(
+        notes, "one (shell)\ntwo\nthree\nfour (editor)\n",
+        "both changes are kept:\n{story}"
+    );
+    println!(
+        "real-cli: {cli:?} shell `sed -i` through writ run beside another session's edit: 2 landed, 0 lost"
+    );
+}
+
+#[test]
+fn gemini_shell_command_runs_through_writ_run() {
+    shell_command_runs_through_writ_run(Cli::Gemini);
+}
+
+#[test]
+fn codex_shell_command_runs_through_writ_run() {
+    shell_command_runs_through_writ_run(Cli::Codex);
+}
+
+#[test]
+fn opencode_shell_command_runs_through_writ_run() {
+    shell_command_runs_through_writ_run(Cli::Opencode);
+}
+
+/// Codex with a model it knows keeps MCP tools behind `tool_search`: the
+/// model loads writ's first.
+#[test]
+fn codex_with_writ_mcp_tools_loses_nothing() {
+    writ_mcp_tools_lose_nothing("xm", Dialect::CodexMcpSearch, "Codex CLI");
+}
+
+/// Codex with a model it has no catalog entry for offers MCP tools
+/// directly.
+#[test]
+fn codex_with_writ_mcp_tools_offered_directly_loses_nothing() {
+    writ_mcp_tools_lose_nothing("xd", Dialect::CodexMcp, "Codex CLI");
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::edit_script::{Outcome, Rendezvous, Report};
+use super::edit_script::{Outcome, Rendezvous, Report, numbered_lines};
 use super::scripted_model::{Script, Seen, Step, ToolCall, ToolResult, think};
 
 /// A CLI's own tools, as one agent uses them.
@@ -34,11 +34,55 @@ pub enum Dialect {
     /// opencode: `read`, then `edit {filePath, oldString, newString}` on
     /// the last line.
     OpencodeEdit,
+    /// writ's MCP tools through Gemini CLI: `read_file {path}`, then
+    /// `write_file {path, content}` with the whole content; after a refusal
+    /// that carries the file's content, the write again on that content,
+    /// as the refusal says (no read).
+    GeminiMcp,
+    /// writ's MCP tools through opencode, as [`Dialect::GeminiMcp`].
+    OpencodeMcp,
+    /// writ's MCP tools through Codex CLI, as [`Dialect::GeminiMcp`], offered
+    /// directly (a model Codex has no catalog entry for); Codex shows the
+    /// model a result's `structuredContent` as JSON, whose `text` is writ's
+    /// answer.
+    CodexMcp,
+    /// [`Dialect::CodexMcp`] with a model Codex knows, which finds writ's
+    /// tools through Codex's `tool_search` first.
+    CodexMcpSearch,
 }
 
 impl Dialect {
+    /// Whether the agent edits with writ's MCP tools.
+    pub fn mcp(self) -> bool {
+        matches!(
+            self,
+            Dialect::GeminiMcp | Dialect::OpencodeMcp | Dialect::CodexMcp | Dialect::CodexMcpSearch
+        )
+    }
+
+    /// The text a model reads in a result of writ's tools: the text as it
+    /// came, or for Codex (`Wall time: …\nOutput:\n{structuredContent}`)
+    /// the `text` of the JSON it shows.
+    pub fn shown_text(self, result: &ToolResult) -> Option<String> {
+        match self {
+            Dialect::CodexMcp | Dialect::CodexMcpSearch => {
+                let (_, output) = result.text.split_once("Output:\n")?;
+                let value: serde_json::Value = serde_json::from_str(output.trim()).ok()?;
+                value["text"].as_str().map(str::to_string)
+            }
+            _ => Some(result.text.clone()),
+        }
+    }
+
     fn read(self, path: &str) -> ToolCall {
         match self {
+            Dialect::GeminiMcp
+            | Dialect::OpencodeMcp
+            | Dialect::CodexMcp
+            | Dialect::CodexMcpSearch => ToolCall {
+                name: "read_file".into(),
+                input: json!({"path": path}),
+            },
             Dialect::GeminiWrite | Dialect::GeminiReplace => ToolCall {
                 name: "read_file".into(),
                 input: json!({"file_path": path}),
@@ -60,6 +104,11 @@ impl Dialect {
             return None;
         }
         match self {
+            // writ's read_file numbers the lines (`     N\tline`).
+            Dialect::GeminiMcp
+            | Dialect::OpencodeMcp
+            | Dialect::CodexMcp
+            | Dialect::CodexMcpSearch => numbered_lines(&self.shown_text(result)?),
             // Gemini CLI's read_file gives the model the file as it is.
             Dialect::GeminiWrite | Dialect::GeminiReplace => {
                 Some(result.text.lines().map(str::to_string).collect())
@@ -90,6 +139,13 @@ impl Dialect {
         let last = kept.last().cloned().unwrap_or_default();
         let whole = format!("{}\n{line}\n", kept.join("\n"));
         match self {
+            Dialect::GeminiMcp
+            | Dialect::OpencodeMcp
+            | Dialect::CodexMcp
+            | Dialect::CodexMcpSearch => ToolCall {
+                name: "write_file".into(),
+                input: json!({"path": path, "content": whole}),
+            },
             Dialect::GeminiWrite => ToolCall {
                 name: "write_file".into(),
                 input: json!({"file_path": path, "content": whole}),
@@ -164,6 +220,13 @@ pub struct Adder {
     refused: bool,
     content: Vec<String>,
     report: Report,
+    /// writ's tools as the CLI names them to the model (`read_file`,
+    /// `write_file`), found in the first request that offers tools.
+    mcp_names: Option<(String, String)>,
+    /// The handle writ told the model to pass as `agent`, once told.
+    handle: Option<String>,
+    /// Whether it searched for writ's tools (Codex's `tool_search`).
+    searched: bool,
 }
 
 impl Adder {
@@ -182,6 +245,9 @@ impl Adder {
             refused: false,
             content: Vec::new(),
             report: Report::default(),
+            mcp_names: None,
+            handle: None,
+            searched: false,
         }
     }
 
@@ -206,18 +272,34 @@ impl Adder {
     fn read(&mut self) -> Step {
         self.reads += 1;
         self.phase = Phase::Reading;
-        Step::Call(vec![self.dialect.read(&self.path)])
+        let mut call = self.dialect.read(&self.path);
+        if let Some((read, _)) = &self.mcp_names {
+            call.name = read.clone();
+        }
+        if let Some(handle) = &self.handle {
+            call.input["agent"] = json!(handle);
+        }
+        Step::Call(vec![call])
     }
 
     fn write(&mut self) -> Step {
         self.writes += 1;
         self.phase = Phase::Writing;
-        Step::Call(vec![self.dialect.write(
-            &self.path,
-            &self.content,
-            &self.line,
-            self.refused,
-        )])
+        let mut call = self
+            .dialect
+            .write(&self.path, &self.content, &self.line, self.refused);
+        if let Some((_, write)) = &self.mcp_names {
+            call.name = write.clone();
+        }
+        if let Some(handle) = &self.handle {
+            call.input["agent"] = json!(handle);
+        }
+        Step::Call(vec![call])
+    }
+
+    /// The file's lines a refusal of writ's tools carries, if any.
+    fn refusal_content(&self, result: &ToolResult) -> Option<Vec<String>> {
+        numbered_lines(&self.dialect.shown_text(result)?)
     }
 
     fn end(&mut self, outcome: Outcome, why: String) -> Step {
@@ -235,7 +317,43 @@ impl Adder {
 
 impl Script for Adder {
     fn next(&mut self, seen: &Seen) -> Step {
+        if self.dialect.mcp() && self.mcp_names.is_none() {
+            // The CLI names them its own way (`writ_read_file`,
+            // `writ__read_file`, ...): never its own built-in tool's name.
+            let find = |tool: &str| {
+                seen.tools
+                    .iter()
+                    .find(|n| n.as_str() != tool && n.contains("writ") && n.ends_with(tool))
+                    .cloned()
+            };
+            match (find("read_file"), find("write_file")) {
+                (Some(read), Some(write)) => self.mcp_names = Some((read, write)),
+                // Codex keeps MCP tools behind its tool search for models
+                // that have one: load writ's first, as a model does.
+                _ if !self.searched && seen.tools.iter().any(|t| t == "tool_search") => {
+                    self.searched = true;
+                    return Step::Call(vec![ToolCall {
+                        name: "tool_search".into(),
+                        input: json!({"query": "writ read_file write_file", "limit": 8}),
+                    }]);
+                }
+                _ => {
+                    let why = format!("writ's MCP tools are not offered: {:?}", seen.tools);
+                    return self.end(Outcome::GaveUp(0), why);
+                }
+            }
+        }
         let result = seen.results.last();
+        // As a model does: a result that says which `agent` to pass is
+        // followed on every later call.
+        let told = result
+            .filter(|_| self.dialect.mcp())
+            .and_then(|r| self.dialect.shown_text(r));
+        if let Some((_, rest)) = told.as_deref().and_then(|t| t.split_once("\"agent\": \"")) {
+            if let Some((handle, _)) = rest.split_once('"') {
+                self.handle = Some(handle.to_string());
+            }
+        }
         match self.phase {
             Phase::Reading if self.reads == 0 => self.read(),
             Phase::Reading => match result.and_then(|r| self.dialect.content(r)) {
@@ -262,6 +380,13 @@ impl Script for Adder {
                 Some(r) if self.writes >= self.max_writes => {
                     let said = r.text.clone();
                     self.end(Outcome::GaveUp(self.writes), said)
+                }
+                // writ's refusal of a stale write carries the file as it is
+                // now and counts as reading it: redo the change on it.
+                Some(r) if self.dialect.mcp() && self.refusal_content(r).is_some() => {
+                    self.refused = true;
+                    self.content = self.refusal_content(r).unwrap_or_default();
+                    self.write()
                 }
                 Some(_) => {
                     self.refused = true;

@@ -2,13 +2,14 @@
 //! Codex CLI, opencode): installed from tests/cli's lockfile
 //! (tests/common/cli_install.rs), each run headless against the
 //! scripted model with a private home and every call home switched off,
-//! and each CLI's writ hook configuration written in one function.
+//! and writ configured for each the way a user does it, by `writ config
+//! CLIENT --write`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The folder holding the `writ` the tests built, first on every CLI's PATH.
 pub fn writ_dir() -> PathBuf {
@@ -26,25 +27,36 @@ fn path_with_writ() -> String {
     )
 }
 
-/// Gemini CLI's hooks for writ in `ROOT/.gemini/settings.json` (the
-/// configuration `writ config gemini --write` is to install).
-pub fn gemini_hooks() -> Value {
-    let hook = json!([{"type": "command", "command": "writ hook gemini"}]);
-    json!({
-        "BeforeTool": [{"matcher": "write_file|replace", "hooks": hook}],
-        "AfterTool": [{"matcher": "write_file|replace|read_file", "hooks": hook}],
-        "BeforeAgent": [{"hooks": hook}],
-    })
+/// `writ config CLIENT ROOT --write` as a user runs it, with `writ` on
+/// PATH (so the configuration runs `writ`) and `envs` (Codex's
+/// `CODEX_HOME`): the one way the suite configures writ for a CLI. Returns
+/// what it printed.
+pub fn writ_config(client: &str, root: &Path, envs: &[(&str, &Path)]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_writ"))
+        .arg("config")
+        .arg(client)
+        .arg(root)
+        .arg("--write")
+        .current_dir(root)
+        .env("PATH", path_with_writ())
+        .env_remove("WRIT_LAUNCHER")
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("writ config could not start: {e}"));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "writ config {client} --write failed: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said
 }
 
-/// Sets `root` up for Gemini CLI with writ's hooks. The one place the suite
-/// configures writ for Gemini CLI.
+/// Sets `root` up for Gemini CLI with writ: `writ config gemini --write`
+/// (its MCP server and hooks in `ROOT/.gemini/settings.json`).
 pub fn configure_gemini(root: &Path) {
-    let dir = root.join(".gemini");
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let settings = json!({ "hooks": gemini_hooks() });
-    std::fs::write(dir.join("settings.json"), settings.to_string())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let said = writ_config("gemini", root, &[]);
+    assert!(said.contains("trust"), "no trust step printed: {said}");
 }
 
 /// One headless CLI process.
@@ -155,36 +167,29 @@ impl Session {
     }
 }
 
-/// Codex CLI's hooks for writ in its `config.toml` (the configuration
-/// `writ config codex --write` is to install; a new hook runs once the
-/// user trusts it, headless runs pass `--dangerously-bypass-hook-trust`).
-pub const CODEX_HOOKS: &str = r#"
-[[hooks.PreToolUse]]
-matcher = "apply_patch"
-[[hooks.PreToolUse.hooks]]
-type = "command"
-command = "writ hook codex"
-
-[[hooks.PostToolUse]]
-matcher = "apply_patch"
-[[hooks.PostToolUse.hooks]]
-type = "command"
-command = "writ hook codex"
-
-[[hooks.UserPromptSubmit]]
-[[hooks.UserPromptSubmit.hooks]]
-type = "command"
-command = "writ hook codex"
-"#;
-
 /// The model name the scripted Codex sessions use: one Codex offers
 /// `apply_patch` to.
 pub const CODEX_MODEL: &str = "gpt-5.5";
 
+/// How a Codex session is set up: with writ (`writ config codex --write`)
+/// or not, and the model it names.
+pub struct CodexSetup {
+    /// Whether writ is configured.
+    pub hooks: bool,
+    /// The model's name.
+    pub model: &'static str,
+}
+
+/// A model name Codex has no catalog entry for: it offers such a model no
+/// `apply_patch` and no `tool_search`, so MCP tools are its direct tools.
+pub const CODEX_PLAIN_MODEL: &str = "scripted-plain";
+
 impl Session {
     /// Starts `codex exec PROMPT` in `root` with its own `CODEX_HOME` under
     /// `home`, talking to the scripted Responses API at `model_url`; with
-    /// `hooks`, writ's hooks are in its configuration.
+    /// `hooks`, writ is configured by `writ config codex --write` (its MCP
+    /// server and hooks; a new hook runs once the user trusts it, so the
+    /// headless run passes `--dangerously-bypass-hook-trust`).
     pub fn codex(
         codex: &Path,
         root: &Path,
@@ -192,13 +197,14 @@ impl Session {
         state: &Path,
         model_url: &str,
         prompt: &str,
-        hooks: bool,
+        setup: CodexSetup,
     ) -> Session {
+        let CodexSetup { hooks, model } = setup;
         let codex_home = home.join(".codex");
         std::fs::create_dir_all(&codex_home)
             .unwrap_or_else(|e| panic!("{}: {e}", codex_home.display()));
-        let mut config = format!(
-            r#"model = "{CODEX_MODEL}"
+        let config = format!(
+            r#"model = "{model}"
 model_provider = "scripted"
 check_for_update_on_startup = false
 
@@ -212,10 +218,11 @@ env_key = "SCRIPTED_API_KEY"
 wire_api = "responses"
 "#
         );
-        if hooks {
-            config.push_str(CODEX_HOOKS);
-        }
         std::fs::write(codex_home.join("config.toml"), config).unwrap_or_else(|e| panic!("{e}"));
+        if hooks {
+            let said = writ_config("codex", root, &[("CODEX_HOME", &codex_home)]);
+            assert!(said.contains("trust"), "no trust step printed: {said}");
+        }
         let mut command = Command::new(codex);
         command.args([
             "exec",
@@ -276,6 +283,10 @@ impl Session {
         command
             .args(["run", "--format", "json", "-m", "scripted/scripted", prompt])
             .current_dir(root)
+            // opencode 1.18.33's `run` serves its session in `$PWD`, not in
+            // the folder it was started in: a stale PWD (the test's own)
+            // would put the session, and its plugins, elsewhere.
+            .env("PWD", root)
             .env("HOME", home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("XDG_DATA_HOME", home.join(".local/share"))
@@ -291,20 +302,13 @@ impl Session {
     }
 }
 
-/// Sets `root` up for opencode with writ's plugin, printed by `writ hook
-/// opencode --print-plugin` into `.opencode/plugin/writ.js` (what `writ
-/// config opencode --write` is to install). The one place the suite
-/// configures writ for opencode.
+/// Sets `root` up for opencode with writ: `writ config opencode --write`
+/// (its MCP server in `opencode.json`, writ's plugin in
+/// `.opencode/plugin/writ.js`).
 pub fn configure_opencode(root: &Path) {
-    let out = Command::new(env!("CARGO_BIN_EXE_writ"))
-        .args(["hook", "opencode", "--print-plugin"])
-        .output()
-        .unwrap_or_else(|e| panic!("writ hook could not start: {e}"));
+    writ_config("opencode", root, &[]);
     assert!(
-        out.status.success(),
-        "writ hook opencode --print-plugin failed"
+        root.join(".opencode/plugin/writ.js").is_file(),
+        "writ config opencode --write put no plugin in .opencode/plugin"
     );
-    let dir = root.join(".opencode/plugin");
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    std::fs::write(dir.join("writ.js"), out.stdout).unwrap_or_else(|e| panic!("{e}"));
 }

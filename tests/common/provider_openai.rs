@@ -4,7 +4,10 @@
 //! A step's tool calls are `function_call` items, or `custom_tool_call`
 //! items for a freeform tool (Codex's `apply_patch`), each with a
 //! `call_id`; the CLI sends each result back as a `function_call_output`
-//! or `custom_tool_call_output` item with that id.
+//! or `custom_tool_call_output` item with that id. MCP tools come in a
+//! `namespace` (called as a `function_call` naming it), declared or loaded
+//! by Codex's client-side `tool_search` (a `tool_search_call` answered by a
+//! `tool_search_output` holding the namespaces found).
 
 use axum::response::IntoResponse as _;
 use serde_json::{Value, json};
@@ -56,14 +59,44 @@ fn decode(_path: &str, request: &Value) -> Decoded {
         .join("\n");
     let mut seen = Seen::default();
     for tool in request["tools"].as_array().into_iter().flatten() {
-        if let Some(name) = tool["name"].as_str() {
-            seen.tools.push(name.to_string());
+        if tool["type"] == "tool_search" {
+            seen.tools.push(TOOL_SEARCH.to_string());
+        } else if tool["type"] != "namespace" {
+            if let Some(name) = tool["name"].as_str() {
+                seen.tools.push(name.to_string());
+            }
         }
     }
-    // The results since the model's last output: the trailing outputs.
+    // An MCP server's tools, grouped (declared, or loaded by a search):
+    // named to the script as `NAMESPACE__TOOL` (`mcp__writ__read_file`).
+    for (space, inner) in namespaces(request) {
+        seen.tools.push(format!("{space}__{inner}"));
+    }
+    // The results since the model's last output: the trailing outputs, up
+    // to the calls they answer (Codex sends the whole history, calls and
+    // outputs of earlier steps with no message between them).
     let mut results = Vec::new();
+    let mut past_calls = false;
     for item in input.iter().rev() {
+        let output = matches!(
+            item["type"].as_str(),
+            Some("function_call_output" | "custom_tool_call_output" | "tool_search_output")
+        );
+        if output && past_calls {
+            break;
+        }
         match item["type"].as_str() {
+            Some("tool_search_output") => {
+                let found: Vec<String> = namespaces_in(std::slice::from_ref(item))
+                    .into_iter()
+                    .map(|(space, inner)| format!("{space}__{inner}"))
+                    .collect();
+                results.push((
+                    item["call_id"].as_str().unwrap_or_default().to_string(),
+                    found.join("\n"),
+                    false,
+                ));
+            }
             Some("function_call_output" | "custom_tool_call_output") => {
                 let output = &item["output"];
                 let is_error = output["success"] == false;
@@ -73,7 +106,10 @@ fn decode(_path: &str, request: &Value) -> Decoded {
                     is_error,
                 ));
             }
-            Some("function_call" | "custom_tool_call") => continue,
+            Some("function_call" | "custom_tool_call" | "tool_search_call") => {
+                past_calls = true;
+                continue;
+            }
             _ => break,
         }
     }
@@ -83,6 +119,58 @@ fn decode(_path: &str, request: &Value) -> Decoded {
         seen,
         results,
     }
+}
+
+/// The name a script calls Codex's client-side tool search by (a
+/// `tool_search` tool has no name of its own).
+const TOOL_SEARCH: &str = "tool_search";
+
+/// The (namespace, tool) pairs of the namespaces in `items` (tools, or the
+/// outputs of tool searches).
+fn namespaces_in(items: &[Value]) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for item in items {
+        let spaces: Vec<&Value> = if item["type"] == "tool_search_output" {
+            item["tools"].as_array().into_iter().flatten().collect()
+        } else {
+            vec![item]
+        };
+        for space in spaces.into_iter().filter(|t| t["type"] == "namespace") {
+            let Some(name) = space["name"].as_str() else {
+                continue;
+            };
+            for inner in space["tools"].as_array().into_iter().flatten() {
+                if let Some(inner) = inner["name"].as_str() {
+                    found.push((name.to_string(), inner.to_string()));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The namespaced tools the request declares or a search loaded.
+fn namespaces(request: &Value) -> Vec<(String, String)> {
+    let mut items: Vec<Value> = request["tools"].as_array().cloned().unwrap_or_default();
+    items.extend(
+        request["input"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["type"] == "tool_search_output")
+            .cloned(),
+    );
+    namespaces_in(&items)
+}
+
+/// For a script's `NAMESPACE__TOOL`, the namespace and the tool's own name
+/// in it.
+fn namespaced(request: &Value, name: &str) -> Option<(String, String)> {
+    namespaces(request).into_iter().find(|(space, inner)| {
+        name.strip_prefix(space.as_str())
+            .and_then(|rest| rest.strip_prefix("__"))
+            == Some(inner.as_str())
+    })
 }
 
 /// Whether the request declares `name` as a freeform (custom) tool.
@@ -116,6 +204,14 @@ fn encode(_path: &str, request: &Value, ids: &[String], step: &Step) -> axum::re
                         .unwrap_or_else(|| call.input.to_string());
                     json!({"type": "custom_tool_call", "id": format!("ctc_{call_id}"),
                            "call_id": call_id, "name": call.name, "input": input})
+                } else if call.name == TOOL_SEARCH {
+                    json!({"type": "tool_search_call", "id": format!("ts_{call_id}"),
+                           "call_id": call_id, "status": "completed", "execution": "client",
+                           "arguments": call.input})
+                } else if let Some((space, inner)) = namespaced(request, &call.name) {
+                    json!({"type": "function_call", "id": format!("fc_{call_id}"),
+                           "call_id": call_id, "namespace": space, "name": inner,
+                           "arguments": call.input.to_string()})
                 } else {
                     json!({"type": "function_call", "id": format!("fc_{call_id}"),
                            "call_id": call_id, "name": call.name,

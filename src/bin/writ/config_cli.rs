@@ -31,11 +31,14 @@ pub enum Client {
     /// Claude Code: the project's `.mcp.json`, and its hooks and approval
     /// in `.claude/settings.json`.
     Claude,
-    /// Codex: `$CODEX_HOME/config.toml` (default `~/.codex/config.toml`).
+    /// Codex: `$CODEX_HOME/config.toml` (default `~/.codex/config.toml`),
+    /// its MCP server and its hooks.
     Codex,
-    /// Gemini CLI: the project's `.gemini/settings.json`.
+    /// Gemini CLI: the project's `.gemini/settings.json`, its MCP server
+    /// and its hooks.
     Gemini,
-    /// opencode: the project's `opencode.json`.
+    /// opencode: the project's `opencode.json`, and writ's plugin in
+    /// `.opencode/plugin/writ.js`.
     Opencode,
     /// Cursor: the project's `.cursor/mcp.json`.
     Cursor,
@@ -308,16 +311,33 @@ impl Client {
         }
     }
 
-    /// The hooks the client gets beside its MCP entry, and where. Codex's
-    /// and Gemini CLI's hooks go here when `writ hook` speaks their events.
-    fn hooks(self, launch: &Launch, root: &Path) -> Option<Hooks> {
+    /// The hooks the client gets beside its MCP entry (in `mcp_file`, the
+    /// file the entry goes in), and where. Cursor and VS Code have no hooks
+    /// writ speaks.
+    fn hooks(self, launch: &Launch, root: &Path, mcp_file: &Path) -> Option<Hooks> {
         match self {
-            Client::Claude => Some(Hooks {
+            Client::Claude => Some(Hooks::Settings {
                 file: root.join(".claude").join("settings.json"),
-                plan: claude_settings_plan,
+                hook: "claude-code",
                 settings: claude_settings(launch),
+                what: "writ's hooks and its approval",
             }),
-            _ => None,
+            // Gemini CLI reads its hooks from the file its servers are in.
+            Client::Gemini => Some(Hooks::Settings {
+                file: mcp_file.to_path_buf(),
+                hook: "gemini",
+                settings: gemini_settings(launch),
+                what: "writ's hooks",
+            }),
+            Client::Codex => Some(Hooks::Codex {
+                file: mcp_file.to_path_buf(),
+                groups: codex_hooks(launch),
+            }),
+            Client::Opencode => Some(Hooks::Plugin {
+                file: root.join(".opencode").join("plugin").join("writ.js"),
+                text: opencode_plugin(launch),
+            }),
+            Client::Cursor | Client::Vscode => None,
         }
     }
 
@@ -335,8 +355,10 @@ impl Client {
             Client::Claude => vec![start("`claude`")],
             Client::Gemini => vec![
                 start("`gemini`"),
-                "Gemini CLI ignores a project's .gemini/settings.json until you trust the \
-                 folder: answer \"Trust folder\" when it asks, or run /permissions in it"
+                "Gemini CLI ignores a project's .gemini/settings.json (writ's server and \
+                 hooks) until you trust the folder: answer \"Trust folder\" when it asks, or \
+                 run /permissions in it; a headless `gemini -p` run needs \
+                 GEMINI_CLI_TRUST_WORKSPACE=true in its environment"
                     .into(),
             ],
             Client::Opencode => vec![start("`opencode`")],
@@ -345,8 +367,9 @@ impl Client {
                     vec!["restart Codex: it reads config.toml when it starts".to_string()];
                 if hooks {
                     steps.push(
-                        "Codex runs a new hook only once you trust it: approve writ's hook \
-                         when Codex asks"
+                        "Codex runs a new hook only once you trust it: approve writ's hooks \
+                         when Codex asks (a headless `codex exec` needs \
+                         --dangerously-bypass-hook-trust)"
                             .into(),
                     );
                 }
@@ -378,11 +401,133 @@ fn codex_table(launch: &Launch, root: &str) -> String {
     )
 }
 
-/// A settings file of hooks to merge: where, what, and how to plan it.
-struct Hooks {
-    file: PathBuf,
-    plan: fn(&Value, &Json) -> Result<Plan, String>,
-    settings: Json,
+/// The hooks a client gets, where, and in what form.
+enum Hooks {
+    /// A JSON settings file whose `hooks` (and, for Claude Code,
+    /// `enabledMcpjsonServers`) writ's are merged into; `hook` is the
+    /// `writ hook` client its commands run, `what` how messages name them.
+    Settings {
+        file: PathBuf,
+        hook: &'static str,
+        settings: Json,
+        what: &'static str,
+    },
+    /// Codex's `config.toml`: one `[[hooks.EVENT]]` group per event.
+    Codex {
+        file: PathBuf,
+        groups: Vec<CodexHook>,
+    },
+    /// opencode's plugin file, which calls `writ hook opencode`.
+    Plugin { file: PathBuf, text: String },
+}
+
+impl Hooks {
+    fn file(&self) -> &Path {
+        match self {
+            Hooks::Settings { file, .. }
+            | Hooks::Codex { file, .. }
+            | Hooks::Plugin { file, .. } => file,
+        }
+    }
+
+    /// What goes in the file, as `writ config` without `--write` shows it.
+    fn shown(&self) -> String {
+        match self {
+            Hooks::Settings { settings, .. } => settings.pretty("", "  "),
+            Hooks::Codex { groups, .. } => groups
+                .iter()
+                .map(|g| g.table.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Hooks::Plugin { .. } => {
+                "writ's plugin, as `writ hook opencode --print-plugin` prints it".into()
+            }
+        }
+    }
+}
+
+/// One of Codex's hook groups for writ: the event and its TOML tables.
+struct CodexHook {
+    event: &'static str,
+    table: String,
+}
+
+/// The tools whose calls `writ hook codex` judges before they run:
+/// `apply_patch`, Codex's one file-editing tool, and its shell (`Bash` to
+/// hooks), whose command it sends through `writ run` (SPEC §17).
+const CODEX_BEFORE: &str = "apply_patch|Bash";
+/// The tools whose results the hook records: `apply_patch` (release and
+/// history).
+const CODEX_AFTER: &str = "apply_patch";
+
+/// Codex's `PreToolUse`, `PostToolUse` and `UserPromptSubmit` hooks
+/// (`writ hook codex`). A JSON string literal is a valid TOML basic string.
+fn codex_hooks(launch: &Launch) -> Vec<CodexHook> {
+    let command = json_string(&launch.shell(&["hook", "codex"]));
+    let group = |event: &'static str, matcher: Option<&str>| {
+        let matcher = matcher
+            .map(|m| format!("matcher = {}\n", json_string(m)))
+            .unwrap_or_default();
+        CodexHook {
+            event,
+            table: format!(
+                "[[hooks.{event}]]\n{matcher}[[hooks.{event}.hooks]]\ntype = \"command\"\ncommand = {command}\n"
+            ),
+        }
+    };
+    vec![
+        group("PreToolUse", Some(CODEX_BEFORE)),
+        group("PostToolUse", Some(CODEX_AFTER)),
+        group("UserPromptSubmit", None),
+    ]
+}
+
+/// The tools whose calls `writ hook gemini` judges before they run: the
+/// writes, and `run_shell_command`, whose command it sends through `writ
+/// run` (SPEC §17).
+const GEMINI_BEFORE: &str = "write_file|replace|run_shell_command";
+/// The tools whose results the hook records: the writes (release and
+/// history) and `read_file` (what the model was shown is its read mark);
+/// and writ's own MCP tools (`mcp_writ_*`), whose refusals it hands the
+/// model as text.
+const GEMINI_AFTER: &str = "write_file|replace|read_file|mcp_writ_.*";
+
+/// Gemini CLI's `BeforeTool`, `AfterTool` and `BeforeAgent` hooks (`writ
+/// hook gemini`).
+fn gemini_settings(launch: &Launch) -> Json {
+    let command = obj(&[
+        ("type", s("command")),
+        ("command", s(&launch.shell(&["hook", "gemini"]))),
+    ]);
+    let group = |matcher: Option<&str>| {
+        let mut members = Vec::new();
+        if let Some(m) = matcher {
+            members.push(("matcher".to_string(), s(m)));
+        }
+        members.push(("hooks".to_string(), Json::Arr(vec![command.clone()])));
+        Json::Arr(vec![Json::Obj(members)])
+    };
+    obj(&[(
+        "hooks",
+        obj(&[
+            ("BeforeTool", group(Some(GEMINI_BEFORE))),
+            ("AfterTool", group(Some(GEMINI_AFTER))),
+            ("BeforeAgent", group(None)),
+        ]),
+    )])
+}
+
+/// The first line of writ's opencode plugin: a file that starts with it is
+/// writ's own, which a newer writ may replace.
+const PLUGIN_HEADER: &str = "// writ's plugin for opencode";
+
+/// writ's opencode plugin, running writ the way this one was run.
+fn opencode_plugin(launch: &Launch) -> String {
+    let argv: Vec<String> = std::iter::once(launch.program.as_str())
+        .chain(launch.prefix.iter().map(String::as_str))
+        .map(json_string)
+        .collect();
+    crate::hook_cli::opencode_plugin(&format!("[{}]", argv.join(", ")))
 }
 
 /// The tools whose calls `writ hook claude-code` judges before they run:
@@ -454,10 +599,10 @@ fn object_at<'v>(value: &'v Value, at: &[&str]) -> Option<&'v Value> {
     at.iter().try_fold(value, |v, k| v.get(k))
 }
 
-/// The plan for Claude Code's settings: each of writ's hooks added under
-/// its event unless a writ hook is there already, and "writ" added to
-/// `enabledMcpjsonServers`.
-fn claude_settings_plan(original: &Value, ours: &Json) -> Result<Plan, String> {
+/// The plan for a client's JSON settings: each of writ's hooks added under
+/// its event unless a `writ hook HOOK` is there already, and (Claude Code)
+/// "writ" added to `enabledMcpjsonServers`.
+fn settings_plan(original: &Value, ours: &Json, hook: &str) -> Result<Plan, String> {
     let Value::Object(top) = original else {
         return Err("its top level is not a JSON object".into());
     };
@@ -501,7 +646,7 @@ fn claude_settings_plan(original: &Value, ours: &Json) -> Result<Plan, String> {
                         Some(Value::Array(existing)) => {
                             let Json::Arr(groups) = groups else { continue };
                             for group in groups {
-                                if let Some(kept) = writ_hook_in(existing) {
+                                if let Some(kept) = writ_hook_in(existing, hook) {
                                     if kept != group.value() {
                                         plan.notes.push(format!(
                                             "kept the writ hook already under {event}: {kept}"
@@ -520,24 +665,25 @@ fn claude_settings_plan(original: &Value, ours: &Json) -> Result<Plan, String> {
                 }
             }
             (_, _, Some(_)) => {
-                return Err(format!("\"{key}\" is not what Claude Code reads there"));
+                return Err(format!("\"{key}\" is not what the client reads there"));
             }
         }
     }
     Ok(plan)
 }
 
-/// The group of `groups` that already runs `writ hook claude-code` (by any
+/// The group of `groups` that already runs `writ hook HOOK` (by any
 /// command that ends so: an older install, another way to run writ).
-fn writ_hook_in(groups: &[Value]) -> Option<Value> {
+fn writ_hook_in(groups: &[Value], hook: &str) -> Option<Value> {
+    let ending = format!("hook {hook}");
     groups
         .iter()
         .find(|group| {
             group["hooks"].as_array().is_some_and(|hooks| {
                 hooks.iter().any(|h| {
-                    h["command"].as_str().is_some_and(|c| {
-                        c.contains("writ") && c.trim_end().ends_with("hook claude-code")
-                    })
+                    h["command"]
+                        .as_str()
+                        .is_some_and(|c| c.contains("writ") && c.trim_end().ends_with(&ending))
                 })
             })
         })
@@ -600,15 +746,15 @@ fn run_inner(cmd: ConfigCmd) -> Result<(), String> {
         None => client.default_file(&root)?,
     };
     let snippet = client.snippet(&launch, &root);
-    let hooks = client.hooks(&launch, &root);
+    let hooks = client.hooks(&launch, &root, &file);
     if !cmd.write {
         print!("{snippet}");
         eprintln!("writ config: this goes in {}", file.display());
         if let Some(hooks) = &hooks {
             eprintln!(
                 "writ config: and this in {}:\n{}",
-                hooks.file.display(),
-                hooks.settings.pretty("", "  ")
+                hooks.file().display(),
+                hooks.shown()
             );
         }
         eprintln!(
@@ -617,41 +763,65 @@ fn run_inner(cmd: ConfigCmd) -> Result<(), String> {
         );
         return Ok(());
     }
+    // Every file is read and merged before any is written: a file writ
+    // cannot edit safely leaves every file as it was.
+    let existing = read_config(&file)?;
     let mcp = match client.section() {
         Some(section) => {
             let entry = client.entry(&launch, &root);
-            merge_file(&file, &snippet, |original| {
+            merge_json(&file, existing.as_deref(), &snippet, |original| {
                 servers_plan(original, section, &entry)
-            })
+            })?
         }
-        None => merge_toml_file(&file, &snippet),
-    }?;
+        None => merge_codex(existing.as_deref(), &snippet).map_err(|why| {
+            format!(
+                "{}: {why}; left unchanged. Add this by hand:\n{snippet}",
+                file.display()
+            )
+        })?,
+    };
     let mut notes = Vec::new();
-    match mcp {
-        Merged::Written => println!("writ config: added writ to {}", file.display()),
-        Merged::Already => println!("writ config: {} already has writ", file.display()),
+    let mut said = vec![if mcp.is_some() {
+        format!("writ config: added writ to {}", file.display())
+    } else {
+        format!("writ config: {} already has writ", file.display())
+    }];
+    let mut writes: Vec<(PathBuf, String)> = Vec::new();
+    let after_mcp = mcp.clone().or(existing);
+    if let Some(text) = mcp {
+        writes.push((file.clone(), text));
     }
     if let Some(hooks) = &hooks {
-        let whole = format!("{}\n", hooks.settings.pretty("", "  "));
-        let settings = hooks.settings.clone();
-        let plan = hooks.plan;
-        let mut said = Vec::new();
-        let merged = merge_file(&hooks.file, &whole, |original| {
-            let plan = plan(original, &settings)?;
-            said.clone_from(&plan.notes);
-            Ok(plan)
-        })?;
-        notes.extend(said);
-        match merged {
-            Merged::Written => println!(
-                "writ config: added writ's hooks and its approval to {}",
-                hooks.file.display()
-            ),
-            Merged::Already => println!(
-                "writ config: {} already has writ's hooks and approval",
-                hooks.file.display()
-            ),
-        }
+        // Gemini CLI's and Codex's hooks go in the file the server went in.
+        let current = if hooks.file() == file {
+            after_mcp
+        } else {
+            read_config(hooks.file())?
+        };
+        let (merged, noted) = install_hooks(hooks, current.as_deref())?;
+        notes.extend(noted);
+        let what = match hooks {
+            Hooks::Settings { what, .. } => what,
+            Hooks::Codex { .. } => "writ's hooks",
+            Hooks::Plugin { .. } => "writ's plugin",
+        };
+        said.push(match merged {
+            Some(text) => {
+                let line = format!("writ config: added {what} to {}", hooks.file().display());
+                match writes.iter_mut().find(|(f, _)| f == hooks.file()) {
+                    Some((_, pending)) => *pending = text,
+                    None => writes.push((hooks.file().to_path_buf(), text)),
+                }
+                line
+            }
+            None => format!("writ config: {} already has {what}", hooks.file().display()),
+        });
+    }
+    for (file, text) in &writes {
+        write_atomically(file, text)?;
+    }
+    for line in said {
+        println!("{line}");
     }
     for note in notes {
         println!("writ config: note: {note}");
@@ -663,63 +833,165 @@ fn run_inner(cmd: ConfigCmd) -> Result<(), String> {
     Ok(())
 }
 
-/// What a merge did.
-#[derive(Debug, PartialEq, Eq)]
-enum Merged {
-    Written,
-    Already,
+/// The text of `hooks`'s file (now `existing`) with writ's hooks added,
+/// None when it has them already, with notes on what was left as it is;
+/// refused as every config file is when writ cannot add to it safely.
+fn install_hooks(
+    hooks: &Hooks,
+    existing: Option<&str>,
+) -> Result<(Option<String>, Vec<String>), String> {
+    match hooks {
+        Hooks::Settings {
+            file,
+            hook,
+            settings,
+            ..
+        } => {
+            let whole = format!("{}\n", settings.pretty("", "  "));
+            let mut said = Vec::new();
+            let merged = merge_json(file, existing, &whole, |original| {
+                let plan = settings_plan(original, settings, hook)?;
+                said.clone_from(&plan.notes);
+                Ok(plan)
+            })?;
+            Ok((merged, said))
+        }
+        Hooks::Codex { file, groups } => {
+            let merged = merge_codex_hooks(existing, groups).map_err(|why| {
+                let tables: Vec<&str> = groups.iter().map(|g| g.table.as_str()).collect();
+                format!(
+                    "{}: {why}; left unchanged. Add this by hand:\n{}",
+                    file.display(),
+                    tables.join("\n")
+                )
+            })?;
+            Ok((merged, Vec::new()))
+        }
+        Hooks::Plugin { file, text } => match existing {
+            Some(have) if have == text => Ok((None, Vec::new())),
+            Some(have) if have.starts_with(PLUGIN_HEADER) => Ok((
+                Some(text.clone()),
+                vec![format!(
+                    "{} was another writ's plugin; it is this writ's now",
+                    file.display()
+                )],
+            )),
+            Some(_) => Err(format!(
+                "{}: not writ's plugin; left unchanged. Put writ's beside it by hand: \
+                 `writ hook opencode --print-plugin > {}`",
+                file.display(),
+                file.with_file_name("writ-hook.js").display()
+            )),
+            None => Ok((Some(text.clone()), Vec::new())),
+        },
+    }
 }
 
-/// Merges into the JSON file `file` what `plan` says (`whole` when the
-/// file is missing or empty); refused, leaving it as it is, when it is not
-/// a regular file, not plain JSON, or writ's additions would not land
-/// cleanly.
-fn merge_file(
+/// Codex's file with each of writ's hook groups appended under its event,
+/// unless that event already runs `writ hook codex`; None when nothing is
+/// to add, or why it cannot be added safely. As for the server's table,
+/// the file is parsed before and after, and the result must say what the
+/// file said plus writ's groups.
+fn merge_codex_hooks(
+    existing: Option<&str>,
+    groups: &[CodexHook],
+) -> Result<Option<String>, String> {
+    let text = existing.unwrap_or("");
+    let parse = |text: &str| text.parse::<toml_edit::DocumentMut>();
+    let before = parse(text).map_err(|e| {
+        format!(
+            "not valid TOML ({}), so writ will not add to it",
+            e.to_string().trim()
+        )
+    })?;
+    let have = toml_value(before.as_item());
+    let mut expected = have.clone();
+    let mut added = String::new();
+    for group in groups {
+        let event = group.event;
+        match have.get("hooks") {
+            None => {}
+            Some(Value::Object(events)) => match events.get(event) {
+                None => {}
+                // A writ hook under the event already: kept, not added twice.
+                Some(Value::Array(existing)) if writ_hook_in(existing, "codex").is_some() => {
+                    continue;
+                }
+                Some(Value::Array(_)) => {}
+                Some(_) => return Err(format!("its hooks.{event} is not a list of tables")),
+            },
+            Some(_) => return Err("its hooks is not a table".into()),
+        }
+        let ours =
+            parse(&group.table).map_err(|e| format!("writ's own table is not TOML ({e})"))?;
+        let ours = toml_value(ours.as_item())["hooks"][event][0].clone();
+        if let Value::Object(top) = &mut expected {
+            let events = top
+                .entry("hooks")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if let Value::Object(events) = events {
+                let list = events
+                    .entry(event)
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                if let Value::Array(list) = list {
+                    list.push(ours);
+                }
+            }
+        }
+        added.push_str(&group.table);
+        added.push('\n');
+    }
+    if added.is_empty() {
+        return Ok(None);
+    }
+    let mut merged = text.to_string();
+    if !merged.is_empty() && !merged.ends_with('\n') {
+        merged.push('\n');
+    }
+    if !merged.is_empty() {
+        merged.push('\n');
+    }
+    merged.push_str(added.trim_end());
+    merged.push('\n');
+    let after = parse(&merged).map_err(|_| {
+        "its hooks cannot take another table after it (an inline table?)".to_string()
+    })?;
+    if toml_value(after.as_item()) != expected {
+        return Err("writ's hooks would change what the file says".into());
+    }
+    Ok(Some(merged))
+}
+
+/// The JSON file `file` (now `existing`) with what `plan` says merged in
+/// (`whole` when the file is missing or empty), None when it has it all
+/// already; refused when it is not plain JSON or writ's additions would
+/// not land cleanly.
+fn merge_json(
     file: &Path,
+    existing: Option<&str>,
     whole: &str,
     plan: impl FnOnce(&Value) -> Result<Plan, String>,
-) -> Result<Merged, String> {
-    let existing = read_config(file)?;
+) -> Result<Option<String>, String> {
     let by_hand = |why: String| {
         format!(
             "{}: {why}; left unchanged. Add this by hand:\n{whole}",
             file.display()
         )
     };
-    let merged = match existing.as_deref() {
+    match existing {
         Some(text) if !text.trim().is_empty() => {
             let original: Value = serde_json::from_str(text).map_err(|e| {
                 by_hand(format!("not plain JSON ({e}), so writ will not rewrite it"))
             })?;
             let plan = plan(&original).map_err(by_hand)?;
             if plan.edits.is_empty() {
-                return Ok(Merged::Already);
+                return Ok(None);
             }
-            apply_edits(text, &original, &plan.edits).map_err(by_hand)?
+            apply_edits(text, &original, &plan.edits)
+                .map(Some)
+                .map_err(by_hand)
         }
-        _ => whole.to_string(),
-    };
-    write_atomically(file, &merged)?;
-    Ok(Merged::Written)
-}
-
-/// Merges Codex's table into its TOML file, which is parsed before (an
-/// invalid file is refused, like JSON) and after: the result must say what
-/// the file said plus `mcp_servers.writ`, and nothing else.
-fn merge_toml_file(file: &Path, table: &str) -> Result<Merged, String> {
-    let existing = read_config(file)?;
-    let merged = merge_codex(existing.as_deref(), table).map_err(|why| {
-        format!(
-            "{}: {why}; left unchanged. Add this by hand:\n{table}",
-            file.display()
-        )
-    })?;
-    match merged {
-        Some(text) => {
-            write_atomically(file, &text)?;
-            Ok(Merged::Written)
-        }
-        None => Ok(Merged::Already),
+        _ => Ok(Some(whole.to_string())),
     }
 }
 
@@ -1138,7 +1410,7 @@ mod tests {
         let ours = claude_settings(&launch());
         let text = "{\n  \"hooks\": {\n    \"PreToolUse\": [\n      {\"matcher\": \"Bash\", \"hooks\": [{\"type\": \"command\", \"command\": \"lint\"}]}\n    ]\n  },\n  \"enabledMcpjsonServers\": [\"github\"]\n}\n";
         let original: Value = serde_json::from_str(text).unwrap();
-        let plan = claude_settings_plan(&original, &ours).unwrap();
+        let plan = settings_plan(&original, &ours, "claude-code").unwrap();
         let merged = apply_edits(text, &original, &plan.edits).unwrap();
         let value: Value = serde_json::from_str(&merged).unwrap();
         let pre = value["hooks"]["PreToolUse"].as_array().unwrap();
@@ -1166,7 +1438,7 @@ mod tests {
         // Again: nothing to add.
         let again: Value = serde_json::from_str(&merged).unwrap();
         assert!(
-            claude_settings_plan(&again, &ours)
+            settings_plan(&again, &ours, "claude-code")
                 .unwrap()
                 .edits
                 .is_empty()

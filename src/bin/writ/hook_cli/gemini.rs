@@ -72,6 +72,38 @@ pub fn parse(event: &Value) -> Result<Event, String> {
     })
 }
 
+/// For an `AfterTool` of writ's own MCP tools whose result is an error (a
+/// refusal): the text writ answered. Gemini CLI 0.61.0 shows the model such
+/// a result as its own sentence around the call and the response as
+/// escaped JSON (`MCP tool 'write_file' reported tool error for function
+/// call: {…} with response: […]`), in which the model cannot read writ's
+/// sentence and the content it carries; the hook hands it back as the
+/// result's text.
+pub fn mcp_refusal(event: &Value) -> Option<String> {
+    if event.get("hook_event_name")?.as_str()? != "AfterTool"
+        || event["mcp_context"]["server_name"].as_str()? != "writ"
+    {
+        return None;
+    }
+    let response = event.get("tool_response")?;
+    if response.get("error").is_none_or(Value::is_null) {
+        return None;
+    }
+    let shown = response.get("llmContent")?.as_str()?;
+    // The call's JSON, then the response's: each read as one JSON value,
+    // so that text inside either cannot be mistaken for the separator.
+    let (_, call) = shown.split_once("for function call: ")?;
+    let mut values = serde_json::Deserializer::from_str(call).into_iter::<Value>();
+    values.next()?.ok()?;
+    let rest = call[values.byte_offset()..].strip_prefix(" with response: ")?;
+    let parts: Value = serde_json::from_str(rest).ok()?;
+    let result = &parts.get(0)?["functionResponse"]["response"];
+    result["structuredContent"]["text"]
+        .as_str()
+        .or_else(|| result["content"].get(0)?["text"].as_str())
+        .map(str::to_string)
+}
+
 /// For a `BeforeTool` of `run_shell_command`: its input and the folder the
 /// command runs in (`dir_path`, relative to `cwd`), for `writ run`.
 pub fn shell(event: &Value) -> Option<(Value, Option<PathBuf>)> {
@@ -112,5 +144,33 @@ pub fn output(decision: &Decision) -> Option<Value> {
     match decision {
         Decision::Pass => None,
         Decision::Deny(reason) => Some(json!({"decision": "deny", "reason": reason})),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_mcp_refusal_is_read_out_of_gemini_clis_escaped_json() {
+        let sentence = "shared.txt changed since you read it; nothing was written. with response: \"x\"\n\n     1\tbase line\n";
+        let call = json!({"name": "write_file", "args": {"path": "shared.txt", "content": "a with response: [1]"}});
+        let parts = json!([{"functionResponse": {"name": "write_file", "response": {
+            "content": [{"type": "text", "text": sentence}],
+            "structuredContent": {"text": sentence, "agent": "a"}, "isError": true}}}]);
+        let shown = format!(
+            "MCP tool 'write_file' reported tool error for function call: {call} with response: {parts}"
+        );
+        let event = json!({"hook_event_name": "AfterTool", "session_id": "s", "tool_name": "mcp_writ_write_file",
+            "mcp_context": {"server_name": "writ", "tool_name": "write_file"},
+            "tool_response": {"llmContent": shown, "returnDisplay": "Error", "error": {"type": "mcp_tool_error"}}});
+        assert_eq!(mcp_refusal(&event).as_deref(), Some(sentence));
+        // A result that is not an error, or another server's, is left alone.
+        let mut fine = event.clone();
+        fine["tool_response"]["error"] = Value::Null;
+        assert_eq!(mcp_refusal(&fine), None);
+        let mut other = event;
+        other["mcp_context"]["server_name"] = json!("github");
+        assert_eq!(mcp_refusal(&other), None);
     }
 }

@@ -18,6 +18,12 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+/// writ's opencode plugin, running writ as `argv` (a JavaScript array of
+/// strings).
+pub fn opencode_plugin(argv: &str) -> String {
+    opencode::plugin(argv)
+}
+
 /// Hooks for coding agents' built-in tools.
 #[derive(Debug, Args)]
 pub struct HookCmd {
@@ -31,14 +37,17 @@ enum HookAgent {
     /// (and MultiEdit), PreToolUse for Bash (its command sent through
     /// `writ run`) and mcp__writ__*, UserPromptSubmit and SubagentStop.
     ClaudeCode(Common),
-    /// Codex CLI: PreToolUse/PostToolUse for apply_patch, UserPromptSubmit.
+    /// Codex CLI: PreToolUse/PostToolUse for apply_patch, PreToolUse for
+    /// Bash (its command sent through `writ run`), UserPromptSubmit.
     Codex(Common),
     /// Gemini CLI: BeforeTool/AfterTool for write_file|replace|read_file,
-    /// BeforeTool for run_shell_command (sent through `writ run`),
+    /// BeforeTool for run_shell_command (sent through `writ run`), AfterTool
+    /// for writ's MCP tools (a refusal handed to the model as text),
     /// BeforeAgent.
     Gemini(Common),
     /// opencode, through writ's plugin: tool.execute.before/after for
-    /// write|edit|read, chat.message.
+    /// write|edit|read, tool.execute.before for bash (its command sent
+    /// through `writ run`), chat.message.
     Opencode(OpencodeArgs),
 }
 
@@ -118,20 +127,40 @@ pub fn run(cmd: HookCmd) -> ExitCode {
             }
             Ok(claude::Parsed::Engine(event)) => claude::output(&decide(&args, &event)),
         },
-        // Codex reads a decision as Claude Code does.
-        HookAgent::Codex(args) => match event.and_then(|e| codex::parse(&e)) {
-            Err(why) => claude::output(&unreadable(&why)),
-            Ok(event) => claude::output(&decide(&args, &event)),
-        },
+        // Codex reads a decision, and a rewritten input, as Claude Code does.
+        HookAgent::Codex(args) => {
+            let wrapped = event.as_ref().ok().and_then(|e| {
+                let (input, dir) = codex::shell(e)?;
+                engine::wrap_shell(dir.as_deref(), &codex::agent(e)?, input)
+            });
+            match event.and_then(|e| codex::parse(&e)) {
+                Err(why) => claude::output(&unreadable(&why)),
+                Ok(event) => {
+                    let decision = decide(&args, &event);
+                    match wrapped {
+                        Some(input) if matches!(decision, engine::Decision::Pass) => {
+                            Some(claude::mcp_output(input))
+                        }
+                        _ => claude::output(&decision),
+                    }
+                }
+            }
+        }
         HookAgent::Gemini(args) => {
             let wrapped = event.as_ref().ok().and_then(|e| {
                 let (input, dir) = gemini::shell(e)?;
                 engine::wrap_shell(dir.as_deref(), &gemini::agent(e)?, input)
             });
+            let refusal = event.as_ref().ok().and_then(gemini::mcp_refusal);
             match event.and_then(|e| gemini::parse(&e)) {
                 Err(why) => gemini::output(&unreadable(&why)),
                 Ok(event) => {
                     let decision = decide(&args, &event);
+                    if let Some(text) = refusal {
+                        // A blocked result is shown as `Tool result
+                        // blocked: <reason>`, as text.
+                        return print_out(gemini::output(&engine::Decision::Deny(text)));
+                    }
                     match wrapped {
                         Some(input) if matches!(decision, engine::Decision::Pass) => {
                             Some(gemini::shell_output(input))
@@ -141,11 +170,29 @@ pub fn run(cmd: HookCmd) -> ExitCode {
                 }
             }
         }
-        HookAgent::Opencode(args) => match event.and_then(|e| opencode::parse(&e)) {
-            Err(why) => opencode::output(&unreadable(&why)),
-            Ok(event) => opencode::output(&decide(&args.common, &event)),
-        },
+        HookAgent::Opencode(args) => {
+            let wrapped = event.as_ref().ok().and_then(|e| {
+                let (input, dir) = opencode::shell(e)?;
+                engine::wrap_shell(dir.as_deref(), &opencode::agent(e)?, input)
+            });
+            match event.and_then(|e| opencode::parse(&e)) {
+                Err(why) => opencode::output(&unreadable(&why)),
+                Ok(event) => {
+                    let decision = decide(&args.common, &event);
+                    match wrapped {
+                        Some(input) if matches!(decision, engine::Decision::Pass) => {
+                            Some(opencode::shell_output(input))
+                        }
+                        _ => opencode::output(&decision),
+                    }
+                }
+            }
+        }
     };
+    print_out(out)
+}
+
+fn print_out(out: Option<Value>) -> ExitCode {
     if let Some(out) = out {
         println!("{out}");
     }

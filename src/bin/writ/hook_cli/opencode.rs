@@ -8,6 +8,9 @@
 //! limit?}` shows numbered lines (`N: line`) between `<content>` and an
 //! end note. A decision is `{"decision": "deny", "reason": …}`; the plugin
 //! throws the reason, which opencode gives the model as the tool's error.
+//! `bash {command, workdir?}`'s command is sent through `writ run` as the
+//! session's agent (SPEC §17): the answer `{"args": …}` is put over the
+//! call's arguments, which opencode then runs.
 
 use std::path::PathBuf;
 
@@ -18,8 +21,18 @@ use super::engine::{self, Change, Decision, Event, Kind, Seen, Step, Who};
 /// The prefix of the names of opencode's hook actors and turns.
 const PREFIX: &str = "opencode";
 
-/// The plugin opencode loads from `.opencode/plugin/`.
+/// The plugin opencode loads from `.opencode/plugin/`, running `writ` from
+/// PATH.
 pub const PLUGIN: &str = include_str!("opencode_plugin.js");
+
+/// The line of [`PLUGIN`] that says how writ is run.
+const WRIT_LINE: &str = "const WRIT = [\"writ\"];";
+
+/// The plugin running writ as `argv` (a JavaScript array of strings, e.g.
+/// `["npx", "-y", "writ-sched"]`).
+pub fn plugin(argv: &str) -> String {
+    PLUGIN.replacen(WRIT_LINE, &format!("const WRIT = {argv};"), 1)
+}
 
 /// Reads one event; `Err` says why it is not an event of writ's plugin.
 pub fn parse(event: &Value) -> Result<Event, String> {
@@ -63,6 +76,41 @@ pub fn parse(event: &Value) -> Result<Event, String> {
         step,
         cwd,
     })
+}
+
+/// For a `tool.execute.before` of `bash {command, workdir?, …}`: its
+/// arguments and the folder the command runs in, for `writ run`.
+pub fn shell(event: &Value) -> Option<(Value, Option<PathBuf>)> {
+    let text = |key: &str| event.get(key).and_then(Value::as_str);
+    if text("hook_event_name")? != "tool.execute.before" || text("tool")? != "bash" {
+        return None;
+    }
+    let args = event.get("args")?.clone();
+    let cwd = text("cwd").map(PathBuf::from);
+    let dir = args
+        .get("workdir")
+        .and_then(Value::as_str)
+        .map(|d| engine::absolute(d, cwd.as_deref()))
+        .or(cwd);
+    Some((args, dir))
+}
+
+/// The agent name the hook's actor goes by in an opencode session.
+pub fn agent(event: &Value) -> Option<String> {
+    let session = event.get("session_id")?.as_str()?;
+    Some(engine::agent_name(
+        PREFIX,
+        &Who {
+            session: session.to_string(),
+            agent: None,
+        },
+    ))
+}
+
+/// The answer to a `bash` call whose command was wrapped: the plugin puts
+/// `args` over the call's arguments (opencode runs the tool with them).
+pub fn shell_output(args: Value) -> Value {
+    json!({"args": args})
 }
 
 /// What `read` showed: its numbered lines, where they start, and the
@@ -114,6 +162,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_plugin_runs_writ_the_way_it_is_given() {
+        assert!(PLUGIN.contains(WRIT_LINE));
+        let text = plugin(r#"["npx", "-y", "writ-sched"]"#);
+        assert!(text.contains(r#"const WRIT = ["npx", "-y", "writ-sched"];"#));
+        assert!(!text.contains(WRIT_LINE));
+    }
+
+    #[test]
     fn a_whole_read_marks_its_lines_and_a_write_is_whole() {
         let read = json!({"hook_event_name": "tool.execute.after", "session_id": "ses_1",
             "call_id": "c1", "tool": "read", "cwd": "/repo",
@@ -145,6 +201,20 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn bash_before_it_runs_is_its_arguments_and_its_folder() {
+        let event = json!({"hook_event_name": "tool.execute.before", "session_id": "ses_1",
+            "call_id": "c", "tool": "bash", "cwd": "/repo",
+            "args": {"command": "make", "description": "build"}});
+        let (args, dir) = shell(&event).unwrap_or_else(|| panic!("not a shell call"));
+        assert_eq!(args["command"], "make");
+        assert_eq!(dir, Some(PathBuf::from("/repo")));
+        assert_eq!(shell_output(args.clone()), json!({"args": args}));
+        let mut write = event;
+        write["tool"] = json!("write");
+        assert!(shell(&write).is_none());
     }
 
     #[test]

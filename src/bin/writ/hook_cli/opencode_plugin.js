@@ -4,10 +4,13 @@
 // runs, and a denial throws, which opencode reports to the model as the
 // tool's error. A hook that cannot run throws too: a write writ cannot
 // judge does not happen.
+// How writ is run (`writ config opencode --write` puts the way it was run).
+const WRIT = ["writ"];
+
 export const WritPlugin = async ({ directory }) => {
   const args = new Map();
   const hook = async (event) => {
-    const proc = Bun.spawn(["writ", "hook", "opencode"], {
+    const proc = Bun.spawn([...WRIT, "hook", "opencode"], {
       cwd: directory,
       stdin: "pipe",
       stdout: "pipe",
@@ -32,9 +35,16 @@ export const WritPlugin = async ({ directory }) => {
         tool: input.tool,
         args: output.args,
       });
+      // A shell command sent through `writ run`: opencode runs the tool
+      // with the arguments as the hooks leave them.
+      if (decision && decision.args) {
+        Object.assign(output.args, decision.args);
+      }
       if (decision && decision.decision === "deny") {
         args.delete(input.callID);
-        throw new Error(decision.reason);
+        // opencode hands the model the message alone, with no error
+        // marker: the first words say the call did not happen.
+        throw new Error(`Blocked by writ, nothing was changed: ${decision.reason}`);
       }
     },
     "tool.execute.after": async (input, output) => {
