@@ -328,13 +328,13 @@ fn a_without_writ_sessions_at_once_report_their_losses() {
     );
     let ended = world.run_all(&sessions);
     let tally = world.tally();
-    eprintln!(
+    cli_install::figure(format!(
         "real-cli: claude-code without writ, {N} sessions at once: landed {}, lost {} {:?}, unfinished {:?}",
         tally.landed,
         tally.lost.len(),
         tally.lost,
         tally.unfinished
-    );
+    ));
     assert!(
         ended.iter().all(|e| e.status.is_some()),
         "a session hung: {}",
@@ -363,10 +363,10 @@ fn a_without_writ_a_stale_write_after_another_sessions_edit() {
     let tally = world.tally();
     let stale = world.model.transcript("second");
     let refused_by_claude_code = stale.results.iter().any(claude_code_refused);
-    eprintln!(
+    cli_install::figure(format!(
         "real-cli: claude-code without writ, stale Write after another session's Edit: landed {}, lost {:?}, refused by Claude Code itself: {refused_by_claude_code}",
         tally.landed, tally.lost
-    );
+    ));
     // Either Claude Code refused the stale Write itself, or the first
     // session's line was lost: the harness observes which.
     assert!(
@@ -393,11 +393,11 @@ fn b_with_writ_hooks_sessions_at_once_lose_nothing() {
     let ended = world.run_all(&sessions);
     let tally = world.tally();
     let refused = assert_refusals_reached_the_model(&world, &names(&sessions), false, &ended);
-    eprintln!(
+    cli_install::figure(format!(
         "real-cli: claude-code with writ's hooks, {N} sessions at once: landed {}, lost {}, refusals by writ {refused}",
         tally.landed,
         tally.lost.len()
-    );
+    ));
     assert!(
         tally.lost.is_empty(),
         "lost {:?}: {}",
@@ -450,11 +450,11 @@ fn c_with_writ_hooks_subagents_of_one_session_lose_nothing() {
     );
     let tally = world.tally();
     let refused = assert_refusals_reached_the_model(&world, &subs, false, &ended);
-    eprintln!(
+    cli_install::figure(format!(
         "real-cli: claude-code with writ's hooks, {subagents} subagents of one session: landed {}, lost {}, refusals by writ {refused}",
         tally.landed,
         tally.lost.len()
-    );
+    ));
     assert!(
         tally.lost.is_empty(),
         "lost {:?}: {}",
@@ -533,10 +533,10 @@ fn c_writ_mcp_subagents_are_separate_agents() {
     let tally = world.tally();
     let subs: Vec<String> = ["msub0", "msub1", "msub2"].map(String::from).to_vec();
     let refused = assert_refusals_reached_the_model(&world, &subs, true, &ended);
-    eprintln!(
+    cli_install::figure(format!(
         "real-cli: claude-code with writ's MCP tools, 3 subagents of one session, a stale write after a sibling's read: landed {}, lost {:?}, refusals by writ {refused}",
         tally.landed, tally.lost
-    );
+    ));
     assert!(
         tally.lost.is_empty(),
         "lost {:?}: {}",
@@ -575,11 +575,11 @@ fn d_writ_mcp_tools_alone_show_the_model_every_result() {
         }
     }
     let refused = assert_refusals_reached_the_model(&world, &names(&sessions), true, &ended);
-    eprintln!(
+    cli_install::figure(format!(
         "real-cli: claude-code with writ's MCP tools, {N} sessions at once: landed {}, lost {}, refusals by writ {refused}",
         tally.landed,
         tally.lost.len()
-    );
+    ));
     assert!(
         tally.lost.is_empty(),
         "lost {:?}: {}",
@@ -623,11 +623,11 @@ fn e_a_model_thinking_past_every_ttl_is_still_denied() {
         .iter()
         .find(|r| r.name == "Edit")
         .cloned();
-    eprintln!(
+    cli_install::figure(format!(
         "real-cli: claude-code with writ's hooks, a 3 s think past a 1 s lease: first write after it {:?}, lost {}",
         first_write.as_ref().map(|r| r.text.clone()),
         tally.lost.len()
-    );
+    ));
     let Some(first_write) = first_write else {
         panic!("the slow session never wrote: {}", world.story(&ended));
     };
@@ -681,11 +681,11 @@ fn e_a_model_thinking_past_every_ttl_is_refused_by_a_reservation() {
         .results
         .into_iter()
         .find(|r| r.name == "Edit");
-    eprintln!(
+    cli_install::figure(format!(
         "real-cli: claude-code with writ's hooks, a 3 s think past a 1 s lease into another agent's reservation: first write got {:?}; lost {}",
         first_write.as_ref().map(|r| r.text.clone()),
         tally.lost.len()
-    );
+    ));
     let Some(first_write) = first_write else {
         panic!("the thinker never wrote: {}", world.story(&ended));
     };
@@ -736,11 +736,11 @@ fn f_two_bridges_without_a_server_share_one_scheduler() {
         .results
         .into_iter()
         .find(|r| r.name == "mcp__writ__edit_file");
-    eprintln!(
+    cli_install::figure(format!(
         "real-cli: claude-code, two writ mcp bridges and no server: the write during the other's reservation got {:?}; lost {}",
         first_write.as_ref().map(|r| r.text.clone()),
         tally.lost.len()
-    );
+    ));
     let Some(first_write) = first_write else {
         panic!("the second session never wrote: {}", world.story(&ended));
     };

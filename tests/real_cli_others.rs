@@ -291,11 +291,11 @@ fn gemini_without_writ_whole_file_writes_lose_lines() {
     let tally = world.tally();
     let story = world.story(&ended);
     assert_eq!(tally.landed, SESSIONS, "every write landed:\n{story}");
-    println!(
+    cli_install::figure(format!(
         "real-cli: Gemini CLI without writ, {SESSIONS} sessions, write_file: {} of {} lines lost",
         tally.lost.len(),
         tally.landed
-    );
+    ));
     assert_eq!(
         tally.lost.len(),
         SESSIONS - 1,
@@ -339,11 +339,11 @@ fn gemini_with_writ_hooks_whole_file_writes_lose_nothing() {
             r.text
         );
     }
-    println!(
+    cli_install::figure(format!(
         "real-cli: Gemini CLI with writ hooks, {SESSIONS} sessions, write_file: 0 lost, {} refusals, e.g. {:?}",
         refusals.len(),
         refusals.first().map(|r| &r.text)
-    );
+    ));
 }
 
 /// Gemini CLI's `replace` changes only the text it names, but it reads
@@ -360,12 +360,12 @@ fn gemini_without_writ_replace_reports_its_losses() {
         tally.landed + tally.lost.len() > 0,
         "no session reported a landed line:\n{story}"
     );
-    println!(
+    cli_install::figure(format!(
         "real-cli: Gemini CLI without writ, {SESSIONS} sessions, replace: {} lost, {} landed, {} unfinished",
         tally.lost.len(),
         tally.landed,
         tally.unfinished.len()
-    );
+    ));
 }
 
 /// Without writ, Codex CLI's `apply_patch` with `*** Add File` over an
@@ -378,11 +378,11 @@ fn codex_without_writ_add_file_over_a_file_loses_lines() {
     let tally = world.tally();
     let story = world.story(&ended);
     assert_eq!(tally.landed, SESSIONS, "every patch applied:\n{story}");
-    println!(
+    cli_install::figure(format!(
         "real-cli: Codex CLI without writ, {SESSIONS} sessions, apply_patch Add File: {} of {} lines lost",
         tally.lost.len(),
         tally.landed
-    );
+    ));
     assert_eq!(
         tally.lost.len(),
         SESSIONS - 1,
@@ -417,11 +417,11 @@ fn codex_with_writ_hooks_add_file_over_a_file_loses_nothing() {
             r.text
         );
     }
-    println!(
+    cli_install::figure(format!(
         "real-cli: Codex CLI with writ hooks, {SESSIONS} sessions, apply_patch Add File: 0 lost, {} refusals, e.g. {:?}",
         refusals.len(),
         refusals.first().map(|r| &r.text)
-    );
+    ));
 }
 
 /// Codex CLI's `*** Update File` hunks apply only where their context is,
@@ -438,12 +438,12 @@ fn codex_without_writ_update_file_reports_its_losses() {
         tally.landed + tally.lost.len() > 0,
         "no session reported a landed line:\n{story}"
     );
-    println!(
+    cli_install::figure(format!(
         "real-cli: Codex CLI without writ, {SESSIONS} sessions, apply_patch Update File: {} lost, {} landed, {} unfinished",
         tally.lost.len(),
         tally.landed,
         tally.unfinished.len()
-    );
+    ));
 }
 
 /// Without writ, opencode's `write` replaces the file with what each
@@ -455,11 +455,11 @@ fn opencode_without_writ_whole_file_writes_lose_lines() {
     let tally = world.tally();
     let story = world.story(&ended);
     assert_eq!(tally.landed, SESSIONS, "every write landed:\n{story}");
-    println!(
+    cli_install::figure(format!(
         "real-cli: opencode without writ, {SESSIONS} sessions, write: {} of {} lines lost",
         tally.lost.len(),
         tally.landed
-    );
+    ));
     assert_eq!(
         tally.lost.len(),
         SESSIONS - 1,
@@ -480,11 +480,11 @@ fn opencode_without_writ_simultaneous_edits_report_their_losses() {
         tally.landed, SESSIONS,
         "every edit said it applied:\n{story}"
     );
-    println!(
+    cli_install::figure(format!(
         "real-cli: opencode without writ, {SESSIONS} sessions, simultaneous edits: {} of {} lines lost",
         tally.lost.len(),
         tally.landed
-    );
+    ));
 }
 
 /// With writ's plugin calling `writ hook opencode`, the same sessions lose
@@ -520,11 +520,11 @@ fn opencode_with_writ_plugin_loses_nothing() {
                 r.text
             );
         }
-        println!(
+        cli_install::figure(format!(
             "real-cli: opencode with writ's plugin, {SESSIONS} sessions, {dialect:?}: 0 lost, {} refusals, e.g. {:?}",
             refusals.len(),
             refusals.first().map(|r| &r.text)
-        );
+        ));
     }
 }
 
@@ -591,7 +591,7 @@ fn writ_mcp_tools_lose_nothing(prefix: &str, dialect: Dialect, cli: &str) {
         carried > 0,
         "no refusal carried the file's content as text:\n{story}"
     );
-    println!(
+    cli_install::figure(format!(
         "real-cli: {cli} with writ's MCP tools (writ config {} --write), {SESSIONS} sessions, write_file: 0 lost, {} refusals ({carried} carrying the content), e.g. {:?}",
         cli.split_whitespace()
             .next()
@@ -599,7 +599,7 @@ fn writ_mcp_tools_lose_nothing(prefix: &str, dialect: Dialect, cli: &str) {
             .to_lowercase(),
         refusals.len(),
         shown.first()
-    );
+    ));
 }
 
 #[test]
@@ -797,9 +797,9 @@ fn shell_command_runs_through_writ_run(cli: Cli) {
         notes, "one (shell)\ntwo\nthree\nfour (editor)\n",
         "both changes are kept:\n{story}"
     );
-    println!(
+    cli_install::figure(format!(
         "real-cli: {cli:?} shell `sed -i` through writ run beside another session's edit: 2 landed, 0 lost"
-    );
+    ));
 }
 
 #[test]

@@ -97,3 +97,21 @@ fn npm(prefix: &Path, args: &[&str]) {
         args.join(" ")
     );
 }
+
+/// Prints one figure of a real-CLI run (a `real-cli: …` line) and keeps it
+/// in `real-cli-figures.txt` under the tests' target folder, which
+/// `.ci/run` prints once the suite is over: the figures of a CI run
+/// without running the CLIs a second time.
+#[allow(dead_code)] // not every suite reports figures
+pub fn figure(line: String) {
+    use std::io::Write as _;
+    eprintln!("{line}");
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("real-cli-figures.txt");
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(file, "{line}");
+    }
+}
