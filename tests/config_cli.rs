@@ -604,7 +604,7 @@ fn gemini_gets_its_hooks_in_the_file_its_server_is_in() {
     );
     assert_eq!(
         value["hooks"]["AfterTool"],
-        serde_json::json!([{"matcher": "write_file|replace|read_file|mcp_writ_.*", "hooks": hook}])
+        serde_json::json!([{"matcher": "write_file|replace|read_file|read_many_files|mcp_writ_.*", "hooks": hook}])
     );
     assert_eq!(
         value["hooks"]["BeforeAgent"],

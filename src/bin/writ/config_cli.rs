@@ -490,7 +490,7 @@ const GEMINI_BEFORE: &str = "write_file|replace|run_shell_command";
 /// history) and `read_file` (what the model was shown is its read mark);
 /// and writ's own MCP tools (`mcp_writ_*`), whose refusals it hands the
 /// model as text.
-const GEMINI_AFTER: &str = "write_file|replace|read_file|mcp_writ_.*";
+const GEMINI_AFTER: &str = "write_file|replace|read_file|read_many_files|mcp_writ_.*";
 
 /// Gemini CLI's `BeforeTool`, `AfterTool` and `BeforeAgent` hooks (`writ
 /// hook gemini`).

@@ -98,8 +98,7 @@ pub fn parse(event: &Value) -> Result<Parsed, String> {
             paths: vec![path],
         },
         ("PostToolUse", None, Some(path)) if tool == "Read" => Step::AfterRead {
-            seen: seen(event.get("tool_response")),
-            path,
+            reads: vec![(path, seen(event.get("tool_response")))],
         },
         ("SubagentStop", _, _) if who.agent.is_some() => Step::AgentStop {
             mcp_agent: Some(engine::agent_name(MCP_PREFIX, &who)),

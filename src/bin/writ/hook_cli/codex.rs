@@ -11,11 +11,11 @@
 //! a rewritten input (`updatedInput`) with an allow: its shell's commands
 //! are sent through `writ run` as the session's agent (SPEC §17).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::engine::{self, Change, Event, Kind, Step, Who};
+use super::engine::{self, Event, Step, Who};
 
 /// The prefix of the names of Codex's hook actors and turns.
 const PREFIX: &str = "codex";
@@ -32,7 +32,7 @@ pub fn parse(event: &Value) -> Result<Event, String> {
         event["tool_input"]["command"]
             .as_str()
             .ok_or_else(|| "apply_patch carries no patch (tool_input.command)".to_string())
-            .and_then(|p| changes(p, cwd.as_deref()))
+            .and_then(|p| engine::patch_changes(p, cwd.as_deref()))
     };
     let step = match (name, tool == "apply_patch") {
         ("UserPromptSubmit", _) => Step::Prompt,
@@ -86,56 +86,9 @@ pub fn agent(event: &Value) -> Option<String> {
     ))
 }
 
-/// The files a patch changes, in the order it names them.
-fn changes(patch: &str, cwd: Option<&Path>) -> Result<Vec<Change>, String> {
-    let mut out: Vec<Change> = Vec::new();
-    for line in patch.lines() {
-        let line = line.trim_end();
-        let (kind, path) = if let Some(p) = line.strip_prefix("*** Add File: ") {
-            (Kind::Create, p)
-        } else if let Some(p) = line.strip_prefix("*** Update File: ") {
-            (Kind::Anchored, p)
-        } else if let Some(p) = line.strip_prefix("*** Delete File: ") {
-            (Kind::Anchored, p)
-        } else if let Some(p) = line.strip_prefix("*** Move to: ") {
-            (Kind::Create, p)
-        } else {
-            continue;
-        };
-        let path = engine::absolute(path.trim(), cwd);
-        if !out.iter().any(|c| c.path == path) {
-            out.push(Change { path, kind });
-        }
-    }
-    if out.is_empty() {
-        return Err("the patch names no file".into());
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_patch_is_each_file_it_names() {
-        let patch = "*** Begin Patch\n*** Add File: new.txt\n+hi\n*** Update File: src/a.rs\n*** Move to: src/b.rs\n@@\n-x\n+y\n*** Delete File: old.txt\n*** End Patch\n";
-        let found = changes(patch, Some(Path::new("/w"))).unwrap_or_default();
-        let seen: Vec<(String, Kind)> = found
-            .iter()
-            .map(|c| (c.path.display().to_string(), c.kind))
-            .collect();
-        assert_eq!(
-            seen,
-            vec![
-                ("/w/new.txt".into(), Kind::Create),
-                ("/w/src/a.rs".into(), Kind::Anchored),
-                ("/w/src/b.rs".into(), Kind::Create),
-                ("/w/old.txt".into(), Kind::Anchored),
-            ]
-        );
-        assert!(changes("*** Begin Patch\n*** End Patch\n", None).is_err());
-    }
 
     #[test]
     fn its_shell_is_bash_before_it_runs_in_its_workdir() {

@@ -99,8 +99,9 @@ pub enum Step {
     /// Anything else the client reports (a task notification, a read
     /// about to run): it renews the agent's lease and changes nothing.
     Renew,
-    /// A read tool returned `seen` of `path`.
-    AfterRead { path: PathBuf, seen: Seen },
+    /// A read tool returned what it saw of each file (one, or several
+    /// for a tool that reads many at once).
+    AfterRead { reads: Vec<(PathBuf, Seen)> },
     /// A write tool is about to change these files (all or none).
     BeforeWrite { call: String, changes: Vec<Change> },
     /// The write tool `call` ran (or failed) on these files.
@@ -114,7 +115,7 @@ pub enum Step {
 impl Step {
     fn paths(&self) -> Vec<&Path> {
         match self {
-            Step::AfterRead { path, .. } => vec![path.as_path()],
+            Step::AfterRead { reads } => reads.iter().map(|(p, _)| p.as_path()).collect(),
             Step::BeforeWrite { changes, .. } => changes.iter().map(|c| c.path.as_path()).collect(),
             Step::AfterWrite { paths, .. } => paths.iter().map(PathBuf::as_path).collect(),
             _ => Vec::new(),
@@ -312,6 +313,34 @@ pub fn wrap_shell(dir: Option<&Path>, agent: &str, mut input: Value) -> Option<V
     }
     input["command"] = Value::String(line);
     Some(input)
+}
+
+/// The files a patch in the `apply_patch` format (`*** Begin Patch`, as
+/// Codex CLI and opencode write them) changes, in the order it names them.
+pub fn patch_changes(patch: &str, cwd: Option<&Path>) -> Result<Vec<Change>, String> {
+    let mut out: Vec<Change> = Vec::new();
+    for line in patch.lines() {
+        let line = line.trim_end();
+        let (kind, path) = if let Some(p) = line.strip_prefix("*** Add File: ") {
+            (Kind::Create, p)
+        } else if let Some(p) = line.strip_prefix("*** Update File: ") {
+            (Kind::Anchored, p)
+        } else if let Some(p) = line.strip_prefix("*** Delete File: ") {
+            (Kind::Anchored, p)
+        } else if let Some(p) = line.strip_prefix("*** Move to: ") {
+            (Kind::Create, p)
+        } else {
+            continue;
+        };
+        let path = absolute(path.trim(), cwd);
+        if !out.iter().any(|c| c.path == path) {
+            out.push(Change { path, kind });
+        }
+    }
+    if out.is_empty() {
+        return Err("the patch names no file".into());
+    }
+    Ok(out)
 }
 
 /// Whether a path lies in a `.writ` folder (where the session token is).
@@ -538,13 +567,15 @@ async fn handle(settings: &Settings, event: &Event) -> Result<Decision, String> 
             run.renew(&mut state, &key).await;
             Decision::Pass
         }
-        Step::AfterRead { path, seen } => {
+        Step::AfterRead { reads } => {
             run.renew(&mut state, &key).await;
             let agent = state.agents.entry(key).or_default();
-            match mark_of(path, seen)? {
-                Some(mark) => agent.marks.insert(path.clone(), mark),
-                None => agent.marks.remove(path),
-            };
+            for (path, seen) in reads {
+                match mark_of(path, seen)? {
+                    Some(mark) => agent.marks.insert(path.clone(), mark),
+                    None => agent.marks.remove(path),
+                };
+            }
             Decision::Pass
         }
         Step::BeforeWrite { call, changes } => {
@@ -1030,6 +1061,26 @@ fn judge(mark: Option<&Mark>, now: Option<&str>, change: &Change) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_patch_is_each_file_it_names() {
+        let patch = "*** Begin Patch\n*** Add File: new.txt\n+hi\n*** Update File: src/a.rs\n*** Move to: src/b.rs\n@@\n-x\n+y\n*** Delete File: old.txt\n*** End Patch\n";
+        let found = patch_changes(patch, Some(Path::new("/w"))).unwrap_or_default();
+        let seen: Vec<(String, Kind)> = found
+            .iter()
+            .map(|c| (c.path.display().to_string(), c.kind))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("/w/new.txt".into(), Kind::Create),
+                ("/w/src/a.rs".into(), Kind::Anchored),
+                ("/w/src/b.rs".into(), Kind::Create),
+                ("/w/old.txt".into(), Kind::Anchored),
+            ]
+        );
+        assert!(patch_changes("*** Begin Patch\n*** End Patch\n", None).is_err());
+    }
 
     fn change(path: &Path, whole: bool) -> Change {
         Change {

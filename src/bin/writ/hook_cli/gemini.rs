@@ -3,7 +3,8 @@
 //! Tools: `write_file {file_path, content}` replaces a whole file,
 //! `replace {file_path, old_string, new_string}` changes text it names,
 //! `read_file {file_path, offset?, limit?}` returns `tool_response
-//! {llmContent, returnDisplay}`, `llmContent` being what the model reads.
+//! {llmContent, returnDisplay}`, `llmContent` being what the model reads;
+//! `read_many_files` shows several files at once, each after a separator.
 //! A decision is `{"decision": "deny", "reason": …}`. Its events name the
 //! session only: every subagent of a Gemini session is that session's agent.
 
@@ -57,8 +58,13 @@ pub fn parse(event: &Value) -> Result<Event, String> {
                 Some(s) => Seen::Text(s.to_string()),
                 None => Seen::Disk,
             };
-            Step::AfterRead { path, seen }
+            Step::AfterRead {
+                reads: vec![(path, seen)],
+            }
         }
+        ("AfterTool", _, _) if tool == "read_many_files" => Step::AfterRead {
+            reads: many_files(&event["tool_response"]["llmContent"]),
+        },
         _ => Step::Renew,
     };
     Ok(Event {
@@ -70,6 +76,45 @@ pub fn parse(event: &Value) -> Result<Event, String> {
         step,
         cwd,
     })
+}
+
+/// What `read_many_files` showed of each file: its answer's parts are
+/// `--- /absolute/path ---\n\n<content>\n\n` per text file (a warning
+/// line first where the file was cut short), then `--- End of content ---`
+/// (one string, or those parts as a list). A file the hook cannot find in
+/// it is not marked: the agent has not read it.
+fn many_files(shown: &Value) -> Vec<(PathBuf, Seen)> {
+    let text = match shown {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(Value::as_str).collect(),
+        _ => return Vec::new(),
+    };
+    let mut reads = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find("--- /") {
+        let after = &rest[start + 4..];
+        let Some((path, body)) = after.split_once(" ---\n\n") else {
+            break;
+        };
+        if path.contains('\n') {
+            rest = after;
+            continue;
+        }
+        // The content runs to the next file's separator, or the end's.
+        let end = body
+            .find("\n\n--- /")
+            .or_else(|| body.find("\n\n--- End of content ---"))
+            .unwrap_or(body.len());
+        let content = &body[..end];
+        let seen = if content.starts_with("[WARNING: This file was truncated") {
+            Seen::DiskPart("part of the file (read_many_files cut it short)".into())
+        } else {
+            Seen::Text(content.to_string())
+        };
+        reads.push((PathBuf::from(path), seen));
+        rest = &body[end..];
+    }
+    reads
 }
 
 /// For an `AfterTool` of writ's own MCP tools whose result is an error (a
@@ -172,5 +217,33 @@ mod tests {
         let mut other = event;
         other["mcp_context"]["server_name"] = json!("github");
         assert_eq!(mcp_refusal(&other), None);
+    }
+
+    #[test]
+    fn read_many_files_marks_each_file_it_showed() {
+        let parts = json!([
+            "--- /w/a.txt ---\n\none\ntwo\n\n",
+            "--- /w/b.txt ---\n\n[WARNING: This file was truncated. To view the full content, use the 'read_file' tool on this specific file.]\n\nx\n\n",
+            "--- End of content ---"
+        ]);
+        let event = json!({"session_id": "s", "hook_event_name": "AfterTool", "cwd": "/w",
+            "tool_name": "read_many_files", "tool_input": {"include": ["*.txt"]},
+            "tool_response": {"llmContent": parts, "returnDisplay": ""}});
+        let Step::AfterRead { reads } = parse(&event).unwrap_or_else(|e| panic!("{e}")).step else {
+            panic!("not a read")
+        };
+        assert_eq!(reads.len(), 2, "{reads:?}");
+        assert_eq!(reads[0].0, PathBuf::from("/w/a.txt"));
+        assert!(
+            matches!(&reads[0].1, Seen::Text(t) if t == "one\ntwo"),
+            "{reads:?}"
+        );
+        assert!(matches!(reads[1].1, Seen::DiskPart(_)), "{reads:?}");
+        // The same answer as one string.
+        let joined: String = parts
+            .as_array()
+            .map(|p| p.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(many_files(&Value::String(joined)).len(), 2);
     }
 }

@@ -40,7 +40,8 @@ enum HookAgent {
     /// Codex CLI: PreToolUse/PostToolUse for apply_patch, PreToolUse for
     /// Bash (its command sent through `writ run`), UserPromptSubmit.
     Codex(Common),
-    /// Gemini CLI: BeforeTool/AfterTool for write_file|replace|read_file,
+    /// Gemini CLI: BeforeTool/AfterTool for write_file|replace, AfterTool for
+    /// read_file|read_many_files,
     /// BeforeTool for run_shell_command (sent through `writ run`), AfterTool
     /// for writ's MCP tools (a refusal handed to the model as text),
     /// BeforeAgent.

@@ -4,7 +4,8 @@
 //! and `tool.execute.after` as `{hook_event_name, session_id, call_id,
 //! tool, args, output?, cwd}`, and `chat.message` for a user prompt. Tools:
 //! `write {filePath, content}` replaces a whole file, `edit {filePath,
-//! oldString, newString}` changes text it names, `read {filePath, offset?,
+//! oldString, newString}` changes text it names, `apply_patch {patchText}`
+//! the files its patch names (as Codex's), `read {filePath, offset?,
 //! limit?}` shows numbered lines (`N: line`) between `<content>` and an
 //! end note. A decision is `{"decision": "deny", "reason": …}`; the plugin
 //! throws the reason, which opencode gives the model as the tool's error.
@@ -51,8 +52,25 @@ pub fn parse(event: &Value) -> Result<Event, String> {
         "edit" => Some(Kind::Edit),
         _ => None,
     };
+    // `apply_patch {patchText}` (offered to some models) changes every
+    // file its patch names, all admitted or none, as Codex's does.
+    let patch = || {
+        event["args"]["patchText"]
+            .as_str()
+            .ok_or_else(|| "apply_patch carries no patch (args.patchText)".to_string())
+            .and_then(|p| engine::patch_changes(p, cwd.as_deref()))
+    };
+    let patching = matches!(tool, "apply_patch" | "patch");
     let step = match (name, kind, path) {
         ("chat.message", _, _) => Step::Prompt,
+        ("tool.execute.before", _, _) if patching => Step::BeforeWrite {
+            call,
+            changes: patch()?,
+        },
+        ("tool.execute.after", _, _) if patching => Step::AfterWrite {
+            call,
+            paths: patch()?.into_iter().map(|c| c.path).collect(),
+        },
         ("tool.execute.before", Some(kind), Some(path)) => Step::BeforeWrite {
             call,
             changes: vec![Change { path, kind }],
@@ -62,8 +80,7 @@ pub fn parse(event: &Value) -> Result<Event, String> {
             paths: vec![path],
         },
         ("tool.execute.after", None, Some(path)) if tool == "read" => Step::AfterRead {
-            path,
-            seen: event["output"].as_str().map_or(Seen::Disk, seen),
+            reads: vec![(path, event["output"].as_str().map_or(Seen::Disk, seen))],
         },
         _ => Step::Renew,
     };
@@ -176,18 +193,17 @@ mod tests {
             "args": {"filePath": "/repo/a.txt"},
             "output": "<path>/repo/a.txt</path>\n<type>file</type>\n<content>\n1: one\n2: two\n\n(End of file - total 2 lines)\n</content>"});
         let event = parse(&read).unwrap_or_else(|e| panic!("{e}"));
-        match event.step {
-            Step::AfterRead {
-                seen:
-                    Seen::Lines {
-                        content,
-                        start: 1,
-                        total: 2,
-                        cut: false,
-                        ..
-                    },
+        let Step::AfterRead { mut reads } = event.step else {
+            panic!("not a read: {:?}", event.step)
+        };
+        match reads.pop().map(|(_, seen)| seen) {
+            Some(Seen::Lines {
+                content,
+                start: 1,
+                total: 2,
+                cut: false,
                 ..
-            } => assert_eq!(content, "one\ntwo"),
+            }) => assert_eq!(content, "one\ntwo"),
             other => panic!("{other:?}"),
         }
         let write = json!({"hook_event_name": "tool.execute.before", "session_id": "ses_1",
@@ -228,5 +244,30 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn apply_patch_is_each_file_its_patch_names() {
+        let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-x\n+y\n*** Add File: b.txt\n+b\n*** End Patch";
+        let before = json!({"hook_event_name": "tool.execute.before", "session_id": "ses_1",
+            "call_id": "c2", "tool": "apply_patch", "cwd": "/repo",
+            "args": {"patchText": patch}});
+        let event = parse(&before).unwrap_or_else(|e| panic!("{e}"));
+        let Step::BeforeWrite { changes, .. } = event.step else {
+            panic!("not a write: {:?}", event.step)
+        };
+        let paths: Vec<String> = changes
+            .iter()
+            .map(|c| c.path.display().to_string())
+            .collect();
+        assert_eq!(paths, ["/repo/a.txt", "/repo/b.txt"]);
+        let mut after = before.clone();
+        after["hook_event_name"] = json!("tool.execute.after");
+        let event = parse(&after).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            matches!(&event.step, Step::AfterWrite { paths, .. } if paths.len() == 2),
+            "{:?}",
+            event.step
+        );
     }
 }
