@@ -181,7 +181,7 @@ pub(crate) fn cycle_if_waiting(
     requester: ActorId,
     claim: &Claim,
     need: &Need,
-    priority: i32,
+    (priority, refusals): (i32, u32),
 ) -> Verdict {
     let new = Req {
         id: Who::New,
@@ -189,7 +189,7 @@ pub(crate) fn cycle_if_waiting(
         claim,
         fence_owner: judge::fence_owner(claim),
     };
-    let at = Pos::end_of(priority);
+    let at = Pos::end_of_tier(priority, refusals);
     let graph = build(state, Some((new, at)));
     if let Some(slot) = state.slot_wait(claim, need, at) {
         if let Some(cycle) = graph.slot_cycle(requester, &slot_holders(state, slot)) {

@@ -100,6 +100,8 @@ impl Holds for InProcess {
                 Guard::Fence(App::blocking(move || request.fence()).await?)
             }
             (HoldKind::Fence, false) => Guard::Fence(request.fence()?),
+            // No method asks for one: the file tools give claims.
+            (HoldKind::Claim, _) => unreachable!("a claim is never asked for"),
         };
         app.keep_hold(guard, lineage, lease, claim)
     }
