@@ -275,3 +275,88 @@ fn a_stale_refusal_of_the_agent_tools_claims_the_file() {
         s.assert_invariants();
     }
 }
+
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+#[path = "common/mcp_http_client.rs"]
+mod http_client;
+
+/// Two agents over MCP: the one refused `Stale` gets a claim (shown by
+/// `writ_status` and the dump); the other's write waits the call-wait, then
+/// is refused `Busy` naming the claimer, while its read passes; the
+/// claimer's retry lands, and the other's write is judged as usual after.
+#[cfg(all(feature = "mcp", feature = "server", feature = "remote"))]
+#[test]
+fn over_mcp_the_refused_agent_claims_the_file_and_the_other_waits() {
+    use serde_json::json;
+    use writ::server::{Options, Server};
+
+    let (_dir, root) = workspace();
+    fs::write(root.join("plan.md"), "# Plan\n- a\n- b\n").unwrap_or_else(|e| panic!("{e}"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    rt.block_on(async {
+        // No history: a stale edit cannot be anchored, so it is refused.
+        let config = Config::default()
+            .durability(writ::Durability::Process)
+            .claim_ttl(TTL);
+        let server = Server::start(
+            Options::new(&root)
+                .config(config)
+                .call_wait(Duration::from_millis(300))
+                .lease_ttl(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start: {e}"));
+        let url = format!("{}/mcp", server.url());
+        let mut agents = Vec::new();
+        for name in ["alpha", "beta"] {
+            let mut client =
+                http_client::McpHttp::new(&url, server.token()).with_header("Writ-Agent", name);
+            assert_eq!(client.initialize(name).await.status, 200);
+            agents.push(client);
+        }
+        let [mut alpha, mut beta] = <[_; 2]>::try_from(agents).unwrap_or_else(|_| panic!("two"));
+        let edit =
+            |old: &str, new: &str| json!({"path": "plan.md", "old_string": old, "new_string": new});
+        let read = json!({"path": "plan.md"});
+
+        assert!(!alpha.call("read_file", read.clone()).await.0);
+        assert!(!beta.call("read_file", read.clone()).await.0);
+        let (error, text) = beta.call("edit_file", edit("- b", "- b (beta)")).await;
+        assert!(!error, "{text}");
+        // alpha is refused: the refusal carries the content and claims the file.
+        let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
+        assert!(error && text.contains("changed since you read it"), "{text}");
+        let dump = server.scheduler().dump();
+        let claim = dump.holds.iter().find(|h| h.kind == HoldKind::Claim);
+        assert_eq!(claim.map(|h| h.actor.as_str()), Some("alpha"), "{dump}");
+        let (_, status) = beta.call("writ_status", json!({})).await;
+        assert!(status.contains("'alpha' claimed plan.md"), "{status}");
+        // beta reads freely, but its write waits, then names the claimer.
+        assert!(!beta.call("read_file", read.clone()).await.0);
+        let waited = std::time::Instant::now();
+        let (error, text) = beta.call("edit_file", edit("# Plan", "# Plan (beta)")).await;
+        assert!(error && text.contains("claimed by 'alpha'"), "{text}");
+        assert!(waited.elapsed() >= Duration::from_millis(300), "it did not wait");
+        // alpha's retry lands and ends the claim.
+        let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
+        assert!(!error, "{text}");
+        assert!(
+            server.scheduler().dump().holds.iter().all(|h| h.kind != HoldKind::Claim),
+            "the claim outlived its holder's write"
+        );
+        // beta's write is judged as usual: stale, now beta's claim.
+        let (error, text) = beta.call("edit_file", edit("# Plan", "# Plan (beta)")).await;
+        assert!(error && text.contains("'alpha'"), "{text}");
+        let (error, text) = beta.call("edit_file", edit("# Plan", "# Plan (beta)")).await;
+        assert!(!error, "{text}");
+        server.shutdown().await;
+    });
+    assert_eq!(
+        fs::read_to_string(root.join("plan.md")).unwrap_or_default(),
+        "# Plan (beta)\n- a (alpha)\n- b (beta)\n"
+    );
+}

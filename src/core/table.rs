@@ -662,7 +662,7 @@ pub(crate) mod naive {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use HoldKind::*;
+    use HoldKind::{Call, Fence};
     use Mode::*;
 
     fn claim(owner: u64, lineage: &[u64], kind: HoldKind, keys: &[(&str, Mode)]) -> Claim {
@@ -690,6 +690,12 @@ mod tests {
             ((Call, Exclusive), (Call, Exclusive), true),
             ((Call, Exclusive), (Call, Shared), true),
             ((Call, Shared), (Call, Shared), false),
+            // A claim (SPEC §6) holds back writes and fences, never reads.
+            ((HoldKind::Claim, Exclusive), (Call, Exclusive), true),
+            ((HoldKind::Claim, Exclusive), (Call, Shared), false),
+            ((HoldKind::Claim, Exclusive), (Fence, Exclusive), true),
+            ((HoldKind::Claim, Exclusive), (Fence, Shared), true),
+            ((HoldKind::Claim, Exclusive), (HoldKind::Claim, Exclusive), true),
         ];
         for ((ka, ma), (kb, mb), expected) in cases {
             let a = claim(1, &[1], ka, &[("/ws/a", ma)]);

@@ -1199,7 +1199,7 @@ async fn writ_status(call: Call<'_>) -> Outcome {
     let kind = |k: HoldKind| match k {
         HoldKind::Fence => "reserved",
         HoldKind::Call => "writing now",
-        HoldKind::Claim => "claimed (redoing a refused write)",
+        HoldKind::Claim => "claimed",
     };
     let mut out = format!(
         "You are '{}' in {}.\n",

@@ -6,7 +6,8 @@
 //! shim, so loom can model it). Every operation takes the lock once, applies a
 //! rule of [`State`], collects the wakers of requests it granted, releases the
 //! lock and only then wakes them: no waker, callback or log call runs under
-//! the lock. Lock order: the state mutex is the only lock the scheduler takes;
+//! the lock. Lock order: the state mutex is the only lock the scheduler takes
+//! (but the claim reaper's flag, taken before it, see `Shared::reaper`);
 //! an actor's mark and turn mutexes, and the gate's maps, are leaves: never
 //! held while taking it.
 
@@ -58,14 +59,36 @@ pub(crate) struct Shared {
     /// The one case rule every key of this scheduler is folded by (§2):
     /// `Config::case`, with `Detect` probed once, at the first actor's root.
     case: std::sync::OnceLock<CaseMode>,
-    /// Whether a thread ends claims at their time (SPEC §6). A leaf lock,
-    /// taken after the state lock is let go, never while holding it.
+    /// Whether a thread ends claims at their time (SPEC §6). Never taken
+    /// while the state lock is held; the reaper takes the state lock under
+    /// it (to see whether a claim is left as it stops), so that order is
+    /// the only one.
     reaper: parking_lot::Mutex<bool>,
 }
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock()
+    }
+
+    /// Ends the claims whose time is up, each told to the event stream as
+    /// a release (the live page redraws on it).
+    pub(crate) fn expire_claims(&self) {
+        let events = &self.events;
+        self.with_state(|state, now| {
+            if events.listening() {
+                let due: Vec<_> = state
+                    .claims
+                    .iter()
+                    .filter(|&(_, &until)| until <= now)
+                    .map(|(&id, _)| id)
+                    .collect();
+                for id in due {
+                    events.record(|| crate::sched::events::released(state, id));
+                }
+            }
+            ((), state.expire_claims(now))
+        });
     }
 
     pub(crate) fn next_actor_id(&self) -> ActorId {
@@ -98,7 +121,7 @@ fn reap(weak: &std::sync::Weak<Shared>) {
         let Some(shared) = weak.upgrade() else {
             return;
         };
-        shared.with_state(|state, now| ((), state.expire_claims(now)));
+        shared.expire_claims();
         let next = {
             let mut running = shared.reaper.lock();
             let next = shared.lock().next_claim_end();
@@ -323,7 +346,7 @@ impl Scheduler {
     /// that drives time itself calls it.
     #[doc(hidden)]
     pub fn expire_claims(&self) {
-        self.shared.with_state(|state, now| ((), state.expire_claims(now)));
+        self.shared.expire_claims();
     }
 
     /// Starts the thread that ends claims at their time, unless it runs.
