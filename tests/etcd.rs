@@ -64,6 +64,7 @@ fn request(kind: HoldKind, targets: Vec<Target>) -> AdmitRequest {
     match kind {
         HoldKind::Fence => AdmitRequest::fence(targets),
         HoldKind::Call => AdmitRequest::call(targets),
+        HoldKind::Claim => unreachable!("claims are given by the file tools, never asked for"),
     }
 }
 

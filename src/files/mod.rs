@@ -865,7 +865,9 @@ impl<'a> Files<'a> {
     /// file, inside the write's own call (`hold`, or the call the handle
     /// runs within), so no other writer slips in before it.
     fn claim_if_stale(&self, hold: Option<&Reservation>, place: &Place, error: &Error) {
-        if !self.claiming || !matches!(error, Error::Stale { .. }) {
+        // A table elsewhere (etcd) keeps no claims yet: one given in this
+        // process would hold the file for this server's ops only.
+        if !self.claiming || self.outer.is_some() || !matches!(error, Error::Stale { .. }) {
             return;
         }
         let ttl = self.actor.sched.shared.config.claim_ttl;
