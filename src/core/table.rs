@@ -859,9 +859,19 @@ mod model {
         Query(Claim, Option<usize>),
     }
 
+    /// A claim (SPEC §6) as the table holds one: of one owner, exclusive.
+    fn hot() -> impl Strategy<Value = Claim> {
+        claim().prop_map(|c| Claim {
+            kind: HoldKind::Claim,
+            keys: c.keys.into_iter().map(|(k, _)| (k, Mode::Exclusive)).collect(),
+            ..c
+        })
+    }
+
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             3 => claim().prop_map(Op::Insert),
+            1 => hot().prop_map(Op::Insert),
             2 => any::<usize>().prop_map(Op::Remove),
             1 => (any::<usize>(), keys()).prop_map(|(i, k)| Op::SetKeys(i, k)),
             4 => (claim(), any::<Option<usize>>()).prop_map(|(c, e)| Op::Query(c, e)),
