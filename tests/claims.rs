@@ -59,7 +59,11 @@ fn a_claim_holds_back_other_writers_not_readers_until_its_holder_writes() {
         other => panic!("b's write passed a's claim: {other:?}"),
     }
     // Reads never wait; other files are free.
-    drop(b.request([Target::file("hot.rs").shared()]).try_admit().unwrap());
+    drop(
+        b.request([Target::file("hot.rs").shared()])
+            .try_admit()
+            .unwrap(),
+    );
     drop(b.try_admit(["cold.rs"]).unwrap());
     // The claimer's own write passes, and ends the claim once it is done.
     let write = a.try_admit(["hot.rs"]).unwrap();
@@ -103,7 +107,10 @@ fn a_claimer_that_dies_frees_the_file_for_the_writer_waiting() {
     drop(a);
     match poll_once(waiting.as_mut()) {
         Poll::Ready(Ok(call)) => drop(call),
-        other => panic!("b still waits for a dead claimer: {:?}", other.map(|r| r.err())),
+        other => panic!(
+            "b still waits for a dead claimer: {:?}",
+            other.map(|r| r.err())
+        ),
     }
     assert!(s.dump().is_idle());
     s.assert_invariants();
@@ -175,7 +182,10 @@ fn two_claimers_waiting_on_each_other_is_a_deadlock() {
     let mut a_waits = Box::pin(a.admit(["g.rs"]));
     assert!(poll_once(a_waits.as_mut()).is_pending());
     assert!(
-        s.dump().edges.iter().any(|e| e.from == a.id() && e.to == b.id() && e.hard),
+        s.dump()
+            .edges
+            .iter()
+            .any(|e| e.from == a.id() && e.to == b.id() && e.hard),
         "{:?}",
         s.dump().edges
     );
@@ -251,9 +261,20 @@ fn a_stale_refusal_of_the_agent_tools_claims_the_file() {
         a.files().read("hot.md").unwrap();
         b.files().read("hot.md").unwrap();
         b.files().write("hot.md", "two\n").unwrap();
-        let files = if claiming { a.files().claiming() } else { a.files() };
-        assert!(matches!(files.write("hot.md", "three\n"), Err(Error::Stale { .. })));
-        assert_eq!(!claims(&s).is_empty(), claimed, "ttl {ttl:?}, claiming {claiming}");
+        let files = if claiming {
+            a.files().claiming()
+        } else {
+            a.files()
+        };
+        assert!(matches!(
+            files.write("hot.md", "three\n"),
+            Err(Error::Stale { .. })
+        ));
+        assert_eq!(
+            !claims(&s).is_empty(),
+            claimed,
+            "ttl {ttl:?}, claiming {claiming}"
+        );
         b.files().read("hot.md").unwrap();
         let second = b.files().write("hot.md", "four\n");
         assert_eq!(
@@ -329,7 +350,10 @@ fn over_mcp_the_refused_agent_claims_the_file_and_the_other_waits() {
         assert!(!error, "{text}");
         // alpha is refused: the refusal carries the content and claims the file.
         let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
-        assert!(error && text.contains("changed since you read it"), "{text}");
+        assert!(
+            error && text.contains("changed since you read it"),
+            "{text}"
+        );
         let dump = server.scheduler().dump();
         let claim = dump.holds.iter().find(|h| h.kind == HoldKind::Claim);
         assert_eq!(claim.map(|h| h.actor.as_str()), Some("alpha"), "{dump}");
@@ -338,20 +362,34 @@ fn over_mcp_the_refused_agent_claims_the_file_and_the_other_waits() {
         // beta reads freely, but its write waits, then names the claimer.
         assert!(!beta.call("read_file", read.clone()).await.0);
         let waited = std::time::Instant::now();
-        let (error, text) = beta.call("edit_file", edit("# Plan", "# Plan (beta)")).await;
+        let (error, text) = beta
+            .call("edit_file", edit("# Plan", "# Plan (beta)"))
+            .await;
         assert!(error && text.contains("claimed by 'alpha'"), "{text}");
-        assert!(waited.elapsed() >= Duration::from_millis(300), "it did not wait");
+        assert!(
+            waited.elapsed() >= Duration::from_millis(300),
+            "it did not wait"
+        );
         // alpha's retry lands and ends the claim.
         let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
         assert!(!error, "{text}");
         assert!(
-            server.scheduler().dump().holds.iter().all(|h| h.kind != HoldKind::Claim),
+            server
+                .scheduler()
+                .dump()
+                .holds
+                .iter()
+                .all(|h| h.kind != HoldKind::Claim),
             "the claim outlived its holder's write"
         );
         // beta's write is judged as usual: stale, now beta's claim.
-        let (error, text) = beta.call("edit_file", edit("# Plan", "# Plan (beta)")).await;
+        let (error, text) = beta
+            .call("edit_file", edit("# Plan", "# Plan (beta)"))
+            .await;
         assert!(error && text.contains("'alpha'"), "{text}");
-        let (error, text) = beta.call("edit_file", edit("# Plan", "# Plan (beta)")).await;
+        let (error, text) = beta
+            .call("edit_file", edit("# Plan", "# Plan (beta)"))
+            .await;
         assert!(!error, "{text}");
         server.shutdown().await;
     });

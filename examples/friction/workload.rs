@@ -90,7 +90,11 @@ impl Mode {
     pub fn is_writ(self) -> bool {
         matches!(
             self,
-            Mode::Writ | Mode::WritModern | Mode::WritNoClaims | Mode::WritStrict | Mode::WritReread
+            Mode::Writ
+                | Mode::WritModern
+                | Mode::WritNoClaims
+                | Mode::WritStrict
+                | Mode::WritReread
         )
     }
 
@@ -342,7 +346,10 @@ fn refusal_kind(text: &str) -> &'static str {
         "stale"
     } else if text.contains("you have not read it") {
         "not_read"
-    } else if text.contains("being written by") || text.contains("reserved") {
+    } else if text.contains("being written by")
+        || text.contains("reserved")
+        || text.contains("claimed by")
+    {
         "busy"
     } else {
         "other"

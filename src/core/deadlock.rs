@@ -212,7 +212,11 @@ pub(crate) fn cycle_if_waiting(
         return Verdict::Free;
     }
     let movable = matches!(need, Need::Hold);
-    if let Some(moves) = reorder_queue(state, Some((claim, requester, (priority, refusals), movable)), &[]) {
+    if let Some(moves) = reorder_queue(
+        state,
+        Some((claim, requester, (priority, refusals), movable)),
+        &[],
+    ) {
         return Verdict::Reorder(moves);
     }
     match find_cycle(&graph, state) {

@@ -1181,7 +1181,10 @@ pub(crate) mod model {
                             now,
                             until,
                         );
-                        assert!(claim.is_some(), "a claim inside its owner's call is always given");
+                        assert!(
+                            claim.is_some(),
+                            "a claim inside its owner's call is always given"
+                        );
                         woken(wakers)
                     }
                     None => 0,

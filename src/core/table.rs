@@ -503,7 +503,10 @@ impl Table {
         self.fences.get(&owner)?.iter().copied().find(|&id| {
             self.get(id).is_some_and(|h| {
                 h.claim.kind == HoldKind::Claim
-                    && h.claim.keys.iter().any(|(k, _)| k.norm == key.norm && k.tree == key.tree)
+                    && h.claim
+                        .keys
+                        .iter()
+                        .any(|(k, _)| k.norm == key.norm && k.tree == key.tree)
             })
         })
     }
@@ -695,7 +698,11 @@ mod tests {
             ((HoldKind::Claim, Exclusive), (Call, Shared), false),
             ((HoldKind::Claim, Exclusive), (Fence, Exclusive), true),
             ((HoldKind::Claim, Exclusive), (Fence, Shared), true),
-            ((HoldKind::Claim, Exclusive), (HoldKind::Claim, Exclusive), true),
+            (
+                (HoldKind::Claim, Exclusive),
+                (HoldKind::Claim, Exclusive),
+                true,
+            ),
         ];
         for ((ka, ma), (kb, mb), expected) in cases {
             let a = claim(1, &[1], ka, &[("/ws/a", ma)]);
@@ -863,7 +870,11 @@ mod model {
     fn hot() -> impl Strategy<Value = Claim> {
         claim().prop_map(|c| Claim {
             kind: HoldKind::Claim,
-            keys: c.keys.into_iter().map(|(k, _)| (k, Mode::Exclusive)).collect(),
+            keys: c
+                .keys
+                .into_iter()
+                .map(|(k, _)| (k, Mode::Exclusive))
+                .collect(),
             ..c
         })
     }

@@ -200,7 +200,8 @@ impl Reservation {
     /// call.claim(std::time::Duration::from_secs(10));
     /// drop(call);
     /// assert!(b.try_admit(["hot.rs"]).is_err());          // b's write waits for a
-    /// assert!(b.request(["hot.rs"]).shared().try_admit().is_ok()); // reads never do
+    /// let read = writ::Target::file("hot.rs").shared();
+    /// assert!(b.request([read]).try_admit().is_ok());      // reads never do
     /// drop(a.try_admit(["hot.rs"])?);                     // a writes: the claim ends
     /// assert!(b.try_admit(["hot.rs"]).is_ok());
     /// # Ok(()) }

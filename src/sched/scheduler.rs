@@ -331,7 +331,9 @@ impl Scheduler {
                 now + ttl,
             );
             if let Some(id) = claim {
-                events.record(|| crate::sched::events::admitted(state, id, std::time::Duration::ZERO));
+                events.record(|| {
+                    crate::sched::events::admitted(state, id, std::time::Duration::ZERO)
+                });
             }
             (claim, wakers)
         });

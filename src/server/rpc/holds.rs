@@ -179,6 +179,8 @@ mod on_etcd {
             let mut request = match kind {
                 HoldKind::Fence => AdmitRequest::fence(resolved),
                 HoldKind::Call => AdmitRequest::call(resolved),
+                // No method asks for one: the file tools give claims.
+                HoldKind::Claim => unreachable!("a claim is never asked for"),
             }
             .priority(p.priority);
             if let Some(label) = p.label {
@@ -204,7 +206,11 @@ mod on_etcd {
             };
             Ok(json!({
                 "hold": app.handle('h', grant.hold().0),
-                "kind": match grant.kind() { HoldKind::Fence => "fence", HoldKind::Call => "call" },
+                "kind": match grant.kind() {
+                    HoldKind::Fence => "fence",
+                    HoldKind::Call => "call",
+                    HoldKind::Claim => "claim",
+                },
                 "paths": grant.paths(),
                 "revision": grant.revision(),
             }))
@@ -229,7 +235,9 @@ mod on_etcd {
                 (Change::Narrow, HoldKind::Fence) => {
                     self.table.narrow(&actor, hold, &resolved).await?
                 }
-                (Change::Narrow, HoldKind::Call) => return Err(narrow_only_fences(&p.hold)),
+                (Change::Narrow, HoldKind::Call | HoldKind::Claim) => {
+                    return Err(narrow_only_fences(&p.hold));
+                }
             };
             Ok(json!({"hold": p.hold, "paths": changed.paths(), "revision": changed.revision()}))
         }
