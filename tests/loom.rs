@@ -330,7 +330,11 @@ fn a_claim_expiring_while_its_holder_writes_lets_the_waiter_in() {
                 thread::spawn(move || sched.expire_claims())
             };
             let call = block_on(b.admit(["src/hot"])).expect("b is admitted");
-            assert_eq!(sched.dump().holds.len(), 1, "b's write overlaps another hold");
+            assert_eq!(
+                sched.dump().holds.len(),
+                1,
+                "b's write overlaps another hold"
+            );
             drop(call);
             let a = writer.join().unwrap();
             reaper.join().unwrap();
