@@ -27,4 +27,19 @@ pub enum HoldKind {
     Fence,
     /// One tool call, held until its `Reservation` drops.
     Call,
+    /// A hot file's claim (SPEC §6): a `Stale` refusal through the agent
+    /// tools holds the file for the agent it refused, until that agent's
+    /// next write to it, a TTL, a release or the agent's end. It excludes
+    /// other actors' writes and fences as an exclusive fence does, never
+    /// reads, and is never asked for: the file tools grant it.
+    Claim,
+}
+
+impl HoldKind {
+    /// Whether a hold of this kind outlives a call: a fence or a claim.
+    /// Such a hold covers its owner's line, draws hard edges in the
+    /// wait-for graph and is released with its actor.
+    pub fn outlives_call(self) -> bool {
+        matches!(self, HoldKind::Fence | HoldKind::Claim)
+    }
 }

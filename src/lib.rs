@@ -127,7 +127,9 @@ pub use files::gate::{ReadMark, View};
 pub use files::{Anchored, FileOp, Files, HistoryStatus, Receipt};
 pub use kinds::{HoldKind, Mode};
 pub use sched::actor::{Actor, Grant};
-pub use sched::config::{Approval, Config, DEFAULT_MAX_READ_BYTES, DEFAULT_SENSITIVE, Durability};
+pub use sched::config::{
+    Approval, Config, DEFAULT_CLAIM_TTL, DEFAULT_MAX_READ_BYTES, DEFAULT_SENSITIVE, Durability,
+};
 pub use sched::dump::{ActorEntry, BlockedBy, Dump, HoldEntry, PathEntry, Slots, WaiterEntry};
 pub use sched::events::{EVENT_KINDS, EVENT_RING, Event, EventKind, Subscription};
 pub use sched::guard::{Fence, Reservation};

@@ -500,6 +500,7 @@ async fn take<A: Agent>(actor: &A, (kind, mode): (HoldKind, Mode)) -> Result<Gua
     match kind {
         HoldKind::Fence => actor.fence(target).await.map(Guard::Fence),
         HoldKind::Call => actor.try_admit(target).await.map(Guard::Call),
+        HoldKind::Claim => unreachable!("claims are given by the file tools, never taken"),
     }
 }
 

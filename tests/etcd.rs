@@ -64,6 +64,7 @@ fn request(kind: HoldKind, targets: Vec<Target>) -> AdmitRequest {
     match kind {
         HoldKind::Fence => AdmitRequest::fence(targets),
         HoldKind::Call => AdmitRequest::call(targets),
+        HoldKind::Claim => unreachable!("claims are given by the file tools, never asked for"),
     }
 }
 
@@ -83,6 +84,8 @@ fn spec_clash(a: (HoldKind, Mode), b: (HoldKind, Mode)) -> bool {
         (Fence, S) => 1,
         (Call, X) => 2,
         (Call, S) => 3,
+        // A claim (SPEC §6) is judged as an exclusive fence.
+        (HoldKind::Claim, _) => 0,
     };
     const TABLE: [[bool; 4]; 4] = [
         [true, true, true, false],

@@ -34,11 +34,15 @@ fn the_short_form_loses_nothing_through_writ_and_accounts_for_every_call() {
         let what = format!("{}: {r:?}", mode.name());
         assert_eq!(r.intended, all * 4, "{what}");
         match mode {
-            Mode::Writ | Mode::WritModern | Mode::WritStrict | Mode::WritReread => {
+            Mode::Writ
+            | Mode::WritModern
+            | Mode::WritNoClaims
+            | Mode::WritStrict
+            | Mode::WritReread => {
                 assert_eq!((r.lost, r.extra), (0, 0), "{what}");
                 assert_eq!(r.landed_tasks, all, "{what}");
                 assert!(r.refusals.keys().all(|(kind, _)| kind == "stale"), "{what}");
-                if matches!(mode, Mode::Writ | Mode::WritModern) {
+                if matches!(mode, Mode::Writ | Mode::WritModern | Mode::WritNoClaims) {
                     // Anchored edits: the registry line, the changelog entry
                     // and the function edit cannot overwrite unseen work;
                     // only the version bump, whose `old` the others change,

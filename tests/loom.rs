@@ -297,6 +297,117 @@ fn crossed_fence_waits_refuse_one_with_deadlock() {
     );
 }
 
+/// Hot files (SPEC §6): a claim whose time runs out while its holder
+/// writes, with another writer waiting. In every order of the expiry, the
+/// holder's write and the waiter's wait, the waiter is admitted exactly
+/// once, no two writes overlap, and no claim or hold is left.
+#[test]
+fn a_claim_expiring_while_its_holder_writes_lets_the_waiter_in() {
+    let (_dir, root) = root();
+    check(
+        "a_claim_expiring_while_its_holder_writes_lets_the_waiter_in",
+        3,
+        move || {
+            let sched = sched();
+            let a = sched.actor("a", Grant::workspace(&root)).unwrap();
+            let b = sched.actor("b", Grant::workspace(&root)).unwrap();
+            let refused = a.try_admit(["src/hot"]).unwrap();
+            // Its time is up as soon as anyone looks.
+            refused.claim(std::time::Duration::from_nanos(1));
+            drop(refused);
+
+            let writer = thread::spawn(move || {
+                let r = a.try_admit(["src/hot"]);
+                if let Err(Error::Busy(busy)) = &r {
+                    // Only once the claim is gone can b be ahead of a.
+                    assert_eq!(busy.holder, "b");
+                }
+                drop(r);
+                a
+            });
+            let reaper = {
+                let sched = sched.clone();
+                thread::spawn(move || sched.expire_claims())
+            };
+            let call = block_on(b.admit(["src/hot"])).expect("b is admitted");
+            assert_eq!(
+                sched.dump().holds.len(),
+                1,
+                "b's write overlaps another hold"
+            );
+            drop(call);
+            let a = writer.join().unwrap();
+            reaper.join().unwrap();
+            sched.expire_claims();
+            sched.assert_invariants();
+            assert!(sched.dump().is_idle());
+            drop((a, b));
+        },
+    );
+}
+
+/// A claimer dropped while another writer waits for its claim: whichever
+/// comes first, the drop or the wait, the writer is admitted.
+#[test]
+fn a_dropped_claimer_lets_the_waiter_in() {
+    let (_dir, root) = root();
+    check("a_dropped_claimer_lets_the_waiter_in", 3, move || {
+        let sched = sched();
+        let a = sched.actor("a", Grant::workspace(&root)).unwrap();
+        let b = sched.actor("b", Grant::workspace(&root)).unwrap();
+        let refused = a.try_admit(["src/hot"]).unwrap();
+        refused.claim(std::time::Duration::from_secs(600));
+        drop(refused);
+        let t = thread::spawn(move || drop(a));
+        let call = block_on(b.admit(["src/hot"])).expect("b is admitted once a is gone");
+        t.join().unwrap();
+        sched.assert_invariants();
+        drop(call);
+        assert!(sched.dump().is_idle());
+        drop(b);
+    });
+}
+
+/// Two claimers each wait for the other's claimed file: exactly one is
+/// refused `Deadlock`; it backs off by writing its own file (which ends its
+/// claim) and the other is admitted.
+#[test]
+fn crossed_claims_refuse_one_with_deadlock() {
+    let (_dir, root) = root();
+    check("crossed_claims_refuse_one_with_deadlock", 3, move || {
+        let sched = sched();
+        let a = sched.actor("a", Grant::workspace(&root)).unwrap();
+        let b = sched.actor("b", Grant::workspace(&root)).unwrap();
+        for (me, file) in [(&a, "src/x"), (&b, "src/y")] {
+            let refused = me.try_admit([file]).unwrap();
+            refused.claim(std::time::Duration::from_secs(600));
+        }
+        let run = |me: writ::Actor, mine: &'static str, want: &'static str| {
+            thread::spawn(move || {
+                let r = block_on(me.admit([want]));
+                if let Err(Error::Deadlock { cycle }) = &r {
+                    assert_eq!(cycle.len(), 2, "{cycle:?}");
+                    // Back off: its next write to its own file ends its claim.
+                    drop(me.try_admit([mine]).expect("its own claimed file"));
+                }
+                (me, r)
+            })
+        };
+        let ta = run(a, "src/x", "src/y");
+        let tb = run(b, "src/y", "src/x");
+        let (a, ra) = ta.join().unwrap();
+        let (b, rb) = tb.join().unwrap();
+        let deadlocks = [&ra, &rb]
+            .iter()
+            .filter(|r| matches!(r, Err(Error::Deadlock { .. })))
+            .count();
+        assert_eq!(deadlocks, 1, "exactly one refused: {ra:?} / {rb:?}");
+        sched.assert_invariants();
+        drop((ra, rb, a, b));
+        assert!(sched.dump().is_idle());
+    });
+}
+
 /// The public handle types keep the bounds the docs promise under loom too.
 #[test]
 fn public_types_are_send_sync() {

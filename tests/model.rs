@@ -1027,6 +1027,7 @@ impl Harness {
                     Poll::Pending => Err(Fut::Fence(f)),
                 }
             }
+            (HoldKind::Claim, _) => unreachable!("the model asks for calls and fences"),
         };
         // The model's outcome.
         let keys = match self.model.claim(actor, targets, kind) {

@@ -11,10 +11,11 @@
 //! Flags: `--agents 4,8` (agent counts), `--seeds 3` (seeds 1..=N; the
 //! summary gives medians), `--tasks 10` (per agent), `--time-scale 1.0`
 //! (multiplies the think and turn times: 0.1 runs ten times faster),
-//! `--modes writ,writ-modern,writ-strict,writ-reread,blind,worktree`
+//! `--modes writ,writ-modern,writ-noclaims,writ-strict,writ-reread,blind,worktree`
 //! (`writ`: anchored edits, `writ serve`'s default; `writ-modern`: the same
 //! with agents on the current MCP revision, carrying a handle instead of a
-//! session; `writ-strict`: `--strict-gate`). The workload and the modes
+//! session; `writ-noclaims`: `--claim-ttl 0`, no claim on a stale
+//! refusal; `writ-strict`: `--strict-gate`). The workload and the modes
 //! are described in `workload.rs`; docs/PERFORMANCE.md has the figures.
 
 #[path = "../../tests/common/mcp_http_client.rs"]

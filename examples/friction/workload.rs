@@ -41,6 +41,10 @@ pub enum Mode {
     /// names no agent and is given a handle, which it passes on every later
     /// call, as a model told so does (the handle must cost no call).
     WritModern,
+    /// As [`Mode::Writ`] with claims off (`writ serve --claim-ttl 0`): a
+    /// stale refusal holds the file for no one, so other agents may write
+    /// it again during the refused agent's retry (SPEC §6, "hot files").
+    WritNoClaims,
     /// `writ serve --strict-gate` over MCP: every stale write is refused;
     /// the agent redoes its change on the content the refusal carries.
     WritStrict,
@@ -63,6 +67,7 @@ impl Mode {
         match self {
             Mode::Writ => "writ",
             Mode::WritModern => "writ-modern",
+            Mode::WritNoClaims => "writ-noclaims",
             Mode::WritStrict => "writ-strict",
             Mode::WritReread => "writ-reread",
             Mode::Blind => "blind",
@@ -71,9 +76,10 @@ impl Mode {
     }
 
     /// Every mode, in the report's order.
-    pub const ALL: [Mode; 6] = [
+    pub const ALL: [Mode; 7] = [
         Mode::Writ,
         Mode::WritModern,
+        Mode::WritNoClaims,
         Mode::WritStrict,
         Mode::WritReread,
         Mode::Blind,
@@ -84,7 +90,11 @@ impl Mode {
     pub fn is_writ(self) -> bool {
         matches!(
             self,
-            Mode::Writ | Mode::WritModern | Mode::WritStrict | Mode::WritReread
+            Mode::Writ
+                | Mode::WritModern
+                | Mode::WritNoClaims
+                | Mode::WritStrict
+                | Mode::WritReread
         )
     }
 
@@ -336,7 +346,10 @@ fn refusal_kind(text: &str) -> &'static str {
         "stale"
     } else if text.contains("you have not read it") {
         "not_read"
-    } else if text.contains("being written by") || text.contains("reserved") {
+    } else if text.contains("being written by")
+        || text.contains("reserved")
+        || text.contains("claimed by")
+    {
         "busy"
     } else {
         "other"
@@ -558,7 +571,15 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
         std::fs::create_dir_all(&history).map_err(|e| format!("history: {e}"))?;
         let config = writ::Config::default()
             .history_dir(history)
-            .anchored_edits(matches!(mode, Mode::Writ | Mode::WritModern));
+            .anchored_edits(matches!(
+                mode,
+                Mode::Writ | Mode::WritModern | Mode::WritNoClaims
+            ))
+            .claim_ttl(if mode == Mode::WritNoClaims {
+                Duration::ZERO
+            } else {
+                writ::DEFAULT_CLAIM_TTL
+            });
         let options = writ::server::Options::new(&main)
             .config(config)
             .lease_ttl(Duration::from_secs(60));

@@ -181,7 +181,7 @@ pub(crate) fn cycle_if_waiting(
     requester: ActorId,
     claim: &Claim,
     need: &Need,
-    priority: i32,
+    (priority, refusals): (i32, u32),
 ) -> Verdict {
     let new = Req {
         id: Who::New,
@@ -189,7 +189,7 @@ pub(crate) fn cycle_if_waiting(
         claim,
         fence_owner: judge::fence_owner(claim),
     };
-    let at = Pos::end_of(priority);
+    let at = Pos::end_of_tier(priority, refusals);
     let graph = build(state, Some((new, at)));
     if let Some(slot) = state.slot_wait(claim, need, at) {
         if let Some(cycle) = graph.slot_cycle(requester, &slot_holders(state, slot)) {
@@ -212,7 +212,11 @@ pub(crate) fn cycle_if_waiting(
         return Verdict::Free;
     }
     let movable = matches!(need, Need::Hold);
-    if let Some(moves) = reorder_queue(state, Some((claim, requester, priority, movable)), &[]) {
+    if let Some(moves) = reorder_queue(
+        state,
+        Some((claim, requester, (priority, refusals), movable)),
+        &[],
+    ) {
         return Verdict::Reorder(moves);
     }
     match find_cycle(&graph, state) {
@@ -327,11 +331,11 @@ pub(crate) fn closed_cycle(state: &State) -> Option<Closed> {
 }
 
 /// [`reorder`] over the in-process queue, plus `new` (its claim,
-/// requester, priority, and whether it may move) queued behind its
-/// priority, with the moves in the queue's terms.
+/// requester, priority and refusals, and whether it may move) queued
+/// where it will queue, with the moves in the queue's terms.
 fn reorder_queue(
     state: &State,
-    new: Option<(&Claim, ActorId, i32, bool)>,
+    new: Option<(&Claim, ActorId, (i32, u32), bool)>,
     extra: &[(Option<WaiterId>, ActorId)],
 ) -> Option<Vec<Move>> {
     let mut waiting: Vec<Waiting<'_, WaiterId>> = state
@@ -346,10 +350,15 @@ fn reorder_queue(
             movable: matches!(w.need, Need::Hold),
         })
         .collect();
-    if let Some((claim, requester, priority, movable)) = new {
+    if let Some((claim, requester, (priority, refusals), movable)) = new {
+        // Where it will queue: by priority, then refusals (SPEC §6).
+        let end = Pos::end_of_tier(priority, refusals);
         let at = waiting
             .iter()
-            .take_while(|w| w.priority >= priority)
+            .take_while(|w| {
+                w.id.and_then(|id| state.queue.pos_of(id))
+                    .is_some_and(|pos| pos < end)
+            })
             .count();
         waiting.insert(
             at,

@@ -115,7 +115,8 @@ const CLASH: [Mask; 4] = [
 impl Class {
     pub(crate) fn of(kind: HoldKind, mode: Mode) -> Class {
         Class(match (kind, mode) {
-            (HoldKind::Fence, Mode::Exclusive) => 0,
+            // A claim is indexed as what it excludes: an exclusive fence.
+            (HoldKind::Fence | HoldKind::Claim, Mode::Exclusive) | (HoldKind::Claim, _) => 0,
             (HoldKind::Fence, Mode::Shared) => 1,
             (HoldKind::Call, Mode::Exclusive) => 2,
             (HoldKind::Call, Mode::Shared) => 3,

@@ -305,7 +305,7 @@ pub(crate) fn fence_owner(claim: &Claim) -> Option<ActorId> {
 /// is admitted once for its whole set and never holds while it waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WaitEdges<W> {
-    /// Hard: owners of the live fences in its way.
+    /// Hard: owners of the live fences and claims in its way.
     pub(crate) fences: Vec<ActorId>,
     /// Soft: the requests queued ahead in its way that it does not pass,
     /// in queue order.
@@ -320,8 +320,10 @@ pub(crate) struct WaitEdges<W> {
     pub(crate) passed: Vec<W>,
 }
 
-/// A request's hard edges: the owners of the live fences in the way of
-/// `claim` (but `requester` itself), each once.
+/// A request's hard edges: the owners of the live fences and claims in the
+/// way of `claim` (but `requester` itself), each once. A claim is held
+/// until its owner writes, so a wait on it is a wait on that owner (SPEC
+/// §6).
 pub(crate) fn fence_owners_in_the_way<V: View>(
     view: &V,
     requester: ActorId,
@@ -329,7 +331,7 @@ pub(crate) fn fence_owners_in_the_way<V: View>(
 ) -> Vec<ActorId> {
     let mut owners = Vec::new();
     let _ = view.visit_holds(claim, |_, hold, _| {
-        if hold.kind == HoldKind::Fence && hold.owner != requester {
+        if hold.kind.outlives_call() && hold.owner != requester {
             owners.push(hold.owner);
         }
         ControlFlow::<()>::Continue(())

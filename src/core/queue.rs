@@ -65,6 +65,10 @@ pub(crate) struct Waiter {
     pub(crate) claim: Claim,
     pub(crate) need: Need,
     pub(crate) priority: i32,
+    /// How often its actor's writes to these paths were refused `Stale`
+    /// since one landed (SPEC §6): within a priority, the most refused
+    /// queue first, so the next claim of a hot file goes to them.
+    pub(crate) refusals: u32,
     pub(crate) label: Option<Arc<str>>,
     pub(crate) since: Instant,
     pub(crate) waker: Option<Waker>,
@@ -86,7 +90,8 @@ pub(crate) struct Granting {
     pub(crate) label: Option<Arc<str>>,
 }
 
-/// A request's place in queue order: higher priority first, then `place`.
+/// A request's place in queue order: higher priority first, then more
+/// refusals (`tier`, SPEC §6), then `place`.
 ///
 /// Arrivals take places [`GAP`] apart, in arrival order, so that a waiter
 /// can be moved just ahead of another of the same priority by taking a
@@ -98,6 +103,7 @@ pub(crate) struct Granting {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Pos {
     rank: Reverse<i32>,
+    tier: Reverse<u32>,
     place: u64,
 }
 
@@ -109,8 +115,16 @@ impl Pos {
     /// The place of a request of `priority` that is not queued yet: behind
     /// every entry of equal or higher priority (places are below `u64::MAX`).
     pub(crate) fn end_of(priority: i32) -> Pos {
+        Pos::end_of_tier(priority, 0)
+    }
+
+    /// The place of a request of `priority` whose actor was refused
+    /// `refusals` times, not queued yet: behind every entry of higher
+    /// priority, of equal priority and as many refusals or more.
+    pub(crate) fn end_of_tier(priority: i32, refusals: u32) -> Pos {
         Pos {
             rank: Reverse(priority),
+            tier: Reverse(refusals),
             place: u64::MAX,
         }
     }
@@ -183,6 +197,7 @@ impl Queue {
         self.next_place = place;
         let pos = Pos {
             rank: Reverse(waiter.priority),
+            tier: Reverse(waiter.refusals),
             place,
         };
         let slot = crate::core::table::free_slot(&mut self.free, &mut self.slots, "waiters");
@@ -225,7 +240,7 @@ impl Queue {
                 .order
                 .range(..target)
                 .next_back()
-                .filter(|(pos, _)| pos.rank == target.rank)
+                .filter(|(pos, _)| (pos.rank, pos.tier) == (target.rank, target.tier))
                 .map_or(0, |(pos, _)| pos.place)
         };
         self.order.remove(&from);
@@ -237,8 +252,11 @@ impl Queue {
             target = self.pos_of(of).unwrap_or(target);
             low = before(self, target);
         }
+        // A waiter moved ahead takes the refusal tier of the one it
+        // passes: the move is what the queue order is for.
         let pos = Pos {
             rank: target.rank,
+            tier: target.tier,
             place: low + (target.place - low) / 2,
         };
         self.order.insert(pos, slot);
@@ -262,6 +280,7 @@ impl Queue {
             place += GAP;
             let pos = Pos {
                 rank: old.rank,
+                tier: old.tier,
                 place,
             };
             self.order.insert(pos, slot);
@@ -616,6 +635,7 @@ mod tests {
             },
             need: Need::Hold,
             priority,
+            refusals: 0,
             label: None,
             since: Instant::now(),
             waker: None,

@@ -165,6 +165,7 @@ pub(crate) struct BlockerInfo {
 /// Invariants (checked by [`State::assert_invariants`]):
 /// - no two holds in `table` conflict;
 /// - `queue` is in priority-then-arrival order;
+/// - `claims` has a deadline for exactly the holds of kind `Claim`;
 /// - `live_children` = records with `counts_actor`, `live_writers` = records
 ///   with `counts_writer` (both only over live actors);
 /// - no waiting entry is grantable under the wake-up rule (no lost wakeup).
@@ -181,6 +182,9 @@ pub(crate) struct State {
     /// Waiting requests refused after they started waiting, with the cycle
     /// each closed, until their futures pick the refusal up.
     pub(crate) refused: BTreeMap<WaiterId, Vec<ActorId>>,
+    /// The live claims (SPEC §6) and when each ends unless its holder
+    /// writes first.
+    pub(crate) claims: BTreeMap<HoldId, Instant>,
     /// Tests set this to make every wake-up a full scan, the reference the
     /// narrow scan is compared with.
     #[cfg(test)]
@@ -232,13 +236,19 @@ impl State {
         priority: i32,
         except: Option<HoldId>,
     ) -> Option<Blocker> {
-        judge::judge(
-            &self.view(except),
-            claim,
-            seats(need),
-            Pos::end_of(priority),
-        )
-        .map(Blocker::from)
+        self.blocker_at(claim, need, Pos::end_of(priority), except)
+    }
+
+    /// [`State::blocker`] for a request that would queue at `at`
+    /// ([`Pos::end_of_tier`]: its priority and refusals).
+    pub(crate) fn blocker_at(
+        &self,
+        claim: &Claim,
+        need: &Need,
+        at: Pos,
+        except: Option<HoldId>,
+    ) -> Option<Blocker> {
+        judge::judge(&self.view(except), claim, seats(need), at).map(Blocker::from)
     }
 
     /// Precedence of a fence's owner (§4, [`judge::passing_fence`]).
@@ -306,7 +316,7 @@ impl State {
     /// such a waiter hands its reservation to the slot waits behind it.
     pub(crate) fn wake_after_grant(&mut self, kind: HoldKind, now: Instant) -> Vec<Waker> {
         match kind {
-            HoldKind::Fence => self.wake_after_fence(now),
+            HoldKind::Fence | HoldKind::Claim => self.wake_after_fence(now),
             HoldKind::Call => self.wake_slot_waits(now),
         }
     }
@@ -339,7 +349,7 @@ impl State {
         requester_name: Arc<str>,
         claim: Claim,
         need: Need,
-        priority: i32,
+        (priority, refusals): (i32, u32),
         label: Option<Arc<str>>,
         now: Instant,
         waker: Waker,
@@ -352,6 +362,7 @@ impl State {
             claim,
             need,
             priority,
+            refusals,
             label,
             since: now,
             waker: Some(waker),
@@ -624,7 +635,7 @@ impl State {
                 };
                 let fence = released
                     .as_ref()
-                    .is_some_and(|h| h.claim.kind == HoldKind::Fence);
+                    .is_some_and(|h| h.claim.kind.outlives_call());
                 let keys = released.map(|h| h.claim.keys).unwrap_or_default();
                 let mut wakers = self.wake_after(now, &keys, slots);
                 if fence {
@@ -661,7 +672,7 @@ impl State {
         let fence = self
             .table
             .get(hold)
-            .is_some_and(|h| h.claim.kind == HoldKind::Fence);
+            .is_some_and(|h| h.claim.kind.outlives_call());
         self.table.set_keys(hold, kept);
         // A fence narrowed can stop a child_wait's slot reservation (see
         // `wake_after`, 3): the slot waits are judged again.
@@ -672,19 +683,96 @@ impl State {
         wakers
     }
 
-    /// Releases a hold and wakes whoever can now proceed.
-    pub(crate) fn release(&mut self, hold: HoldId, now: Instant) -> Vec<Waker> {
-        let Some(hold) = self.table.remove(hold) else {
+    /// Releases a hold and wakes whoever can now proceed. A call that
+    /// wrote a file its actor claimed ends that claim too (SPEC §6: a claim
+    /// ends at its holder's next write, applied or refused); a claim given
+    /// during the call (the write refused again) is newer and stays.
+    pub(crate) fn release(&mut self, id: HoldId, now: Instant) -> Vec<Waker> {
+        let Some(hold) = self.table.remove(id) else {
             return Vec::new();
         };
+        self.claims.remove(&id);
+        let mut ended = Vec::new();
+        if hold.claim.kind == HoldKind::Call && !self.claims.is_empty() {
+            for (key, mode) in &hold.claim.keys {
+                let claim = (*mode == Mode::Exclusive)
+                    .then(|| self.table.claim_of(hold.claim.owner, key))
+                    .flatten();
+                ended.extend(claim.filter(|&c| c < id));
+            }
+        }
         // A fence released can stop a child_wait's slot reservation (see
         // `wake_after`, 3): the slot waits are judged again.
-        let fence = hold.claim.kind == HoldKind::Fence;
+        let fence = hold.claim.kind.outlives_call();
         let mut wakers = self.wake_after(now, &hold.claim.keys, fence);
         if fence {
             wakers.extend(self.refuse_cycles(now));
         }
+        for claim in ended {
+            wakers.extend(self.release(claim, now));
+        }
         wakers
+    }
+
+    /// Gives `owner` a claim on `key` until `until` (SPEC §6), replacing the
+    /// claim it held there. The file tools give it inside the refused
+    /// write's own exclusive call, so no other actor holds anything it
+    /// conflicts with; should one (a claim is never waited for), none is
+    /// given. Returns the claim and the wakers of waiters it unblocked
+    /// (through the precedence of its owner's line, as a fence does).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn grant_claim(
+        &mut self,
+        owner: ActorId,
+        lineage: crate::core::table::Lineage,
+        actor_name: Arc<str>,
+        key: Key,
+        label: Option<Arc<str>>,
+        now: Instant,
+        until: Instant,
+    ) -> (Option<HoldId>, Vec<Waker>) {
+        let mut wakers = Vec::new();
+        if let Some(old) = self.table.claim_of(owner, &key) {
+            wakers.extend(self.release(old, now));
+        }
+        let claim = Claim {
+            owner,
+            lineage,
+            kind: HoldKind::Claim,
+            keys: vec![(key, Mode::Exclusive)],
+        };
+        if judge::first_hold(&self.view(None), &claim).is_some() {
+            return (None, wakers);
+        }
+        let id = self.table.insert(Hold {
+            claim,
+            actor_name,
+            label,
+            since: now,
+        });
+        self.claims.insert(id, until);
+        wakers.extend(self.wake_after_grant(HoldKind::Claim, now));
+        (Some(id), wakers)
+    }
+
+    /// Ends every claim whose time is up at `now`.
+    pub(crate) fn expire_claims(&mut self, now: Instant) -> Vec<Waker> {
+        let due: Vec<HoldId> = self
+            .claims
+            .iter()
+            .filter(|&(_, &until)| until <= now)
+            .map(|(&id, _)| id)
+            .collect();
+        let mut wakers = Vec::new();
+        for id in due {
+            wakers.extend(self.release(id, now));
+        }
+        wakers
+    }
+
+    /// When the next claim ends by its time, if any is live.
+    pub(crate) fn next_claim_end(&self) -> Option<Instant> {
+        self.claims.values().min().copied()
     }
 
     /// Forgets a live actor; true when it gave back a counted slot.
@@ -704,6 +792,7 @@ impl State {
         let slots = self.unregister(id);
         let mut released = Vec::new();
         for fence in self.table.fences_of(id) {
+            self.claims.remove(&fence);
             if let Some(hold) = self.table.remove(fence) {
                 released.extend(hold.claim.keys);
             }
@@ -819,6 +908,17 @@ impl State {
     pub(crate) fn assert_invariants(&self) {
         self.table.assert_invariants();
         self.queue.assert_invariants();
+        let claims: Vec<HoldId> = self
+            .table
+            .iter()
+            .filter(|(_, h)| h.claim.kind == HoldKind::Claim)
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(
+            claims,
+            self.claims.keys().copied().collect::<Vec<_>>(),
+            "claim deadlines drifted from the claims held"
+        );
         let children = self.actors.values().filter(|(c, _)| c.counts_actor).count();
         let writers = self
             .actors
@@ -875,8 +975,8 @@ pub(crate) mod model {
 
     use super::*;
     use crate::core::deadlock::Verdict;
-    use crate::core::table::ScopeKind;
     use crate::core::table::strategies::{claim, keys, lineage_of};
+    use crate::core::table::{Lineage, ScopeKind};
 
     #[derive(Debug, Clone)]
     pub(crate) enum Op {
@@ -885,7 +985,14 @@ pub(crate) mod model {
             claim: Claim,
             priority: i32,
             try_only: bool,
+            /// Its actor's refusals on its paths (its queue tier, SPEC §6).
+            refusals: u32,
         },
+        /// A stale refusal inside the `n`th live call: its owner claims
+        /// the call's first exclusive file (SPEC §6).
+        Claim(usize),
+        /// Every claim's time is up.
+        Expire,
         /// A `child_wait` of actor `parent`: a slot, then a grant fence
         /// (possibly empty); writable or not.
         Child {
@@ -901,8 +1008,10 @@ pub(crate) mod model {
 
     pub(crate) fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            6 => (claim(), -1i32..=1, any::<bool>())
-                .prop_map(|(claim, priority, try_only)| Op::Request { claim, priority, try_only }),
+            6 => (claim(), -1i32..=1, any::<bool>(), 0u32..=2)
+                .prop_map(|(claim, priority, try_only, refusals)| Op::Request { claim, priority, try_only, refusals }),
+            2 => any::<usize>().prop_map(Op::Claim),
+            1 => Just(Op::Expire),
             2 => (1u64..=5, proptest::option::of(keys()), any::<bool>())
                 .prop_map(|(parent, fence, writer)| Op::Child { parent, fence, writer }),
             4 => any::<usize>().prop_map(Op::Release),
@@ -940,7 +1049,13 @@ pub(crate) mod model {
                 claim,
                 priority,
                 try_only,
-            } => match state.blocker(claim, &Need::Hold, *priority, None) {
+                refusals,
+            } => match state.blocker_at(
+                claim,
+                &Need::Hold,
+                Pos::end_of_tier(*priority, *refusals),
+                None,
+            ) {
                 None => woken(
                     state
                         .admit(claim.clone(), Need::Hold, "r".into(), None, now)
@@ -953,7 +1068,7 @@ pub(crate) mod model {
                         claim.owner,
                         claim,
                         &Need::Hold,
-                        *priority,
+                        (*priority, *refusals),
                     );
                     let moves = match verdict {
                         Verdict::Deadlock(_) => return 0,
@@ -966,7 +1081,7 @@ pub(crate) mod model {
                         "r".into(),
                         claim.clone(),
                         Need::Hold,
-                        *priority,
+                        (*priority, *refusals),
                         None,
                         now,
                         w,
@@ -1008,7 +1123,7 @@ pub(crate) mod model {
                         let parent = ActorId(*parent);
                         woken(
                             state
-                                .enqueue(parent, "p".into(), claim, need, 0, None, now, w)
+                                .enqueue(parent, "p".into(), claim, need, (0, 0), None, now, w)
                                 .1,
                         )
                     }
@@ -1040,6 +1155,42 @@ pub(crate) mod model {
                 }
                 0
             }
+            Op::Claim(i) => {
+                let calls: Vec<(ActorId, Lineage, Key)> = state
+                    .table
+                    .iter()
+                    .filter(|(_, h)| h.claim.kind == HoldKind::Call)
+                    .filter_map(|(_, h)| {
+                        let (key, _) = h
+                            .claim
+                            .keys
+                            .iter()
+                            .find(|(k, m)| *m == Mode::Exclusive && !k.tree)?;
+                        Some((h.claim.owner, h.claim.lineage.clone(), key.clone()))
+                    })
+                    .collect();
+                match calls.get(i % calls.len().max(1)) {
+                    Some((owner, lineage, key)) => {
+                        let until = now + std::time::Duration::from_secs(3600);
+                        let (claim, wakers) = state.grant_claim(
+                            *owner,
+                            lineage.clone(),
+                            "c".into(),
+                            key.clone(),
+                            None,
+                            now,
+                            until,
+                        );
+                        assert!(
+                            claim.is_some(),
+                            "a claim inside its owner's call is always given"
+                        );
+                        woken(wakers)
+                    }
+                    None => 0,
+                }
+            }
+            Op::Expire => woken(state.expire_claims(now + std::time::Duration::from_secs(7200))),
             Op::DropActor(i) => {
                 let mut ids: Vec<ActorId> = state.actors.keys().copied().collect();
                 ids.extend((1..=5).map(ActorId));
@@ -1057,7 +1208,7 @@ pub(crate) mod model {
         let mut edges = Vec::new();
         for (i, w) in waiting.iter().enumerate() {
             for (_, h) in state.table.iter() {
-                if h.claim.kind == HoldKind::Fence && conflict(&w.claim, &h.claim).is_some() {
+                if h.claim.kind.outlives_call() && conflict(&w.claim, &h.claim).is_some() {
                     edges.push(WaitEdge {
                         from: w.requester,
                         to: h.claim.owner,

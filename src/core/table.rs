@@ -94,18 +94,25 @@ pub(crate) struct Claim {
 pub(crate) fn clash(a: (HoldKind, Mode), b: (HoldKind, Mode)) -> bool {
     use HoldKind::*;
     use Mode::*;
-    match (a, b) {
+    // A claim excludes what an exclusive fence excludes: writes and fences,
+    // never reads (SPEC §6).
+    let as_fence = |(kind, mode): (HoldKind, Mode)| match kind {
+        Claim => (Fence, Exclusive),
+        _ => (kind, mode),
+    };
+    match (as_fence(a), as_fence(b)) {
         ((Call, Exclusive), _) | (_, (Call, Exclusive)) => true,
         ((Call, Shared), _) | (_, (Call, Shared)) => false,
         ((Fence, Shared), (Fence, Shared)) => false,
         ((Fence, _), (Fence, _)) => true,
+        ((Claim, _), _) | (_, (Claim, _)) => unreachable!("claims are judged as fences"),
     }
 }
 
-/// `fence` covers `other` when it is a fence owned by `other`'s owner or by
-/// one of its ancestors.
+/// `fence` covers `other` when it is a fence (or a claim) owned by
+/// `other`'s owner or by one of its ancestors.
 pub(crate) fn covers(fence: &Claim, other: &Claim) -> bool {
-    fence.kind == HoldKind::Fence && other.lineage.contains(&fence.owner)
+    fence.kind.outlives_call() && other.lineage.contains(&fence.owner)
 }
 
 /// The index (into `a.keys`) of the first key of `a` that conflicts with `b`,
@@ -321,7 +328,7 @@ impl Table {
             .iter()
             .map(|(key, mode)| self.index.insert(key, Class::of(kind, *mode), slot))
             .collect();
-        if kind == HoldKind::Fence {
+        if kind.outlives_call() {
             self.fences.entry(hold.claim.owner).or_default().push(id);
         }
         self.slots[slot as usize] = Some(Live { id, hold, nodes });
@@ -355,7 +362,7 @@ impl Table {
             &claim.keys,
             live.nodes.as_slice(),
         );
-        if claim.kind == HoldKind::Fence {
+        if claim.kind.outlives_call() {
             if let Some(owned) = self.fences.get_mut(&claim.owner) {
                 owned.retain(|&f| f != id);
                 if owned.is_empty() {
@@ -484,11 +491,24 @@ impl Table {
         found.into_iter().map(|(hold, key)| Blocking { hold, key })
     }
 
-    /// Ids of the fences an actor owns, in grant order.
+    /// Ids of the fences and claims an actor owns, in grant order.
     pub(crate) fn fences_of(&self, owner: ActorId) -> Vec<HoldId> {
         let mut ids = self.fences.get(&owner).cloned().unwrap_or_default();
         ids.sort_unstable();
         ids
+    }
+
+    /// The claim (SPEC §6) `owner` holds on exactly `key`, if any.
+    pub(crate) fn claim_of(&self, owner: ActorId, key: &Key) -> Option<HoldId> {
+        self.fences.get(&owner)?.iter().copied().find(|&id| {
+            self.get(id).is_some_and(|h| {
+                h.claim.kind == HoldKind::Claim
+                    && h.claim
+                        .keys
+                        .iter()
+                        .any(|(k, _)| k.norm == key.norm && k.tree == key.tree)
+            })
+        })
     }
 
     /// Panics when the index disagrees with the holds (see the type's
@@ -528,7 +548,7 @@ impl Table {
                 );
             }
             keys += claim.keys.len();
-            if claim.kind == HoldKind::Fence {
+            if claim.kind.outlives_call() {
                 fences.entry(claim.owner).or_default().push(l.id);
             }
         }
@@ -563,7 +583,7 @@ impl Table {
 pub(crate) mod naive {
     use std::collections::BTreeMap;
 
-    use super::{ActorId, Blocking, Claim, Hold, HoldId, HoldKind, conflict};
+    use super::{ActorId, Blocking, Claim, Hold, HoldId, conflict};
 
     /// Live holds in a `BTreeMap`, scanned in grant order.
     #[derive(Debug, Default)]
@@ -635,7 +655,7 @@ pub(crate) mod naive {
         pub(crate) fn fences_of(&self, owner: ActorId) -> Vec<HoldId> {
             self.holds
                 .iter()
-                .filter(|(_, h)| h.claim.owner == owner && h.claim.kind == HoldKind::Fence)
+                .filter(|(_, h)| h.claim.owner == owner && h.claim.kind.outlives_call())
                 .map(|(id, _)| *id)
                 .collect()
         }
@@ -645,7 +665,7 @@ pub(crate) mod naive {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use HoldKind::*;
+    use HoldKind::{Call, Fence};
     use Mode::*;
 
     fn claim(owner: u64, lineage: &[u64], kind: HoldKind, keys: &[(&str, Mode)]) -> Claim {
@@ -673,6 +693,16 @@ mod tests {
             ((Call, Exclusive), (Call, Exclusive), true),
             ((Call, Exclusive), (Call, Shared), true),
             ((Call, Shared), (Call, Shared), false),
+            // A claim (SPEC §6) holds back writes and fences, never reads.
+            ((HoldKind::Claim, Exclusive), (Call, Exclusive), true),
+            ((HoldKind::Claim, Exclusive), (Call, Shared), false),
+            ((HoldKind::Claim, Exclusive), (Fence, Exclusive), true),
+            ((HoldKind::Claim, Exclusive), (Fence, Shared), true),
+            (
+                (HoldKind::Claim, Exclusive),
+                (HoldKind::Claim, Exclusive),
+                true,
+            ),
         ];
         for ((ka, ma), (kb, mb), expected) in cases {
             let a = claim(1, &[1], ka, &[("/ws/a", ma)]);
@@ -836,9 +866,23 @@ mod model {
         Query(Claim, Option<usize>),
     }
 
+    /// A claim (SPEC §6) as the table holds one: of one owner, exclusive.
+    fn hot() -> impl Strategy<Value = Claim> {
+        claim().prop_map(|c| Claim {
+            kind: HoldKind::Claim,
+            keys: c
+                .keys
+                .into_iter()
+                .map(|(k, _)| (k, Mode::Exclusive))
+                .collect(),
+            ..c
+        })
+    }
+
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             3 => claim().prop_map(Op::Insert),
+            1 => hot().prop_map(Op::Insert),
             2 => any::<usize>().prop_map(Op::Remove),
             1 => (any::<usize>(), keys()).prop_map(|(i, k)| Op::SetKeys(i, k)),
             4 => (claim(), any::<Option<usize>>()).prop_map(|(c, e)| Op::Query(c, e)),

@@ -478,6 +478,7 @@ impl fmt::Display for Busy {
             (false, HoldKind::Call, Mode::Shared) => "is being read by",
             (false, HoldKind::Fence, Mode::Exclusive) => "is fenced for writing by",
             (false, HoldKind::Fence, Mode::Shared) => "is fenced against writes by",
+            (_, HoldKind::Claim, _) => "is claimed by",
         };
         write!(f, "{} {what} '{}'", self.relative.display(), self.holder)?;
         let verb = if self.queued { "waiting" } else { "for" };

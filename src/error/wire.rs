@@ -215,6 +215,7 @@ fn hold_kind(kind: HoldKind) -> &'static str {
     match kind {
         HoldKind::Fence => "fence",
         HoldKind::Call => "call",
+        HoldKind::Claim => "claim",
     }
 }
 
@@ -388,10 +389,10 @@ impl Error {
             "busy" => Error::Busy(Busy {
                 path: path("path"),
                 holder: text("holder"),
-                kind: if text("hold_kind") == "fence" {
-                    HoldKind::Fence
-                } else {
-                    HoldKind::Call
+                kind: match text("hold_kind").as_str() {
+                    "fence" => HoldKind::Fence,
+                    "claim" => HoldKind::Claim,
+                    _ => HoldKind::Call,
                 },
                 mode: if text("mode") == "shared" {
                     Mode::Shared

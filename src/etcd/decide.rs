@@ -38,6 +38,7 @@ use super::layout::{Layout, Owner};
 pub(crate) enum KindRecord {
     Fence,
     Call,
+    Claim,
 }
 
 impl From<HoldKind> for KindRecord {
@@ -45,6 +46,7 @@ impl From<HoldKind> for KindRecord {
         match kind {
             HoldKind::Fence => KindRecord::Fence,
             HoldKind::Call => KindRecord::Call,
+            HoldKind::Claim => KindRecord::Claim,
         }
     }
 }
@@ -54,6 +56,7 @@ impl From<KindRecord> for HoldKind {
         match kind {
             KindRecord::Fence => HoldKind::Fence,
             KindRecord::Call => HoldKind::Call,
+            KindRecord::Claim => HoldKind::Claim,
         }
     }
 }

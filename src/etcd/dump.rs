@@ -177,6 +177,7 @@ impl Table {
                     child: None,
                     paths: paths_of(record),
                     priority: record.meta.priority,
+                    refusals: 0,
                     cause: blockers
                         .first
                         .and_then(|b| match b {
@@ -225,6 +226,7 @@ impl Table {
                 label: record.meta.label,
                 revision: Some(h.revision),
                 age: age(record.meta.since_ms),
+                ends_in: None,
             })
             .collect();
         Ok(TableDump {

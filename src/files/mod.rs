@@ -377,6 +377,8 @@ pub struct Files<'a> {
     /// How long an anchored edit's diff may be, when the surface shows
     /// less than `Config::max_read_bytes` (the tools' read bound).
     diff_bound: Option<usize>,
+    /// Whether a `Stale` refusal gives a claim (SPEC §6): the agent tools.
+    claiming: bool,
 }
 
 impl fmt::Debug for Files<'_> {
@@ -405,6 +407,7 @@ impl<'a> Files<'a> {
             outer: None,
             root: OnceLock::new(),
             diff_bound: None,
+            claiming: false,
         }
     }
 }
@@ -603,6 +606,38 @@ impl<'a> Files<'a> {
         self
     }
 
+    /// A write this handle refuses `Stale` holds the file for this actor
+    /// (SPEC §6, "hot files"): it gets a claim on it for
+    /// [`Config::claim_ttl`](crate::Config::claim_ttl), so other actors'
+    /// writes there wait until its next write to it (or the TTL). The
+    /// agent tools (MCP, the hook, `files.*` with `current`) ask for this,
+    /// since their refusal carries the current content and the agent
+    /// redoes its change at once.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::write(dir.path().join("hot.md"), "one\n").unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default().anchored_edits(false));
+    /// let a = sched.actor("a", writ::Grant::workspace(dir.path()))?;
+    /// let b = sched.actor("b", writ::Grant::workspace(dir.path()))?;
+    /// a.files().read("hot.md")?;
+    /// b.files().read("hot.md")?;
+    /// b.files().write("hot.md", "two\n")?;
+    /// let refused = a.files().claiming().write("hot.md", "three\n");
+    /// assert!(matches!(refused, Err(writ::Error::Stale { .. })));
+    /// b.files().read("hot.md")?;
+    /// let busy = b.files().write("hot.md", "four\n").unwrap_err();
+    /// assert!(busy.to_string().contains("claimed by 'a'"), "{busy}");
+    /// a.files().read("hot.md")?;
+    /// a.files().write("hot.md", "three\n")?; // a's write lands; its claim ends
+    /// # Ok(()) }
+    /// ```
+    pub fn claiming(mut self) -> Self {
+        self.claiming = true;
+        self
+    }
+
     /// Every operation of this handle is admitted by `outer` first (on the
     /// keys it resolved), and the gate learns from it what it knows of
     /// them (marks, last writers) before checking.
@@ -711,6 +746,8 @@ impl<'a> Files<'a> {
             // Already admitted: only what the call does not cover is asked for.
             return call.lock().extend(targets).map(|()| None);
         }
+        // The request's place among the writers of a hot file comes from
+        // the actor's refusals there (SPEC §6), which the request reads.
         let request = self.actor.request(targets).label(label);
         match self.actor.sched.shared.config.file_op_wait {
             Some(wait) => request.admit_blocking_timeout(wait),
@@ -811,13 +848,6 @@ impl<'a> Files<'a> {
         Gate::of(&self.actor.sched).check(&place.key, mark, current, need)
     }
 
-    /// [`Files::gate`] for a write: a refusal is an event of the stream
-    /// (`refused`, kind `stale`, `not_read` or `partial_view`), as a busy
-    /// path is.
-    fn gate_write(&self, place: &Place, current: &str, need: Need) -> Result<()> {
-        self.refused_if_err(self.gate(place, current, need))
-    }
-
     /// A call resent after its answer was lost (SPEC §6): the receipt of
     /// `call` if this actor already made it with its mark of `place`, as
     /// it was answered, marked as a repeat (an anchored one with its diff
@@ -846,6 +876,31 @@ impl<'a> Files<'a> {
         let config = &self.actor.sched.shared.config;
         let max = usize::try_from(config.max_read_bytes).unwrap_or(usize::MAX);
         self.diff_bound.map_or(max, |bound| bound.min(max))
+    }
+
+    /// A write to `place` was refused `error`: a `Stale` refusal on a
+    /// handle that is [`Files::claiming`] gives the actor a claim on the
+    /// file, inside the write's own call (`hold`, or the call the handle
+    /// runs within), so no other writer slips in before it.
+    fn claim_if_stale(&self, hold: Option<&Reservation>, place: &Place, error: &Error) {
+        // A table elsewhere (etcd) keeps no claims yet: one given in this
+        // process would hold the file for this server's ops only.
+        if !self.claiming || self.outer.is_some() || !matches!(error, Error::Stale { .. }) {
+            return;
+        }
+        let ttl = self.actor.sched.shared.config.claim_ttl;
+        if ttl.is_zero() || place.key.tree {
+            return;
+        }
+        match (hold, &self.within) {
+            (Some(hold), _) => {
+                hold.claim_key(place.key.clone(), ttl);
+            }
+            (None, Some(call)) => {
+                call.lock().claim_key(place.key.clone(), ttl);
+            }
+            (None, None) => {}
+        }
     }
 
     /// A gate's refusal, told to the event stream.
@@ -1326,7 +1381,7 @@ impl<'a> Files<'a> {
         apply: impl FnOnce(Option<&[u8]>) -> Result<Cow<'d, [u8]>>,
     ) -> Result<Receipt> {
         let place = self.place(path, true, Access::Write)?;
-        let _hold = self.admit(
+        let hold = self.admit(
             &[(&place, Mode::Exclusive)],
             format!("{op} {}", place.rel.display()),
         )?;
@@ -1372,7 +1427,10 @@ impl<'a> Files<'a> {
                     (Err(e @ Error::Stale { .. }), Some(edit)) if bytes.is_some() => {
                         stale = Some((e, edit));
                     }
-                    (Err(e), _) => return self.refused_if_err(Err(e)),
+                    (Err(e), _) => {
+                        self.claim_if_stale(hold.as_ref(), &place, &e);
+                        return self.refused_if_err(Err(e));
+                    }
                 }
                 (bytes, Some(hash), Some(meta.permissions().mode()))
             }
@@ -1380,6 +1438,9 @@ impl<'a> Files<'a> {
         let (new, anchored) = match (stale, &pre_bytes) {
             (Some((stale, edit)), Some(current)) => {
                 let found = self.anchored(&place, edit, current, stale, apply);
+                if let Err(e) = &found {
+                    self.claim_if_stale(hold.as_ref(), &place, e);
+                }
                 let (new, anchored) = self.refused_if_err(found)?;
                 (new, Some(anchored))
             }
@@ -1440,6 +1501,7 @@ impl<'a> Files<'a> {
     /// (only if configured) a refreshed mark.
     fn wrote(&self, place: &Place, after: Option<&str>, len: u64, refresh: bool) {
         let meta = self.meta();
+        meta.landed(&place.key.norm);
         Gate::of(&self.actor.sched).record_write(&place.key.norm, &meta.name, after);
         if let Some(after) = after {
             if refresh && self.actor.sched.shared.config.refresh_mark_on_write {
@@ -1452,7 +1514,12 @@ impl<'a> Files<'a> {
     /// The pre-image of an existing entry a delete or rename will remove:
     /// regular files go through the gate; a symlink is acted on itself and
     /// carries no content to protect.
-    fn removable(&self, place: &Place, entry: Entry) -> Result<Option<Removed>> {
+    fn removable(
+        &self,
+        hold: Option<&Reservation>,
+        place: &Place,
+        entry: Entry,
+    ) -> Result<Option<Removed>> {
         match entry {
             Entry::Missing => Ok(None),
             Entry::Symlink => Ok(Some(Removed::default())),
@@ -1465,7 +1532,11 @@ impl<'a> Files<'a> {
                 } else {
                     (None, self.current_hash(place, &file, stat)?)
                 };
-                self.gate_write(place, &hash, Need::Whole)?;
+                let gated = self.gate(place, &hash, Need::Whole);
+                if let Err(e) = &gated {
+                    self.claim_if_stale(hold, place, e);
+                }
+                self.refused_if_err(gated)?;
                 Ok(Some(Removed {
                     sha256: Some(hash),
                     mode: Some(meta.permissions().mode()),
@@ -1482,7 +1553,7 @@ impl<'a> Files<'a> {
     /// is `NotFound`.
     pub fn delete(&self, path: impl AsRef<Path>) -> Result<Receipt> {
         let place = self.place(path.as_ref(), false, Access::Write)?;
-        let _hold = self.admit(
+        let hold = self.admit(
             &[(&place, Mode::Exclusive)],
             format!("delete {}", place.rel.display()),
         )?;
@@ -1491,7 +1562,7 @@ impl<'a> Files<'a> {
         };
         let (dir, name) = self.folder(&place, false)?.ok_or_else(not_found)?;
         let removed = self
-            .removable(&place, dir.entry(&name)?)?
+            .removable(hold.as_ref(), &place, dir.entry(&name)?)?
             .ok_or_else(not_found)?;
         let mut protected = true;
         if let Some(hook) = &self.history {
@@ -1534,7 +1605,7 @@ impl<'a> Files<'a> {
                 "the source and the destination are the same file",
             ));
         }
-        let _hold = self.admit(
+        let hold = self.admit(
             &[(&src, Mode::Exclusive), (&dst, Mode::Exclusive)],
             format!("rename {} -> {}", src.rel.display(), dst.rel.display()),
         )?;
@@ -1543,12 +1614,12 @@ impl<'a> Files<'a> {
         };
         let (src_dir, src_name) = self.folder(&src, false)?.ok_or_else(not_found)?;
         let moved = self
-            .removable(&src, src_dir.entry(&src_name)?)?
+            .removable(hold.as_ref(), &src, src_dir.entry(&src_name)?)?
             .ok_or_else(not_found)?;
         let (dst_dir, dst_name) = self.folder(&dst, true)?.ok_or_else(|| Error::NotFound {
             path: dst.key.path.clone(),
         })?;
-        let replaced = self.removable(&dst, dst_dir.entry(&dst_name)?)?;
+        let replaced = self.removable(hold.as_ref(), &dst, dst_dir.entry(&dst_name)?)?;
         let mut protected = true;
         if let Some(hook) = &self.history {
             let mut pre = vec![moved.pre_image(&src.key.path)];

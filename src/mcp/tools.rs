@@ -415,8 +415,9 @@ async fn blocking<T: Send + 'static>(
     let run = move || {
         let mut call = call;
         match call.as_mut() {
-            Some(call) => op(actor.files().within(call)),
-            None => op(actor.files()),
+            // The agent tools: a stale refusal claims the file (SPEC §6).
+            Some(call) => op(actor.files().within(call).claiming()),
+            None => op(actor.files().claiming()),
         }
     };
     match super::off_async_threads(run).await {
@@ -1202,6 +1203,7 @@ async fn writ_status(call: Call<'_>) -> Outcome {
     let kind = |k: HoldKind| match k {
         HoldKind::Fence => "reserved",
         HoldKind::Call => "writing now",
+        HoldKind::Claim => "claimed",
     };
     let mut out = format!(
         "You are '{}' in {}.\n",

@@ -128,9 +128,42 @@ pub(crate) struct ActorMeta {
     pub(crate) extensions: Extensions,
     /// The user turn this actor's writes are recorded under.
     pub(crate) turn: parking_lot::Mutex<Option<StdArc<str>>>,
+    /// How often this actor's writes to a file (by folded path) were
+    /// refused `Stale` since one landed there: its place in the queue for
+    /// the file's next claim (SPEC §6). A leaf lock.
+    pub(crate) refusals: parking_lot::Mutex<std::collections::HashMap<PathBuf, u32>>,
 }
 
 impl ActorMeta {
+    /// The most refusals of this actor's writes on any file `keys` hold
+    /// exclusively (0 when none was refused).
+    pub(crate) fn refusals_on(&self, keys: &[(Key, Mode)]) -> u32 {
+        let counts = self.refusals.lock();
+        if counts.is_empty() {
+            return 0;
+        }
+        keys.iter()
+            .filter(|(_, mode)| *mode == Mode::Exclusive)
+            .filter_map(|(key, _)| counts.get(&key.norm).copied())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Counts one more `Stale` refusal of a write to `norm`.
+    pub(crate) fn note_refusal(&self, norm: &Path) {
+        let mut counts = self.refusals.lock();
+        let n = counts.entry(norm.to_path_buf()).or_insert(0);
+        *n = n.saturating_add(1);
+    }
+
+    /// A write to `norm` landed: its refusals are forgotten.
+    pub(crate) fn landed(&self, norm: &Path) {
+        let mut counts = self.refusals.lock();
+        if !counts.is_empty() {
+            counts.remove(norm);
+        }
+    }
+
     /// The fence keys a fenced actor must stay inside.
     pub(crate) fn grant_fence(&self) -> Option<&[(Key, Mode)]> {
         match &self.scope {
@@ -277,6 +310,7 @@ impl Actor {
             },
             extensions: Extensions::default(),
             turn: parking_lot::Mutex::new(parent.and_then(|p| p.turn.lock().clone())),
+            refusals: parking_lot::Mutex::default(),
         };
         let claim = match grant.scope {
             GrantScope::Fenced(targets) => {

@@ -67,9 +67,13 @@ pub struct Config {
     pub(crate) durability: Durability,
     pub(crate) refresh_mark_on_write: bool,
     pub(crate) anchored_edits: bool,
+    pub(crate) claim_ttl: Duration,
     pub(crate) sensitive: Vec<String>,
     pub(crate) events_ring: usize,
 }
+
+/// The default of [`Config::claim_ttl`]: 10 s.
+pub const DEFAULT_CLAIM_TTL: Duration = Duration::from_secs(10);
 
 /// The default of [`Config::max_read_bytes`]: 64 MiB.
 pub const DEFAULT_MAX_READ_BYTES: u64 = 64 * 1024 * 1024;
@@ -113,6 +117,7 @@ impl Default for Config {
             durability: Durability::Machine,
             refresh_mark_on_write: false,
             anchored_edits: true,
+            claim_ttl: DEFAULT_CLAIM_TTL,
             sensitive: DEFAULT_SENSITIVE.iter().map(|s| s.to_string()).collect(),
             events_ring: crate::sched::events::EVENT_RING,
         }
@@ -227,6 +232,21 @@ impl Config {
     pub fn anchored_edits(mut self, on: bool) -> Self {
         self.anchored_edits = on;
         self
+    }
+
+    /// How long a hot file's claim lives (SPEC §6, default 10 s; zero turns
+    /// claims off, `writ serve --claim-ttl`). A `Stale` refusal through the
+    /// agent tools gives the refused agent a claim on the file: other
+    /// actors' writes to it wait until that agent's next write to it, this
+    /// long at most. Reads never wait.
+    pub fn claim_ttl(mut self, ttl: Duration) -> Self {
+        self.claim_ttl = ttl;
+        self
+    }
+
+    /// The claim TTL ([`Config::claim_ttl`]); zero when claims are off.
+    pub fn claim_ttl_of(&self) -> Duration {
+        self.claim_ttl
     }
 
     /// Add sensitive-name patterns to the built-in ones

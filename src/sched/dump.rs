@@ -18,6 +18,13 @@ fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
 
+fn opt_secs<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}
+
 /// A snapshot of a scheduler: `Serialize` (JSON) and `Display` (a table).
 ///
 /// ```
@@ -93,7 +100,7 @@ pub struct HoldEntry {
     pub actor: String,
     /// The owning actor's id.
     pub actor_id: ActorId,
-    /// Fence or call.
+    /// Fence, call or claim.
     pub kind: HoldKind,
     /// Its paths.
     pub paths: Vec<PathEntry>,
@@ -102,6 +109,10 @@ pub struct HoldEntry {
     /// How long it has been held.
     #[serde(serialize_with = "secs")]
     pub age: Duration,
+    /// For a claim (SPEC §6), how long until its TTL ends it (`null` for
+    /// other holds).
+    #[serde(serialize_with = "opt_secs")]
+    pub ends_in: Option<Duration>,
     /// Its fencing token: the etcd revision of its grant, for a session
     /// in etcd (SPEC §16); `None` in process.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -136,6 +147,10 @@ pub struct WaiterEntry {
     pub paths: Vec<PathEntry>,
     /// Its priority.
     pub priority: i32,
+    /// How often its actor's writes to these paths were refused `Stale`
+    /// since one landed: its place among writers of one priority waiting
+    /// for a claimed file (SPEC §6).
+    pub refusals: u32,
     /// Why it waits (`None` only for a grant not yet picked up).
     pub cause: Option<WaitCause>,
     /// Its label.
@@ -196,6 +211,10 @@ impl Dump {
                 paths: path_entries(&hold.claim.keys),
                 label: hold.label.as_deref().map(str::to_string),
                 age: now.saturating_duration_since(hold.since),
+                ends_in: state
+                    .claims
+                    .get(&id)
+                    .map(|until| until.saturating_duration_since(now)),
                 revision: None,
             })
             .collect();
@@ -216,6 +235,7 @@ impl Dump {
                     },
                     paths: path_entries(&w.claim.keys),
                     priority: w.priority,
+                    refusals: w.refusals,
                     cause,
                     label: w.label.as_deref().map(str::to_string),
                     waited: now.saturating_duration_since(w.since),

@@ -181,6 +181,59 @@ impl Reservation {
         &self.meta.name
     }
 
+    /// Gives this call's actor a claim (SPEC §6) on each file it holds
+    /// exclusively, for `ttl`: until then, or until the actor's next write
+    /// to the file (the release of its next exclusive call there), a
+    /// release or the actor's end, other actors' writes and fences there
+    /// wait; reads never do. The file tools give one when they refuse a
+    /// write `Stale`; given inside the call, it takes nothing from anyone.
+    /// A claim the actor already held there is replaced. Returns the
+    /// claims given.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), writ::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sched = writ::Scheduler::new(writ::Config::default());
+    /// let a = sched.actor("a", writ::Grant::workspace(dir.path()))?;
+    /// let b = sched.actor("b", writ::Grant::workspace(dir.path()))?;
+    /// let call = a.try_admit(["hot.rs"])?;
+    /// call.claim(std::time::Duration::from_secs(10));
+    /// drop(call);
+    /// assert!(b.try_admit(["hot.rs"]).is_err());          // b's write waits for a
+    /// let read = writ::Target::file("hot.rs").shared();
+    /// assert!(b.request([read]).try_admit().is_ok());      // reads never do
+    /// drop(a.try_admit(["hot.rs"])?);                     // a writes: the claim ends
+    /// assert!(b.try_admit(["hot.rs"]).is_ok());
+    /// # Ok(()) }
+    /// ```
+    pub fn claim(&self, ttl: std::time::Duration) -> Vec<HoldId> {
+        let keys: Vec<Key> = {
+            let state = self.sched.shared.lock();
+            state
+                .table
+                .get(self.hold)
+                .map(|h| {
+                    h.claim
+                        .keys
+                        .iter()
+                        .filter(|(k, m)| *m == Mode::Exclusive && !k.tree)
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        keys.into_iter()
+            .filter_map(|key| self.claim_key(key, ttl))
+            .collect()
+    }
+
+    /// [`Reservation::claim`] on one key this call holds exclusively, for
+    /// a write to it refused `Stale`: counted as a refusal too.
+    pub(crate) fn claim_key(&self, key: Key, ttl: std::time::Duration) -> Option<HoldId> {
+        self.meta.note_refusal(&key.norm);
+        self.sched.grant_claim(&self.meta, key, ttl)
+    }
+
     #[allow(dead_code)] // used by the file tools
     pub(crate) fn meta(&self) -> &StdArc<ActorMeta> {
         &self.meta

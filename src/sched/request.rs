@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::core::deadlock;
 use crate::core::key::Target;
-use crate::core::queue::{Need, WaitCause, WaiterId};
+use crate::core::queue::{Need, Pos, WaitCause, WaiterId};
 use crate::core::state::State;
 use crate::core::table::{Claim, HoldId, HoldKind};
 use crate::error::{Error, Result};
@@ -57,6 +57,7 @@ pub struct Request {
     meta: StdArc<ActorMeta>,
     targets: Vec<Target>,
     priority: i32,
+    refusals: u32,
     label: Option<StdArc<str>>,
     on_queued: Option<OnQueued>,
 }
@@ -77,6 +78,7 @@ impl Request {
             meta,
             targets,
             priority: 0,
+            refusals: 0,
             label: None,
             on_queued: None,
         }
@@ -85,6 +87,15 @@ impl Request {
     /// Higher goes first among conflicting waiters (default 0).
     pub fn priority(mut self, priority: i32) -> Self {
         self.priority = priority;
+        self
+    }
+
+    /// How often this actor's writes to these paths were refused `Stale`
+    /// since one of them landed (default 0; the file tools count it).
+    /// Among conflicting waiters of one priority, the most refused go
+    /// first, so the next claim of a hot file (SPEC §6) goes to them.
+    pub fn refusals(mut self, refusals: u32) -> Self {
+        self.refusals = refusals;
         self
     }
 
@@ -108,7 +119,9 @@ impl Request {
         timeout: Option<Duration>,
         make: Make,
     ) -> Acquire<T> {
-        let ask = self.meta.claim(self.targets, kind).map(|claim| Ask {
+        let meta = &self.meta;
+        let ask = meta.claim(self.targets, kind).map(|claim| Ask {
+            refusals: self.refusals.max(meta.refusals_on(&claim.keys)),
             claim,
             need: Need::Hold,
             priority: self.priority,
@@ -155,8 +168,10 @@ impl Request {
     #[cfg_attr(not(any(feature = "server", feature = "mcp")), allow(dead_code))]
     pub(crate) fn probe(self, kind: HoldKind) -> Result<()> {
         let claim = self.meta.claim(self.targets, kind)?;
+        let refusals = self.refusals.max(self.meta.refusals_on(&claim.keys));
         let state = self.sched.shared.lock();
-        match state.blocker(&claim, &Need::Hold, self.priority, None) {
+        let at = Pos::end_of_tier(self.priority, refusals);
+        match state.blocker_at(&claim, &Need::Hold, at, None) {
             None => Ok(()),
             Some(blocker) => Err(refusal(&state, &self.meta.resolver, &claim, blocker)),
         }
@@ -218,6 +233,7 @@ pub(crate) struct Ask {
     pub(crate) claim: Claim,
     pub(crate) need: Need,
     pub(crate) priority: i32,
+    pub(crate) refusals: u32,
     pub(crate) label: Option<StdArc<str>>,
     pub(crate) try_only: bool,
 }
@@ -302,7 +318,8 @@ impl<T> Acquire<T> {
         let now = Instant::now();
         let events = &self.sched.shared.events;
         let mut state = self.sched.shared.lock();
-        let Some(blocker) = state.blocker(&ask.claim, &ask.need, ask.priority, None) else {
+        let at = Pos::end_of_tier(ask.priority, ask.refusals);
+        let Some(blocker) = state.blocker_at(&ask.claim, &ask.need, at, None) else {
             // A fence granted past lower-priority waiters gives them hard
             // edges to its owner, which may close a cycle.
             let verdict = deadlock::cycle_if_granted(&state, &ask.claim);
@@ -341,7 +358,7 @@ impl<T> Acquire<T> {
             self.requester.id,
             &ask.claim,
             &ask.need,
-            ask.priority,
+            (ask.priority, ask.refusals),
         );
         let moves = match verdict {
             deadlock::Verdict::Free => None,
@@ -363,7 +380,7 @@ impl<T> Acquire<T> {
             self.requester.name.clone(),
             ask.claim,
             ask.need,
-            ask.priority,
+            (ask.priority, ask.refusals),
             ask.label,
             now,
             cx.waker().clone(),
@@ -552,6 +569,7 @@ impl Acquire<Actor> {
                     claim,
                     need: Need::Child(record),
                     priority: 0,
+                    refusals: 0,
                     label: Some(StdArc::from("grant fence")),
                     try_only: false,
                 }),

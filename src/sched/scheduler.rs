@@ -6,7 +6,8 @@
 //! shim, so loom can model it). Every operation takes the lock once, applies a
 //! rule of [`State`], collects the wakers of requests it granted, releases the
 //! lock and only then wakes them: no waker, callback or log call runs under
-//! the lock. Lock order: the state mutex is the only lock the scheduler takes;
+//! the lock. Lock order: the state mutex is the only lock the scheduler takes
+//! (but the claim reaper's flag, taken before it, see `Shared::reaper`);
 //! an actor's mark and turn mutexes, and the gate's maps, are leaves: never
 //! held while taking it.
 
@@ -58,11 +59,36 @@ pub(crate) struct Shared {
     /// The one case rule every key of this scheduler is folded by (§2):
     /// `Config::case`, with `Detect` probed once, at the first actor's root.
     case: std::sync::OnceLock<CaseMode>,
+    /// Whether a thread ends claims at their time (SPEC §6). Never taken
+    /// while the state lock is held; the reaper takes the state lock under
+    /// it (to see whether a claim is left as it stops), so that order is
+    /// the only one.
+    reaper: parking_lot::Mutex<bool>,
 }
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock()
+    }
+
+    /// Ends the claims whose time is up, each told to the event stream as
+    /// a release (the live page redraws on it).
+    pub(crate) fn expire_claims(&self) {
+        let events = &self.events;
+        self.with_state(|state, now| {
+            if events.listening() {
+                let due: Vec<_> = state
+                    .claims
+                    .iter()
+                    .filter(|&(_, &until)| until <= now)
+                    .map(|(&id, _)| id)
+                    .collect();
+                for id in due {
+                    events.record(|| crate::sched::events::released(state, id));
+                }
+            }
+            ((), state.expire_claims(now))
+        });
     }
 
     pub(crate) fn next_actor_id(&self) -> ActorId {
@@ -83,6 +109,32 @@ impl Shared {
         wake_all(wakers);
         self.events.publish();
         result
+    }
+}
+
+/// The claim reaper's loop: ends the claims whose time is up, then sleeps
+/// until the next one's (every claim lives as long, so no later claim ends
+/// earlier); stops when none is left or the scheduler is gone.
+#[cfg(not(writ_loom))]
+fn reap(weak: &std::sync::Weak<Shared>) {
+    loop {
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        shared.expire_claims();
+        let next = {
+            let mut running = shared.reaper.lock();
+            let next = shared.lock().next_claim_end();
+            if next.is_none() {
+                *running = false;
+            }
+            next
+        };
+        drop(shared);
+        match next {
+            Some(at) => std::thread::sleep(at.saturating_duration_since(Instant::now())),
+            None => return,
+        }
     }
 }
 
@@ -134,6 +186,7 @@ impl Scheduler {
                 next_actor: AtomicU64::new(0),
                 session: std::sync::OnceLock::new(),
                 case: std::sync::OnceLock::new(),
+                reaper: parking_lot::Mutex::new(false),
             }),
         }
     }
@@ -163,6 +216,7 @@ impl Scheduler {
                     scope: Scope::Workspace,
                     extensions: Extensions::default(),
                     turn: parking_lot::Mutex::new(None),
+                    refusals: parking_lot::Mutex::default(),
                 })
             })
             .clone()
@@ -250,6 +304,75 @@ impl Scheduler {
             .extensions
             .get_or_init(|| init(&self.shared.config))
     }
+
+    /// Gives `meta`'s actor a claim on `key` for `ttl` (SPEC §6; see
+    /// [`Reservation::claim`]); `None` when claims are off (`ttl` zero) or
+    /// something of another actor is in the way. Makes sure a thread ends
+    /// it at its time.
+    pub(crate) fn grant_claim(
+        &self,
+        meta: &ActorMeta,
+        key: crate::core::key::Key,
+        ttl: std::time::Duration,
+    ) -> Option<crate::core::table::HoldId> {
+        if ttl.is_zero() {
+            return None;
+        }
+        let events = &self.shared.events;
+        let label = StdArc::<str>::from("redoing a refused write");
+        let claim = self.shared.with_state(|state, now| {
+            let (claim, wakers) = state.grant_claim(
+                meta.id,
+                meta.lineage.clone(),
+                meta.name.clone(),
+                key,
+                Some(label),
+                now,
+                now + ttl,
+            );
+            if let Some(id) = claim {
+                events.record(|| {
+                    crate::sched::events::admitted(state, id, std::time::Duration::ZERO)
+                });
+            }
+            (claim, wakers)
+        });
+        if claim.is_some() {
+            self.start_reaper();
+        }
+        claim
+    }
+
+    /// Ends every claim whose time is up, and wakes whoever it held back.
+    /// A thread of the scheduler does this at each claim's time; a model
+    /// that drives time itself calls it.
+    #[doc(hidden)]
+    pub fn expire_claims(&self) {
+        self.shared.expire_claims();
+    }
+
+    /// Starts the thread that ends claims at their time, unless it runs.
+    /// It holds the scheduler weakly and stops when no claim is left; the
+    /// flag is checked against the state under its own lock, so a claim
+    /// given as it stops starts a new one.
+    #[cfg(not(writ_loom))]
+    fn start_reaper(&self) {
+        let mut running = self.shared.reaper.lock();
+        if *running {
+            return;
+        }
+        let weak = Arc::downgrade(&self.shared);
+        let spawned = std::thread::Builder::new()
+            .name("writ-claims".into())
+            .spawn(move || reap(&weak));
+        // Without the thread claims still end at their holder's write, on
+        // release and with the actor; a later claim tries again.
+        *running = spawned.is_ok();
+    }
+
+    /// Under loom no thread is spawned: models end claims themselves.
+    #[cfg(writ_loom)]
+    fn start_reaper(&self) {}
 
     /// One consistent snapshot of everything live (one lock acquisition).
     pub fn dump(&self) -> Dump {

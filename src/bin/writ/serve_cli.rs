@@ -90,6 +90,11 @@ pub struct ServeCmd {
     /// that cannot overwrite unseen work (anchored edits off).
     #[arg(long)]
     strict_gate: bool,
+    /// Seconds a hot file stays claimed for the agent a write to it was
+    /// refused `Stale` (other writers wait for its retry, reads never do);
+    /// 0 turns claims off.
+    #[arg(long, default_value = "10", value_parser = seconds)]
+    claim_ttl: Duration,
     /// A JSON file of Config knobs: max_actors, max_writers, case,
     /// portable_names, sensitive_names, read_roots, file_op_wait_ms, session,
     /// events_ring.
@@ -207,7 +212,9 @@ fn serve_inner(cmd: ServeCmd) -> Result<(), String> {
         }
     }
     refuse_nested(&root)?;
-    let mut config = writ::Config::default().anchored_edits(!cmd.strict_gate);
+    let mut config = writ::Config::default()
+        .anchored_edits(!cmd.strict_gate)
+        .claim_ttl(cmd.claim_ttl);
     if cmd.no_fsync {
         config = config.durability(writ::Durability::Process);
     }

@@ -382,6 +382,15 @@ fn text(v: &Value) -> String {
     }
 }
 
+/// A hold's label, and for a claim (SPEC §6) the time its TTL has left.
+fn label_of(hold: &Value) -> String {
+    let label = text(&hold["label"]);
+    match hold["ends_in"].as_f64() {
+        Some(secs) => format!("{label}, ends in {secs:.1} s"),
+        None => label,
+    }
+}
+
 fn array(dump: &Value, key: &str) -> Vec<Value> {
     dump[key].as_array().cloned().unwrap_or_default()
 }
@@ -446,7 +455,7 @@ pub fn draw(frame: &mut Frame, view: &View) {
                 text(&h["actor"]),
                 text(&h["kind"]),
                 view.paths(&h["paths"]),
-                text(&h["label"]),
+                label_of(h),
             ])
         })
         .collect();
@@ -633,6 +642,29 @@ mod tests {
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
     use writ::{Config, Grant, Scheduler};
+
+    /// A claim (SPEC §6) shows its kind and the time its TTL has left,
+    /// read from a real scheduler's dump; other holds show their label.
+    #[test]
+    fn a_claim_shows_the_time_it_has_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let sched = Scheduler::new(Config::default());
+        let a = sched.actor("a", Grant::workspace(dir.path())).unwrap();
+        let call = a.try_admit(["hot.rs"]).unwrap();
+        call.claim(std::time::Duration::from_secs(600));
+        let dump = serde_json::to_value(sched.dump()).unwrap();
+        let holds = array(&dump, "holds");
+        let claim = holds.iter().find(|h| h["kind"] == "claim").unwrap();
+        let label = label_of(claim);
+        let left: f64 = label
+            .strip_prefix("redoing a refused write, ends in ")
+            .and_then(|rest| rest.strip_suffix(" s"))
+            .and_then(|secs| secs.parse().ok())
+            .unwrap_or_else(|| panic!("{label}"));
+        assert!((590.0..=600.0).contains(&left), "{label}");
+        let other = holds.iter().find(|h| h["kind"] == "call").unwrap();
+        assert_eq!(label_of(other), text(&other["label"]));
+    }
 
     fn screen(view: &View) -> String {
         let mut terminal = Terminal::new(TestBackend::new(120, 40)).unwrap();

@@ -101,12 +101,16 @@ pub(super) fn run(files: Files<'_>, op: FileOp) -> Result<Done> {
     }
 }
 
-/// An actor's file tools, inside `call` when the op waited for one.
-fn within<'a>(actor: &'a Actor, call: Option<&'a mut Reservation>) -> Files<'a> {
-    match call {
+/// An actor's file tools, inside `call` when the op waited for one;
+/// claiming a file a write is refused `Stale` on when the caller asked for
+/// the current content with the refusal (`current`: an agent's surface,
+/// SPEC §6).
+fn within<'a>(actor: &'a Actor, call: Option<&'a mut Reservation>, current: bool) -> Files<'a> {
+    let files = match call {
         Some(call) => actor.files().within(call),
         None => actor.files(),
-    }
+    };
+    if current { files.claiming() } else { files }
 }
 
 impl FileOps for InProcess {
@@ -134,9 +138,10 @@ impl FileOps for InProcess {
             // Try-only.
             None => None,
         };
+        let current = request.current;
         let done = App::blocking(move || {
             let mut call = call;
-            run(within(&actor, call.as_mut()), request.op)
+            run(within(&actor, call.as_mut(), current), request.op)
         })
         .await?;
         Ok(done.to_wire())

@@ -100,6 +100,8 @@ impl Holds for InProcess {
                 Guard::Fence(App::blocking(move || request.fence()).await?)
             }
             (HoldKind::Fence, false) => Guard::Fence(request.fence()?),
+            // No method asks for one: the file tools give claims.
+            (HoldKind::Claim, _) => unreachable!("a claim is never asked for"),
         };
         app.keep_hold(guard, lineage, lease, claim)
     }
@@ -177,6 +179,8 @@ mod on_etcd {
             let mut request = match kind {
                 HoldKind::Fence => AdmitRequest::fence(resolved),
                 HoldKind::Call => AdmitRequest::call(resolved),
+                // No method asks for one: the file tools give claims.
+                HoldKind::Claim => unreachable!("a claim is never asked for"),
             }
             .priority(p.priority);
             if let Some(label) = p.label {
@@ -202,7 +206,11 @@ mod on_etcd {
             };
             Ok(json!({
                 "hold": app.handle('h', grant.hold().0),
-                "kind": match grant.kind() { HoldKind::Fence => "fence", HoldKind::Call => "call" },
+                "kind": match grant.kind() {
+                    HoldKind::Fence => "fence",
+                    HoldKind::Call => "call",
+                    HoldKind::Claim => "claim",
+                },
                 "paths": grant.paths(),
                 "revision": grant.revision(),
             }))
@@ -227,7 +235,9 @@ mod on_etcd {
                 (Change::Narrow, HoldKind::Fence) => {
                     self.table.narrow(&actor, hold, &resolved).await?
                 }
-                (Change::Narrow, HoldKind::Call) => return Err(narrow_only_fences(&p.hold)),
+                (Change::Narrow, HoldKind::Call | HoldKind::Claim) => {
+                    return Err(narrow_only_fences(&p.hold));
+                }
             };
             Ok(json!({"hold": p.hold, "paths": changed.paths(), "revision": changed.revision()}))
         }
