@@ -9,7 +9,7 @@ use super::request::{AdmitParams, Change, HoldTargetsParams, Release};
 use super::{App, HEAVY_TARGETS, InProcess, invalid, targets, timeout};
 use crate::server::auth::Caller;
 use crate::server::lease::Guard;
-use crate::{Error, HoldKind, Result};
+use crate::{Error, HoldKind, ProtocolError, Result};
 
 /// The hold methods of a table.
 pub(super) trait Holds {
@@ -101,7 +101,7 @@ impl Holds for InProcess {
             }
             (HoldKind::Fence, false) => Guard::Fence(request.fence()?),
             // No method asks for one: the file tools give claims.
-            (HoldKind::Claim, _) => unreachable!("a claim is never asked for"),
+            (HoldKind::Claim, _) => return Err(claim_asked()),
         };
         app.keep_hold(guard, lineage, lease, claim)
     }
@@ -180,7 +180,7 @@ mod on_etcd {
                 HoldKind::Fence => AdmitRequest::fence(resolved),
                 HoldKind::Call => AdmitRequest::call(resolved),
                 // No method asks for one: the file tools give claims.
-                HoldKind::Claim => unreachable!("a claim is never asked for"),
+                HoldKind::Claim => return Err(claim_asked()),
             }
             .priority(p.priority);
             if let Some(label) = p.label {
@@ -283,5 +283,14 @@ mod on_etcd {
             }
             Ok(json!({"released": named}))
         }
+    }
+}
+
+/// A claim asked for by a method: none does (the file tools give claims
+/// on a `Stale` refusal), so this is a caller's mistake, never a panic.
+fn claim_asked() -> Error {
+    Error::Protocol {
+        kind: ProtocolError::InvalidParams,
+        detail: "a claim is given by a refused write, never asked for".into(),
     }
 }
