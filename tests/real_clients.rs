@@ -318,7 +318,12 @@ fn langgraph_and_agents_sdk_agents_racing_lose_no_update() {
             )
         });
         no_warnings(&result);
+        // The loser's refusal left it a claim on race.md (SPEC §6), which
+        // it never redeems: a fresh server, so the next race starts even.
+        server.shutdown().await;
         fs::write(root.join("race.md"), "race\n").unwrap_or_else(|e| panic!("{e}"));
+        let server = start(&root).await;
+        let config = self::config(&server, &root);
         let result = scenario("agents_race", &config).await;
         one_winner(&root, &result, |r| {
             let text = r["write"].as_str().unwrap_or_default().to_string();

@@ -495,18 +495,7 @@ const GEMINI_AFTER: &str = "write_file|replace|read_file|read_many_files|mcp_wri
 /// Gemini CLI's `BeforeTool`, `AfterTool` and `BeforeAgent` hooks (`writ
 /// hook gemini`).
 fn gemini_settings(launch: &Launch) -> Json {
-    let command = obj(&[
-        ("type", s("command")),
-        ("command", s(&launch.shell(&["hook", "gemini"]))),
-    ]);
-    let group = |matcher: Option<&str>| {
-        let mut members = Vec::new();
-        if let Some(m) = matcher {
-            members.push(("matcher".to_string(), s(m)));
-        }
-        members.push(("hooks".to_string(), Json::Arr(vec![command.clone()])));
-        Json::Arr(vec![Json::Obj(members)])
-    };
+    let group = hook_group(launch, "gemini");
     obj(&[(
         "hooks",
         obj(&[
@@ -515,6 +504,24 @@ fn gemini_settings(launch: &Launch) -> Json {
             ("BeforeAgent", group(None)),
         ]),
     )])
+}
+
+/// One group of a JSON settings file's hooks (Claude Code's and Gemini
+/// CLI's share the shape): `[{"matcher"?, "hooks": [{"type": "command",
+/// "command": "writ hook CLIENT"}]}]`, for a matcher or none.
+fn hook_group(launch: &Launch, client: &str) -> impl Fn(Option<&str>) -> Json {
+    let command = obj(&[
+        ("type", s("command")),
+        ("command", s(&launch.shell(&["hook", client]))),
+    ]);
+    move |matcher| {
+        let mut members = Vec::new();
+        if let Some(m) = matcher {
+            members.push(("matcher".to_string(), s(m)));
+        }
+        members.push(("hooks".to_string(), Json::Arr(vec![command.clone()])));
+        Json::Arr(vec![Json::Obj(members)])
+    }
 }
 
 /// The first line of writ's opencode plugin: a file that starts with it is
@@ -546,18 +553,7 @@ const CLAUDE_FAILED: &str = "Write|Edit|MultiEdit|NotebookEdit";
 /// server marked approved (`enabledMcpjsonServers`), so Claude Code starts
 /// it without asking each user.
 fn claude_settings(launch: &Launch) -> Json {
-    let command = obj(&[
-        ("type", s("command")),
-        ("command", s(&launch.shell(&["hook", "claude-code"]))),
-    ]);
-    let group = |matcher: Option<&str>| {
-        let mut members = Vec::new();
-        if let Some(m) = matcher {
-            members.push(("matcher".to_string(), s(m)));
-        }
-        members.push(("hooks".to_string(), Json::Arr(vec![command.clone()])));
-        Json::Arr(vec![Json::Obj(members)])
-    };
+    let group = hook_group(launch, "claude-code");
     obj(&[
         (
             "hooks",

@@ -57,33 +57,18 @@ pub fn parse(event: &Value) -> Result<Event, String> {
     })
 }
 
-/// For a `PreToolUse` of Codex's shell (`Bash {command, workdir?}` to
-/// hooks): its input and the folder the command runs in, for `writ run`.
-pub fn shell(event: &Value) -> Option<(Value, Option<PathBuf>)> {
-    let text = |key: &str| event.get(key).and_then(Value::as_str);
-    if text("hook_event_name")? != "PreToolUse" || text("tool_name")? != "Bash" {
-        return None;
-    }
-    let input = event.get("tool_input")?.clone();
-    let cwd = text("cwd").map(PathBuf::from);
-    let dir = input
-        .get("workdir")
-        .and_then(Value::as_str)
-        .map(|d| engine::absolute(d, cwd.as_deref()))
-        .or(cwd);
-    Some((input, dir))
-}
+/// Codex's shell, `Bash {command, workdir?}` to hooks, for `writ run`.
+pub const SHELL: engine::ShellCall = engine::ShellCall {
+    event: "PreToolUse",
+    tool_key: "tool_name",
+    tool: "Bash",
+    input_key: "tool_input",
+    dir_keys: &["workdir"],
+};
 
 /// The agent name the hook's actor goes by in a Codex session.
 pub fn agent(event: &Value) -> Option<String> {
-    let session = event.get("session_id")?.as_str()?;
-    Some(engine::agent_name(
-        PREFIX,
-        &Who {
-            session: session.to_string(),
-            agent: None,
-        },
-    ))
+    engine::session_agent(PREFIX, event)
 }
 
 #[cfg(test)]
@@ -94,14 +79,14 @@ mod tests {
     fn its_shell_is_bash_before_it_runs_in_its_workdir() {
         let event = serde_json::json!({"hook_event_name": "PreToolUse", "session_id": "s",
             "cwd": "/w", "tool_name": "Bash", "tool_input": {"command": "ls", "workdir": "sub"}});
-        let (input, dir) = shell(&event).unwrap_or_else(|| panic!("not a shell call"));
+        let (input, dir) = SHELL.of(&event).unwrap_or_else(|| panic!("not a shell call"));
         assert_eq!(input["command"], "ls");
         assert_eq!(dir, Some(PathBuf::from("/w/sub")));
         let mut after = event.clone();
         after["hook_event_name"] = "PostToolUse".into();
-        assert!(shell(&after).is_none());
+        assert!(SHELL.of(&after).is_none());
         let mut patch = event;
         patch["tool_name"] = "apply_patch".into();
-        assert!(shell(&patch).is_none());
+        assert!(SHELL.of(&patch).is_none());
     }
 }

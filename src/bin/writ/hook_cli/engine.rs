@@ -288,6 +288,50 @@ fn served_root(file: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
+/// Where a client's shell tool call sits in its hook event: the event
+/// and tool names that carry it, the key of its input, and the keys that
+/// may name its working folder (relative to the event's `cwd`).
+pub struct ShellCall {
+    pub event: &'static str,
+    pub tool_key: &'static str,
+    pub tool: &'static str,
+    pub input_key: &'static str,
+    pub dir_keys: &'static [&'static str],
+}
+
+impl ShellCall {
+    /// The call's input and the folder its command runs in, for
+    /// [`wrap_shell`]; `None` when `event` is not this call.
+    pub fn of(&self, event: &Value) -> Option<(Value, Option<PathBuf>)> {
+        let text = |key: &str| event.get(key).and_then(Value::as_str);
+        if text("hook_event_name")? != self.event || text(self.tool_key)? != self.tool {
+            return None;
+        }
+        let input = event.get(self.input_key)?.clone();
+        let cwd = text("cwd").map(PathBuf::from);
+        let dir = self
+            .dir_keys
+            .iter()
+            .find_map(|k| input.get(*k).and_then(Value::as_str))
+            .map(|d| absolute(d, cwd.as_deref()))
+            .or(cwd);
+        Some((input, dir))
+    }
+}
+
+/// The agent name of the hook's actor of a client whose events name the
+/// session only (`PREFIX-<session8>`).
+pub fn session_agent(prefix: &str, event: &Value) -> Option<String> {
+    let session = event.get("session_id")?.as_str()?;
+    Some(agent_name(
+        prefix,
+        &Who {
+            session: session.to_string(),
+            agent: None,
+        },
+    ))
+}
+
 /// `input` with its `command` sent through `writ run` as `agent` (SPEC
 /// §17), for a shell tool whose command runs in `dir`; `None` where it
 /// cannot be: no served root at or above `dir` (not writ's business), no

@@ -149,33 +149,19 @@ pub fn mcp_refusal(event: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-/// For a `BeforeTool` of `run_shell_command`: its input and the folder the
-/// command runs in (`dir_path`, relative to `cwd`), for `writ run`.
-pub fn shell(event: &Value) -> Option<(Value, Option<PathBuf>)> {
-    let text = |key: &str| event.get(key).and_then(Value::as_str);
-    if text("hook_event_name")? != "BeforeTool" || text("tool_name")? != "run_shell_command" {
-        return None;
-    }
-    let input = event.get("tool_input")?.clone();
-    let cwd = text("cwd").map(PathBuf::from);
-    let dir = ["dir_path", "directory"]
-        .iter()
-        .find_map(|k| input.get(*k).and_then(Value::as_str))
-        .map(|d| engine::absolute(d, cwd.as_deref()))
-        .or(cwd);
-    Some((input, dir))
-}
+/// Gemini CLI's `run_shell_command {command, dir_path?}` (`directory` in
+/// older versions), for `writ run`.
+pub const SHELL: engine::ShellCall = engine::ShellCall {
+    event: "BeforeTool",
+    tool_key: "tool_name",
+    tool: "run_shell_command",
+    input_key: "tool_input",
+    dir_keys: &["dir_path", "directory"],
+};
 
 /// The agent name the hook's actor goes by in a Gemini session.
 pub fn agent(event: &Value) -> Option<String> {
-    let session = event.get("session_id")?.as_str()?;
-    Some(engine::agent_name(
-        PREFIX,
-        &Who {
-            session: session.to_string(),
-            agent: None,
-        },
-    ))
+    engine::session_agent(PREFIX, event)
 }
 
 /// The answer to a `BeforeTool` whose shell command was wrapped: Gemini CLI

@@ -131,7 +131,7 @@ pub fn run(cmd: HookCmd) -> ExitCode {
         // Codex reads a decision, and a rewritten input, as Claude Code does.
         HookAgent::Codex(args) => {
             let wrapped = event.as_ref().ok().and_then(|e| {
-                let (input, dir) = codex::shell(e)?;
+                let (input, dir) = codex::SHELL.of(e)?;
                 engine::wrap_shell(dir.as_deref(), &codex::agent(e)?, input)
             });
             match event.and_then(|e| codex::parse(&e)) {
@@ -149,7 +149,7 @@ pub fn run(cmd: HookCmd) -> ExitCode {
         }
         HookAgent::Gemini(args) => {
             let wrapped = event.as_ref().ok().and_then(|e| {
-                let (input, dir) = gemini::shell(e)?;
+                let (input, dir) = gemini::SHELL.of(e)?;
                 engine::wrap_shell(dir.as_deref(), &gemini::agent(e)?, input)
             });
             let refusal = event.as_ref().ok().and_then(gemini::mcp_refusal);
@@ -173,7 +173,7 @@ pub fn run(cmd: HookCmd) -> ExitCode {
         }
         HookAgent::Opencode(args) => {
             let wrapped = event.as_ref().ok().and_then(|e| {
-                let (input, dir) = opencode::shell(e)?;
+                let (input, dir) = opencode::SHELL.of(e)?;
                 engine::wrap_shell(dir.as_deref(), &opencode::agent(e)?, input)
             });
             match event.and_then(|e| opencode::parse(&e)) {

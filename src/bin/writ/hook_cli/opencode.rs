@@ -95,33 +95,18 @@ pub fn parse(event: &Value) -> Result<Event, String> {
     })
 }
 
-/// For a `tool.execute.before` of `bash {command, workdir?, …}`: its
-/// arguments and the folder the command runs in, for `writ run`.
-pub fn shell(event: &Value) -> Option<(Value, Option<PathBuf>)> {
-    let text = |key: &str| event.get(key).and_then(Value::as_str);
-    if text("hook_event_name")? != "tool.execute.before" || text("tool")? != "bash" {
-        return None;
-    }
-    let args = event.get("args")?.clone();
-    let cwd = text("cwd").map(PathBuf::from);
-    let dir = args
-        .get("workdir")
-        .and_then(Value::as_str)
-        .map(|d| engine::absolute(d, cwd.as_deref()))
-        .or(cwd);
-    Some((args, dir))
-}
+/// opencode's `bash {command, workdir?, …}`, for `writ run`.
+pub const SHELL: engine::ShellCall = engine::ShellCall {
+    event: "tool.execute.before",
+    tool_key: "tool",
+    tool: "bash",
+    input_key: "args",
+    dir_keys: &["workdir"],
+};
 
 /// The agent name the hook's actor goes by in an opencode session.
 pub fn agent(event: &Value) -> Option<String> {
-    let session = event.get("session_id")?.as_str()?;
-    Some(engine::agent_name(
-        PREFIX,
-        &Who {
-            session: session.to_string(),
-            agent: None,
-        },
-    ))
+    engine::session_agent(PREFIX, event)
 }
 
 /// The answer to a `bash` call whose command was wrapped: the plugin puts
@@ -224,13 +209,13 @@ mod tests {
         let event = json!({"hook_event_name": "tool.execute.before", "session_id": "ses_1",
             "call_id": "c", "tool": "bash", "cwd": "/repo",
             "args": {"command": "make", "description": "build"}});
-        let (args, dir) = shell(&event).unwrap_or_else(|| panic!("not a shell call"));
+        let (args, dir) = SHELL.of(&event).unwrap_or_else(|| panic!("not a shell call"));
         assert_eq!(args["command"], "make");
         assert_eq!(dir, Some(PathBuf::from("/repo")));
         assert_eq!(shell_output(args.clone()), json!({"args": args}));
         let mut write = event;
         write["tool"] = json!("write");
-        assert!(shell(&write).is_none());
+        assert!(SHELL.of(&write).is_none());
     }
 
     #[test]
