@@ -253,9 +253,10 @@ fn a_sed_through_bash_and_another_sessions_edit_of_other_lines_both_land() {
         "both changes are kept: {}",
         story()
     );
-    cli_install::figure(format!(
+    cli_install::figure(
         "real-cli: claude-code Bash `sed -i` beside another session's Edit: 2 landed, 0 lost"
-    ));
+            .to_string(),
+    );
 }
 
 /// `git checkout -- .` run by one session's Bash tool over another
@@ -316,7 +317,5 @@ fn a_git_checkout_through_bash_over_another_sessions_unseen_edit_is_refused() {
             story()
         );
     }
-    cli_install::figure(format!(
-        "real-cli: claude-code Bash `git checkout -- .` over another session's unseen edit: refused, 0 lost"
-    ));
+    cli_install::figure("real-cli: claude-code Bash `git checkout -- .` over another session's unseen edit: refused, 0 lost".to_string());
 }

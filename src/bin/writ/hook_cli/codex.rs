@@ -79,7 +79,9 @@ mod tests {
     fn its_shell_is_bash_before_it_runs_in_its_workdir() {
         let event = serde_json::json!({"hook_event_name": "PreToolUse", "session_id": "s",
             "cwd": "/w", "tool_name": "Bash", "tool_input": {"command": "ls", "workdir": "sub"}});
-        let (input, dir) = SHELL.of(&event).unwrap_or_else(|| panic!("not a shell call"));
+        let (input, dir) = SHELL
+            .of(&event)
+            .unwrap_or_else(|| panic!("not a shell call"));
         assert_eq!(input["command"], "ls");
         assert_eq!(dir, Some(PathBuf::from("/w/sub")));
         let mut after = event.clone();

@@ -209,7 +209,9 @@ mod tests {
         let event = json!({"hook_event_name": "tool.execute.before", "session_id": "ses_1",
             "call_id": "c", "tool": "bash", "cwd": "/repo",
             "args": {"command": "make", "description": "build"}});
-        let (args, dir) = SHELL.of(&event).unwrap_or_else(|| panic!("not a shell call"));
+        let (args, dir) = SHELL
+            .of(&event)
+            .unwrap_or_else(|| panic!("not a shell call"));
         assert_eq!(args["command"], "make");
         assert_eq!(dir, Some(PathBuf::from("/repo")));
         assert_eq!(shell_output(args.clone()), json!({"args": args}));
