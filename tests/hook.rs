@@ -540,6 +540,64 @@ fn subagent_stop_releases_what_its_mcp_agent_reserved() {
     });
 }
 
+/// A hooked write refused because the file changed since the agent's read
+/// leaves that agent a claim on the file (SPEC §6): another session's
+/// write is refused naming the claimer until the claimer's redo lands.
+#[test]
+fn a_stale_hooked_write_claims_the_file_until_its_redo() {
+    let t = setup();
+    let root = &t.root;
+    fs::write(root.join("a.rs"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+    runtime().block_on(async {
+        let server = serve(root, Duration::from_secs(15), None).await;
+        let (alice, bob) = ((S, None), ("0b0b0b0b-0000-4000-8000-000000000002", None));
+        run(&t.state, vec![read_all(root, alice, "r1", "a.rs")]).await;
+        fs::write(root.join("a.rs"), "one\ntwo\n").unwrap_or_else(|e| panic!("{e}"));
+        let outs = run(
+            &t.state,
+            vec![tool(root, alice, "PreToolUse", "Edit", "e1", "a.rs")],
+        )
+        .await;
+        assert!(outs[0].contains("changed since"), "{outs:?}");
+        let claims = |server: &Server| {
+            let dump = server.scheduler().dump();
+            dump.holds
+                .iter()
+                .filter(|h| h.kind == writ::HoldKind::Claim)
+                .map(|h| h.actor.clone())
+                .collect::<Vec<_>>()
+        };
+        let held = claims(&server);
+        assert!(
+            held.len() == 1 && held[0].starts_with("claude-code-5def7bb7"),
+            "alice's stale write left her no claim: {held:?}"
+        );
+        // Bob, with a fresh read, is held back while alice redoes.
+        let outs = run(
+            &t.state,
+            vec![
+                read_all(root, bob, "r2", "a.rs"),
+                tool(root, bob, "PreToolUse", "Edit", "e2", "a.rs"),
+            ],
+        )
+        .await;
+        assert!(outs[1].contains("claimed by"), "{outs:?}");
+        // Alice reads again and redoes: her write passes and ends the claim.
+        let outs = run(
+            &t.state,
+            vec![
+                read_all(root, alice, "r3", "a.rs"),
+                tool(root, alice, "PreToolUse", "Edit", "e3", "a.rs"),
+                tool(root, alice, "PostToolUse", "Edit", "e3", "a.rs"),
+            ],
+        )
+        .await;
+        assert_eq!(outs[1], "", "{outs:?}");
+        assert!(claims(&server).is_empty(), "the redo did not end the claim");
+        server.shutdown().await;
+    });
+}
+
 #[test]
 fn a_task_notification_starts_no_turn() {
     let t = setup();

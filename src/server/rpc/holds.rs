@@ -133,11 +133,11 @@ impl Holds for InProcess {
     }
 
     async fn release(&self, app: &Arc<App>, caller: &Caller, release: Release) -> Result<Value> {
-        let (n, named) = match release {
-            Release::Hold(hold) => (app.parse('h', "a hold", &hold)?, hold),
+        let (n, named, claim) = match release {
+            Release::Hold(hold, claim) => (app.parse('h', "a hold", &hold)?, hold, claim),
             Release::Ticket { actor, ticket } => {
                 match app.release_ticket(caller, &actor, &ticket)? {
-                    Some(hold) => (hold, app.handle('h', hold)),
+                    Some(hold) => (hold, app.handle('h', hold), false),
                     None => return Ok(json!({"released": null, "ticket": ticket})),
                 }
             }
@@ -152,6 +152,14 @@ impl Holds for InProcess {
             reg.renew(lease, app.ttl);
             reg.remove_hold(n)
         };
+        // Given before the reservation goes, inside it: no other writer
+        // slips in between (a fence leaves no claim: it is no write).
+        let ttl = app.sched.config().claim_ttl_of();
+        if let (true, Some(Guard::Reservation(call))) =
+            (claim && !ttl.is_zero(), slot.as_ref().map(|s| &s.guard))
+        {
+            call.claim(ttl);
+        }
         drop(slot);
         Ok(json!({"released": named}))
     }
@@ -248,8 +256,10 @@ mod on_etcd {
             caller: &Caller,
             release: Release,
         ) -> Result<Value> {
+            // The table in etcd keeps no claims yet (docs/DISTRIBUTED.md):
+            // `claim` releases the hold alone.
             let named = match release {
-                Release::Hold(hold) => hold,
+                Release::Hold(hold, _claim) => hold,
                 Release::Ticket { actor, ticket } => {
                     // The answer is in etcd: any server of the session can
                     // give the wait up, whichever one served it.

@@ -84,24 +84,27 @@ pub(super) struct ReleaseParams {
     hold: Option<String>,
     actor: Option<String>,
     ticket: Option<String>,
+    /// With `hold`: the caller refused the write it reserved for `Stale`
+    /// (a hook judging in its own process), so the reservation leaves its
+    /// actor a claim on each file it held (SPEC §6).
+    #[serde(default)]
+    claim: bool,
 }
 
 /// What a `release` names.
 pub(super) enum Release {
-    Hold(String),
+    /// A hold, and whether it leaves its actor a claim.
+    Hold(String, bool),
     /// The request `ticket` of `actor`, granted or not.
-    Ticket {
-        actor: String,
-        ticket: String,
-    },
+    Ticket { actor: String, ticket: String },
 }
 
 impl ReleaseParams {
     fn read(self) -> Result<Release> {
-        match (self.hold, self.actor, self.ticket) {
-            (Some(hold), None, None) => Ok(Release::Hold(hold)),
-            (None, Some(actor), Some(ticket)) => Ok(Release::Ticket { actor, ticket }),
-            _ => Err(invalid("release takes {hold} or {actor, ticket}")),
+        match (self.hold, self.actor, self.ticket, self.claim) {
+            (Some(hold), None, None, claim) => Ok(Release::Hold(hold, claim)),
+            (None, Some(actor), Some(ticket), false) => Ok(Release::Ticket { actor, ticket }),
+            _ => Err(invalid("release takes {hold, claim?} or {actor, ticket}")),
         }
     }
 }

@@ -941,10 +941,13 @@ impl Run {
             // check and the tool.
             let verdict = match sha256_of(&change.path) {
                 Ok(now) => judge(agent.marks.get(&change.path), now.as_deref(), change),
-                Err(e) => Some(e),
+                Err(e) => Some((e, false)),
             };
-            if let Some(reason) = verdict {
-                release(session, hold).await;
+            if let Some((reason, stale)) = verdict {
+                // A stale write leaves the agent a claim on the files it
+                // reserved (SPEC §6): its redo is not raced again.
+                let released = json!({"hold": hold, "claim": stale});
+                let _ = session.call("release", released).await;
                 return Ok(Decision::Deny(reason));
             }
         }
@@ -1069,34 +1072,48 @@ impl Run {
 }
 
 /// Whether an agent may change a file, given what it saw of it (SPEC §6):
-/// `None` when it may, else the sentence why not. A file that does not
-/// exist may be created; an existing one needs a mark of its current
-/// content, over a whole view when the change replaces it whole.
-fn judge(mark: Option<&Mark>, now: Option<&str>, change: &Change) -> Option<String> {
+/// `None` when it may, else the sentence why not and whether the refusal
+/// is `Stale` (the file changed since the agent's read), which leaves the
+/// agent a claim on it. A file that does not exist may be created; an
+/// existing one needs a mark of its current content, over a whole view
+/// when the change replaces it whole.
+fn judge(mark: Option<&Mark>, now: Option<&str>, change: &Change) -> Option<(String, bool)> {
     let path = change.path.display();
     let now = now?;
     match change.kind {
         Kind::Anchored => return None,
         Kind::Create => {
-            return Some(format!(
-                "{path} already exists; adding it would replace its content unseen. Change it with an update of the lines you mean, or pick another name."
+            return Some((
+                format!(
+                    "{path} already exists; adding it would replace its content unseen. Change it with an update of the lines you mean, or pick another name."
+                ),
+                false,
             ));
         }
         Kind::Whole | Kind::Edit => {}
     }
     let Some(mark) = mark else {
-        return Some(format!(
-            "{path} has not been read by this agent (or writ lost track of the read); read it first, then redo your change."
+        return Some((
+            format!(
+                "{path} has not been read by this agent (or writ lost track of the read); read it first, then redo your change."
+            ),
+            false,
         ));
     };
     if mark.sha256 != now {
-        return Some(format!(
-            "{path} changed since you last read it (another agent or a person wrote it); read it again and redo your edit on the current content."
+        return Some((
+            format!(
+                "{path} changed since you last read it (another agent or a person wrote it); read it again and redo your edit on the current content."
+            ),
+            true,
         ));
     }
     match &mark.partial {
-        Some(seen) if change.kind == Kind::Whole => Some(format!(
-            "you have seen only {seen} of {path}, and this write replaces the whole file; read all of it first (no offset or limit), or change the part you saw with an edit."
+        Some(seen) if change.kind == Kind::Whole => Some((
+            format!(
+                "you have seen only {seen} of {path}, and this write replaces the whole file; read all of it first (no offset or limit), or change the part you saw with an edit."
+            ),
+            false,
         )),
         _ => None,
     }
@@ -1151,7 +1168,8 @@ mod tests {
         let refused = judge(mark.as_ref(), now.as_deref(), &change(&path, true));
         assert!(
             refused
-                .as_deref()
+                .as_ref()
+                .map(|(why, _)| why.as_str())
                 .is_some_and(|r| r.contains("lines 2-2 of 3")),
             "{refused:?}"
         );
@@ -1202,7 +1220,8 @@ mod tests {
         let refused = judge(mark.as_ref(), now.as_deref(), &change(&path, false));
         assert!(
             refused
-                .as_deref()
+                .as_ref()
+                .map(|(why, _)| why.as_str())
                 .is_some_and(|r| r.contains("changed since")),
             "{refused:?}"
         );
