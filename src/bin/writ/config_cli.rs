@@ -883,6 +883,17 @@ fn install_hooks(
     }
 }
 
+/// A user's TOML file, parsed; refused whole when it is not TOML, so writ
+/// never appends to a file it cannot read.
+fn user_toml(text: &str) -> Result<toml_edit::DocumentMut, String> {
+    text.parse::<toml_edit::DocumentMut>().map_err(|e| {
+        format!(
+            "not valid TOML ({}), so writ will not add to it",
+            e.to_string().trim()
+        )
+    })
+}
+
 /// Codex's file with each of writ's hook groups appended under its event,
 /// unless that event already runs `writ hook codex`; None when nothing is
 /// to add, or why it cannot be added safely. As for the server's table,
@@ -894,12 +905,7 @@ fn merge_codex_hooks(
 ) -> Result<Option<String>, String> {
     let text = existing.unwrap_or("");
     let parse = |text: &str| text.parse::<toml_edit::DocumentMut>();
-    let before = parse(text).map_err(|e| {
-        format!(
-            "not valid TOML ({}), so writ will not add to it",
-            e.to_string().trim()
-        )
-    })?;
+    let before = user_toml(text)?;
     let have = toml_value(before.as_item());
     let mut expected = have.clone();
     let mut added = String::new();
@@ -1247,12 +1253,7 @@ fn toml_value(item: &toml_edit::Item) -> Value {
 fn merge_codex(existing: Option<&str>, table: &str) -> Result<Option<String>, String> {
     let text = existing.unwrap_or("");
     let parse = |text: &str| text.parse::<toml_edit::DocumentMut>();
-    let before = parse(text).map_err(|e| {
-        format!(
-            "not valid TOML ({}), so writ will not add to it",
-            e.to_string().trim()
-        )
-    })?;
+    let before = user_toml(text)?;
     let ours = parse(table).map_err(|e| format!("writ's own table is not TOML ({e})"))?;
     let ours = toml_value(ours.as_item());
     let want = &ours["mcp_servers"]["writ"];
