@@ -535,7 +535,15 @@ mod tests {
             json!({"actor": "a-x-1", "path": "a", "content": "", "current": 1}),
         );
         let detail = refused("release", json!({"hold": "h-x-1", "ticket": "t"}));
-        assert!(detail.contains("{hold} or {actor, ticket}"), "{detail}");
+        assert!(
+            detail.contains("{hold, claim?} or {actor, ticket}"),
+            "{detail}"
+        );
+        // A claim is left by a hold its caller refused, never by a ticket.
+        refused(
+            "release",
+            json!({"actor": "a-x-1", "ticket": "t", "claim": true}),
+        );
         let detail = refused("dump", json!({"format": "xml"}));
         assert!(detail.contains("json or table"), "{detail}");
     }
