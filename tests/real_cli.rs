@@ -132,6 +132,32 @@ impl World {
     }
 
     /// What went on, for a failing assertion's message.
+    /// Asserts that no landed line is missing from the file and every
+    /// agent finished, telling the run's story where not.
+    fn assert_none_lost(&self, tally: &Tally, ended: &[Ended]) {
+        assert!(
+            tally.lost.is_empty(),
+            "lost {:?}: {}",
+            tally.lost,
+            self.story(ended)
+        );
+        assert!(
+            tally.unfinished.is_empty(),
+            "unfinished {:?}: {}",
+            tally.unfinished,
+            self.story(ended)
+        );
+    }
+
+    /// The result of `agent`'s first call of `tool`, if it made one.
+    fn first_result(&self, agent: &str, tool: &str) -> Option<ToolResult> {
+        self.model
+            .transcript(agent)
+            .results
+            .into_iter()
+            .find(|r| r.name == tool)
+    }
+
     fn story(&self, ended: &[Ended]) -> String {
         let mut story = format!(
             "final {SHARED}:\n{}\n",
@@ -398,18 +424,7 @@ fn b_with_writ_hooks_sessions_at_once_lose_nothing() {
         tally.landed,
         tally.lost.len()
     ));
-    assert!(
-        tally.lost.is_empty(),
-        "lost {:?}: {}",
-        tally.lost,
-        world.story(&ended)
-    );
-    assert!(
-        tally.unfinished.is_empty(),
-        "unfinished {:?}: {}",
-        tally.unfinished,
-        world.story(&ended)
-    );
+    world.assert_none_lost(&tally, &ended);
 }
 
 /// (c) With writ: one session whose model starts 3 subagents in one
@@ -455,18 +470,7 @@ fn c_with_writ_hooks_subagents_of_one_session_lose_nothing() {
         tally.landed,
         tally.lost.len()
     ));
-    assert!(
-        tally.lost.is_empty(),
-        "lost {:?}: {}",
-        tally.lost,
-        world.story(&ended)
-    );
-    assert!(
-        tally.unfinished.is_empty(),
-        "unfinished {:?}: {}",
-        tally.unfinished,
-        world.story(&ended)
-    );
+    world.assert_none_lost(&tally, &ended);
     // The main agent never writes here: a subagent refused because the
     // session's own actor holds the file was refused as the wrong agent
     // (the hook names a session's actor `claude-code-` + the first 8
@@ -537,18 +541,7 @@ fn c_writ_mcp_subagents_are_separate_agents() {
         "real-cli: claude-code with writ's MCP tools, 3 subagents of one session, a stale write after a sibling's read: landed {}, lost {:?}, refusals by writ {refused}",
         tally.landed, tally.lost
     ));
-    assert!(
-        tally.lost.is_empty(),
-        "lost {:?}: {}",
-        tally.lost,
-        world.story(&ended)
-    );
-    assert!(
-        tally.unfinished.is_empty(),
-        "unfinished {:?}: {}",
-        tally.unfinished,
-        world.story(&ended)
-    );
+    world.assert_none_lost(&tally, &ended);
 }
 
 /// (d) writ's MCP tools only, set up by `writ config claude --write` alone
@@ -580,18 +573,7 @@ fn d_writ_mcp_tools_alone_show_the_model_every_result() {
         tally.landed,
         tally.lost.len()
     ));
-    assert!(
-        tally.lost.is_empty(),
-        "lost {:?}: {}",
-        tally.lost,
-        world.story(&ended)
-    );
-    assert!(
-        tally.unfinished.is_empty(),
-        "unfinished {:?}: {}",
-        tally.unfinished,
-        world.story(&ended)
-    );
+    world.assert_none_lost(&tally, &ended);
 }
 
 /// (e) A model that thinks longer than every lease and TTL: the server runs
@@ -617,12 +599,7 @@ fn e_a_model_thinking_past_every_ttl_is_still_denied() {
     let p2 = world.appender("slow", slow);
     let ended = world.run_all(&[("quick".into(), p1), ("slow".into(), p2)]);
     let tally = world.tally();
-    let transcript = world.model.transcript("slow");
-    let first_write = transcript
-        .results
-        .iter()
-        .find(|r| r.name == "Edit")
-        .cloned();
+    let first_write = world.first_result("slow", "Edit");
     cli_install::figure(format!(
         "real-cli: claude-code with writ's hooks, a 3 s think past a 1 s lease: first write after it {:?}, lost {}",
         first_write.as_ref().map(|r| r.text.clone()),
@@ -638,18 +615,7 @@ fn e_a_model_thinking_past_every_ttl_is_still_denied() {
         first_write.text,
         world.story(&ended)
     );
-    assert!(
-        tally.lost.is_empty(),
-        "lost {:?}: {}",
-        tally.lost,
-        world.story(&ended)
-    );
-    assert!(
-        tally.unfinished.is_empty(),
-        "unfinished {:?}: {}",
-        tally.unfinished,
-        world.story(&ended)
-    );
+    world.assert_none_lost(&tally, &ended);
 }
 
 /// (e, reserved) The case a lapsed hook actor let through: while one
@@ -675,12 +641,7 @@ fn e_a_model_thinking_past_every_ttl_is_refused_by_a_reservation() {
     let ended = world.run_all(&[("holder".into(), p1), ("thinker".into(), p2)]);
     assert_reserved(&world, "holder", &ended);
     let tally = world.tally();
-    let first_write = world
-        .model
-        .transcript("thinker")
-        .results
-        .into_iter()
-        .find(|r| r.name == "Edit");
+    let first_write = world.first_result("thinker", "Edit");
     cli_install::figure(format!(
         "real-cli: claude-code with writ's hooks, a 3 s think past a 1 s lease into another agent's reservation: first write got {:?}; lost {}",
         first_write.as_ref().map(|r| r.text.clone()),
@@ -696,18 +657,7 @@ fn e_a_model_thinking_past_every_ttl_is_refused_by_a_reservation() {
         first_write.text,
         world.story(&ended)
     );
-    assert!(
-        tally.lost.is_empty(),
-        "lost {:?}: {}",
-        tally.lost,
-        world.story(&ended)
-    );
-    assert!(
-        tally.unfinished.is_empty(),
-        "unfinished {:?}: {}",
-        tally.unfinished,
-        world.story(&ended)
-    );
+    world.assert_none_lost(&tally, &ended);
 }
 
 /// (f) Two sessions whose `writ mcp` bridges find no server share one
@@ -730,12 +680,7 @@ fn f_two_bridges_without_a_server_share_one_scheduler() {
     let ended = world.run_all(&[("holder".into(), p1), ("other".into(), p2)]);
     assert_reserved(&world, "holder", &ended);
     let tally = world.tally();
-    let first_write = world
-        .model
-        .transcript("other")
-        .results
-        .into_iter()
-        .find(|r| r.name == "mcp__writ__edit_file");
+    let first_write = world.first_result("other", "mcp__writ__edit_file");
     cli_install::figure(format!(
         "real-cli: claude-code, two writ mcp bridges and no server: the write during the other's reservation got {:?}; lost {}",
         first_write.as_ref().map(|r| r.text.clone()),
@@ -750,16 +695,5 @@ fn f_two_bridges_without_a_server_share_one_scheduler() {
         first_write.text,
         world.story(&ended)
     );
-    assert!(
-        tally.lost.is_empty(),
-        "lost {:?}: {}",
-        tally.lost,
-        world.story(&ended)
-    );
-    assert!(
-        tally.unfinished.is_empty(),
-        "unfinished {:?}: {}",
-        tally.unfinished,
-        world.story(&ended)
-    );
+    world.assert_none_lost(&tally, &ended);
 }
