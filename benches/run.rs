@@ -1,7 +1,12 @@
-//! The cost of running a shell command through `writ run` (SPEC §17): the
-//! overlay set-up, the scan of its layer and the (empty) commit of a
-//! read-only command, against the same command run plainly — `true`, and
-//! `git status` and `grep -r` on a 10,000-file tree.
+//! The cost of running a shell command through `writ run` (SPEC §17),
+//! against the same command run plainly — `true`, and `git status` and
+//! `grep -r` on a 10,000-file tree:
+//!
+//! - `writ_run`: as `writ run` runs it by default ([`View::Auto`]); the two
+//!   readers run with the workspace bound read-only, and so does `true`;
+//! - `writ_run_overlay`: through the copy-on-write overlay
+//!   ([`View::CopyOnWrite`]): its set-up, the cold lookups of a fresh
+//!   overlay, the scan of its layer and the (empty) commit.
 //!
 //! Run: `cargo bench --bench run -- --warm-up-time 1 --measurement-time 5`
 //! (Linux with unprivileged user namespaces; elsewhere the fenced fallback
@@ -11,7 +16,7 @@ use std::path::Path;
 use std::process::Command as Proc;
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
-use writ::run::Command;
+use writ::run::{Command, View};
 use writ::{Config, Grant, Scheduler};
 
 /// A tree of `files` small source files in folders of 100, committed to git.
@@ -57,9 +62,9 @@ fn run(c: &mut Criterion) {
     let agent = sched
         .actor("bench", Grant::workspace(&root))
         .expect("an actor");
-    let through_writ = |argv: &[&str]| {
+    let through_writ = |argv: &[&str], view: View| {
         let report = runtime
-            .block_on(agent.run(Command::new(argv.iter().copied())))
+            .block_on(agent.run(Command::new(argv.iter().copied()).view(view)))
             .expect("the run");
         assert!(report.committed && report.artifacts.is_empty(), "{report}");
     };
@@ -81,7 +86,10 @@ fn run(c: &mut Criterion) {
     for (name, argv) in commands {
         group.bench_function(format!("{name}/plain"), |b| b.iter(|| plain(argv)));
         group.bench_function(format!("{name}/writ_run"), |b| {
-            b.iter(|| through_writ(argv))
+            b.iter(|| through_writ(argv, View::Auto))
+        });
+        group.bench_function(format!("{name}/writ_run_overlay"), |b| {
+            b.iter(|| through_writ(argv, View::CopyOnWrite))
         });
     }
     group.finish();

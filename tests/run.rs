@@ -17,7 +17,7 @@ use std::process::Command as Proc;
 use std::time::Duration;
 
 use writ::delegate::{Change, Status};
-use writ::run::{Command, RunMode};
+use writ::run::{Command, RunMode, View};
 use writ::{Actor, Config, Grant, Scheduler};
 
 struct Ws {
@@ -328,22 +328,111 @@ async fn a_read_only_command_commits_nothing_and_waits_for_nothing() {
     ws.git(&["init", "-q"]);
     // b holds a call on the file: a commit touching it would have to wait.
     let _held = ws.b.request(["src/a.rs"]).try_admit().unwrap();
+    let line = "git status --short; grep -r needle src";
+    for (view, mode) in [
+        (View::Auto, RunMode::ReadOnly),
+        (View::CopyOnWrite, RunMode::Overlay),
+    ] {
+        let report =
+            ws.a.run(Command::shell(line).commit_wait(Duration::ZERO).view(view))
+                .await
+                .unwrap();
+        assert_eq!(report.mode, mode, "{report}");
+        assert!(report.committed, "{report}");
+        assert!(report.artifacts.is_empty());
+        assert!(
+            report.output.contains("src/a.rs:needle"),
+            "{}",
+            report.output
+        );
+        assert!(report.kept.is_none());
+    }
+}
+
+/// A command run read-only cannot write the workspace, whatever it tries:
+/// its write fails and the real tree keeps what it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_run_cannot_write_the_workspace() {
+    let ws = ws();
+    ws.put("a.txt", "mine\n");
+    for attack in [
+        "echo theirs > a.txt",
+        "rm -f a.txt",
+        "mv a.txt b.txt",
+        "mkdir d",
+        "touch new.txt",
+    ] {
+        let report =
+            ws.a.run(Command::shell(attack).view(View::ReadOnly))
+                .await
+                .unwrap();
+        assert_eq!(report.mode, RunMode::ReadOnly, "{report}");
+        assert_eq!(report.status, Status::Failed, "{attack}: {report}");
+        assert!(
+            report.output.contains("Read-only file system"),
+            "{attack}: {}",
+            report.output
+        );
+    }
+    assert_eq!(ws.get("a.txt"), "mine\n");
+    let mut names: Vec<_> = fs::read_dir(&ws.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.txt"]);
+}
+
+/// A read-only run still writes its pass-through folders (build outputs,
+/// `.git`), as an overlay run does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_run_writes_its_pass_through_folders() {
+    let ws = ws();
+    ws.put(".gitignore", "/target\n");
+    ws.put("target/.keep", "");
+    ws.git(&["init", "-q"]);
     let report = ws
         .a
-        .run(Command::shell("git status --short; grep -r needle src").commit_wait(Duration::ZERO))
+        .run(Command::shell("echo obj > target/out.o && git add .gitignore").view(View::ReadOnly))
         .await
         .unwrap();
-    if !overlay_or_skip(&report) {
-        return;
-    }
+    assert_eq!(report.mode, RunMode::ReadOnly, "{report}");
+    assert_eq!(report.status, Status::Completed, "{report}");
+    assert_eq!(ws.get("target/out.o"), "obj\n");
+    let staged = Proc::new("git")
+        .args(["diff", "--cached", "--name-only"])
+        .current_dir(&ws.root)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&staged.stdout), ".gitignore\n");
+}
+
+/// A command that looks read-only but writes (`sed`'s `w` command) fails
+/// on the read-only workspace and runs again through the overlay, where
+/// its write commits like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_guessed_read_only_that_writes_runs_again_through_the_overlay() {
+    let ws = ws();
+    ws.put("in.txt", "one\ntwo\n");
+    let report =
+        ws.a.run(Command::shell("sed -n '/two/w out.txt' in.txt"))
+            .await
+            .unwrap();
+    assert_eq!(report.mode, RunMode::Overlay, "{report}");
     assert!(report.committed, "{report}");
-    assert!(report.artifacts.is_empty());
     assert!(
-        report.output.contains("src/a.rs:needle"),
-        "{}",
-        report.output
+        report.notes.iter().any(|n| n.contains("ran again")),
+        "{report}"
     );
-    assert!(report.kept.is_none());
+    assert_eq!(ws.get("out.txt"), "two\n");
+    assert_eq!(
+        report
+            .artifacts
+            .iter()
+            .map(|a| a.path.clone())
+            .collect::<Vec<_>>(),
+        [PathBuf::from("out.txt")]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -43,6 +43,7 @@ mod commit;
 mod ns;
 mod overlay;
 mod passthrough;
+mod readonly;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -78,8 +79,30 @@ pub struct Command {
     keep: Duration,
     grace: Duration,
     commit_wait: Duration,
-    overlay: bool,
+    view: View,
     outer: Option<Outer>,
+}
+
+/// How a command sees the workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum View {
+    /// [`View::ReadOnly`] where the command looks as if it only reads
+    /// (`ls`, `grep`, `git status`, `sed -n`, pipelines of them), else
+    /// [`View::CopyOnWrite`]. A command guessed wrong fails to write
+    /// (nothing lands) and runs again through the overlay, once.
+    #[default]
+    Auto,
+    /// Through a private copy-on-write layer, then committed
+    /// ([`RunMode::Overlay`]).
+    CopyOnWrite,
+    /// The workspace bound read-only, the pass-through folders writable:
+    /// no layer, nothing to commit, the real tree's warm caches
+    /// ([`RunMode::ReadOnly`]).
+    ReadOnly,
+    /// Under the exclusive workspace fence ([`RunMode::Fenced`]), as where
+    /// no overlay can be made.
+    Fenced,
 }
 
 /// A table the commit is admitted by too, before the actor's own (a
@@ -108,7 +131,7 @@ impl Command {
             keep: DEFAULT_KEEP,
             grace: crate::delegate::DEFAULT_GRACE,
             commit_wait: DEFAULT_COMMIT_WAIT,
-            overlay: true,
+            view: View::Auto,
             outer: None,
         }
     }
@@ -163,8 +186,13 @@ impl Command {
 
     /// Never make an overlay: run under the exclusive workspace fence
     /// ([`RunMode::Fenced`]), as where no overlay can be made.
-    pub fn fenced(mut self) -> Self {
-        self.overlay = false;
+    pub fn fenced(self) -> Self {
+        self.view(View::Fenced)
+    }
+
+    /// How the command sees the workspace; [`View::Auto`] by default.
+    pub fn view(mut self, view: View) -> Self {
+        self.view = view;
         self
     }
 }
@@ -179,6 +207,9 @@ pub enum RunMode {
     /// Under an exclusive fence on the workspace, writing the real tree;
     /// the write set is the before/after manifest.
     Fenced,
+    /// With the workspace read-only (the pass-through folders writable):
+    /// nothing to commit.
+    ReadOnly,
 }
 
 /// One path a run changed in the real tree.
@@ -258,6 +289,7 @@ impl fmt::Display for RunReport {
         let mode = match self.mode {
             RunMode::Overlay => "overlay",
             RunMode::Fenced => "fenced",
+            RunMode::ReadOnly => "read-only",
         };
         writeln!(f, "run {} ({mode}): {} ({how})", self.run, self.status)?;
         if self.committed {
@@ -418,12 +450,29 @@ impl Actor {
                 key.path
             }
         };
-        let overlay = if command.overlay {
-            overlay::available(&root)
-        } else {
+        let overlay = if command.view == View::Fenced {
             Err("the run asked for the fenced mode".to_string())
+        } else {
+            overlay::available(&root)
+        };
+        let read_only = match command.view {
+            View::ReadOnly => true,
+            View::Auto => readonly::looks_read_only(&command.argv),
+            View::CopyOnWrite | View::Fenced => false,
         };
         match overlay {
+            Ok(()) if read_only => {
+                let report = self.run_read_only(&command, &root, &cwd).await?;
+                if command.view == View::Auto && report.failed_to_write() {
+                    let mut again = self.run_overlay(command, root, cwd).await?;
+                    again.notes.insert(
+                        0,
+                        "the command looked read-only and ran with the workspace read-only, but it writes: it ran again through the overlay, and this is that run".into(),
+                    );
+                    return Ok(again);
+                }
+                Ok(report)
+            }
             Ok(()) => self.run_overlay(command, root, cwd).await,
             // The fallback's fence is this scheduler's: another server's
             // writes would not wait for it.
@@ -472,9 +521,6 @@ impl Actor {
             }
         };
         let mut notes = ran.notes;
-        // Unmounting the overlay (an inode evicted per file the command
-        // looked at) and removing a committed run's layer are nobody's
-        // wait: a thread does them after the report is out.
         let namespace = ran.namespace;
         let label = format!("writ run: {}", overlay::describe(&command.argv));
         let entries = match overlay::scan(&layer.upper()) {
@@ -519,24 +565,7 @@ impl Actor {
             keep(&layer, command.keep);
             (Some(layer.dir.clone()), Some(command.keep))
         };
-        let discard = committed.then(|| layer.clone());
-        let fallback = discard.clone();
-        let cleanup = move || {
-            drop(namespace);
-            if let Some(layer) = discard {
-                layer.remove();
-            }
-        };
-        if std::thread::Builder::new()
-            .name("writ-run-cleanup".into())
-            .spawn(cleanup)
-            .is_err()
-        {
-            // The closure, and the namespace with it, was dropped here.
-            if let Some(layer) = fallback {
-                layer.remove();
-            }
-        }
+        clean_up_later(namespace, committed.then(|| layer.clone()));
         Ok(RunReport {
             run: id,
             mode: RunMode::Overlay,
@@ -554,6 +583,46 @@ impl Actor {
             duration: ran.duration,
             notes,
             landed: outcome.landed,
+        })
+    }
+
+    /// A run with no layer: the workspace bound read-only. Nothing it does
+    /// in the workspace can land, so there is nothing to judge or commit.
+    async fn run_read_only(&self, command: &Command, root: &Path, cwd: &Path) -> Result<RunReport> {
+        let id = run_id();
+        let layer = overlay::Layer::create_stage(overlay::runs_dir().join(&id))
+            .map_err(|e| Error::io("create the run's folder in", overlay::runs_dir(), e))?;
+        let rules = passthrough::Rules::load(root);
+        let through = rules.top_dirs(root);
+        let ran = match ns::Plan::read_only(root, &layer.stage(), &through, cwd) {
+            Ok(plan) => supervise(cwd, &layer.dir, command, Some(std::sync::Arc::new(plan))).await,
+            Err(e) => Err(Error::invalid(root, e.to_string())),
+        };
+        let ran = match ran {
+            Ok(ran) => ran,
+            Err(e) => {
+                layer.remove();
+                return Err(e);
+            }
+        };
+        clean_up_later(ran.namespace, Some(layer));
+        Ok(RunReport {
+            run: id,
+            mode: RunMode::ReadOnly,
+            status: ran.status,
+            exit_code: ran.exit_code,
+            signal: ran.signal,
+            output: ran.output,
+            output_bytes: ran.output_bytes,
+            committed: true,
+            artifacts: Vec::new(),
+            conflicts: Vec::new(),
+            passed_through: Vec::new(),
+            kept: None,
+            kept_for: None,
+            duration: ran.duration,
+            notes: ran.notes,
+            landed: Vec::new(),
         })
     }
 
@@ -653,6 +722,39 @@ impl Actor {
             notes,
             landed: Vec::new(),
         })
+    }
+}
+
+/// Drops a finished run's mount namespace and removes its folder, on a
+/// thread of its own: ending the namespace unmounts what it mounted (for an
+/// overlay, an inode evicted per file the command looked at) and is nobody's
+/// wait once the report is out.
+fn clean_up_later(namespace: Option<std::fs::File>, discard: Option<overlay::Layer>) {
+    let fallback = discard.clone();
+    let cleanup = move || {
+        drop(namespace);
+        if let Some(layer) = discard {
+            layer.remove();
+        }
+    };
+    if std::thread::Builder::new()
+        .name("writ-run-cleanup".into())
+        .spawn(cleanup)
+        .is_err()
+    {
+        // The closure, and the namespace with it, was dropped here.
+        if let Some(layer) = fallback {
+            layer.remove();
+        }
+    }
+}
+
+impl RunReport {
+    /// A read-only run whose command failed on the read-only workspace.
+    fn failed_to_write(&self) -> bool {
+        self.mode == RunMode::ReadOnly
+            && self.status == Status::Failed
+            && self.output.contains("Read-only file system")
     }
 }
 

@@ -58,13 +58,25 @@ use std::path::{Path, PathBuf};
 pub(crate) struct Plan {
     root: CString,
     stage: CString,
-    overlay: CString,
+    top: Top,
     binds: Vec<(CString, CString)>,
     cwd: CString,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
     /// The nested namespace's maps, when the caller is not root.
     inner: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// What is mounted over the workspace's path.
+#[derive(Debug)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+enum Top {
+    /// overlayfs, with these options (its layers).
+    Overlay(CString),
+    /// The real tree again, read-only. The flags are those its mount has
+    /// already: in a user namespace they are locked, and a remount that
+    /// left one out would be refused.
+    ReadOnly(u64),
 }
 
 fn c(path: &Path) -> io::Result<CString> {
@@ -92,8 +104,6 @@ impl Plan {
         through: &[PathBuf],
         cwd: &Path,
     ) -> io::Result<Plan> {
-        let uid = rustix::process::getuid().as_raw();
-        let gid = rustix::process::getgid().as_raw();
         let mut data = b"userxattr,lowerdir=".to_vec();
         data.extend_from_slice(root.as_os_str().as_bytes());
         data.extend_from_slice(b",upperdir=");
@@ -103,6 +113,31 @@ impl Plan {
         let overlay = CString::new(data).map_err(|_| {
             io::Error::new(io::ErrorKind::InvalidInput, "a layer path holds a NUL byte")
         })?;
+        Plan::over(root, stage, Top::Overlay(overlay), through, cwd)
+    }
+
+    /// The plan of a run that sees `root` read-only (the pass-through
+    /// folders `through` writable, from `stage`), in the working folder
+    /// `cwd`.
+    pub(crate) fn read_only(
+        root: &Path,
+        stage: &Path,
+        through: &[PathBuf],
+        cwd: &Path,
+    ) -> io::Result<Plan> {
+        let flags = rustix::fs::statvfs(root)?.f_flag.bits();
+        Plan::over(root, stage, Top::ReadOnly(flags), through, cwd)
+    }
+
+    fn over(
+        root: &Path,
+        stage: &Path,
+        top: Top,
+        through: &[PathBuf],
+        cwd: &Path,
+    ) -> io::Result<Plan> {
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
         let binds = through
             .iter()
             .map(|rel| Ok((c(&stage.join(rel))?, c(&root.join(rel))?)))
@@ -110,7 +145,7 @@ impl Plan {
         Ok(Plan {
             root: c(root)?,
             stage: c(stage)?,
-            overlay,
+            top,
             binds,
             cwd: c(cwd)?,
             uid_map: format!("0 {uid} 1\n").into_bytes(),
@@ -226,13 +261,29 @@ fn inside(plan: &Plan) -> io::Result<()> {
     map_ids(&plan.uid_map, &plan.gid_map)?;
     mount(c"none", c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
     mount(&plan.root, &plan.stage, None, libc::MS_BIND, None)?;
-    mount(
-        c"writ-run",
-        &plan.root,
-        Some(c"overlay"),
-        0,
-        Some(&plan.overlay),
-    )?;
+    match &plan.top {
+        Top::Overlay(options) => {
+            mount(c"writ-run", &plan.root, Some(c"overlay"), 0, Some(options))?;
+        }
+        Top::ReadOnly(flags) => {
+            mount(&plan.root, &plan.root, None, libc::MS_BIND, None)?;
+            // statvfs's ST_* flags are the MS_* mount flags on Linux.
+            let kept = *flags as libc::c_ulong
+                & (libc::MS_NOSUID
+                    | libc::MS_NODEV
+                    | libc::MS_NOEXEC
+                    | libc::MS_NOATIME
+                    | libc::MS_NODIRATIME
+                    | libc::MS_RELATIME);
+            mount(
+                c"none",
+                &plan.root,
+                None,
+                libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | kept,
+                None,
+            )?;
+        }
+    }
     for (from, to) in &plan.binds {
         mount(from, to, None, libc::MS_BIND, None)?;
     }

@@ -98,6 +98,16 @@ impl Layer {
         Ok(layer)
     }
 
+    /// Creates a run's folder with a stage only (a read-only run has no
+    /// layers); the run folder itself must be new.
+    pub(crate) fn create_stage(dir: PathBuf) -> io::Result<Layer> {
+        create_runs_dir()?;
+        std::fs::create_dir(&dir)?;
+        let layer = Layer { dir };
+        std::fs::create_dir(layer.stage())?;
+        Ok(layer)
+    }
+
     /// Removes the run's folder (the work folder may hold entries only the
     /// namespace's root could remove; they are made writable first).
     pub(crate) fn remove(&self) {
