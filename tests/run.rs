@@ -572,6 +572,10 @@ async fn files_run_through_the_server_merges_and_refuses_like_in_process() {
         ws.get("list.txt"),
         "one\nb's work\nthree\nfour\nfive\nSIX\n"
     );
+    // A reader runs with the workspace read-only and sees the live tree.
+    let read = a.run("grep -c SIX list.txt", None, None).await.unwrap();
+    assert_eq!(read["mode"], "read_only", "{read}");
+    assert_eq!(read["output"], "1\n", "{read}");
     // Bad parameters are refused before anything runs.
     let bad = session
         .call("files.run", serde_json::json!({"actor": a.handle()}))
