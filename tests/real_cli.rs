@@ -16,9 +16,13 @@ mod cli_install;
 mod edit_script;
 #[path = "common/scripted_model.rs"]
 mod scripted_model;
+#[path = "common/serve_process.rs"]
+mod serve_process;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use serve_process::Serve;
 use std::time::Duration;
 
 use claude_code::{Ended, Session, claude_bin, configure_writ};
@@ -40,7 +44,7 @@ struct World {
     base: PathBuf,
     model: ScriptedModel,
     claude: PathBuf,
-    serve: Option<Child>,
+    serve: Option<Serve>,
     agents: Vec<(String, Report)>,
 }
 
@@ -73,26 +77,7 @@ impl World {
     /// Starts `writ serve` on the workspace (history on: the hook
     /// snapshots what a write overwrites), with `args`.
     fn serve(&mut self, args: &[&str]) {
-        let log =
-            std::fs::File::create(self.base.join("serve.log")).unwrap_or_else(|e| panic!("{e}"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
-            .arg("serve")
-            .arg(&self.root)
-            .arg("--no-fsync")
-            .args(args)
-            .env("XDG_STATE_HOME", self.state())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("writ serve could not start: {e}"));
-        // Its first line says it listens; the discovery file is written by then.
-        let mut out =
-            std::io::BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut out, &mut line).unwrap_or_else(|e| panic!("{e}"));
-        assert!(line.starts_with("writ serve: "), "writ serve said {line:?}");
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        self.serve = Some(child);
+        self.serve = Some(Serve::start_with_history(&self.root, &self.state(), args));
     }
 
     fn configure(&self) {
@@ -193,8 +178,8 @@ impl World {
             "--- model log:\n{}\n",
             self.model.log().join("\n")
         ));
-        if let Ok(log) = std::fs::read_to_string(self.base.join("serve.log")) {
-            story.push_str(&format!("--- serve log:\n{}\n", tail(&log, 3000)));
+        if let Some(serve) = &self.serve {
+            story.push_str(&format!("--- serve log:\n{}\n", serve.log_tail(3000)));
         }
         story
     }
@@ -202,11 +187,7 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        if let Some(mut child) = self.serve.take() {
-            // SIGTERM, as a user stops it; it exits at once.
-            let _ = Command::new("kill").arg(child.id().to_string()).status();
-            let _ = child.wait();
-        } else {
+        if self.serve.is_none() {
             // A server the first `writ mcp` started for the sessions lives
             // `--idle-exit` after its last client: stop it with the test.
             let _ = Command::new(env!("CARGO_BIN_EXE_writ"))

@@ -15,11 +15,15 @@ mod cli_install;
 #[path = "common/scripted_model.rs"]
 #[allow(dead_code)]
 mod scripted_model;
+#[path = "common/serve_process.rs"]
+mod serve_process;
 #[path = "common/shell_script.rs"]
 mod shell_script;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+
+use serve_process::Serve;
 use std::time::Duration;
 
 use claude_code::{Ended, Session, claude_bin, configure_writ};
@@ -42,7 +46,7 @@ struct World {
     root: PathBuf,
     model: ScriptedModel,
     claude: PathBuf,
-    serve: Option<Child>,
+    serve: Option<Serve>,
 }
 
 impl World {
@@ -70,24 +74,7 @@ impl World {
     /// against the snapshot of what another agent's write replaced), then
     /// `writ config claude --write`.
     fn serve_and_configure(&mut self) {
-        let log =
-            std::fs::File::create(self.base.join("serve.log")).unwrap_or_else(|e| panic!("{e}"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
-            .arg("serve")
-            .arg(&self.root)
-            .arg("--no-fsync")
-            .env("XDG_STATE_HOME", self.state())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("writ serve could not start: {e}"));
-        let mut out =
-            std::io::BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("stdout")));
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut out, &mut line).unwrap_or_else(|e| panic!("{e}"));
-        assert!(line.starts_with("writ serve: "), "writ serve said {line:?}");
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        self.serve = Some(child);
+        self.serve = Some(Serve::start_with_history(&self.root, &self.state(), &[]));
         configure_writ(&self.root, &self.state());
     }
 
@@ -132,23 +119,10 @@ impl World {
                 e.status, e.stderr
             ));
         }
-        if let Ok(log) = std::fs::read_to_string(self.base.join("serve.log")) {
-            let start = log.len().saturating_sub(3000);
-            story.push_str(&format!(
-                "--- serve log:\n{}\n",
-                log.get(start..).unwrap_or("")
-            ));
+        if let Some(serve) = &self.serve {
+            story.push_str(&format!("--- serve log:\n{}\n", serve.log_tail(3000)));
         }
         story
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.serve.take() {
-            let _ = Command::new("kill").arg(child.id().to_string()).status();
-            let _ = child.wait();
-        }
     }
 }
 

@@ -18,7 +18,28 @@ pub struct Serve {
 }
 
 impl Serve {
+    /// With `--no-history`: what most suites judge is the table.
     pub fn start(root: &Path, state: &Path, args: &[&str], envs: &[(&str, &str)]) -> Serve {
+        Serve::spawn(root, state, &[&["--no-history"], args].concat(), envs)
+    }
+
+    /// With history on, as a user runs it: the hooks snapshot what a write
+    /// overwrites, and a run's commit merges against history's pre-images.
+    pub fn start_with_history(root: &Path, state: &Path, args: &[&str]) -> Serve {
+        Serve::spawn(root, state, args, &[])
+    }
+
+    /// The end of its log, for a failing assertion's message.
+    pub fn log_tail(&self, max: usize) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let cut = log.len().saturating_sub(max);
+        let start = (cut..=log.len())
+            .find(|i| log.is_char_boundary(*i))
+            .unwrap_or(log.len());
+        log[start..].to_string()
+    }
+
+    fn spawn(root: &Path, state: &Path, args: &[&str], envs: &[(&str, &str)]) -> Serve {
         std::fs::create_dir_all(state).unwrap();
         // One log per start: a restart on the same state keeps the first's.
         let log = (1..)
@@ -29,7 +50,7 @@ impl Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_writ"))
             .arg("serve")
             .arg(root)
-            .args(["--no-history", "--no-fsync"])
+            .arg("--no-fsync")
             .args(args)
             .env("XDG_STATE_HOME", state)
             .envs(envs.iter().copied())
