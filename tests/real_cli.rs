@@ -12,6 +12,9 @@
 mod claude_code;
 #[path = "common/cli_install.rs"]
 mod cli_install;
+#[path = "common/cli_session.rs"]
+#[allow(dead_code)]
+mod cli_session;
 #[path = "common/edit_script.rs"]
 mod edit_script;
 #[path = "common/scripted_model.rs"]

@@ -14,6 +14,9 @@
 mod cli_install;
 #[path = "common/cli_script.rs"]
 mod cli_script;
+#[path = "common/cli_session.rs"]
+#[allow(dead_code)]
+mod cli_session;
 #[path = "common/edit_script.rs"]
 mod edit_script;
 #[path = "common/other_clis.rs"]
