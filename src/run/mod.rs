@@ -520,8 +520,9 @@ impl Actor {
                 return Err(e);
             }
         };
-        let mut notes = ran.notes;
-        let namespace = ran.namespace;
+        let mut ran = ran;
+        let mut notes = std::mem::take(&mut ran.notes);
+        let namespace = ran.namespace.take();
         let label = format!("writ run: {}", overlay::describe(&command.argv));
         let entries = match overlay::scan(&layer.upper()) {
             Ok(entries) => entries,
@@ -567,22 +568,15 @@ impl Actor {
         };
         clean_up_later(namespace, committed.then(|| layer.clone()));
         Ok(RunReport {
-            run: id,
-            mode: RunMode::Overlay,
-            status: ran.status,
-            exit_code: ran.exit_code,
-            signal: ran.signal,
-            output: ran.output,
-            output_bytes: ran.output_bytes,
             committed,
             artifacts: outcome.artifacts,
             conflicts: outcome.conflicts,
             passed_through: outcome.passed_through,
             kept,
             kept_for,
-            duration: ran.duration,
             notes,
             landed: outcome.landed,
+            ..ran.report(id, RunMode::Overlay)
         })
     }
 
@@ -605,25 +599,9 @@ impl Actor {
                 return Err(e);
             }
         };
-        clean_up_later(ran.namespace, Some(layer));
-        Ok(RunReport {
-            run: id,
-            mode: RunMode::ReadOnly,
-            status: ran.status,
-            exit_code: ran.exit_code,
-            signal: ran.signal,
-            output: ran.output,
-            output_bytes: ran.output_bytes,
-            committed: true,
-            artifacts: Vec::new(),
-            conflicts: Vec::new(),
-            passed_through: Vec::new(),
-            kept: None,
-            kept_for: None,
-            duration: ran.duration,
-            notes: ran.notes,
-            landed: Vec::new(),
-        })
+        let mut ran = ran;
+        clean_up_later(ran.namespace.take(), Some(layer));
+        Ok(ran.report(id, RunMode::ReadOnly))
     }
 
     async fn run_fenced(
@@ -690,7 +668,8 @@ impl Actor {
             .unwrap_or_default();
         drop(fence);
         let rules = passthrough::Rules::load(&root);
-        let mut notes = ran.notes;
+        let mut ran = ran;
+        let mut notes = std::mem::take(&mut ran.notes);
         notes.push(format!(
             "no overlay ({why}): the command ran under an exclusive fence on the workspace, writing the real tree; its changes are not in history"
         ));
@@ -698,14 +677,6 @@ impl Actor {
             .into_iter()
             .partition(|(p, _)| rules.passes(p, false));
         Ok(RunReport {
-            run: id,
-            mode: RunMode::Fenced,
-            status: ran.status,
-            exit_code: ran.exit_code,
-            signal: ran.signal,
-            output: ran.output,
-            output_bytes: ran.output_bytes,
-            committed: true,
             artifacts: judged
                 .into_iter()
                 .map(|(path, change)| RunArtifact {
@@ -714,13 +685,9 @@ impl Actor {
                     merged: false,
                 })
                 .collect(),
-            conflicts: Vec::new(),
             passed_through: passed.into_iter().map(|(p, _)| p).collect(),
-            kept: None,
-            kept_for: None,
-            duration: ran.duration,
             notes,
-            landed: Vec::new(),
+            ..ran.report(id, RunMode::Fenced)
         })
     }
 }
@@ -791,6 +758,31 @@ struct Ran {
     /// The overlay's mount namespace, held so that unmounting it happens
     /// when this is dropped, not in the command's exit (`ns::hold`).
     namespace: Option<std::fs::File>,
+}
+
+impl Ran {
+    /// The run's report as `mode` ran it: committed, with nothing applied,
+    /// until the caller says what its commit did.
+    fn report(self, run: String, mode: RunMode) -> RunReport {
+        RunReport {
+            run,
+            mode,
+            status: self.status,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            output: self.output,
+            output_bytes: self.output_bytes,
+            committed: true,
+            artifacts: Vec::new(),
+            conflicts: Vec::new(),
+            passed_through: Vec::new(),
+            kept: None,
+            kept_for: None,
+            duration: self.duration,
+            notes: self.notes,
+            landed: Vec::new(),
+        }
+    }
 }
 
 /// Runs the command in its own process group with the caller's
