@@ -4443,3 +4443,96 @@ async fn files_run_commits_through_the_etcd_tables_admission() {
         server.shutdown().await;
     }
 }
+
+/// tests/run.rs's race cases on a session in etcd, the other agent writing
+/// through the other server while the command runs: a `sed -i` of other
+/// lines merges with that edit, and a run touching two files of which one
+/// conflicts applies nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_run_on_etcd_merges_other_lines_and_refuses_a_conflict_whole() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let lines = "one\ntwo\nthree\nfour\n";
+    for file in ["list.txt", "b.txt"] {
+        std::fs::write(root.join(file), lines).unwrap();
+    }
+    let hist = tempfile::tempdir().unwrap();
+    let config = writ::Config::default()
+        .durability(writ::Durability::Process)
+        .history_dir(hist.path());
+    let (servers, [one, two]) = file_servers_with(&etcd, &root, "runrace", config).await;
+    let a = one.actor("a", writ::Grant::workspace(&root)).await.unwrap();
+    let b = two.actor("b", writ::Grant::workspace(&root)).await.unwrap();
+    let (a, b) = (a.handle().to_string(), b.handle().to_string());
+    for file in ["list.txt", "b.txt"] {
+        read_through(&two, &b, file).await;
+    }
+    // The command stops at a handshake of two named pipes, so that b's
+    // edit lands while it runs.
+    let sig = tempfile::tempdir().unwrap();
+    for fifo in ["ready", "go"] {
+        let made = std::process::Command::new("mkfifo")
+            .arg(sig.path().join(fifo))
+            .status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    }
+    let race = |before: &str, path: &'static str, old: &'static str, new: &'static str| {
+        let command = format!(
+            "{before}\necho ready > {s}/ready\nread go < {s}/go",
+            s = sig.path().display()
+        );
+        let (one, two, a, b) = (one.clone(), two.clone(), a.clone(), b.clone());
+        let sig = sig.path().to_path_buf();
+        async move {
+            let params = serde_json::json!({ "command": command });
+            let run = tokio::spawn(async move { file_op(&one, "files.run", &a, params).await });
+            let ready = sig.join("ready");
+            tokio::task::spawn_blocking(move || std::fs::read(ready).unwrap())
+                .await
+                .unwrap();
+            let edit = serde_json::json!({ "path": path, "old": old, "new": new });
+            file_op(&two, "files.replace", &b, edit).await.unwrap();
+            let go = sig.join("go");
+            tokio::task::spawn_blocking(move || std::fs::write(go, "go\n").unwrap())
+                .await
+                .unwrap();
+            run.await.unwrap().unwrap()
+        }
+    };
+    let merged = race("sed -i s/one/ONE/ list.txt", "list.txt", "four\n", "FOUR\n").await;
+    assert_eq!(merged["mode"], "overlay", "{merged}");
+    assert_eq!(merged["committed"], true, "{merged}");
+    assert_eq!(merged["artifacts"][0]["merged"], true, "{merged}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("list.txt")).unwrap(),
+        "ONE\ntwo\nthree\nFOUR\n"
+    );
+    let refused = race(
+        "sed -i s/two/TWO/ list.txt\nsed -i s/three/RUN/ b.txt",
+        "b.txt",
+        "three\n",
+        "B\n",
+    )
+    .await;
+    assert_eq!(refused["committed"], false, "{refused}");
+    assert_eq!(
+        refused["conflicts"].as_array().map(Vec::len),
+        Some(1),
+        "{refused}"
+    );
+    assert_eq!(refused["conflicts"][0]["path"], "b.txt", "{refused}");
+    assert_eq!(refused["conflicts"][0]["writers"][0], "b", "{refused}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("list.txt")).unwrap(),
+        "ONE\ntwo\nthree\nFOUR\n",
+        "nothing of the refused run was applied"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("b.txt")).unwrap(),
+        "one\ntwo\nB\nfour\n"
+    );
+    nothing_held(&[one, two]).await;
+    for server in servers {
+        server.shutdown().await;
+    }
+}

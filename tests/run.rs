@@ -207,6 +207,39 @@ async fn sed_during_another_agents_edit_of_other_lines_keeps_both() {
     assert!(report.artifacts[0].merged);
 }
 
+/// A real formatter: `rustfmt` rewrites the badly formatted function at
+/// the top while another agent edits the body of the one at the bottom;
+/// the commit merges the two (diff3 against the version at the run's
+/// start), so neither is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_formatter_during_another_agents_edit_of_another_function_keeps_both() {
+    let found = Proc::new("rustfmt").arg("--version").output();
+    assert!(
+        found.is_ok_and(|o| o.status.success()),
+        "this test runs the real rustfmt: install it (rustup component add rustfmt)"
+    );
+    let ws = ws();
+    let before = "fn first( a:u32 )->u32{a+1}\n\nfn last(b: u32) -> u32 {\n    b\n}\n";
+    ws.put("lib.rs", before);
+    ws.b.files().read("lib.rs").unwrap();
+    let cmd = ws.paused("rustfmt --edition 2021 lib.rs", "true");
+    let (report, ()) = tokio::join!(ws.a.run(cmd), async {
+        ws.ready().await;
+        ws.b.files()
+            .replace("lib.rs", "    b\n", "    b * 2\n")
+            .unwrap();
+        ws.go().await;
+    });
+    let report = report.unwrap();
+    assert_eq!(report.mode, RunMode::Overlay, "{report}");
+    assert!(report.committed, "{report}");
+    assert_eq!(
+        ws.get("lib.rs"),
+        "fn first(a: u32) -> u32 {\n    a + 1\n}\n\nfn last(b: u32) -> u32 {\n    b * 2\n}\n"
+    );
+    assert!(report.artifacts[0].merged, "{report}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_changes_refuse_the_whole_run() {
     let ws = ws();
