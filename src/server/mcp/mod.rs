@@ -746,12 +746,7 @@ impl super::rpc::NamedAgents for Mcp {
         self.seats.drop_agents(|_, n, _, _| n == name)
     }
 
-    fn seat<'a>(
-        &'a self,
-        _app: &'a App,
-        caller: Caller,
-        name: String,
-    ) -> super::rpc::SeatFuture<'a> {
+    fn seat(&self, caller: Caller, name: String) -> super::rpc::SeatFuture<'_> {
         Box::pin(async move {
             let seat = self.seats.named(owner(&caller), name).await?;
             let actor = seat.actor()?;
