@@ -539,3 +539,151 @@ fn on_table(made: Result<OnTable, String>) -> Result<SessionActor, String> {
     let (mirror, table) = made?;
     Ok(SessionActor::owned(mirror).on_table(table))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::{Config, Scheduler};
+
+    /// A server in process with one actor token (7), a cap of two, and
+    /// its claims counted.
+    struct Fake {
+        sched: Scheduler,
+        root: std::path::PathBuf,
+        token: Arc<Actor>,
+        kept: Arc<AtomicUsize>,
+        claimed: AtomicUsize,
+    }
+
+    struct FakeClaim(Arc<AtomicUsize>);
+
+    impl Claimed for FakeClaim {
+        fn keep(self: Box<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Host for Fake {
+        fn owner<'a>(&'a self, _: Option<&'a http::HeaderMap>) -> Pending<'a, Owner> {
+            Box::pin(async { Ok(Owner::Session) })
+        }
+        fn claim(&self, _: &Owner) -> Result<Box<dyn Claimed>, String> {
+            self.claimed.fetch_add(1, Ordering::SeqCst);
+            Ok(Box::new(FakeClaim(self.kept.clone())))
+        }
+        fn cap(&self) -> usize {
+            2
+        }
+        fn on_table<'a>(
+            &'a self,
+            _: McpSeat<'a>,
+        ) -> Pin<Box<dyn Future<Output = Option<Result<OnTable, String>>> + Send + 'a>> {
+            Box::pin(async { None })
+        }
+        fn root(&self) -> Result<Actor, String> {
+            self.sched
+                .actor("mcp", Grant::workspace(&self.root))
+                .map_err(|e| e.to_string())
+        }
+        fn token_actor(&self, n: u64) -> Result<Arc<Actor>, String> {
+            match n {
+                7 => Ok(self.token.clone()),
+                _ => Err("this token's actor is gone".to_string()),
+            }
+        }
+        fn here(&self) -> Option<String> {
+            None
+        }
+        fn register(&self) -> Pending<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn registered<'a>(&'a self, _: &'a str) -> Pending<'a, bool> {
+            Box::pin(async { Ok(false) })
+        }
+    }
+
+    fn opening(owner: Owner, agent: Option<&str>, era: Era) -> Opening {
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        parts.extensions.insert(owner);
+        Opening {
+            client_name: "codex".to_string(),
+            http: Some(parts),
+            agent: agent.map(str::to_string),
+            era,
+        }
+    }
+
+    fn key(seat: &SessionActor) -> Option<(String, bool)> {
+        seat.handle.as_ref().map(|h| (h.key.clone(), h.minted))
+    }
+
+    #[tokio::test]
+    async fn the_table_seats_each_owner_named_agent_and_era() {
+        let dir = tempfile::tempdir().unwrap();
+        let sched = Scheduler::new(Config::default());
+        let token = Arc::new(sched.actor("tok", Grant::workspace(dir.path())).unwrap());
+        let fake = Arc::new(Fake {
+            sched,
+            root: dir.path().to_path_buf(),
+            token: token.clone(),
+            kept: Arc::default(),
+            claimed: AtomicUsize::new(0),
+        });
+        let host: Arc<dyn Host> = fake.clone();
+        let seats = Seats::new(Arc::downgrade(&host));
+        let session = |agent, era| seats.open(opening(Owner::Session, agent, era));
+        let token_of = |agent, era| seats.open(opening(Owner::Actor(7), agent, era));
+
+        // The session token's handshake session: its own minted agent,
+        // bound to it, counted against the cap.
+        let own = session(None, Era::Handshake).await.unwrap();
+        let (handle, minted) = key(&own).unwrap();
+        assert!(handle.starts_with("agent-") && minted && own.bound);
+        assert_eq!(own.actor().unwrap().name(), "codex");
+        // A modern call: a minted agent of its own, not bound, no session.
+        let call = session(None, Era::Modern).await.unwrap();
+        assert!(key(&call).unwrap().1 && !call.bound);
+        assert_eq!(call.actor().unwrap().name(), "codex-2");
+        // Passing a handle acts as that agent.
+        let again = session(Some(&handle), Era::Modern).await.unwrap();
+        assert_eq!(again.actor().unwrap().id(), own.actor().unwrap().id());
+        // A named agent is one actor for every call naming it.
+        let lead = session(Some("lead"), Era::Modern).await.unwrap();
+        let lead_again = session(Some("lead"), Era::Handshake).await.unwrap();
+        assert_eq!(key(&lead), Some(("lead".to_string(), false)));
+        assert_eq!(lead.actor().unwrap().id(), lead_again.actor().unwrap().id());
+
+        // An actor token's modern call acts as its actor, named by it, and
+        // passing that name back is the same seat, not a child so named.
+        let mine = token_of(None, Era::Modern).await.unwrap();
+        assert_eq!(mine.actor().unwrap().id(), token.id());
+        assert_eq!(key(&mine), Some(("tok".to_string(), false)));
+        let back = token_of(Some("tok"), Era::Modern).await.unwrap();
+        assert_eq!(back.actor().unwrap().id(), token.id());
+        // Its handshake session acts as its actor with no handle; a name
+        // makes a child of it.
+        let plain = token_of(None, Era::Handshake).await.unwrap();
+        assert_eq!(plain.actor().unwrap().id(), token.id());
+        assert!(key(&plain).is_none());
+        let sub = token_of(Some("sub"), Era::Handshake).await.unwrap();
+        assert_eq!(sub.actor().unwrap().name(), "sub");
+        assert_ne!(sub.actor().unwrap().id(), token.id());
+
+        // Only handshake sessions that name no agent take a place under
+        // the cap; each that opened keeps it.
+        assert_eq!(fake.claimed.load(Ordering::SeqCst), 2);
+        assert_eq!(fake.kept.load(Ordering::SeqCst), 2);
+
+        // Modern calls that name no agent share a pool of the cap's size:
+        // at the bound, the longest idle goes; when every one is in use,
+        // the call is refused.
+        let second = session(None, Era::Modern).await.unwrap();
+        let refused = session(None, Era::Modern).await.err().unwrap_or_default();
+        assert!(refused.contains("working right now"), "{refused}");
+        drop(call);
+        let third = session(None, Era::Modern).await.unwrap();
+        assert_ne!(key(&third), key(&second));
+    }
+}
