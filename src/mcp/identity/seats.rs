@@ -71,10 +71,7 @@ pub(crate) trait Host: Send + Sync {
 
     /// Makes the actor `seat` says in the session's table: `None` in
     /// process, where the decision makes its actors itself.
-    fn on_table<'a>(
-        &'a self,
-        seat: McpSeat<'a>,
-    ) -> Pin<Box<dyn Future<Output = Option<Result<OnTable, String>>> + Send + 'a>>;
+    fn on_table<'a>(&'a self, seat: McpSeat<'a>) -> Pending<'a, Option<OnTable>>;
 
     /// In process, the actor whose workspace children session-token agents
     /// are (made once, with the first of them).
@@ -275,8 +272,8 @@ impl Seats {
                 seat.keeping(Arc::new(ghost))
             }
             (None, Owner::Actor(n)) if era == Era::Modern => self.token_agent(host, *n).await?,
-            (None, Owner::Actor(n)) => match host.on_table(McpSeat::Token(ActorId(*n))).await {
-                Some(made) => on_table(made)?,
+            (None, Owner::Actor(n)) => match host.on_table(McpSeat::Token(ActorId(*n))).await? {
+                Some((mirror, table)) => SessionActor::owned(mirror).on_table(table),
                 None => SessionActor::shared(&host.token_actor(*n)?),
             },
         })
@@ -359,11 +356,8 @@ impl Seats {
         if let Some(seat) = self.use_agent(&mut agents, &key) {
             return Ok(named(seat));
         }
-        let agent = match made {
-            Some(made) => {
-                let (mirror, table) = made?;
-                Agent::new(mirror).on_table(table)
-            }
+        let agent = match made? {
+            Some((mirror, table)) => Agent::new(mirror).on_table(table),
             None => {
                 let of = |parent: &Actor| {
                     parent
@@ -442,11 +436,8 @@ impl Seats {
         if let Some(seat) = self.use_agent(&mut agents, &key) {
             return named(seat);
         }
-        let agent = match made {
-            Some(made) => {
-                let (mirror, table) = made?;
-                Agent::new(mirror).on_table(table)
-            }
+        let agent = match made? {
+            Some((mirror, table)) => Agent::new(mirror).on_table(table),
             None => Agent::of_shared(&host.token_actor(n)?),
         };
         let handle = Handle::named(String::new());
@@ -533,13 +524,6 @@ impl Seats {
     }
 }
 
-/// A session acting as an actor of the table in etcd: its mirror, its
-/// holds taken in the table.
-fn on_table(made: Result<OnTable, String>) -> Result<SessionActor, String> {
-    let (mirror, table) = made?;
-    Ok(SessionActor::owned(mirror).on_table(table))
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -576,11 +560,8 @@ mod tests {
         fn cap(&self) -> usize {
             2
         }
-        fn on_table<'a>(
-            &'a self,
-            _: McpSeat<'a>,
-        ) -> Pin<Box<dyn Future<Output = Option<Result<OnTable, String>>> + Send + 'a>> {
-            Box::pin(async { None })
+        fn on_table<'a>(&'a self, _: McpSeat<'a>) -> Pending<'a, Option<OnTable>> {
+            Box::pin(async { Ok(None) })
         }
         fn root(&self) -> Result<Actor, String> {
             self.sched

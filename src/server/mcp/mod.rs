@@ -838,20 +838,10 @@ impl Host for App {
         self.mcp_sessions.max()
     }
 
-    fn on_table<'a>(
-        &'a self,
-        seat: McpSeat<'a>,
-    ) -> std::pin::Pin<
-        Box<
-            dyn std::future::Future<Output = Option<std::result::Result<OnTable, String>>>
-                + Send
-                + 'a,
-        >,
-    > {
+    fn on_table<'a>(&'a self, seat: McpSeat<'a>) -> Pending<'a, Option<OnTable>> {
         Box::pin(async move {
-            self.mcp_seat(seat)
-                .await
-                .map(|made| made.map_err(|e| e.to_string()))
+            let made = self.mcp_seat(seat).await.transpose();
+            made.map_err(|e| e.to_string())
         })
     }
 
