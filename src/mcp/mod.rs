@@ -34,13 +34,12 @@
 mod anchored;
 mod args;
 mod filesystem;
-pub(crate) mod handle;
+pub(crate) mod identity;
 mod result;
 mod run;
 pub(crate) mod table;
 mod tools;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock, Weak};
@@ -55,12 +54,14 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
-use crate::{Actor, Fence, Grant, Target};
+use crate::{Actor, Fence, Target};
 
 pub use filesystem::FILESYSTEM_TOOL_NAMES;
+pub use identity::{Agent, Identity, SessionActor, SessionStart};
 pub use tools::TOOL_NAMES;
 
-use table::{SessionTable, TableFence, TableRef};
+use identity::{Era, Opening};
+use table::{SessionTable, TableFence};
 
 /// Which tools a [`ToolServer`] offers.
 ///
@@ -94,7 +95,6 @@ impl ToolSet {
 
 impl ToolSet {
     /// The tool set a request's URL asks for (`?tools=filesystem`), if any.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(crate) fn asked_in(uri: &http::Uri) -> Result<Option<ToolSet>, String> {
         let query = uri.query().unwrap_or_default();
         query
@@ -194,442 +194,17 @@ impl ToolOptions {
     }
 }
 
-/// What a session opening looks like to an [`Identity`] rule.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct SessionStart<'a> {
-    /// The client's `clientInfo.name` (`"agent"` when it gave none).
-    pub client_name: &'a str,
-    /// The HTTP request that opened the session, when it came over HTTP.
-    pub http: Option<&'a http::request::Parts>,
-}
-
-type Rule = dyn Fn(&SessionStart<'_>) -> Result<SessionActor, String> + Send + Sync;
-
-/// A session opening, owned: what a rule that answers later is given.
-#[cfg_attr(not(feature = "server"), allow(dead_code))]
-pub(crate) struct Opening {
-    /// The client's `clientInfo.name` (`"agent"` when it gave none).
-    pub(crate) client_name: String,
-    /// The HTTP request that opened the session, when it came over HTTP.
-    pub(crate) http: Option<http::request::Parts>,
-    /// The agent one call names in its `agent` argument: that call acts as
-    /// this agent, whatever its session acts as.
-    pub(crate) agent: Option<String>,
-    /// Which revision's lifecycle the opening belongs to.
-    pub(crate) era: Era,
-}
-
-/// The two lifecycles of MCP (SPEC §14).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "server"), allow(dead_code))]
-pub(crate) enum Era {
-    /// `initialize` opened a session, which outlives the call.
-    Handshake,
-    /// The revision of 2026-07-28: no session, the call is all there is.
-    Modern,
-}
-
-impl Opening {
-    /// The opening as a [`SessionStart`].
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn start(&self) -> SessionStart<'_> {
-        SessionStart {
-            client_name: &self.client_name,
-            http: self.http.as_ref(),
-        }
-    }
-}
-
-/// A rule that answers later (it asks a table in etcd).
-type LaterRule = dyn Fn(
-        Opening,
-    )
-        -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<SessionActor, String>> + Send>>
-    + Send
-    + Sync;
-
-/// The actor an MCP session acts as, and whether the session owns it.
-#[derive(Debug, Clone)]
-pub struct SessionActor {
-    held: ActorRef,
-    tools: Option<ToolSet>,
-    /// The reservations list of a named agent, shared by its sessions;
-    /// `None`: the session keeps its own.
-    reservations: Option<Reservations>,
-    /// The table the session's holds are taken in, when it is not the
-    /// actor's scheduler.
-    table: Option<TableRef>,
-    /// The handle a model passes as `agent` to act as this actor again,
-    /// when it has one (a named or minted agent of a server).
-    handle: Option<Handle>,
-    /// The agent is the session's own (a handshake session's minted
-    /// handle): its actor and reservations end with that session, and only
-    /// its reads outlive it under the handle.
-    bound: bool,
-    /// Kept while the session or call acting as this actor lives (a named
-    /// agent counts its users by it).
-    keep: Vec<Arc<dyn std::any::Any + Send + Sync>>,
-}
-
-/// An agent's handle, and whether writ minted it for a caller that named
-/// no agent.
-#[derive(Debug, Clone)]
-struct Handle {
-    name: Arc<str>,
-    minted: bool,
-}
-
-/// Reservations made with the `reserve` tool: one session's, or one named
-/// agent's across all its sessions.
-type Reservations = Arc<Mutex<Vec<Held>>>;
-
-/// A named agent (SPEC §14): one actor, with its read marks, turn and
-/// reservations, shared by every MCP session that names it. Clients that
-/// open a session per tool call (langchain-mcp-adapters' `get_tools()`)
-/// keep their reads and reservations from call to call by naming the agent.
-/// The agent, and so its actor and reservations, lives as long as the
-/// value (the server keeps it while any of its sessions lives, then for
-/// `--mcp-idle`).
-///
-/// ```
-/// # fn main() -> Result<(), writ::Error> {
-/// # let dir = tempfile::tempdir().unwrap();
-/// use std::sync::Arc;
-/// let sched = writ::Scheduler::new(writ::Config::default());
-/// let actor = sched.actor("reviewer", writ::Grant::workspace(dir.path()))?;
-/// let agent = writ::mcp::Agent::new(Arc::new(actor));
-/// let identity = writ::mcp::Identity::agent(&agent);
-/// // Every ToolServer made with `identity` acts as "reviewer", sharing its
-/// // reservations.
-/// # let _ = identity; Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct Agent {
-    actor: ActorRef,
-    reservations: Reservations,
-    table: Option<Arc<dyn SessionTable>>,
-}
-
-impl fmt::Debug for Agent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Agent")
-            .field("actor", &self.actor().map(|a| a.name().to_string()))
-            .field("reservations", &self.reservations.lock().len())
-            .finish()
-    }
-}
-
-impl Agent {
-    /// An agent acting as `actor`, with no reservations yet.
-    pub fn new(actor: Arc<Actor>) -> Self {
-        Agent {
-            actor: ActorRef::Owned(actor),
-            reservations: Arc::default(),
-            table: None,
-        }
-    }
-
-    /// An agent acting as an actor owned elsewhere (an actor token's): its
-    /// reservations outlive each call, but never the actor, which goes when
-    /// its owner drops it (a revoked lease wins).
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn of_shared(actor: &Arc<Actor>) -> Self {
-        Agent {
-            actor: ActorRef::Shared(Arc::downgrade(actor)),
-            reservations: Arc::default(),
-            table: None,
-        }
-    }
-
-    /// The agent's holds are taken in `table`, not in its actor's
-    /// scheduler.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn on_table(mut self, table: Arc<dyn SessionTable>) -> Self {
-        self.table = Some(table);
-        self
-    }
-
-    /// The agent's actor, unless it is gone (an actor owned elsewhere is
-    /// dropped by its owner).
-    pub fn actor(&self) -> Option<Arc<Actor>> {
-        match &self.actor {
-            ActorRef::Owned(actor) => Some(actor.clone()),
-            ActorRef::Shared(weak) => weak.upgrade(),
-        }
-    }
-
-    /// How many reservations the agent holds.
-    pub fn reservations(&self) -> usize {
-        self.reservations.lock().len()
-    }
-}
-
-#[derive(Debug, Clone)]
-enum ActorRef {
-    Owned(Arc<Actor>),
-    Shared(Weak<Actor>),
-}
-
-impl SessionActor {
-    /// An actor that lives as long as the session (dropped when it ends).
-    pub fn owned(actor: Arc<Actor>) -> Self {
-        Self::acting_as(ActorRef::Owned(actor))
-    }
-
-    /// A seat acting as `held`, with nothing else yet.
-    fn acting_as(held: ActorRef) -> Self {
-        SessionActor {
-            held,
-            tools: None,
-            reservations: None,
-            table: None,
-            handle: None,
-            bound: false,
-            keep: Vec::new(),
-        }
-    }
-
-    /// The session's holds are taken in `table`, which goes with the
-    /// session, not in its actor's scheduler.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn on_table(mut self, table: Arc<dyn SessionTable>) -> Self {
-        self.table = Some(TableRef::Owned(table));
-        self
-    }
-
-    /// A named agent's actor and reservations, shared with its other
-    /// sessions; the agent outlives the session.
-    pub fn agent(agent: &Agent) -> Self {
-        let held = match &agent.actor {
-            ActorRef::Owned(actor) => Arc::downgrade(actor),
-            ActorRef::Shared(weak) => weak.clone(),
-        };
-        SessionActor {
-            reservations: Some(agent.reservations.clone()),
-            table: agent
-                .table
-                .as_ref()
-                .map(|t| TableRef::Shared(Arc::downgrade(t))),
-            ..Self::acting_as(ActorRef::Shared(held))
-        }
-    }
-
-    /// The session acts as the agent a model names by `handle`; `minted`
-    /// when writ made the handle for a caller that named no agent (its
-    /// results then ask the model to pass it).
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn with_handle(mut self, handle: &str, minted: bool) -> Self {
-        self.handle = Some(Handle {
-            name: handle.into(),
-            minted,
-        });
-        self
-    }
-
-    /// `keep` lives as long as the session (or call) acting as this actor.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn keeping(mut self, keep: Arc<dyn std::any::Any + Send + Sync>) -> Self {
-        self.keep.push(keep);
-        self
-    }
-
-    /// The agent is the session's own: it ends with the session that
-    /// minted its handle (see [`SessionActor::bound`]).
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn bound_to_session(mut self, bound: bool) -> Self {
-        self.bound = bound;
-        self
-    }
-
-    /// An actor owned elsewhere (e.g. by a server lease): the session acts
-    /// as it while it lives and never keeps it alive.
-    pub fn shared(actor: &Arc<Actor>) -> Self {
-        Self::acting_as(ActorRef::Shared(Arc::downgrade(actor)))
-    }
-
-    /// The actor, unless it is gone.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn actor(&self) -> Result<Arc<Actor>, String> {
-        self.get()
-    }
-
-    /// This session gets `tools` instead of the server's default set (a
-    /// client asked for it when it opened the session).
-    pub fn with_tools(mut self, tools: ToolSet) -> Self {
-        self.tools = Some(tools);
-        self
-    }
-
-    /// The actor, unless it is gone.
-    fn get(&self) -> Result<Arc<Actor>, String> {
-        match &self.held {
-            ActorRef::Owned(actor) => Ok(actor.clone()),
-            ActorRef::Shared(weak) => weak.upgrade().ok_or_else(gone),
-        }
-    }
-
-    /// The seat's actor's id in the table its holds are taken in (etcd),
-    /// if it has one.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn table_actor(&self) -> Result<Option<crate::ActorId>, String> {
-        Ok(self.table()?.map(|table| table.actor_id()))
-    }
-
-    /// The table the session's holds are taken in: `None` for the actor's
-    /// own scheduler; an error when it went with its agent (never the
-    /// actor's scheduler instead: that would take holds nobody else sees).
-    fn table(&self) -> Result<Option<Arc<dyn SessionTable>>, String> {
-        match &self.table {
-            None => Ok(None),
-            Some(table) => table.get().map(Some).ok_or_else(gone),
-        }
-    }
-}
-
+/// What a call whose actor went is told (a named agent's, or a token's
+/// whose lease ended; on either table).
 pub(crate) fn gone() -> String {
     "The actor this session acts as is gone (its lease ended or it was dropped); \
      start a new MCP session."
         .to_string()
 }
 
-/// Decides which actor an MCP session acts as.
-#[derive(Clone)]
-pub struct Identity {
-    how: How,
-}
-
-#[derive(Clone)]
-enum How {
-    Children {
-        parent: Arc<Actor>,
-        names: Arc<ClientNames>,
-    },
-    Actor(Arc<Actor>),
-    Rule(Arc<Rule>),
-    Later(Arc<LaterRule>),
-}
-
-impl fmt::Debug for Identity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.how {
-            How::Children { parent, .. } => write!(f, "Identity::children_of({:?})", parent.name()),
-            How::Actor(actor) => write!(f, "Identity::actor({:?})", actor.name()),
-            How::Rule(_) | How::Later(_) => f.write_str("Identity::rule(..)"),
-        }
-    }
-}
-
-impl Identity {
-    /// Every session gets a fresh workspace child of `parent`, named after
-    /// the client and made unique with a counter (`codex`, `codex-2`, …).
-    /// The session owns it: when the session ends, the actor is dropped.
-    pub fn children_of(parent: Arc<Actor>) -> Self {
-        Identity {
-            how: How::Children {
-                parent,
-                names: Arc::default(),
-            },
-        }
-    }
-
-    /// Every session acts as `agent`: its actor and its reservations,
-    /// which outlive each session.
-    pub fn agent(agent: &Agent) -> Self {
-        let agent = agent.clone();
-        Identity::rule(move |_| Ok(SessionActor::agent(&agent)))
-    }
-
-    /// Every session acts as `actor` (shared; the session's reservations
-    /// are still its own and go when it ends).
-    pub fn actor(actor: Arc<Actor>) -> Self {
-        Identity {
-            how: How::Actor(actor),
-        }
-    }
-
-    /// A custom rule, e.g. a server mapping the bearer token of the request
-    /// that opened the session to an actor. An `Err` refuses the session
-    /// with that sentence.
-    pub fn rule(
-        rule: impl Fn(&SessionStart<'_>) -> Result<SessionActor, String> + Send + Sync + 'static,
-    ) -> Self {
-        Identity {
-            how: How::Rule(Arc::new(rule)),
-        }
-    }
-
-    /// A rule that answers later: it may ask another table (a server whose
-    /// session's table is in etcd) before it decides.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    pub(crate) fn later<F>(rule: impl Fn(Opening) -> F + Send + Sync + 'static) -> Self
-    where
-        F: std::future::Future<Output = Result<SessionActor, String>> + Send + 'static,
-    {
-        Identity {
-            how: How::Later(Arc::new(move |opening| Box::pin(rule(opening)))),
-        }
-    }
-
-    /// A workspace child of a [`children_of`](Self::children_of) identity's
-    /// parent, named exactly `name` (a named agent); an error for other
-    /// identities.
-    pub fn parent_child(&self, name: &str) -> Result<Actor, String> {
-        match &self.how {
-            How::Children { parent, .. } => parent
-                .child(clean_name(name), Grant::workspace(parent.root()))
-                .map_err(|e| e.to_string()),
-            _ => Err("this identity makes no children".to_string()),
-        }
-    }
-
-    /// The actor for a session that opens as `start` describes.
-    pub fn open(&self, start: &SessionStart<'_>) -> Result<SessionActor, String> {
-        match &self.how {
-            How::Actor(actor) => Ok(SessionActor::owned(actor.clone())),
-            How::Rule(rule) => rule(start),
-            How::Later(_) => Err("this identity decides asynchronously".to_string()),
-            How::Children { parent, names } => {
-                let name = names.unique(start.client_name);
-                parent
-                    .child(name, Grant::workspace(parent.root()))
-                    .map(|child| SessionActor::owned(Arc::new(child)))
-                    .map_err(|e| e.to_string())
-            }
-        }
-    }
-}
-
-/// How many sessions took each client name: their actors are named
-/// `codex`, `codex-2`, …, in one process and on either table.
-#[derive(Debug, Default)]
-pub(crate) struct ClientNames(Mutex<HashMap<String, usize>>);
-
-impl ClientNames {
-    /// `client_name`, cleaned, made unique among the names given so far.
-    pub(crate) fn unique(&self, client_name: &str) -> String {
-        let base = clean_name(client_name);
-        let mut names = self.0.lock();
-        let n = names.entry(base.clone()).or_insert(0);
-        *n += 1;
-        if *n == 1 { base } else { format!("{base}-{n}") }
-    }
-}
-
-/// A client name fit for an actor name: printable, bounded.
-pub(crate) fn clean_name(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .filter(|&c| !crate::text::deceptive(c))
-        .take(handle::MAX_AGENT_NAME)
-        .collect();
-    let cleaned = cleaned.trim();
-    if cleaned.is_empty() {
-        "agent".to_string()
-    } else {
-        cleaned.to_string()
-    }
-}
+/// Reservations made with the `reserve` tool: one session's, or one named
+/// agent's across all its sessions.
+type Reservations = Arc<Mutex<Vec<Held>>>;
 
 /// One reservation made with the `reserve` tool.
 #[derive(Debug)]
@@ -742,10 +317,7 @@ impl ToolServer {
         if let Some(seat) = self.session.actor.get() {
             return Ok(seat.clone());
         }
-        let seat = match &self.session.identity.how {
-            How::Later(rule) => rule(opening).await?,
-            _ => self.session.identity.open(&opening.start())?,
-        };
+        let seat = self.session.identity.seat(opening).await?;
         let seat = self.session.actor.get_or_init(|| seat);
         if let Some(shared) = &seat.reservations {
             let _ = self.session.held.set(shared.clone());
@@ -789,7 +361,7 @@ impl ToolServer {
                 Some(result::refusal_fields(serde_json::json!({ "kind": kind })));
             result::finish(refusal, self.tool_set(), None, result::Tell::Quietly)
         };
-        let asked = match handle::take_agent(&mut request.arguments) {
+        let asked = match identity::handle::take_agent(&mut request.arguments) {
             Ok(asked) => asked,
             Err(text) => return refused(text, "bad_arguments"),
         };
@@ -798,14 +370,15 @@ impl ToolServer {
             .actor
             .get()
             .and_then(|seat| seat.handle.as_ref())
-            .map(|h| h.name.clone());
-        let (server, seat) = match (&asked, &self.session.identity.how) {
-            (Some(name), How::Later(rule)) if own.as_deref() != Some(name.as_str()) => {
+            .map(|h| h.key.clone());
+        let seats = self.session.identity.server_seats();
+        let (server, seat) = match (&asked, seats) {
+            (Some(name), Some(seats)) if own.as_deref() != Some(name.as_str()) => {
                 let opening = Opening {
                     agent: Some(name.clone()),
                     ..opening()
                 };
-                match rule(opening).await {
+                match seats.open(opening).await {
                     Ok(seat) => (self.seated(seat.clone()), seat),
                     Err(reason) => return refused(reason, "unavailable"),
                 }
@@ -838,7 +411,7 @@ impl ToolServer {
             }
             _ => result::Tell::Quietly,
         };
-        let handle = seat.handle.as_ref().map(|h| &*h.name);
+        let handle = seat.handle.as_ref().map(|h| h.key.as_str());
         result::finish(result, server.tool_set(), handle, tell)
     }
 
@@ -1022,7 +595,7 @@ impl ServerHandler for ToolServer {
             ToolSet::Filesystem => filesystem::definitions(),
         };
         Ok(ListToolsResult::with_all_items(
-            result::with_output_schemas(handle::with_agent_argument(tools), set),
+            result::with_output_schemas(identity::handle::with_agent_argument(tools), set),
         ))
     }
 
@@ -1097,7 +670,7 @@ impl SessionTools {
     pub(crate) fn handle(&self) -> Option<String> {
         let session = self.0.upgrade()?;
         let handle = session.actor.get()?.handle.as_ref()?;
-        Some(handle.name.to_string())
+        Some(handle.key.clone())
     }
 
     /// Runs one tool call exactly as the session's `tools/call` would; `None`

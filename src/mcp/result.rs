@@ -18,7 +18,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde_json::{Map, Value, json};
 
 use super::ToolSet;
-use super::handle::AGENT_ARG;
+use super::identity::handle::AGENT_ARG;
 
 /// The field of `structuredContent` that holds a result's text.
 pub(crate) fn text_field(set: ToolSet) -> &'static str {

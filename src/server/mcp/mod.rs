@@ -9,7 +9,8 @@
 //! after `clientInfo.name`, a child of the server's MCP root actor, owned by
 //! the MCP session.
 //!
-//! Who a session or call acts as is decided in `seats` (SPEC §14). A
+//! Who a session or call acts as is decided in `mcp::identity` (SPEC §14),
+//! which asks the server through [`Host`], implemented here. A
 //! session may name its agent (`Writ-Agent: NAME`, or `?agent=NAME`):
 //! all sessions of one (token, name) share one actor — its read marks, its
 //! reservations, its turn — so a client that opens a session per tool call
@@ -78,7 +79,8 @@ use tokio::sync::oneshot;
 
 use super::auth::{self, Caller};
 use super::rpc::App;
-use crate::mcp::{Identity, Opening, OpeningSlot, SessionTools, ToolOptions, ToolServer};
+use crate::mcp::identity::seats::{Claimed, Host, McpSeat, OnTable, Owner, Pending, Seats};
+use crate::mcp::{Identity, OpeningSlot, SessionTools, ToolOptions, ToolServer};
 use crate::{Error, ProtocolError, Result};
 
 /// The header that names an MCP session.
@@ -91,14 +93,13 @@ pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<A
     // count only the requests it sees.
     sessions.session_config.keep_alive = None;
     let sessions = Arc::new(sessions);
-    let agents: Arc<Agents> = Arc::default();
-    let seats = Arc::new(Seats::new(app, agents.clone()));
+    let host: Weak<dyn Host> = Arc::downgrade(app) as _;
+    let seats = Arc::new(Seats::new(host));
     let mcp = Arc::new(Mcp {
         app: Arc::downgrade(app),
         service: service(app, sessions.clone(), seats.clone())?,
         sessions,
         live: Mutex::default(),
-        agents,
         seats,
         ttl: app.ttl,
         idle: app.mcp_idle,
@@ -124,10 +125,6 @@ pub(crate) fn mount(router: Router<Arc<App>>, app: &Arc<App>) -> Result<Router<A
     ))
 }
 
-mod seats;
-
-use seats::{AgentKey, AgentSlot, Agents, Seats, agent_name, take_agents};
-
 type Service = StreamableHttpService<ToolServer, LocalSessionManager>;
 
 /// `/mcp`: rmcp's service, and what writ keeps of each of its sessions.
@@ -138,9 +135,8 @@ struct Mcp {
     sessions: Arc<LocalSessionManager>,
     /// The open sessions, by session id.
     live: Mutex<HashMap<String, Live>>,
-    /// The named agents, by the token and name their sessions gave.
-    agents: Arc<Agents>,
-    /// Who sessions and calls act as (`files.run {agent}` too).
+    /// Who sessions and calls act as (`files.run {agent}` too), and the
+    /// agents that outlive them.
     seats: Arc<Seats>,
     /// A session whose stream is gone ends this long after.
     ttl: Duration,
@@ -177,12 +173,9 @@ struct Live {
 fn service(
     app: &Arc<App>,
     sessions: Arc<LocalSessionManager>,
-    decide: Arc<Seats>,
+    seats: Arc<Seats>,
 ) -> Result<Service> {
-    let identity = Identity::later(move |opening: Opening| {
-        let decide = decide.clone();
-        async move { decide.open(opening).await }
-    });
+    let identity = Identity::seats(seats);
     let mut opts = ToolOptions::default()
         .call_wait(app.call_wait)
         .tools(app.mcp_tools);
@@ -270,7 +263,8 @@ async fn reap(mcp: Weak<Mcp>) {
         mcp.close_sessions(ended).await;
         // An agent's actor and reservations go once it has no session and
         // has been idle for `--mcp-idle`.
-        mcp.drop_agents(|_, a| a.users == 0 && now.duration_since(a.last) >= mcp.idle);
+        mcp.seats
+            .drop_agents(|_, _, in_use, last| !in_use && now.duration_since(last) >= mcp.idle);
     }
 }
 
@@ -404,7 +398,7 @@ impl Mcp {
         let mut request = request;
         // Who called, for the tools' identity (a call naming an agent, a
         // modern call): authenticated once, here.
-        request.extensions_mut().insert(caller.clone());
+        request.extensions_mut().insert(owner(&caller));
         let _activity = match session.as_deref().map(|id| self.enter(id, &caller)) {
             Some(Lookup::Foreign) => {
                 let e = Error::Forbidden {
@@ -431,7 +425,7 @@ impl Mcp {
         if session.is_none() {
             request.extensions_mut().insert(opening.clone());
             let (parts, body) = request.into_parts();
-            match agent_name(&parts) {
+            match crate::mcp::identity::handle::agent_name(&parts) {
                 Ok(_) => {}
                 Err(reason) => {
                     let e = Error::Protocol {
@@ -749,38 +743,25 @@ fn internal() -> Response {
 /// live page marks them), and releasing one before `--mcp-idle`.
 impl super::rpc::NamedAgents for Mcp {
     fn release(&self, name: &str) -> usize {
-        let count = self.agents.lock().keys().filter(|(_, n)| n == name).count();
-        self.drop_agents(|(_, n), _| n == name);
-        count
+        self.seats.drop_agents(|_, n, _, _| n == name)
     }
 
-    fn seat<'a>(
-        &'a self,
-        app: &'a App,
-        caller: Caller,
-        name: String,
-    ) -> super::rpc::SeatFuture<'a> {
+    fn seat(&self, caller: Caller, name: String) -> super::rpc::SeatFuture<'_> {
         Box::pin(async move {
-            let seat = self.seats.named(app, caller, name).await?;
+            let seat = self.seats.named(owner(&caller), name).await?;
             let actor = seat.actor()?;
             Ok((actor, Box::new(seat) as Box<dyn std::any::Any + Send>))
         })
     }
 
     fn absent(&self) -> Vec<super::rpc::AbsentAgent> {
-        let now = Instant::now();
-        self.agents
-            .lock()
-            .iter()
-            .filter(|((_, name), slot)| !name.is_empty() && slot.users == 0 && slot.agent.is_some())
-            .map(|((_, name), slot)| super::rpc::AbsentAgent {
-                name: name.clone(),
-                actor: slot
-                    .agent
-                    .as_ref()
-                    .and_then(crate::mcp::Agent::actor)
-                    .map(|a| a.id().0),
-                idle: now.saturating_duration_since(slot.last),
+        self.seats
+            .absent()
+            .into_iter()
+            .map(|a| super::rpc::AbsentAgent {
+                name: a.name,
+                actor: a.actor,
+                idle: a.idle,
             })
             .collect()
     }
@@ -793,16 +774,16 @@ impl Mcp {
     /// at once, whatever their streams or `--mcp-idle` say (SPEC §14:
     /// revoke wins).
     async fn actors_gone(&self, ids: &[u64]) {
-        let of_gone = |caller: &Caller| matches!(caller, Caller::Actor(n) if ids.contains(n));
         let ended: Vec<String> = self
             .live
             .lock()
             .iter()
-            .filter(|(_, s)| of_gone(&s.owner))
+            .filter(|(_, s)| matches!(s.owner, Caller::Actor(n) if ids.contains(&n)))
             .map(|(id, _)| id.clone())
             .collect();
         self.close_sessions(ended).await;
-        self.drop_agents(|(caller, _), _| of_gone(caller));
+        self.seats
+            .drop_agents(|owner, _, _, _| matches!(owner, Owner::Actor(n) if ids.contains(n)));
     }
 
     /// Ends these sessions: forgotten here, then closed in rmcp, and with
@@ -815,20 +796,83 @@ impl Mcp {
             }
         }
     }
+}
 
-    /// Drops the agents `gone` picks, with their reservations. They are
-    /// dropped after the agents' lock is released: a dropped agent's
-    /// guards take that lock again.
-    fn drop_agents(&self, gone: impl Fn(&AgentKey, &AgentSlot) -> bool) {
-        let dropped: Vec<AgentSlot> = {
-            let mut agents = self.agents.lock();
-            let keys: Vec<AgentKey> = agents
-                .iter()
-                .filter(|(key, slot)| gone(key, slot))
-                .map(|(key, _)| key.clone())
-                .collect();
-            take_agents(&mut agents, keys)
+/// Whose token a caller came with, as the MCP identity table keys agents.
+fn owner(caller: &Caller) -> Owner {
+    match caller {
+        Caller::Session => Owner::Session,
+        Caller::Actor(n) => Owner::Actor(*n),
+    }
+}
+
+impl Claimed for super::mcp_cap::Claim {
+    fn keep(self: Box<Self>) {
+        super::mcp_cap::Claim::keep(*self);
+    }
+}
+
+/// What the MCP identity table asks of the server: its session cap, its
+/// actors (in process, or in the session's table in etcd), and which
+/// server a minted handle names.
+impl Host for App {
+    fn owner<'a>(&'a self, headers: Option<&'a http::HeaderMap>) -> Pending<'a, Owner> {
+        Box::pin(async move {
+            let caller = self
+                .authenticate_any(headers.and_then(auth::bearer))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(owner(&caller))
+        })
+    }
+
+    fn claim(&self, owner: &Owner) -> std::result::Result<Box<dyn Claimed>, String> {
+        let caller = match owner {
+            Owner::Session => Caller::Session,
+            Owner::Actor(n) => Caller::Actor(*n),
         };
-        drop(dropped);
+        Ok(Box::new(self.mcp_sessions.claim(&caller)?))
+    }
+
+    fn cap(&self) -> usize {
+        self.mcp_sessions.max()
+    }
+
+    fn on_table<'a>(&'a self, seat: McpSeat<'a>) -> Pending<'a, Option<OnTable>> {
+        Box::pin(async move {
+            let made = self.mcp_seat(seat).await.transpose();
+            made.map_err(|e| e.to_string())
+        })
+    }
+
+    fn root(&self) -> std::result::Result<crate::Actor, String> {
+        self.sched
+            .actor("mcp", crate::Grant::workspace(&self.root))
+            .map_err(|e| e.to_string())
+    }
+
+    fn token_actor(&self, n: u64) -> std::result::Result<Arc<crate::Actor>, String> {
+        self.registry()
+            .actors
+            .get(&n)
+            .map(|slot| slot.actor.clone())
+            .ok_or_else(|| "this token's actor is gone".to_string())
+    }
+
+    fn here(&self) -> Option<String> {
+        self.in_etcd().then(|| {
+            self.url
+                .strip_prefix("http://")
+                .unwrap_or(&self.url)
+                .to_string()
+        })
+    }
+
+    fn register(&self) -> Pending<'_, ()> {
+        Box::pin(async move { self.mcp_register().await.map_err(|e| e.to_string()) })
+    }
+
+    fn registered<'a>(&'a self, server: &'a str) -> Pending<'a, bool> {
+        Box::pin(async move { self.mcp_registered(server).await.map_err(|e| e.to_string()) })
     }
 }

@@ -162,7 +162,7 @@ impl FileOps for InProcess {
                 })?;
             // Seated for the whole run: the agent cannot go idle meanwhile.
             let (actor, seat) = agents
-                .seat(app, caller.clone(), name.to_string())
+                .seat(caller.clone(), name.to_string())
                 .await
                 .map_err(|why| crate::Error::invalid(name, why))?;
             let report = actor.run(cmd).await?;

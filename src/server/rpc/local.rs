@@ -61,7 +61,7 @@ pub(crate) trait NamedAgents: Send + Sync {
     /// as they make it — for as long as the returned seat lives
     /// (`files.run {agent}`: the command's writes are judged against that
     /// agent's reads): its actor, and the seat to keep meanwhile.
-    fn seat<'a>(&'a self, app: &'a App, caller: Caller, name: String) -> SeatFuture<'a>;
+    fn seat(&self, caller: Caller, name: String) -> SeatFuture<'_>;
 }
 
 /// What [`NamedAgents::seat`] answers: the agent's actor, and what keeps

@@ -47,19 +47,10 @@ async fn joined<T>(task: tokio::task::JoinHandle<Result<T>>, what: &str) -> Resu
     })?
 }
 
-/// Who an MCP session on a server whose table is in etcd acts as.
+/// Who an MCP session on a server whose table is in etcd acts as (the MCP
+/// identity table says which actor to make).
 #[cfg(feature = "mcp")]
-#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum McpSeat<'a> {
-    /// A new child named so of the server's MCP root: the session's (or
-    /// its named agent's) own, on a lease the server keeps while it lives.
-    Own(&'a str),
-    /// A new child named so of the token's actor (a named agent).
-    ChildOf(crate::ActorId, &'a str),
-    /// The token's actor itself, kept alive by its token's owner.
-    Token(crate::ActorId),
-}
+pub(crate) use crate::mcp::identity::seats::McpSeat;
 
 /// The server's state, shared by every request.
 #[derive(Debug)]

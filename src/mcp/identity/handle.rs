@@ -113,6 +113,50 @@ pub(crate) fn header_agent(headers: &http::HeaderMap) -> Result<Option<String>, 
     }
 }
 
+/// The agent a request names: the `Writ-Agent` header (or its mirrored
+/// `Mcp-Param-Writ-Agent`), else `?agent=` on the URL. An empty name is no
+/// name.
+pub(crate) fn agent_name(parts: &http::request::Parts) -> Result<Option<String>, String> {
+    if let Some(name) = header_agent(&parts.headers)? {
+        return Ok(Some(name));
+    }
+    let from_query = parts.uri.query().and_then(|q| {
+        q.split('&')
+            .filter_map(|pair| pair.strip_prefix("agent="))
+            .next_back()
+            .map(percent_decode)
+    });
+    match from_query {
+        Some(name) => checked_name(&name),
+        None => Ok(None),
+    }
+}
+
+/// `%XX` and `+` of a query value, decoded; invalid escapes stay as they are.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = |b: u8| (b as char).to_digit(16);
+                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                    (Some(high), Some(low)) => {
+                        out.push((high * 16 + low) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            other => out.push(other),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// A SEP-2243 header value: `=?base64?…?=` decoded, anything else as it is.
 fn decode_header_value(value: &str) -> Option<String> {
     use base64::Engine as _;
