@@ -269,7 +269,7 @@ pub(super) fn definitions() -> Vec<Tool> {
 
 /// One tool call of either set: the server of the session it came on,
 /// the actor it acts as, and its arguments (the `agent` handle already
-/// taken out: see `mcp/handle`).
+/// taken out: see `mcp/identity/handle`).
 pub(super) struct Call<'a> {
     pub(super) server: &'a ToolServer,
     pub(super) actor: &'a Arc<Actor>,
