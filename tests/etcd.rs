@@ -4443,3 +4443,276 @@ async fn files_run_commits_through_the_etcd_tables_admission() {
         server.shutdown().await;
     }
 }
+
+// ---- claims on hot files (SPEC §6) through two servers ----
+
+/// Two servers on one session whose file tools claim with `ttl`; no
+/// history, so a stale write is refused (not anchored) and gives a claim.
+async fn claim_servers(
+    etcd: &Etcd,
+    root: &Path,
+    session: &str,
+    ttl: Duration,
+) -> (Vec<writ::server::Server>, [writ::remote::Session; 2]) {
+    let config = writ::Config::default()
+        .durability(writ::Durability::Process)
+        .claim_ttl(ttl);
+    file_servers_with(etcd, root, session, config).await
+}
+
+/// The claims in the session's dump read through `via`: (holder, ends_in
+/// in seconds).
+async fn claims_in(via: &writ::remote::Session) -> Vec<(String, f64)> {
+    let dump = via.dump().await.unwrap();
+    dump["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["kind"] == "claim")
+        .map(|h| {
+            (
+                h["actor"].as_str().unwrap_or_default().to_string(),
+                h["ends_in"].as_f64().unwrap_or(-1.0),
+            )
+        })
+        .collect()
+}
+
+/// `who` writes `content` to `path` through `via` as an agent's surface
+/// does (`current`), waiting up to `wait_ms` for a busy file.
+async fn agent_write(
+    via: &writ::remote::Session,
+    who: &str,
+    path: &str,
+    content: &str,
+    wait_ms: u64,
+) -> Result<serde_json::Value, Error> {
+    let params = serde_json::json!({
+        "path": path, "content": content, "current": true, "timeout_ms": wait_ms,
+    });
+    file_op(via, "files.write", who, params).await
+}
+
+/// Alice reads, bob writes after her read, alice's write is refused
+/// `Stale`: the state every claim test starts from. Returns the handles.
+async fn alice_refused(
+    one: &writ::remote::Session,
+    two: &writ::remote::Session,
+    root: &Path,
+) -> (writ::remote::Actor, writ::remote::Actor) {
+    std::fs::write(root.join("hot.md"), "one\n").unwrap();
+    let alice = one
+        .actor("alice", writ::Grant::workspace(root))
+        .await
+        .unwrap();
+    let bob = two
+        .actor("bob", writ::Grant::workspace(root))
+        .await
+        .unwrap();
+    read_through(one, alice.handle(), "hot.md").await;
+    read_through(two, bob.handle(), "hot.md").await;
+    agent_write(two, bob.handle(), "hot.md", "bob\n", 0)
+        .await
+        .unwrap();
+    let refused = agent_write(one, alice.handle(), "hot.md", "alice\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    (alice, bob)
+}
+
+/// SPEC §6 on etcd: a `Stale` refusal through server one gives the refused
+/// agent a claim in etcd, shown in every server's dump with its end; the
+/// other agent's write through server two waits its call-wait, then is
+/// refused `Busy` naming the claimer, while its read passes; the claimer's
+/// next write (through server two) lands and ends the claim, and the
+/// other's write is judged as usual after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_refusal_claims_the_file_for_every_server_until_its_holder_writes() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(30);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claims", ttl).await;
+    let (alice, bob) = alice_refused(&one, &two, &root).await;
+    for via in [&one, &two] {
+        let claims = claims_in(via).await;
+        assert!(
+            matches!(claims.as_slice(), [(who, ends)] if who == "alice" && *ends > 20.0 && *ends <= 30.0),
+            "{claims:?}"
+        );
+    }
+    read_through(&two, bob.handle(), "hot.md").await;
+    let waited = Instant::now();
+    let held_back = agent_write(&two, bob.handle(), "hot.md", "bob again\n", 300).await;
+    let Err(e @ Error::Busy { .. }) = &held_back else {
+        panic!("{held_back:?}")
+    };
+    assert!(e.to_string().contains("claimed by 'alice'"), "{e}");
+    assert!(
+        waited.elapsed() >= Duration::from_millis(300),
+        "it did not wait"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("hot.md")).unwrap(),
+        "bob\n"
+    );
+    // The refusal was alice's read: her redo lands, through the other server.
+    agent_write(&two, alice.handle(), "hot.md", "alice\n", 0)
+        .await
+        .unwrap();
+    assert!(
+        claims_in(&one).await.is_empty(),
+        "the claim outlived its holder's write"
+    );
+    let judged = agent_write(&one, bob.handle(), "hot.md", "bob again\n", 0).await;
+    assert_eq!(stale_writer(judged).as_deref(), Some("alice"));
+    // bob's refusal is bob's claim now, and alice is the one held back.
+    let claims = claims_in(&two).await;
+    assert!(
+        matches!(claims.as_slice(), [(who, _)] if who == "bob"),
+        "{claims:?}"
+    );
+    read_through(&one, alice.handle(), "hot.md").await;
+    let held_back = agent_write(&one, alice.handle(), "hot.md", "x\n", 0).await;
+    assert!(
+        matches!(held_back, Err(Error::Busy { .. })),
+        "{held_back:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("hot.md")).unwrap(),
+        "alice\n"
+    );
+    nothing_held(&[one, two]).await;
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// SPEC §6 on etcd: a claim is on a lease of its own with the claim's TTL:
+/// when etcd ends it, the writer waiting on the file through the other
+/// server is woken (its watch sees the keys go) and its write lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_ends_at_its_ttl_and_the_writer_waiting_through_another_server_goes_on() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(2);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-ttl", ttl).await;
+    let (alice, bob) = alice_refused(&one, &two, &root).await;
+    read_through(&two, bob.handle(), "hot.md").await;
+    let waiting = Instant::now();
+    let landed = agent_write(&two, bob.handle(), "hot.md", "bob 2\n", 20_000).await;
+    let waited = waiting.elapsed();
+    landed.unwrap();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(10),
+        "the write waited {waited:?} for a claim of {ttl:?}"
+    );
+    assert!(claims_in(&one).await.is_empty());
+    assert_eq!(
+        std::fs::read_to_string(root.join("hot.md")).unwrap(),
+        "bob 2\n"
+    );
+    drop(alice);
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// SPEC §6 on etcd: a claim ends with its agent: dropping the claimer
+/// through one server wakes the writer waiting through the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimer_dropped_through_one_server_frees_the_writer_waiting_on_the_other() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(30);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-drop", ttl).await;
+    let (alice, bob) = alice_refused(&one, &two, &root).await;
+    read_through(&two, bob.handle(), "hot.md").await;
+    let writer = two.clone();
+    let bob_handle = bob.handle().to_string();
+    let waiting = tokio::spawn(async move {
+        agent_write(&writer, &bob_handle, "hot.md", "bob 2\n", 20_000).await
+    });
+    // The write is queued behind the claim before the claimer goes.
+    poll_until(Duration::from_secs(10), "bob's write queued", || {
+        let one = one.clone();
+        async move {
+            let dump = one.dump().await.unwrap();
+            !dump["waiters"].as_array().unwrap().is_empty()
+        }
+    })
+    .await;
+    let dropped = Instant::now();
+    alice.close().await.unwrap();
+    waiting.await.unwrap().unwrap();
+    assert!(dropped.elapsed() < Duration::from_secs(10));
+    assert!(claims_in(&one).await.is_empty());
+    assert!(etcd_keys(&etcd, "claim-drop", "f/").await.is_empty());
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// SPEC §6 on etcd, the hooks' path: `release {hold, claim: true}` of a
+/// write's call gives its actor a claim on the file in etcd, which holds
+/// back another actor's write through the other server (reads pass); the
+/// holder's next call there ends it when released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_released_with_claim_claims_the_file_in_etcd_until_its_next_write() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(30);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-hook", ttl).await;
+    std::fs::write(root.join("hot.md"), "one\n").unwrap();
+    let alice = one
+        .actor("alice", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let bob = two
+        .actor("bob", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let admit = |via: &writ::remote::Session, who: &str, target: serde_json::Value| {
+        let (via, who) = (via.clone(), who.to_string());
+        async move {
+            let asked = serde_json::json!({"actor": who, "targets": [target], "wait": false});
+            via.call("admit", asked).await
+        }
+    };
+    let call = admit(&one, alice.handle(), "hot.md".into()).await.unwrap();
+    one.call(
+        "release",
+        serde_json::json!({"hold": call["hold"], "claim": true}),
+    )
+    .await
+    .unwrap();
+    let claims = claims_in(&two).await;
+    assert!(
+        matches!(claims.as_slice(), [(who, _)] if who == "alice"),
+        "{claims:?}"
+    );
+    let refused = admit(&two, bob.handle(), "hot.md".into()).await;
+    let Err(e @ Error::Busy { .. }) = &refused else {
+        panic!("{refused:?}")
+    };
+    assert!(e.to_string().contains("claimed by 'alice'"), "{e}");
+    let read = serde_json::json!({"path": "hot.md", "shared": true});
+    let reading = admit(&two, bob.handle(), read).await.unwrap();
+    two.call("release", serde_json::json!({"hold": reading["hold"]}))
+        .await
+        .unwrap();
+    // alice's next write there (a call, through the other server) ends it.
+    let redo = admit(&two, alice.handle(), "hot.md".into()).await.unwrap();
+    two.call("release", serde_json::json!({"hold": redo["hold"]}))
+        .await
+        .unwrap();
+    assert!(
+        claims_in(&one).await.is_empty(),
+        "the redo did not end the claim"
+    );
+    let call = admit(&two, bob.handle(), "hot.md".into()).await.unwrap();
+    two.call("release", serde_json::json!({"hold": call["hold"]}))
+        .await
+        .unwrap();
+    for server in servers {
+        server.shutdown().await;
+    }
+}

@@ -359,6 +359,7 @@ impl Admission {
             ticket: self.ticket.clone(),
             child_of: None,
             taken_over: None,
+            until_ms: None,
         }
     }
 

@@ -150,6 +150,11 @@ pub(crate) struct ClaimRecord {
     /// apart by its value (a clean-up compares on it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) taken_over: Option<u64>,
+    /// For a claim (SPEC §6): when its lease ends it, in wall-clock
+    /// milliseconds since the epoch (for the dump's `ends_in` only: the
+    /// lease ends it, whatever the clocks say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) until_ms: Option<u64>,
 }
 
 /// The parent of a waiting `child_wait`, and what the child would count

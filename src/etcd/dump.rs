@@ -226,7 +226,9 @@ impl Table {
                 label: record.meta.label,
                 revision: Some(h.revision),
                 age: age(record.meta.since_ms),
-                ends_in: None,
+                ends_in: record.until_ms.map(|until| {
+                    Duration::from_millis(until.saturating_sub(super::store::now_ms()))
+                }),
             })
             .collect();
         Ok(TableDump {

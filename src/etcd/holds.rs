@@ -111,11 +111,12 @@ impl Table {
     }
 
     /// The deletions that release `hold`, whose record is `record`: the
-    /// record, its owner index (a fence's) and one entry per key.
+    /// record, its owner index (a fence's or a claim's) and one entry per key.
     pub(super) fn release_ops(&self, hold: HoldId, record: &ClaimRecord) -> Vec<TxnOp> {
         let layout = self.layout();
         let mut deletes = vec![TxnOp::delete(layout.hold(hold.0), None)];
-        if HoldKind::from(record.meta.kind) == HoldKind::Fence {
+        // A claim is in its owner's index too (SPEC §6: ended with it).
+        if HoldKind::from(record.meta.kind).outlives_call() {
             deletes.push(TxnOp::delete(layout.fence(record.meta.owner, hold.0), None));
         }
         for (k, _) in record.keys() {

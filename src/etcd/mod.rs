@@ -102,5 +102,5 @@ pub use options::TableOptions;
 pub use store::{LeaseId, Table};
 
 pub(crate) use actors::GrantRecord;
-pub(crate) use files::GateRecords;
+pub(crate) use files::{GateRecords, OwnClaims};
 pub(crate) use slots::ChildAsk;

@@ -154,6 +154,7 @@ impl ChildWait {
                 read_only: self.grant.read_only,
             }),
             taken_over: None,
+            until_ms: None,
         }
     }
 
