@@ -4716,3 +4716,146 @@ async fn a_call_released_with_claim_claims_the_file_in_etcd_until_its_next_write
         server.shutdown().await;
     }
 }
+
+/// The waiters in the session's dump read through `via`, in queue order:
+/// (actor, refusals).
+async fn queued_in(via: &writ::remote::Session) -> Vec<(String, u64)> {
+    let dump = via.dump().await.unwrap();
+    dump["waiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["actor"].as_str().unwrap_or_default().to_string(),
+                w["refusals"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// SPEC §6 on etcd: writers waiting for a claimed file queue by how often
+/// their writes there were refused (most first), then by age, whichever
+/// server they wait through: carol, refused once (her claim lapsed),
+/// queues after dave and is still ahead of him, and when alice's claim
+/// ends her write lands first (dave's is then judged against hers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_queue_for_a_claimed_file_by_refusals_then_age_across_servers() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(3);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-queue", ttl).await;
+    std::fs::write(root.join("hot.md"), "one\n").unwrap();
+    let mut actors = Vec::new();
+    for name in ["alice", "bob", "carol", "dave"] {
+        let actor = one
+            .actor(name, writ::Grant::workspace(&root))
+            .await
+            .unwrap();
+        read_through(&one, actor.handle(), "hot.md").await;
+        actors.push(actor);
+    }
+    let [alice, bob, carol, dave] = <[_; 4]>::try_from(actors).unwrap_or_else(|_| panic!("four"));
+    agent_write(&two, bob.handle(), "hot.md", "bob\n", 0)
+        .await
+        .unwrap();
+    // carol is refused once; her claim lapses unused.
+    let refused = agent_write(&one, carol.handle(), "hot.md", "carol\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    poll_until(Duration::from_secs(20), "carol's claim lapsed", || {
+        let one = one.clone();
+        async move { claims_in(&one).await.is_empty() }
+    })
+    .await;
+    let refused = agent_write(&two, alice.handle(), "hot.md", "alice\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    let write_later = |via: &writ::remote::Session, who: &writ::remote::Actor, content: &str| {
+        let (via, who, content) = (via.clone(), who.handle().to_string(), content.to_string());
+        tokio::spawn(async move { agent_write(&via, &who, "hot.md", &content, 20_000).await })
+    };
+    let dave_writes = write_later(&one, &dave, "dave\n");
+    poll_until(Duration::from_secs(2), "dave queued", || {
+        let two = two.clone();
+        async move { queued_in(&two).await.len() == 1 }
+    })
+    .await;
+    let carol_writes = write_later(&two, &carol, "carol\n");
+    poll_until(Duration::from_secs(2), "carol queued", || {
+        let one = one.clone();
+        async move { queued_in(&one).await.len() == 2 }
+    })
+    .await;
+    let order = queued_in(&one).await;
+    assert_eq!(
+        order,
+        [("carol".to_string(), 1), ("dave".to_string(), 0)],
+        "most refused first, then age"
+    );
+    assert!(
+        !claims_in(&two).await.is_empty(),
+        "alice's claim ended too early for the test"
+    );
+    carol_writes.await.unwrap().unwrap();
+    let dave_judged = dave_writes.await.unwrap();
+    assert_eq!(stale_writer(dave_judged).as_deref(), Some("carol"));
+    assert_eq!(
+        std::fs::read_to_string(root.join("hot.md")).unwrap(),
+        "carol\n"
+    );
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// SPEC §6 and §4 on etcd: a claimer's wait on another claim is a hard
+/// wait-for edge, so two claimers each waiting for the other's file,
+/// through different servers, is a deadlock: the wait that closed the
+/// cycle is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_claimers_waiting_on_each_other_through_two_servers_is_a_deadlock() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(30);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-cycle", ttl).await;
+    for file in ["f.md", "g.md"] {
+        std::fs::write(root.join(file), "one\n").unwrap();
+    }
+    let alice = one
+        .actor("alice", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let bob = two
+        .actor("bob", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    for file in ["f.md", "g.md"] {
+        read_through(&one, alice.handle(), file).await;
+        read_through(&two, bob.handle(), file).await;
+    }
+    agent_write(&two, bob.handle(), "f.md", "bob\n", 0)
+        .await
+        .unwrap();
+    agent_write(&one, alice.handle(), "g.md", "alice\n", 0)
+        .await
+        .unwrap();
+    // Each is refused on the file the other wrote, and claims it.
+    let refused = agent_write(&one, alice.handle(), "f.md", "alice\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    let refused = agent_write(&two, bob.handle(), "g.md", "bob\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("alice"));
+    assert_eq!(claims_in(&one).await.len(), 2);
+    let (via, who) = (one.clone(), alice.handle().to_string());
+    let alice_waits =
+        tokio::spawn(async move { agent_write(&via, &who, "g.md", "alice 2\n", 20_000).await });
+    poll_until(Duration::from_secs(5), "alice queued", || {
+        let two = two.clone();
+        async move { queued_in(&two).await.len() == 1 }
+    })
+    .await;
+    let closed = agent_write(&two, bob.handle(), "f.md", "bob 2\n", 20_000).await;
+    assert!(matches!(closed, Err(Error::Deadlock { .. })), "{closed:?}");
+    alice_waits.abort();
+    for server in servers {
+        server.shutdown().await;
+    }
+}

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnResponse};
@@ -307,6 +308,9 @@ pub(super) struct Admission {
     pub(super) replaces: Option<Replace>,
     /// A file op's own hold (`AdmitRequest::file_op`).
     pub(super) file_op: bool,
+    /// A file op's write: its actor's refusals on the files (SPEC §6),
+    /// read when it queues (only a queued request has a place to give).
+    pub(super) refusals: AtomicU32,
     /// A try right after a timed-out wait (`Table::wait_call`).
     pub(super) after_timeout: bool,
     /// The hash of the request's ticket ([`AdmitRequest::ticket`]); for
@@ -333,6 +337,7 @@ impl Admission {
             since_ms: self.since_ms,
             priority: self.priority,
             file_op: self.file_op,
+            refusals: self.refusals.load(Ordering::Relaxed),
         }
     }
 
@@ -439,6 +444,7 @@ impl Need for Admission {
             Some(to) => Place::moved(self.priority, waiter, to),
             None => Place::queued(self.priority, waiter, revision),
         }
+        .refused(self.refusals.load(Ordering::Relaxed))
     }
 
     fn deciding(&self) -> Deciding<'_> {
@@ -461,6 +467,12 @@ impl Need for Admission {
         moved: Option<Moved>,
     ) -> Result<(u64, i64)> {
         let limit = table.inner.options.max_txn_ops;
+        // A file op's write queues by its actor's refusals there (SPEC §6):
+        // read now, so an uncontested write never pays for it.
+        if self.file_op && self.replaces.is_none() {
+            let refusals = table.refusals_on(&self.actor, &self.keys).await?;
+            self.refusals.store(refusals, Ordering::Relaxed);
+        }
         table
             .enqueue(self, Some(edges), moved, self.ops_needed(), limit)
             .await
@@ -534,6 +546,7 @@ impl Table {
             since_ms: now_ms(),
             replaces: None,
             file_op: request.file_op,
+            refusals: AtomicU32::new(0),
             after_timeout: request.after_timeout,
             ticket: request.ticket.as_deref().map(tokens::token_hash),
         };

@@ -82,6 +82,7 @@ impl Table {
             replaces: Some(Replace { revision, old }),
             after_timeout: false,
             file_op: record.meta.file_op,
+            refusals: std::sync::atomic::AtomicU32::new(record.meta.refusals),
             ticket: record.ticket.clone(),
         };
         self.spawn_admission(admission).await

@@ -177,7 +177,7 @@ impl Table {
                     child: None,
                     paths: paths_of(record),
                     priority: record.meta.priority,
-                    refusals: 0,
+                    refusals: record.meta.refusals,
                     cause: blockers
                         .first
                         .and_then(|b| match b {

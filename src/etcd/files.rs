@@ -74,8 +74,8 @@ fn ttl_ms(ttl: Duration) -> u64 {
 /// The claims among an actor's owner index (`P f/<actor>/`, read as
 /// `owned`) on any of the files `norms`.
 fn own_claims_on(owned: &[etcd_client::KeyValue], norms: &[PathBuf]) -> OwnClaims {
-    OwnClaims(
-        owned
+    OwnClaims {
+        claims: owned
             .iter()
             .filter_map(|kv| {
                 let id = id_in(kv.key())?;
@@ -88,7 +88,8 @@ fn own_claims_on(owned: &[etcd_client::KeyValue], norms: &[PathBuf]) -> OwnClaim
                 on_these.then_some((HoldId(id), record))
             })
             .collect(),
-    )
+        refusals: Vec::new(),
+    }
 }
 
 /// A file's path as the etcd keys spell it: UTF-8, like every path there.
@@ -100,9 +101,30 @@ fn utf8(norm: &Path) -> Result<()> {
 }
 
 /// The claims (SPEC §6) an actor held on the files of a write when the
-/// write began ([`Table::gate_state`]): the write's end ends them.
+/// write began ([`Table::gate_state`]), which the write's end ends, and
+/// how often its writes there were refused `Stale` since one landed.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct OwnClaims(Vec<(HoldId, ClaimRecord)>);
+pub(crate) struct OwnClaims {
+    claims: Vec<(HoldId, ClaimRecord)>,
+    refusals: Vec<(PathBuf, u32)>,
+}
+
+impl OwnClaims {
+    /// The refusals counted on `norm`.
+    fn refusals_on(&self, norm: &Path) -> u32 {
+        self.refusals
+            .iter()
+            .find(|(n, _)| n == norm)
+            .map_or(0, |(_, count)| *count)
+    }
+}
+
+/// A refusal count as stored (`P z/…`: decimal digits); anything else is
+/// no count.
+fn count_of(kv: Option<&etcd_client::KeyValue>) -> u32 {
+    kv.and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse().ok())
+        .unwrap_or(0)
+}
 
 /// What a file op leaves for the gate of later ops, stored as it ends.
 #[derive(Debug, Default)]
@@ -134,11 +156,14 @@ impl Table {
         norms: &[PathBuf],
     ) -> Result<(Vec<Known>, OwnClaims)> {
         let layout = self.layout();
-        let mut reads = Vec::with_capacity(norms.len() * 2 + 1);
+        let mut reads = Vec::with_capacity(norms.len() * 3 + 1);
         for norm in norms {
             utf8(norm)?;
             reads.push(TxnOp::get(layout.mark(actor.id.0, norm), None));
             reads.push(TxnOp::get(layout.writer(norm), None));
+        }
+        for norm in norms {
+            reads.push(TxnOp::get(layout.refusals(actor.id.0, norm), None));
         }
         reads.push(TxnOp::get(
             layout.fences_of(actor.id.0),
@@ -147,7 +172,13 @@ impl Table {
         let read = self.read(reads).await.map_err(unavailable)?;
         let mut ranges = ranges_of(&read);
         let owned = ranges.pop().unwrap_or_default();
-        let claims = own_claims_on(&owned, norms);
+        let counts = ranges.split_off(norms.len() * 2);
+        let mut claims = own_claims_on(&owned, norms);
+        claims.refusals = norms
+            .iter()
+            .zip(&counts)
+            .map(|(norm, kvs)| (norm.clone(), count_of(kvs.first())))
+            .collect();
         let now = now_ms();
         let known = ranges
             .chunks(2)
@@ -210,6 +241,7 @@ impl Table {
             since_ms: now_ms(),
             priority: 0,
             file_op: false,
+            refusals: 0,
         };
         let record = to_json(&ClaimRecord {
             meta: meta.clone(),
@@ -259,10 +291,23 @@ impl Table {
         // The actor's claims on the files it wrote end with the write
         // (applied or refused), in the transaction that ends it; a claim
         // this refusal gives replaces them.
-        for (claim, claimed) in &records.ended.0 {
+        for (claim, claimed) in &records.ended.claims {
             writes.extend(self.release_ops(*claim, claimed));
         }
+        // A write that landed forgets its refusals there; one refused
+        // counts one more (SPEC §6: the queue for the file's next claim).
+        for (norm, _) in &records.writes {
+            if records.ended.refusals_on(norm) > 0 {
+                writes.push(TxnOp::delete(layout.refusals(actor.id.0, norm), None));
+            }
+        }
         if let Some((key, ttl)) = &records.claim {
+            let count = records.ended.refusals_on(&key.norm).saturating_add(1);
+            writes.push(TxnOp::put(
+                layout.refusals(actor.id.0, &key.norm),
+                count.to_string(),
+                with_lease(actor.lease),
+            ));
             // Its own lease, so that its TTL is etcd's to keep: no server
             // has to be alive to end it. Without one, no claim is given
             // (the refusal stands; the agent redoes as without claims).
@@ -333,20 +378,34 @@ impl Table {
         let layout = self.layout();
         let owner = record.meta.owner;
         let norms: Vec<PathBuf> = files.iter().map(|k| k.norm.clone()).collect();
-        let owned = self
-            .get(
-                layout.fences_of(owner),
-                Some(GetOptions::new().with_prefix()),
-            )
-            .await
-            .map_err(unavailable)?;
-        let ended = own_claims_on(owned.kvs(), &norms);
+        let mut reads = vec![TxnOp::get(
+            layout.fences_of(owner),
+            Some(GetOptions::new().with_prefix()),
+        )];
+        for norm in &norms {
+            utf8(norm)?;
+            reads.push(TxnOp::get(layout.refusals(owner, norm), None));
+        }
+        let read = self.read(reads).await.map_err(unavailable)?;
+        let mut ranges = ranges_of(&read).into_iter();
+        let ended = own_claims_on(&ranges.next().unwrap_or_default(), &norms);
         let deletes = self.release_ops(hold, &record);
         let mut writes = deletes.clone();
-        for (claim, claimed) in &ended.0 {
+        for (claim, claimed) in &ended.claims {
             writes.extend(self.release_ops(*claim, claimed));
         }
         if let Some(ttl) = claim_ttl.filter(|t| !t.is_zero()) {
+            // Counted as a refusal too, on the owner's lease (its record's
+            // lease: the hold's record is on it).
+            let owner_lease = self.lease_of(&key).await?;
+            for (norm, kvs) in norms.iter().zip(ranges) {
+                let count = count_of(kvs.first()).saturating_add(1);
+                writes.push(TxnOp::put(
+                    layout.refusals(owner, norm),
+                    count.to_string(),
+                    with_lease(owner_lease),
+                ));
+            }
             if let Ok(lease) = self.grant_lease(ttl).await {
                 let until_ms = now_ms().saturating_add(ttl_ms(ttl));
                 for file in &files {
@@ -367,6 +426,32 @@ impl Table {
             .await
             .map(drop)
             .map_err(|e| etcd_error(e, None, ops, self.inner.options.max_txn_ops))
+    }
+
+    /// The most refusals of `actor`'s writes on any file `keys` hold
+    /// exclusively (SPEC §6), read when a file op's write queues.
+    pub(crate) async fn refusals_on(&self, actor: &ActorRef, keys: &[(Key, Mode)]) -> Result<u32> {
+        let layout = self.layout();
+        let reads: Vec<TxnOp> = keys
+            .iter()
+            .filter(|(k, m)| *m == Mode::Exclusive && !k.tree)
+            .map(|(k, _)| TxnOp::get(layout.refusals(actor.id.0, &k.norm), None))
+            .collect();
+        if reads.is_empty() {
+            return Ok(0);
+        }
+        let read = self.read(reads).await.map_err(unavailable)?;
+        Ok(ranges_of(&read)
+            .iter()
+            .map(|kvs| count_of(kvs.first()))
+            .max()
+            .unwrap_or(0))
+    }
+
+    /// The lease a key is on (none: `LeaseId(0)`).
+    async fn lease_of(&self, key: &[u8]) -> Result<LeaseId> {
+        let got = self.get(key.to_vec(), None).await.map_err(unavailable)?;
+        Ok(LeaseId(got.kvs().first().map_or(0, |kv| kv.lease())))
     }
 
     /// Keeps the snapshot of `actor`'s outside write to `norm` (encoded by

@@ -204,6 +204,10 @@ impl Table {
             .await
             .map_err(unavailable)?;
         let lease = self.waiter_lease().await?;
+        // Its place keeps its tier of refusals (SPEC §6).
+        admission
+            .refusals
+            .store(record.meta.refusals, std::sync::atomic::Ordering::Relaxed);
         let mut taken = record.clone();
         taken.taken_over = Some(self.next_id()?);
         let value = to_json(&taken)?;

@@ -140,6 +140,7 @@ impl ChildWait {
             since_ms: self.since_ms,
             priority: 0,
             file_op: false,
+            refusals: 0,
         }
     }
 
