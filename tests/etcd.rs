@@ -4859,3 +4859,77 @@ async fn two_claimers_waiting_on_each_other_through_two_servers_is_a_deadlock() 
         server.shutdown().await;
     }
 }
+
+/// SPEC §6 and §14 on etcd: over MCP, the agent refused `Stale` through
+/// one server claims the file in etcd (`writ_status` on the other server
+/// shows it); the other agent's write through the other server waits its
+/// call-wait, then is refused naming the claimer, while its read passes;
+/// the claimer's retry lands and ends the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mcp_on_two_servers_the_refused_agent_claims_the_file_and_the_other_waits() {
+    use mcp_http_client::McpHttp;
+    use serde_json::json;
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::write(root.join("plan.md"), "# Plan\n- a\n- b\n").unwrap();
+    let config = writ::Config::default()
+        .durability(writ::Durability::Process)
+        .claim_ttl(Duration::from_secs(30));
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let options = writ::server::Options::new(&root)
+            .config(config.clone())
+            .call_wait(Duration::from_millis(300))
+            .token(SESSION_TOKEN)
+            .etcd(
+                [etcd.endpoint.as_str()],
+                "claim-mcp",
+                TableOptions::default(),
+            );
+        servers.push(writ::server::Server::start(options).await.unwrap());
+    }
+    let mut alpha = McpHttp::new(&format!("{}/mcp", servers[0].url()), SESSION_TOKEN);
+    assert!(alpha.initialize("alpha").await.status.is_success());
+    let mut beta = McpHttp::new(&format!("{}/mcp", servers[1].url()), SESSION_TOKEN);
+    assert!(beta.initialize("beta").await.status.is_success());
+    let edit =
+        |old: &str, new: &str| json!({"path": "plan.md", "old_string": old, "new_string": new});
+    let read = json!({"path": "plan.md"});
+    assert!(!alpha.call("read_file", read.clone()).await.0);
+    assert!(!beta.call("read_file", read.clone()).await.0);
+    let (error, text) = beta.call("edit_file", edit("- b", "- b (beta)")).await;
+    assert!(!error, "{text}");
+    let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
+    assert!(
+        error && text.contains("changed since you read it"),
+        "{text}"
+    );
+    let (_, status) = beta.call("writ_status", json!({})).await;
+    assert!(status.contains("'alpha' claimed plan.md"), "{status}");
+    assert!(!beta.call("read_file", read.clone()).await.0);
+    let waited = Instant::now();
+    let (error, text) = beta
+        .call("edit_file", edit("# Plan", "# Plan (beta)"))
+        .await;
+    assert!(error && text.contains("claimed by 'alpha'"), "{text}");
+    assert!(
+        waited.elapsed() >= Duration::from_millis(300),
+        "it did not wait"
+    );
+    let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
+    assert!(!error, "{text}");
+    let session = writ::remote::Session::connect(servers[1].url(), SESSION_TOKEN)
+        .await
+        .unwrap();
+    assert!(
+        claims_in(&session).await.is_empty(),
+        "the claim outlived its holder's write"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("plan.md")).unwrap(),
+        "# Plan\n- a (alpha)\n- b (beta)\n"
+    );
+    for server in servers {
+        server.shutdown().await;
+    }
+}
