@@ -357,14 +357,28 @@ impl Table {
     /// exclusively (a claim ends at its holder's next write there, SPEC
     /// §6) and, with `claim_ttl`, giving the owner a claim on each of them
     /// for that long instead (`release {hold, claim: true}`: the hooks' write
-    /// refused `Stale`). A hold of another kind is released as
-    /// [`Table::release`] does. `UnknownHold` if it is gone.
+    /// refused `Stale`), counted as a refusal there. A hold of another kind
+    /// is released as [`Table::release`] does. `UnknownHold` if it is gone.
+    ///
+    /// One read more than a plain release (the owner's claims and counts),
+    /// two when this table did not grant the hold.
     pub(crate) async fn release_call(
         &self,
         hold: HoldId,
         claim_ttl: Option<Duration>,
     ) -> Result<()> {
-        let (key, record, created) = self.held(hold).await?;
+        let layout = self.layout();
+        let key = layout.hold(hold.0);
+        let (record, unchanged) = match self.remembered_record(hold) {
+            Some((record, written)) => (
+                record,
+                Compare::mod_revision(key.clone(), CompareOp::Equal, written),
+            ),
+            None => {
+                let (_, record, created) = self.held(hold).await?;
+                (record, still(key.clone(), created))
+            }
+        };
         let files: Vec<Key> = record
             .keys()
             .into_iter()
@@ -374,30 +388,32 @@ impl Table {
         if HoldKind::from(record.meta.kind) != HoldKind::Call || files.is_empty() {
             return self.release(hold).await;
         }
-        self.forget(hold);
-        let layout = self.layout();
         let owner = record.meta.owner;
         let norms: Vec<PathBuf> = files.iter().map(|k| k.norm.clone()).collect();
-        let mut reads = vec![TxnOp::get(
-            layout.fences_of(owner),
-            Some(GetOptions::new().with_prefix()),
-        )];
+        // The hold's own key too: its lease is its owner's, which the
+        // refusal counts go on.
+        let mut reads = vec![
+            TxnOp::get(key.clone(), None),
+            TxnOp::get(
+                layout.fences_of(owner),
+                Some(GetOptions::new().with_prefix()),
+            ),
+        ];
         for norm in &norms {
             utf8(norm)?;
             reads.push(TxnOp::get(layout.refusals(owner, norm), None));
         }
         let read = self.read(reads).await.map_err(unavailable)?;
         let mut ranges = ranges_of(&read).into_iter();
+        let owner_lease = ranges
+            .next()
+            .and_then(|kvs| kvs.first().map(|kv| LeaseId(kv.lease())));
         let ended = own_claims_on(&ranges.next().unwrap_or_default(), &norms);
-        let deletes = self.release_ops(hold, &record);
-        let mut writes = deletes.clone();
+        let mut writes = self.release_ops(hold, &record);
         for (claim, claimed) in &ended.claims {
             writes.extend(self.release_ops(*claim, claimed));
         }
-        if let Some(ttl) = claim_ttl.filter(|t| !t.is_zero()) {
-            // Counted as a refusal too, on the owner's lease (its record's
-            // lease: the hold's record is on it).
-            let owner_lease = self.lease_of(&key).await?;
+        if let (Some(ttl), Some(owner_lease)) = (claim_ttl.filter(|t| !t.is_zero()), owner_lease) {
             for (norm, kvs) in norms.iter().zip(ranges) {
                 let count = count_of(kvs.first()).saturating_add(1);
                 writes.push(TxnOp::put(
@@ -414,18 +430,25 @@ impl Table {
             }
         }
         let ops = writes.len();
-        // A claim only for a live owner; the hold goes either way.
+        // A claim only for a live owner, on the hold as read.
         let txn = Txn::new()
             .when([
-                still(key.clone(), created),
+                unchanged,
                 Compare::create_revision(layout.actor(owner), CompareOp::NotEqual, 0),
             ])
-            .and_then(writes)
-            .or_else(deletes);
-        self.txn(txn)
+            .and_then(writes);
+        let done = self
+            .txn(txn)
             .await
-            .map(drop)
-            .map_err(|e| etcd_error(e, None, ops, self.inner.options.max_txn_ops))
+            .map_err(|e| etcd_error(e, None, ops, self.inner.options.max_txn_ops))?;
+        if done.succeeded() {
+            self.forget(hold);
+            Ok(())
+        } else {
+            // Changed or gone since, or its owner dropped: released as
+            // any hold is, with nothing given.
+            self.release(hold).await
+        }
     }
 
     /// The most refusals of `actor`'s writes on any file `keys` hold
@@ -446,12 +469,6 @@ impl Table {
             .map(|kvs| count_of(kvs.first()))
             .max()
             .unwrap_or(0))
-    }
-
-    /// The lease a key is on (none: `LeaseId(0)`).
-    async fn lease_of(&self, key: &[u8]) -> Result<LeaseId> {
-        let got = self.get(key.to_vec(), None).await.map_err(unavailable)?;
-        Ok(LeaseId(got.kvs().first().map_or(0, |kv| kv.lease())))
     }
 
     /// Keeps the snapshot of `actor`'s outside write to `norm` (encoded by

@@ -52,6 +52,12 @@ impl Table {
             .map(|(r, _)| r.meta.clone())
     }
 
+    /// The record of a hold this table granted and the revision it was
+    /// last written at, if it remembers it (it stays remembered).
+    pub(super) fn remembered_record(&self, hold: HoldId) -> Option<(ClaimRecord, i64)> {
+        self.inner.granted.lock().get(&hold.0).cloned()
+    }
+
     /// Forgets a hold this table granted: its record and the revision it
     /// was written at, if it remembered it.
     pub(super) fn forget(&self, hold: HoldId) -> Option<(ClaimRecord, i64)> {
