@@ -255,7 +255,7 @@ impl Table {
             TxnOp::put(layout.hold(id), record.clone(), with_lease(lease)),
             TxnOp::put(layout.fence(call.owner, id), record, with_lease(lease)),
         ];
-        puts.extend(entry_puts(&layout, &meta, &keys, Owner::Hold(id), lease)?);
+        puts.extend(entry_puts(layout, &meta, &keys, Owner::Hold(id), lease)?);
         Ok(puts)
     }
 
@@ -403,7 +403,12 @@ impl Table {
             utf8(norm)?;
             reads.push(TxnOp::get(layout.refusals(owner, norm), None));
         }
-        let read = self.read(reads).await.map_err(unavailable)?;
+        // Without that read the hold is released all the same (as
+        // `Table::release` does, answers lost included), its claims left
+        // to their TTL.
+        let Ok(read) = self.read(reads).await else {
+            return self.release(hold).await;
+        };
         let mut ranges = ranges_of(&read).into_iter();
         let owner_lease = ranges
             .next()
@@ -429,7 +434,6 @@ impl Table {
                 }
             }
         }
-        let ops = writes.len();
         // A claim only for a live owner, on the hold as read.
         let txn = Txn::new()
             .when([
@@ -437,17 +441,19 @@ impl Table {
                 Compare::create_revision(layout.actor(owner), CompareOp::NotEqual, 0),
             ])
             .and_then(writes);
-        let done = self
-            .txn(txn)
-            .await
-            .map_err(|e| etcd_error(e, None, ops, self.inner.options.max_txn_ops))?;
-        if done.succeeded() {
-            self.forget(hold);
-            Ok(())
-        } else {
+        match self.txn(txn).await {
+            Ok(done) if done.succeeded() => {
+                self.forget(hold);
+                Ok(())
+            }
             // Changed or gone since, or its owner dropped: released as
             // any hold is, with nothing given.
-            self.release(hold).await
+            Ok(_) => self.release(hold).await,
+            // An answer lost may hide a release that landed: gone then.
+            Err(_) => match self.release(hold).await {
+                Err(Error::UnknownHold { .. }) => Ok(()),
+                other => other,
+            },
         }
     }
 
