@@ -19,10 +19,9 @@ use crate::kinds::{HoldKind, Mode};
 use super::actors::ActorRef;
 use super::counters::Counter;
 use super::deadlock::Edges;
-use super::decide::{
-    self, Blocked, ClaimRecord, EntryValue, KeyRecord, Meta, Moved, Other, Place, Snapshot,
-};
+use super::decide::{self, Blocked, ClaimRecord, Meta, Moved, Other, Place, Snapshot};
 use super::graph::{moved_places, others};
+use super::holds::{entry_puts, key_records};
 use super::layout::{self, Layout, Owner};
 pub(super) use super::pipeline::Wait;
 use super::pipeline::{Need, Round, Standing};
@@ -226,41 +225,6 @@ pub(super) fn keys_of(
         keys.push((Key { path, norm, tree }, target.mode()));
     }
     Ok(merge(keys))
-}
-
-pub(super) fn key_records(keys: &[(Key, Mode)]) -> Vec<KeyRecord> {
-    keys.iter()
-        .map(|(k, m)| KeyRecord {
-            path: k.norm.to_string_lossy().into_owned(),
-            spelled: (k.path != k.norm).then(|| k.path.to_string_lossy().into_owned()),
-            tree: k.tree,
-            mode: (*m).into(),
-        })
-        .collect()
-}
-
-/// The index entries of `keys` of one hold or waiter (`owner`), each
-/// repeating its `meta` so that one read of the index decides, on `lease`.
-pub(super) fn entry_puts(
-    layout: &Layout,
-    meta: &Meta,
-    keys: &[(Key, Mode)],
-    owner: Owner,
-    lease: LeaseId,
-) -> Result<Vec<TxnOp>> {
-    keys.iter()
-        .map(|(key, mode)| {
-            let value = EntryValue {
-                meta: meta.clone(),
-                mode: (*mode).into(),
-            };
-            Ok(TxnOp::put(
-                layout.entry(key, owner),
-                to_json(&value)?,
-                with_lease(lease),
-            ))
-        })
-        .collect()
 }
 
 /// The `Busy` of a request (`claim`, by an actor rooted at `root`) blocked

@@ -5,8 +5,9 @@
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
 use super::actors::ActorRef;
-use super::admission::{Admission, Grant, Replace, Wait, entry_puts, key_records, keys_of};
+use super::admission::{Admission, Grant, Replace, Wait, keys_of};
 use super::decide::ClaimRecord;
+use super::holds::{entry_puts, key_records};
 use super::layout::Owner;
 use super::store::{Table, revision_of, to_json, unavailable, with_lease};
 use crate::Target;

@@ -36,8 +36,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use super::actors::ActorRef;
-use super::admission::{entry_puts, key_records};
 use super::decide::{ClaimRecord, Meta};
+use super::holds::{entry_puts, key_records};
 use super::layout::Owner;
 use super::store::{
     LeaseId, Table, etcd_error, id_in, now_ms, ranges_of, still, to_json, unavailable, with_lease,

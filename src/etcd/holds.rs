@@ -8,13 +8,14 @@
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 
+use crate::core::key::Key;
 use crate::core::table::HoldId;
 use crate::error::{Error, Result};
-use crate::kinds::HoldKind;
+use crate::kinds::{HoldKind, Mode};
 
-use super::decide::{ClaimRecord, Meta};
-use super::layout::Owner;
-use super::store::{Table, ranges_of, still, timed_out, unavailable};
+use super::decide::{ClaimRecord, EntryValue, KeyRecord, Meta};
+use super::layout::{Layout, Owner};
+use super::store::{LeaseId, Table, ranges_of, still, timed_out, to_json, unavailable, with_lease};
 
 /// How many granted holds a table remembers; past it, it forgets one (a
 /// release of a forgotten hold reads it first, as one granted elsewhere).
@@ -133,4 +134,40 @@ impl Table {
         }
         deletes
     }
+}
+
+/// The keys of a hold or waiter as its record spells them.
+pub(super) fn key_records(keys: &[(Key, Mode)]) -> Vec<KeyRecord> {
+    keys.iter()
+        .map(|(k, m)| KeyRecord {
+            path: k.norm.to_string_lossy().into_owned(),
+            spelled: (k.path != k.norm).then(|| k.path.to_string_lossy().into_owned()),
+            tree: k.tree,
+            mode: (*m).into(),
+        })
+        .collect()
+}
+
+/// The index entries of `keys` of one hold or waiter (`owner`), each
+/// repeating its `meta` so that one read of the index decides, on `lease`.
+pub(super) fn entry_puts(
+    layout: &Layout,
+    meta: &Meta,
+    keys: &[(Key, Mode)],
+    owner: Owner,
+    lease: LeaseId,
+) -> Result<Vec<TxnOp>> {
+    keys.iter()
+        .map(|(key, mode)| {
+            let value = EntryValue {
+                meta: meta.clone(),
+                mode: (*mode).into(),
+            };
+            Ok(TxnOp::put(
+                layout.entry(key, owner),
+                to_json(&value)?,
+                with_lease(lease),
+            ))
+        })
+        .collect()
 }

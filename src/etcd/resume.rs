@@ -17,8 +17,9 @@ use tokio::sync::oneshot;
 use crate::core::table::HoldId;
 use crate::error::{Error, Result};
 
-use super::admission::{ABANDONED, Admission, Grant, Wait, entry_puts, key_records};
+use super::admission::{ABANDONED, Admission, Grant, Wait};
 use super::decide::ClaimRecord;
+use super::holds::{entry_puts, key_records};
 use super::layout::Owner;
 use super::pipeline::Queued;
 use super::store::{
