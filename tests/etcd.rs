@@ -4536,3 +4536,493 @@ async fn files_run_on_etcd_merges_other_lines_and_refuses_a_conflict_whole() {
         server.shutdown().await;
     }
 }
+
+// ---- claims on hot files (SPEC §6) through two servers ----
+
+/// Two servers on one session whose file tools claim with `ttl`; no
+/// history, so a stale write is refused (not anchored) and gives a claim.
+async fn claim_servers(
+    etcd: &Etcd,
+    root: &Path,
+    session: &str,
+    ttl: Duration,
+) -> (Vec<writ::server::Server>, [writ::remote::Session; 2]) {
+    let config = writ::Config::default()
+        .durability(writ::Durability::Process)
+        .claim_ttl(ttl);
+    file_servers_with(etcd, root, session, config).await
+}
+
+/// The claims in the session's dump read through `via`: (holder, ends_in
+/// in seconds).
+async fn claims_in(via: &writ::remote::Session) -> Vec<(String, f64)> {
+    let dump = via.dump().await.unwrap();
+    dump["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["kind"] == "claim")
+        .map(|h| {
+            (
+                h["actor"].as_str().unwrap_or_default().to_string(),
+                h["ends_in"].as_f64().unwrap_or(-1.0),
+            )
+        })
+        .collect()
+}
+
+/// `who` writes `content` to `path` through `via` as an agent's surface
+/// does (`current`), waiting up to `wait_ms` for a busy file.
+async fn agent_write(
+    via: &writ::remote::Session,
+    who: &str,
+    path: &str,
+    content: &str,
+    wait_ms: u64,
+) -> Result<serde_json::Value, Error> {
+    let params = serde_json::json!({
+        "path": path, "content": content, "current": true, "timeout_ms": wait_ms,
+    });
+    file_op(via, "files.write", who, params).await
+}
+
+/// Alice reads, bob writes after her read, alice's write is refused
+/// `Stale`: the state every claim test starts from. Returns the handles.
+async fn alice_refused(
+    one: &writ::remote::Session,
+    two: &writ::remote::Session,
+    root: &Path,
+) -> (writ::remote::Actor, writ::remote::Actor) {
+    std::fs::write(root.join("hot.md"), "one\n").unwrap();
+    let alice = one
+        .actor("alice", writ::Grant::workspace(root))
+        .await
+        .unwrap();
+    let bob = two
+        .actor("bob", writ::Grant::workspace(root))
+        .await
+        .unwrap();
+    read_through(one, alice.handle(), "hot.md").await;
+    read_through(two, bob.handle(), "hot.md").await;
+    agent_write(two, bob.handle(), "hot.md", "bob\n", 0)
+        .await
+        .unwrap();
+    let refused = agent_write(one, alice.handle(), "hot.md", "alice\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    (alice, bob)
+}
+
+/// SPEC §6 on etcd: a `Stale` refusal through server one gives the refused
+/// agent a claim in etcd, shown in every server's dump with its end; the
+/// other agent's write through server two waits its call-wait, then is
+/// refused `Busy` naming the claimer, while its read passes; the claimer's
+/// next write (through server two) lands and ends the claim, and the
+/// other's write is judged as usual after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_refusal_claims_the_file_for_every_server_until_its_holder_writes() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(30);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claims", ttl).await;
+    let (alice, bob) = alice_refused(&one, &two, &root).await;
+    for via in [&one, &two] {
+        let claims = claims_in(via).await;
+        assert!(
+            matches!(claims.as_slice(), [(who, ends)] if who == "alice" && *ends > 20.0 && *ends <= 30.0),
+            "{claims:?}"
+        );
+    }
+    read_through(&two, bob.handle(), "hot.md").await;
+    let waited = Instant::now();
+    let held_back = agent_write(&two, bob.handle(), "hot.md", "bob again\n", 300).await;
+    let Err(e @ Error::Busy { .. }) = &held_back else {
+        panic!("{held_back:?}")
+    };
+    assert!(e.to_string().contains("claimed by 'alice'"), "{e}");
+    assert!(
+        waited.elapsed() >= Duration::from_millis(300),
+        "it did not wait"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("hot.md")).unwrap(),
+        "bob\n"
+    );
+    // The refusal was alice's read: her redo lands, through the other server.
+    agent_write(&two, alice.handle(), "hot.md", "alice\n", 0)
+        .await
+        .unwrap();
+    assert!(
+        claims_in(&one).await.is_empty(),
+        "the claim outlived its holder's write"
+    );
+    let judged = agent_write(&one, bob.handle(), "hot.md", "bob again\n", 0).await;
+    assert_eq!(stale_writer(judged).as_deref(), Some("alice"));
+    // bob's refusal is bob's claim now, and alice is the one held back.
+    let claims = claims_in(&two).await;
+    assert!(
+        matches!(claims.as_slice(), [(who, _)] if who == "bob"),
+        "{claims:?}"
+    );
+    read_through(&one, alice.handle(), "hot.md").await;
+    let held_back = agent_write(&one, alice.handle(), "hot.md", "x\n", 0).await;
+    assert!(
+        matches!(held_back, Err(Error::Busy { .. })),
+        "{held_back:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("hot.md")).unwrap(),
+        "alice\n"
+    );
+    nothing_held(&[one, two]).await;
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// SPEC §6 on etcd: a claim is on a lease of its own with the claim's TTL:
+/// when etcd ends it, the writer waiting on the file through the other
+/// server is woken (its watch sees the keys go) and its write lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_ends_at_its_ttl_and_the_writer_waiting_through_another_server_goes_on() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(2);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-ttl", ttl).await;
+    let (alice, bob) = alice_refused(&one, &two, &root).await;
+    read_through(&two, bob.handle(), "hot.md").await;
+    let waiting = Instant::now();
+    let landed = agent_write(&two, bob.handle(), "hot.md", "bob 2\n", 20_000).await;
+    let waited = waiting.elapsed();
+    landed.unwrap();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(10),
+        "the write waited {waited:?} for a claim of {ttl:?}"
+    );
+    assert!(claims_in(&one).await.is_empty());
+    assert_eq!(
+        std::fs::read_to_string(root.join("hot.md")).unwrap(),
+        "bob 2\n"
+    );
+    drop(alice);
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// SPEC §6 on etcd: a claim ends with its agent: dropping the claimer
+/// through one server wakes the writer waiting through the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimer_dropped_through_one_server_frees_the_writer_waiting_on_the_other() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(30);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-drop", ttl).await;
+    let (alice, bob) = alice_refused(&one, &two, &root).await;
+    read_through(&two, bob.handle(), "hot.md").await;
+    let writer = two.clone();
+    let bob_handle = bob.handle().to_string();
+    let waiting = tokio::spawn(async move {
+        agent_write(&writer, &bob_handle, "hot.md", "bob 2\n", 20_000).await
+    });
+    // The write is queued behind the claim before the claimer goes.
+    poll_until(Duration::from_secs(10), "bob's write queued", || {
+        let one = one.clone();
+        async move {
+            let dump = one.dump().await.unwrap();
+            !dump["waiters"].as_array().unwrap().is_empty()
+        }
+    })
+    .await;
+    let dropped = Instant::now();
+    alice.close().await.unwrap();
+    waiting.await.unwrap().unwrap();
+    assert!(dropped.elapsed() < Duration::from_secs(10));
+    assert!(claims_in(&one).await.is_empty());
+    assert!(etcd_keys(&etcd, "claim-drop", "f/").await.is_empty());
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// SPEC §6 on etcd, the hooks' path: `release {hold, claim: true}` of a
+/// write's call gives its actor a claim on the file in etcd, which holds
+/// back another actor's write through the other server (reads pass); the
+/// holder's next call there ends it when released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_released_with_claim_claims_the_file_in_etcd_until_its_next_write() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(30);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-hook", ttl).await;
+    std::fs::write(root.join("hot.md"), "one\n").unwrap();
+    let alice = one
+        .actor("alice", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let bob = two
+        .actor("bob", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let admit = |via: &writ::remote::Session, who: &str, target: serde_json::Value| {
+        let (via, who) = (via.clone(), who.to_string());
+        async move {
+            let asked = serde_json::json!({"actor": who, "targets": [target], "wait": false});
+            via.call("admit", asked).await
+        }
+    };
+    let call = admit(&one, alice.handle(), "hot.md".into()).await.unwrap();
+    one.call(
+        "release",
+        serde_json::json!({"hold": call["hold"], "claim": true}),
+    )
+    .await
+    .unwrap();
+    let claims = claims_in(&two).await;
+    assert!(
+        matches!(claims.as_slice(), [(who, _)] if who == "alice"),
+        "{claims:?}"
+    );
+    let refused = admit(&two, bob.handle(), "hot.md".into()).await;
+    let Err(e @ Error::Busy { .. }) = &refused else {
+        panic!("{refused:?}")
+    };
+    assert!(e.to_string().contains("claimed by 'alice'"), "{e}");
+    let read = serde_json::json!({"path": "hot.md", "shared": true});
+    let reading = admit(&two, bob.handle(), read).await.unwrap();
+    two.call("release", serde_json::json!({"hold": reading["hold"]}))
+        .await
+        .unwrap();
+    // alice's next write there (a call, through the other server) ends it.
+    let redo = admit(&two, alice.handle(), "hot.md".into()).await.unwrap();
+    two.call("release", serde_json::json!({"hold": redo["hold"]}))
+        .await
+        .unwrap();
+    assert!(
+        claims_in(&one).await.is_empty(),
+        "the redo did not end the claim"
+    );
+    let call = admit(&two, bob.handle(), "hot.md".into()).await.unwrap();
+    two.call("release", serde_json::json!({"hold": call["hold"]}))
+        .await
+        .unwrap();
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// The waiters in the session's dump read through `via`, in queue order:
+/// (actor, refusals).
+async fn queued_in(via: &writ::remote::Session) -> Vec<(String, u64)> {
+    let dump = via.dump().await.unwrap();
+    dump["waiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["actor"].as_str().unwrap_or_default().to_string(),
+                w["refusals"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// SPEC §6 on etcd: writers waiting for a claimed file queue by how often
+/// their writes there were refused (most first), then by age, whichever
+/// server they wait through: carol, refused once (her claim lapsed),
+/// queues after dave and is still ahead of him, and when alice's claim
+/// ends her write lands first (dave's is then judged against hers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_queue_for_a_claimed_file_by_refusals_then_age_across_servers() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(3);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-queue", ttl).await;
+    std::fs::write(root.join("hot.md"), "one\n").unwrap();
+    let mut actors = Vec::new();
+    for name in ["alice", "bob", "carol", "dave"] {
+        let actor = one
+            .actor(name, writ::Grant::workspace(&root))
+            .await
+            .unwrap();
+        read_through(&one, actor.handle(), "hot.md").await;
+        actors.push(actor);
+    }
+    let [alice, bob, carol, dave] = <[_; 4]>::try_from(actors).unwrap_or_else(|_| panic!("four"));
+    agent_write(&two, bob.handle(), "hot.md", "bob\n", 0)
+        .await
+        .unwrap();
+    // carol is refused once; her claim lapses unused.
+    let refused = agent_write(&one, carol.handle(), "hot.md", "carol\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    poll_until(Duration::from_secs(20), "carol's claim lapsed", || {
+        let one = one.clone();
+        async move { claims_in(&one).await.is_empty() }
+    })
+    .await;
+    let refused = agent_write(&two, alice.handle(), "hot.md", "alice\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    let write_later = |via: &writ::remote::Session, who: &writ::remote::Actor, content: &str| {
+        let (via, who, content) = (via.clone(), who.handle().to_string(), content.to_string());
+        tokio::spawn(async move { agent_write(&via, &who, "hot.md", &content, 20_000).await })
+    };
+    let dave_writes = write_later(&one, &dave, "dave\n");
+    poll_until(Duration::from_secs(2), "dave queued", || {
+        let two = two.clone();
+        async move { queued_in(&two).await.len() == 1 }
+    })
+    .await;
+    let carol_writes = write_later(&two, &carol, "carol\n");
+    poll_until(Duration::from_secs(2), "carol queued", || {
+        let one = one.clone();
+        async move { queued_in(&one).await.len() == 2 }
+    })
+    .await;
+    let order = queued_in(&one).await;
+    assert_eq!(
+        order,
+        [("carol".to_string(), 1), ("dave".to_string(), 0)],
+        "most refused first, then age"
+    );
+    assert!(
+        !claims_in(&two).await.is_empty(),
+        "alice's claim ended too early for the test"
+    );
+    carol_writes.await.unwrap().unwrap();
+    let dave_judged = dave_writes.await.unwrap();
+    assert_eq!(stale_writer(dave_judged).as_deref(), Some("carol"));
+    assert_eq!(
+        std::fs::read_to_string(root.join("hot.md")).unwrap(),
+        "carol\n"
+    );
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// SPEC §6 and §4 on etcd: a claimer's wait on another claim is a hard
+/// wait-for edge, so two claimers each waiting for the other's file,
+/// through different servers, is a deadlock: the wait that closed the
+/// cycle is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_claimers_waiting_on_each_other_through_two_servers_is_a_deadlock() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(30);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-cycle", ttl).await;
+    for file in ["f.md", "g.md"] {
+        std::fs::write(root.join(file), "one\n").unwrap();
+    }
+    let alice = one
+        .actor("alice", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    let bob = two
+        .actor("bob", writ::Grant::workspace(&root))
+        .await
+        .unwrap();
+    for file in ["f.md", "g.md"] {
+        read_through(&one, alice.handle(), file).await;
+        read_through(&two, bob.handle(), file).await;
+    }
+    agent_write(&two, bob.handle(), "f.md", "bob\n", 0)
+        .await
+        .unwrap();
+    agent_write(&one, alice.handle(), "g.md", "alice\n", 0)
+        .await
+        .unwrap();
+    // Each is refused on the file the other wrote, and claims it.
+    let refused = agent_write(&one, alice.handle(), "f.md", "alice\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    let refused = agent_write(&two, bob.handle(), "g.md", "bob\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("alice"));
+    assert_eq!(claims_in(&one).await.len(), 2);
+    let (via, who) = (one.clone(), alice.handle().to_string());
+    let alice_waits =
+        tokio::spawn(async move { agent_write(&via, &who, "g.md", "alice 2\n", 20_000).await });
+    poll_until(Duration::from_secs(5), "alice queued", || {
+        let two = two.clone();
+        async move { queued_in(&two).await.len() == 1 }
+    })
+    .await;
+    let closed = agent_write(&two, bob.handle(), "f.md", "bob 2\n", 20_000).await;
+    assert!(matches!(closed, Err(Error::Deadlock { .. })), "{closed:?}");
+    alice_waits.abort();
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
+/// SPEC §6 and §14 on etcd: over MCP, the agent refused `Stale` through
+/// one server claims the file in etcd (`writ_status` on the other server
+/// shows it); the other agent's write through the other server waits its
+/// call-wait, then is refused naming the claimer, while its read passes;
+/// the claimer's retry lands and ends the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mcp_on_two_servers_the_refused_agent_claims_the_file_and_the_other_waits() {
+    use mcp_http_client::McpHttp;
+    use serde_json::json;
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    std::fs::write(root.join("plan.md"), "# Plan\n- a\n- b\n").unwrap();
+    let config = writ::Config::default()
+        .durability(writ::Durability::Process)
+        .claim_ttl(Duration::from_secs(30));
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let options = writ::server::Options::new(&root)
+            .config(config.clone())
+            .call_wait(Duration::from_millis(300))
+            .token(SESSION_TOKEN)
+            .etcd(
+                [etcd.endpoint.as_str()],
+                "claim-mcp",
+                TableOptions::default(),
+            );
+        servers.push(writ::server::Server::start(options).await.unwrap());
+    }
+    let mut alpha = McpHttp::new(&format!("{}/mcp", servers[0].url()), SESSION_TOKEN);
+    assert!(alpha.initialize("alpha").await.status.is_success());
+    let mut beta = McpHttp::new(&format!("{}/mcp", servers[1].url()), SESSION_TOKEN);
+    assert!(beta.initialize("beta").await.status.is_success());
+    let edit =
+        |old: &str, new: &str| json!({"path": "plan.md", "old_string": old, "new_string": new});
+    let read = json!({"path": "plan.md"});
+    assert!(!alpha.call("read_file", read.clone()).await.0);
+    assert!(!beta.call("read_file", read.clone()).await.0);
+    let (error, text) = beta.call("edit_file", edit("- b", "- b (beta)")).await;
+    assert!(!error, "{text}");
+    let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
+    assert!(
+        error && text.contains("changed since you read it"),
+        "{text}"
+    );
+    let (_, status) = beta.call("writ_status", json!({})).await;
+    assert!(status.contains("'alpha' claimed plan.md"), "{status}");
+    assert!(!beta.call("read_file", read.clone()).await.0);
+    let waited = Instant::now();
+    let (error, text) = beta
+        .call("edit_file", edit("# Plan", "# Plan (beta)"))
+        .await;
+    assert!(error && text.contains("claimed by 'alpha'"), "{text}");
+    assert!(
+        waited.elapsed() >= Duration::from_millis(300),
+        "it did not wait"
+    );
+    let (error, text) = alpha.call("edit_file", edit("- a", "- a (alpha)")).await;
+    assert!(!error, "{text}");
+    let session = writ::remote::Session::connect(servers[1].url(), SESSION_TOKEN)
+        .await
+        .unwrap();
+    assert!(
+        claims_in(&session).await.is_empty(),
+        "the claim outlived its holder's write"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("plan.md")).unwrap(),
+        "# Plan\n- a (alpha)\n- b (beta)\n"
+    );
+    for server in servers {
+        server.shutdown().await;
+    }
+}

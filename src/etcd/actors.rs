@@ -489,6 +489,10 @@ impl Table {
                 self.layout().marks_of(actor.id.0),
                 Some(etcd_client::DeleteOptions::new().with_prefix()),
             ),
+            TxnOp::delete(
+                self.layout().refusals_of(actor.id.0),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            ),
         ]);
         self.txn(gone).await.map(drop).map_err(unavailable)
     }

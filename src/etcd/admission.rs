@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnResponse};
@@ -18,10 +19,9 @@ use crate::kinds::{HoldKind, Mode};
 use super::actors::ActorRef;
 use super::counters::Counter;
 use super::deadlock::Edges;
-use super::decide::{
-    self, Blocked, ClaimRecord, EntryValue, KeyRecord, Meta, Moved, Other, Place, Snapshot,
-};
+use super::decide::{self, Blocked, ClaimRecord, Meta, Moved, Other, Place, Snapshot};
 use super::graph::{moved_places, others};
+use super::holds::{entry_puts, key_records};
 use super::layout::{self, Layout, Owner};
 pub(super) use super::pipeline::Wait;
 use super::pipeline::{Need, Round, Standing};
@@ -227,41 +227,6 @@ pub(super) fn keys_of(
     Ok(merge(keys))
 }
 
-pub(super) fn key_records(keys: &[(Key, Mode)]) -> Vec<KeyRecord> {
-    keys.iter()
-        .map(|(k, m)| KeyRecord {
-            path: k.norm.to_string_lossy().into_owned(),
-            spelled: (k.path != k.norm).then(|| k.path.to_string_lossy().into_owned()),
-            tree: k.tree,
-            mode: (*m).into(),
-        })
-        .collect()
-}
-
-/// The index entries of `keys` of one hold or waiter (`owner`), each
-/// repeating its `meta` so that one read of the index decides, on `lease`.
-pub(super) fn entry_puts(
-    layout: &Layout,
-    meta: &Meta,
-    keys: &[(Key, Mode)],
-    owner: Owner,
-    lease: LeaseId,
-) -> Result<Vec<TxnOp>> {
-    keys.iter()
-        .map(|(key, mode)| {
-            let value = EntryValue {
-                meta: meta.clone(),
-                mode: (*mode).into(),
-            };
-            Ok(TxnOp::put(
-                layout.entry(key, owner),
-                to_json(&value)?,
-                with_lease(lease),
-            ))
-        })
-        .collect()
-}
-
 /// The `Busy` of a request (`claim`, by an actor rooted at `root`) blocked
 /// by `other` (a waiter ahead when `queued`) through its key `key`.
 pub(super) fn busy(claim: &Claim, root: &Path, other: &Other, key: usize, queued: bool) -> Error {
@@ -307,6 +272,9 @@ pub(super) struct Admission {
     pub(super) replaces: Option<Replace>,
     /// A file op's own hold (`AdmitRequest::file_op`).
     pub(super) file_op: bool,
+    /// A file op's write: its actor's refusals on the files (SPEC §6),
+    /// read when it queues (only a queued request has a place to give).
+    pub(super) refusals: AtomicU32,
     /// A try right after a timed-out wait (`Table::wait_call`).
     pub(super) after_timeout: bool,
     /// The hash of the request's ticket ([`AdmitRequest::ticket`]); for
@@ -333,6 +301,7 @@ impl Admission {
             since_ms: self.since_ms,
             priority: self.priority,
             file_op: self.file_op,
+            refusals: self.refusals.load(Ordering::Relaxed),
         }
     }
 
@@ -359,6 +328,7 @@ impl Admission {
             ticket: self.ticket.clone(),
             child_of: None,
             taken_over: None,
+            until_ms: None,
         }
     }
 
@@ -438,6 +408,7 @@ impl Need for Admission {
             Some(to) => Place::moved(self.priority, waiter, to),
             None => Place::queued(self.priority, waiter, revision),
         }
+        .refused(self.refusals.load(Ordering::Relaxed))
     }
 
     fn deciding(&self) -> Deciding<'_> {
@@ -460,6 +431,12 @@ impl Need for Admission {
         moved: Option<Moved>,
     ) -> Result<(u64, i64)> {
         let limit = table.inner.options.max_txn_ops;
+        // A file op's write queues by its actor's refusals there (SPEC §6):
+        // read now, so an uncontested write never pays for it.
+        if self.file_op && self.replaces.is_none() {
+            let refusals = table.refusals_on(&self.actor, &self.keys).await?;
+            self.refusals.store(refusals, Ordering::Relaxed);
+        }
         table
             .enqueue(self, Some(edges), moved, self.ops_needed(), limit)
             .await
@@ -533,6 +510,7 @@ impl Table {
             since_ms: now_ms(),
             replaces: None,
             file_op: request.file_op,
+            refusals: AtomicU32::new(0),
             after_timeout: request.after_timeout,
             ticket: request.ticket.as_deref().map(tokens::token_hash),
         };

@@ -5,8 +5,9 @@
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
 use super::actors::ActorRef;
-use super::admission::{Admission, Grant, Replace, Wait, entry_puts, key_records, keys_of};
+use super::admission::{Admission, Grant, Replace, Wait, keys_of};
 use super::decide::ClaimRecord;
+use super::holds::{entry_puts, key_records};
 use super::layout::Owner;
 use super::store::{Table, revision_of, to_json, unavailable, with_lease};
 use crate::Target;
@@ -82,6 +83,7 @@ impl Table {
             replaces: Some(Replace { revision, old }),
             after_timeout: false,
             file_op: record.meta.file_op,
+            refusals: std::sync::atomic::AtomicU32::new(record.meta.refusals),
             ticket: record.ticket.clone(),
         };
         self.spawn_admission(admission).await

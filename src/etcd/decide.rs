@@ -106,6 +106,15 @@ pub(crate) struct Meta {
     /// it; the op releases it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) file_op: bool,
+    /// For a file op's waiting write: how often its actor's writes to
+    /// the file were refused `Stale` since one landed there (SPEC §6): the
+    /// most refused writers queue first among one priority.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) refusals: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The value of one index entry.
@@ -150,6 +159,11 @@ pub(crate) struct ClaimRecord {
     /// apart by its value (a clean-up compares on it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) taken_over: Option<u64>,
+    /// For a claim (SPEC §6): when its lease ends it, in wall-clock
+    /// milliseconds since the epoch (for the dump's `ends_in` only: the
+    /// lease ends it, whatever the clocks say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) until_ms: Option<u64>,
 }
 
 /// The parent of a waiting `child_wait`, and what the child would count
@@ -287,11 +301,13 @@ pub(crate) fn group<'a>(
 }
 
 /// A place in the queue, ordered front to back (SPEC §4): higher priority
-/// first, then the earlier revision (or the place a reordering gave,
-/// [`Moved`]).
+/// first, then more refusals (SPEC §6: the writers a claimed file's
+/// refusals held back the longest), then the earlier revision (or the
+/// place a reordering gave, [`Moved`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Place {
     rank: Reverse<i32>,
+    refusals: Reverse<u32>,
     revision: i64,
     step: i64,
     waiter: u64,
@@ -303,6 +319,7 @@ impl Place {
     pub(crate) fn new(priority: i32) -> Place {
         Place {
             rank: Reverse(priority),
+            refusals: Reverse(0),
             revision: i64::MAX,
             step: 0,
             waiter: u64::MAX,
@@ -314,6 +331,7 @@ impl Place {
     pub(crate) fn moved(priority: i32, waiter: u64, moved: Moved) -> Place {
         Place {
             rank: Reverse(priority),
+            refusals: Reverse(0),
             revision: moved.revision,
             step: moved.step,
             waiter,
@@ -332,9 +350,19 @@ impl Place {
     pub(crate) fn queued(priority: i32, waiter: u64, revision: i64) -> Place {
         Place {
             rank: Reverse(priority),
+            refusals: Reverse(0),
             revision,
             step: 0,
             waiter,
+        }
+    }
+
+    /// The same place in the tier of `refusals` (SPEC §6), within its
+    /// priority.
+    pub(crate) fn refused(self, refusals: u32) -> Place {
+        Place {
+            refusals: Reverse(refusals),
+            ..self
         }
     }
 }
@@ -443,10 +471,13 @@ impl Other {
     /// Its place, when it is a waiter.
     pub(crate) fn place(&self) -> Option<Place> {
         match self.owner {
-            Owner::Waiter(id) => Some(match self.moved {
-                Some(moved) => Place::moved(self.meta.priority, id, moved),
-                None => Place::queued(self.meta.priority, id, self.revision),
-            }),
+            Owner::Waiter(id) => Some(
+                match self.moved {
+                    Some(moved) => Place::moved(self.meta.priority, id, moved),
+                    None => Place::queued(self.meta.priority, id, self.revision),
+                }
+                .refused(self.meta.refusals),
+            ),
             Owner::Hold(_) => None,
         }
     }
@@ -731,6 +762,7 @@ mod tests {
             kind,
             name: format!("a{owner}"),
             file_op: false,
+            refusals: 0,
             label: None,
             since_ms: 0,
             priority,
@@ -971,6 +1003,7 @@ mod tests {
             kind: claim.kind.into(),
             name: format!("a{}", claim.owner.0),
             file_op: false,
+            refusals: 0,
             label: None,
             since_ms: 0,
             priority,

@@ -177,7 +177,7 @@ impl Table {
                     child: None,
                     paths: paths_of(record),
                     priority: record.meta.priority,
-                    refusals: 0,
+                    refusals: record.meta.refusals,
                     cause: blockers
                         .first
                         .and_then(|b| match b {
@@ -226,7 +226,9 @@ impl Table {
                 label: record.meta.label,
                 revision: Some(h.revision),
                 age: age(record.meta.since_ms),
-                ends_in: None,
+                ends_in: record.until_ms.map(|until| {
+                    Duration::from_millis(until.saturating_sub(super::store::now_ms()))
+                }),
             })
             .collect();
         Ok(TableDump {

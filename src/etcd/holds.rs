@@ -8,13 +8,14 @@
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 
+use crate::core::key::Key;
 use crate::core::table::HoldId;
 use crate::error::{Error, Result};
-use crate::kinds::HoldKind;
+use crate::kinds::{HoldKind, Mode};
 
-use super::decide::{ClaimRecord, Meta};
-use super::layout::Owner;
-use super::store::{Table, ranges_of, still, timed_out, unavailable};
+use super::decide::{ClaimRecord, EntryValue, KeyRecord, Meta};
+use super::layout::{Layout, Owner};
+use super::store::{LeaseId, Table, ranges_of, still, timed_out, to_json, unavailable, with_lease};
 
 /// How many granted holds a table remembers; past it, it forgets one (a
 /// release of a forgotten hold reads it first, as one granted elsewhere).
@@ -50,6 +51,12 @@ impl Table {
             .lock()
             .get(&hold.0)
             .map(|(r, _)| r.meta.clone())
+    }
+
+    /// The record of a hold this table granted and the revision it was
+    /// last written at, if it remembers it (it stays remembered).
+    pub(super) fn remembered_record(&self, hold: HoldId) -> Option<(ClaimRecord, i64)> {
+        self.inner.granted.lock().get(&hold.0).cloned()
     }
 
     /// Forgets a hold this table granted: its record and the revision it
@@ -111,11 +118,12 @@ impl Table {
     }
 
     /// The deletions that release `hold`, whose record is `record`: the
-    /// record, its owner index (a fence's) and one entry per key.
+    /// record, its owner index (a fence's or a claim's) and one entry per key.
     pub(super) fn release_ops(&self, hold: HoldId, record: &ClaimRecord) -> Vec<TxnOp> {
         let layout = self.layout();
         let mut deletes = vec![TxnOp::delete(layout.hold(hold.0), None)];
-        if HoldKind::from(record.meta.kind) == HoldKind::Fence {
+        // A claim is in its owner's index too (SPEC §6: ended with it).
+        if HoldKind::from(record.meta.kind).outlives_call() {
             deletes.push(TxnOp::delete(layout.fence(record.meta.owner, hold.0), None));
         }
         for (k, _) in record.keys() {
@@ -126,4 +134,40 @@ impl Table {
         }
         deletes
     }
+}
+
+/// The keys of a hold or waiter as its record spells them.
+pub(super) fn key_records(keys: &[(Key, Mode)]) -> Vec<KeyRecord> {
+    keys.iter()
+        .map(|(k, m)| KeyRecord {
+            path: k.norm.to_string_lossy().into_owned(),
+            spelled: (k.path != k.norm).then(|| k.path.to_string_lossy().into_owned()),
+            tree: k.tree,
+            mode: (*m).into(),
+        })
+        .collect()
+}
+
+/// The index entries of `keys` of one hold or waiter (`owner`), each
+/// repeating its `meta` so that one read of the index decides, on `lease`.
+pub(super) fn entry_puts(
+    layout: &Layout,
+    meta: &Meta,
+    keys: &[(Key, Mode)],
+    owner: Owner,
+    lease: LeaseId,
+) -> Result<Vec<TxnOp>> {
+    keys.iter()
+        .map(|(key, mode)| {
+            let value = EntryValue {
+                meta: meta.clone(),
+                mode: (*mode).into(),
+            };
+            Ok(TxnOp::put(
+                layout.entry(key, owner),
+                to_json(&value)?,
+                with_lease(lease),
+            ))
+        })
+        .collect()
 }

@@ -17,13 +17,14 @@
 //! | `P g/<actor>/<sha256 of a ticket>` | the hold granted to the wait the ticket names, or `abandoned` when its caller gave it up first | the actor's |
 //! | `P a/<actor>` | the actor record | the actor's |
 //! | `P h/<hold>` | the hold record (every key of the hold) | the owner's |
-//! | `P f/<owner>/<hold>` | the fence's record again, found by owner | the owner's |
+//! | `P f/<owner>/<hold>` | the fence's (or claim's) record again, found by owner | the owner's (a claim's own) |
 //! | `P q/<waiter>` | the waiting request (every key it asks for) | the requester's |
 //! | `P e/<waiter>` | the waiting request's wait-for edges | the requester's |
 //! | `P w/<waiter>` | nothing: marks a waiting `child_wait` | the requester's |
 //! | `P p/<waiter>` | the place a reordering of the queue moved the waiting request to | the requester's |
 //! | `P k<path>\0<t\|f>/<h\|w><id>` | one key of a hold (`h`) or waiter (`w`) | its owner's |
 //! | `P m/<actor><path>` | the actor's read mark of a file (SPEC §6) | the actor's |
+//! | `P z/<actor><path>` | how often the actor's writes to a file were refused `Stale` since one landed (SPEC §6) | the actor's |
 //! | `P o<path>` | the last write through writ to a file: writer, content hash | none |
 //!
 //! Ids are 16 hex digits. `<path>` is the key's normalized absolute path
@@ -267,6 +268,20 @@ impl Layout {
         let mut out = self.under(format!("m/{}", hex(actor)).as_bytes());
         out.extend_from_slice(norm.as_os_str().as_encoded_bytes());
         out
+    }
+
+    /// How often an actor's writes to the file `norm` were refused `Stale`
+    /// since one landed there (SPEC §6: its place in the file's queue):
+    /// `P z/<actor><norm>`.
+    pub(crate) fn refusals(&self, actor: u64, norm: &Path) -> Vec<u8> {
+        let mut out = self.under(format!("z/{}", hex(actor)).as_bytes());
+        out.extend_from_slice(norm.as_os_str().as_encoded_bytes());
+        out
+    }
+
+    /// Every refusal count of one actor (as [`Layout::marks_of`]).
+    pub(crate) fn refusals_of(&self, actor: u64) -> Vec<u8> {
+        self.under(format!("z/{}/", hex(actor)).as_bytes())
     }
 
     /// Every read mark of one actor. Paths begin with `/`, and ids have a
@@ -518,6 +533,7 @@ mod tests {
             ("child waits", layout.slot_waiters()),
             ("edges", layout.all_edges()),
             ("marks of 1", layout.marks_of(1)),
+            ("refusals of 1", layout.refusals_of(1)),
             ("index", layout.under(b"k")),
         ];
         let keys = [
@@ -529,6 +545,8 @@ mod tests {
             ("child waits", layout.slot_waiter(1)),
             ("edges", layout.edges(1)),
             ("marks of 1", layout.mark(1, file)),
+            ("refusals of 1", layout.refusals(1, file)),
+            ("", layout.refusals(2, file)),
             (
                 "index",
                 layout.entry(&Key::exact("/ws/src/a.rs", false), Owner::Hold(1)),

@@ -51,10 +51,10 @@
 //! | `decide` | records as stored, and one read as a `Snapshot` that `core::judge` decides on: holds and waiters in the way, the owner's precedence, slot reservations, blockers and edges |
 //! | `store` | [`Table`] and its connection: bounded calls, sent again when they reached no member; record and compare helpers; [`LeaseId`] |
 //! | `counters` | the admission counters, counted in the transaction of their event |
-//! | `holds` | reading a hold back, releasing it |
+//! | `holds` | a hold's keys as written (records, index entries), reading a hold back, releasing it |
 //! | `actors` | actors' records and grants, leases, making and dropping actors |
 //! | `tokens` | session and actor tokens, by their hashes |
-//! | `files` | the file tools' read marks and last writers |
+//! | `files` | the file tools' read marks and last writers, and claims (SPEC §6): given and ended with a file op, counted per file |
 //! | `graph` | the wait-for edges true at one read; the cycle a grant would close |
 //! | `reorder` | soft cycles reordered away by the core's search, the moved places written |
 //! | `queue` | the waiters' lease, edge records, leaving the queue, watching for a change |
@@ -102,5 +102,5 @@ pub use options::TableOptions;
 pub use store::{LeaseId, Table};
 
 pub(crate) use actors::GrantRecord;
-pub(crate) use files::GateRecords;
+pub(crate) use files::{GateRecords, OwnClaims};
 pub(crate) use slots::ChildAsk;

@@ -17,8 +17,9 @@ use tokio::sync::oneshot;
 use crate::core::table::HoldId;
 use crate::error::{Error, Result};
 
-use super::admission::{ABANDONED, Admission, Grant, Wait, entry_puts, key_records};
+use super::admission::{ABANDONED, Admission, Grant, Wait};
 use super::decide::ClaimRecord;
+use super::holds::{entry_puts, key_records};
 use super::layout::Owner;
 use super::pipeline::Queued;
 use super::store::{
@@ -204,6 +205,10 @@ impl Table {
             .await
             .map_err(unavailable)?;
         let lease = self.waiter_lease().await?;
+        // Its place keeps its tier of refusals (SPEC §6).
+        admission
+            .refusals
+            .store(record.meta.refusals, std::sync::atomic::Ordering::Relaxed);
         let mut taken = record.clone();
         taken.taken_over = Some(self.next_id()?);
         let value = to_json(&taken)?;

@@ -43,13 +43,14 @@ use etcd_client::{Compare, GetOptions, KeyValue, Txn, TxnOp};
 use tokio::sync::oneshot;
 
 use super::actors::{ActorRecord, ActorRef, GrantRecord, actor_record};
-use super::admission::{busy, entry_puts, key_records, keys_of};
+use super::admission::{busy, keys_of};
 use super::counters::Counter;
 use super::deadlock::{self, Edges, SlotKind};
 use super::decide::{
     self, Blocked, ChildOf, ClaimRecord, Meta, Moved, Other, Place, QueuedChild, Snapshot,
 };
 use super::graph::{moved_places, others};
+use super::holds::{entry_puts, key_records};
 use super::layout::{Layout, Owner};
 use super::pipeline::{Need, Round, Standing, Wait};
 use super::reorder::Deciding;
@@ -140,6 +141,7 @@ impl ChildWait {
             since_ms: self.since_ms,
             priority: 0,
             file_op: false,
+            refusals: 0,
         }
     }
 
@@ -154,6 +156,7 @@ impl ChildWait {
                 read_only: self.grant.read_only,
             }),
             taken_over: None,
+            until_ms: None,
         }
     }
 

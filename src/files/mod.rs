@@ -286,6 +286,11 @@ pub(crate) trait OuterAdmission: Send + Sync {
     /// table records who wrote what, for the gate of later operations
     /// wherever they run.
     fn landed(&self, _receipt: &Receipt) {}
+
+    /// A write to `key` (a file) was refused `Stale` on a handle that is
+    /// [`Files::claiming`]: the outer table gives the actor a claim on it
+    /// for `ttl` (SPEC §6), as the operation ends, inside its own hold.
+    fn claim(&self, _key: &Key, _ttl: std::time::Duration) {}
 }
 
 /// What an outer table knows of one key, for the gate.
@@ -883,13 +888,17 @@ impl<'a> Files<'a> {
     /// file, inside the write's own call (`hold`, or the call the handle
     /// runs within), so no other writer slips in before it.
     fn claim_if_stale(&self, hold: Option<&Reservation>, place: &Place, error: &Error) {
-        // A table elsewhere (etcd) keeps no claims yet: one given in this
-        // process would hold the file for this server's ops only.
-        if !self.claiming || self.outer.is_some() || !matches!(error, Error::Stale { .. }) {
+        if !self.claiming || !matches!(error, Error::Stale { .. }) {
             return;
         }
         let ttl = self.actor.sched.shared.config.claim_ttl;
         if ttl.is_zero() || place.key.tree {
+            return;
+        }
+        // Under a table elsewhere (etcd) the claim is that table's: one
+        // given in this process would hold the file for this server only.
+        if let Some(outer) = &self.outer {
+            outer.claim(&place.key, ttl);
             return;
         }
         match (hold, &self.within) {

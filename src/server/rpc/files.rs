@@ -181,7 +181,11 @@ impl FileOps for super::EtcdBackend {
     async fn file(&self, app: &Arc<App>, caller: &Caller, request: FileRequest) -> Result<Value> {
         let actor = self.actor(app, caller, &request.actor).await?;
         let wait = request.timeout_ms.map(Duration::from_millis);
-        Ok(self.file_op(app, actor, request.op, wait).await?.to_wire())
+        let current = request.current;
+        Ok(self
+            .file_op(app, actor, request.op, wait, current)
+            .await?
+            .to_wire())
     }
 
     async fn run_command(&self, app: &Arc<App>, caller: &Caller, p: RunParams) -> Result<Value> {

@@ -256,10 +256,8 @@ mod on_etcd {
             caller: &Caller,
             release: Release,
         ) -> Result<Value> {
-            // The table in etcd keeps no claims yet (docs/DISTRIBUTED.md):
-            // `claim` releases the hold alone.
-            let named = match release {
-                Release::Hold(hold, _claim) => hold,
+            let (named, claim) = match release {
+                Release::Hold(hold, claim) => (hold, claim),
                 Release::Ticket { actor, ticket } => {
                     // The answer is in etcd: any server of the session can
                     // give the wait up, whichever one served it.
@@ -272,6 +270,15 @@ mod on_etcd {
             };
             let hold = HoldId(app.parse('h', "a hold", &named)?);
             let released = match self.table.hold_lineage(hold).await {
+                // A call's release ends its owner's claims on the files it
+                // held, and with `claim` (a hooked write refused `Stale`)
+                // gives a claim on them (SPEC §6), in one transaction.
+                Ok((lineage, HoldKind::Call)) => {
+                    app.may(caller, &lineage, &named)?;
+                    let ttl = self.files.config().claim_ttl_of();
+                    let ttl = (claim && !ttl.is_zero()).then_some(ttl);
+                    self.table.release_call(hold, ttl).await
+                }
                 Ok((lineage, _)) => {
                     app.may(caller, &lineage, &named)?;
                     self.table.release(hold).await

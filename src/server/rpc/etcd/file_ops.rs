@@ -50,7 +50,7 @@ use super::super::request::FileOp;
 use super::EtcdBackend;
 use crate::core::key::{Area, Key};
 use crate::core::scope::Wanted;
-use crate::etcd::{ActorRef, AdmitRequest, Table};
+use crate::etcd::{ActorRef, AdmitRequest, OwnClaims, Table};
 use crate::files::gate::{MarkStore, ReadMark};
 use crate::files::{Known, OuterAdmission};
 use crate::sched::resolve::Resolver;
@@ -66,6 +66,11 @@ struct Admitted {
     norms: Vec<PathBuf>,
     /// What etcd knew of them when the op began.
     known: Vec<Known>,
+    /// The actor's claims on the files the op writes, when it began: its
+    /// end ends them (SPEC §6).
+    claims: OwnClaims,
+    /// The claim the op's `Stale` refusal gives the actor (SPEC §6).
+    claim: Option<(Key, Duration)>,
     /// The change the op made, once it is on disk.
     landed: Option<Receipt>,
 }
@@ -125,17 +130,20 @@ impl OuterAdmission for EtcdAdmission {
             hold: grant.hold(),
             norms: norms.clone(),
             known: Vec::new(),
+            claims: OwnClaims::default(),
+            claim: None,
             landed: None,
         });
         // Only a write checks the gate; a read needs nothing from etcd.
-        let known = if keys.iter().any(|(_, m)| *m == Mode::Exclusive) {
+        let (known, claims) = if keys.iter().any(|(_, m)| *m == Mode::Exclusive) {
             self.runtime
                 .block_on(self.table.gate_state(&self.actor, &norms))?
         } else {
-            vec![Known::default(); keys.len()]
+            (vec![Known::default(); keys.len()], OwnClaims::default())
         };
         if let Some(admitted) = self.admitted.lock().last_mut() {
             admitted.known = known.clone();
+            admitted.claims = claims;
         }
         Ok(known)
     }
@@ -143,6 +151,12 @@ impl OuterAdmission for EtcdAdmission {
     fn landed(&self, receipt: &Receipt) {
         if let Some(admitted) = self.admitted.lock().last_mut() {
             admitted.landed = Some(receipt.clone());
+        }
+    }
+
+    fn claim(&self, key: &Key, ttl: Duration) {
+        if let Some(admitted) = self.admitted.lock().last_mut() {
+            admitted.claim = Some((key.clone(), ttl));
         }
     }
 }
@@ -156,7 +170,11 @@ fn records_of(
     marks_after: &[Option<ReadMark>],
     writer: &str,
 ) -> crate::etcd::GateRecords {
-    let mut records = crate::etcd::GateRecords::default();
+    let mut records = crate::etcd::GateRecords {
+        claim: admitted.claim.clone(),
+        ended: admitted.claims.clone(),
+        ..Default::default()
+    };
     if succeeded {
         for (i, norm) in admitted.norms.iter().enumerate() {
             let before = admitted.known.get(i).and_then(|k| k.mark.as_ref());
@@ -248,7 +266,9 @@ pub(in crate::server) struct FileRunner {
 
 impl FileRunner {
     /// Runs `op` with `actor`'s file tools, admitted in etcd; a contested
-    /// op waits there as `wait` says.
+    /// op waits there as `wait` says. With `claiming`, a write refused
+    /// `Stale` gives the actor a claim on the file in etcd (SPEC §6: the
+    /// agent tools ask for it).
     ///
     /// The op and its end run in a task of their own, so that the etcd
     /// holds are released (and what the op read and wrote is stored)
@@ -259,6 +279,7 @@ impl FileRunner {
         actor: ActorRef,
         local: Local,
         wait: OpWait,
+        claiming: bool,
         op: impl FnOnce(Files<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let grant = local_grant(&actor);
@@ -286,7 +307,8 @@ impl FileRunner {
                 if let Some(turn) = turn {
                     local.set_turn(turn);
                 }
-                let done = op(local.files().admitted_by(local_hook.clone()));
+                let files = local.files().admitted_by(local_hook.clone());
+                let done = op(if claiming { files.claiming() } else { files });
                 // The marks the op left (a read's, or a refreshed one).
                 let marks = MarkStore::of(&local.meta);
                 let after: Vec<Vec<Option<ReadMark>>> = local_hook
@@ -353,7 +375,11 @@ impl FileRunner {
             let ran = local.run(cmd.admitted_by(crate::run::Outer(outer))).await;
             let admitted = std::mem::take(&mut *hook.admitted.lock());
             for admitted in admitted {
-                let mut records = crate::etcd::GateRecords::default();
+                // Its writes end the actor's claims there, as any write's.
+                let mut records = crate::etcd::GateRecords {
+                    ended: admitted.claims.clone(),
+                    ..Default::default()
+                };
                 if let Ok(report) = &ran {
                     for (norm, sha) in &report.landed {
                         let wrote = sha.clone().map(|h| (actor.name().to_string(), h));
@@ -389,13 +415,15 @@ impl EtcdBackend {
 
     /// Runs one file op for `actor`, a contested one waiting up to `wait`
     /// in etcd (the request's `timeout_ms`, else `Config::file_op_wait`;
-    /// try-only without either).
+    /// try-only without either); `current` (an agent's surface) claims a
+    /// file a write is refused `Stale` on, as in process.
     pub(in crate::server::rpc) async fn file_op(
         &self,
         app: &App,
         actor: ActorRef,
         op: FileOp,
         wait: Option<Duration>,
+        current: bool,
     ) -> Result<Done> {
         let lease = actor.lease();
         let wait = match (wait, self.file_op_wait) {
@@ -404,7 +432,9 @@ impl EtcdBackend {
             (None, None) => OpWait::Never,
         };
         let runner = self.file_runner();
-        let running = runner.run(actor, Local::Ephemeral, wait, move |files| run(files, op));
+        let running = runner.run(actor, Local::Ephemeral, wait, current, move |files| {
+            run(files, op)
+        });
         self.long_poll(app, lease, running).await
     }
 }

@@ -108,7 +108,8 @@ impl SessionTable for EtcdSessionTable {
         Box::pin(async move {
             let current = self.current().await?;
             self.runner
-                .run(current, Local::Kept(actor), OpWait::Call(wait), op)
+                // The agent tools: a stale refusal claims the file (SPEC §6).
+                .run(current, Local::Kept(actor), OpWait::Call(wait), true, op)
                 .await
         })
     }
