@@ -159,7 +159,7 @@ fn main() {
                                 "  {} agents {agents} seed {seed} {:<13} calls {:>4} \
                              changes {:>3}/{:<3} landed {:>3}/{:<3} \
                              lost {:>3} extra {:>2} refusals {:>3} in a row {:>2} anchored {:>3} \
-                             wall {:>7.2?}{}",
+                             wall {:>7.2?}{}{}",
                                 registry.name(),
                                 mode.name(),
                                 report.calls,
@@ -177,8 +177,16 @@ fn main() {
                                     format!(" + merge {:.2?}", report.merge)
                                 } else {
                                     String::new()
+                                },
+                                if report.longest.0 > 1 {
+                                    format!(" [{}]", report.longest.1)
+                                } else {
+                                    String::new()
                                 }
                             );
+                            for why in &report.gave_up {
+                                println!("    gave up a task: {why}");
+                            }
                             reports.push(report);
                         }
                         Err(e) => {

@@ -235,7 +235,10 @@ pub struct Report {
     /// How many changes were refused `n` times in a row before they landed
     /// (or the agent gave up), by `n` (0 is left out).
     pub streaks: BTreeMap<usize, usize>,
-    /// The longest of those runs and the file it was on.
+    /// Why agents gave up a task (the file and the refusal's first line).
+    pub gave_up: Vec<String>,
+    /// The longest of those runs, with the file and the refusals' kinds
+    /// in order (`version.py: stale, busy`).
     pub longest: (usize, String),
     /// Changes applied on top of others' changes since the agent's read
     /// (anchored edits).
@@ -481,6 +484,10 @@ struct Agent {
     /// Changes by how many times in a row they were refused.
     streaks: BTreeMap<usize, usize>,
     longest: (usize, String),
+    /// The kinds of the refusals of the change being made, in order.
+    kinds: Vec<&'static str>,
+    /// Why it gave up a task, each time it did.
+    gave_up: Vec<String>,
     anchored: usize,
     /// Which changes a tool accepted.
     accepted: Vec<(usize, Step)>,
@@ -493,28 +500,52 @@ impl Agent {
         tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     }
 
-    /// Reads `file` (after a turn); false when the read failed.
+    /// Reads `file` (after a turn; told the file is busy, again after
+    /// another, as a model does); false when the read failed.
     async fn read(&mut self, file: &str) -> bool {
+        for _ in 0..MAX_ATTEMPTS {
+            match self.read_once(file).await {
+                Some(true) => return true,
+                Some(false) => return false,
+                None => {}
+            }
+        }
+        self.gave_up
+            .push(format!("{file}: read busy {MAX_ATTEMPTS} times"));
+        false
+    }
+
+    /// One read; `None` when it was refused `Busy` (counted as a refusal).
+    async fn read_once(&mut self, file: &str) -> Option<bool> {
         self.pause(self.params.turn).await;
         self.calls += 1;
         let text = match &mut self.tools {
             Tools::Mcp { client, .. } => {
                 let (error, text) = client.call("read_file", json!({ "path": file })).await;
-                if error {
-                    return false;
-                }
-                match unnumbered(&text) {
+                let shown = if error { None } else { unnumbered(&text) };
+                match shown {
                     Some(text) => text,
-                    None => return false,
+                    None if error && refusal_kind(&text) == "busy" => {
+                        *self
+                            .refusals
+                            .entry(("busy read".to_string(), file.to_string()))
+                            .or_default() += 1;
+                        return None;
+                    }
+                    None => {
+                        let first = text.lines().next().unwrap_or_default();
+                        self.gave_up.push(format!("{file}: read: {first}"));
+                        return Some(false);
+                    }
                 }
             }
             Tools::Disk { root } => match std::fs::read_to_string(root.join(file)) {
                 Ok(text) => text,
-                Err(_) => return false,
+                Err(_) => return Some(false),
             },
         };
         self.seen.insert(file.to_string(), text);
-        true
+        Some(true)
     }
 
     /// Makes one change (after a turn), retrying as a model would after a
@@ -526,8 +557,9 @@ impl Agent {
         if streak > 0 {
             *self.streaks.entry(streak).or_default() += 1;
         }
+        let kinds = std::mem::take(&mut self.kinds);
         if streak > self.longest.0 {
-            self.longest = (streak, file.to_string());
+            self.longest = (streak, format!("{file}: {}", kinds.join(", ")));
         }
         landed
     }
@@ -538,6 +570,8 @@ impl Agent {
             self.pause(self.params.turn).await;
             let seen = self.seen.get(file).cloned().unwrap_or_default();
             let Some(change) = step.change(a, t, &seen, self.params.registry) else {
+                self.gave_up
+                    .push(format!("{file}: no change to make on what was seen"));
                 return false;
             };
             self.calls += 1;
@@ -576,6 +610,7 @@ impl Agent {
                     }
                     self.retries_refused += usize::from(retry);
                     let kind = refusal_kind(&text);
+                    self.kinds.push(kind);
                     *self
                         .refusals
                         .entry((kind.to_string(), file.to_string()))
@@ -597,11 +632,17 @@ impl Agent {
                             }
                         }
                         ("busy", _) => {}
-                        _ => return false,
+                        _ => {
+                            let first = text.lines().next().unwrap_or_default();
+                            self.gave_up.push(format!("{file}: {first}"));
+                            return false;
+                        }
                     }
                 }
             }
         }
+        self.gave_up
+            .push(format!("{file}: refused {MAX_ATTEMPTS} times"));
         false
     }
 
@@ -751,6 +792,8 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
             retries_refused: 0,
             streaks: BTreeMap::new(),
             longest: (0, String::new()),
+            kinds: Vec::new(),
+            gave_up: Vec::new(),
             anchored: 0,
             accepted: Vec::new(),
         });
@@ -804,6 +847,7 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
         for (n, count) in &agent.streaks {
             *report.streaks.entry(*n).or_default() += count;
         }
+        report.gave_up.extend(agent.gave_up.iter().cloned());
         if agent.longest.0 > report.longest.0 {
             report.longest = agent.longest.clone();
         }
@@ -879,6 +923,7 @@ fn check(mode: Mode, params: &Params, main: &Path, agents: &[Vec<(usize, Step)>]
         retries_refused: 0,
         streaks: BTreeMap::new(),
         longest: (0, String::new()),
+        gave_up: Vec::new(),
         anchored: 0,
         conflicts: 0,
         wall: Duration::ZERO,
