@@ -10,7 +10,7 @@
 //!     --registry natural --modes writ,writ-noclaims,writ-strict,blind --time-scale 0.25
 //! ```
 //!
-//! Flags: `--agents 4,8` (agent counts), `--seeds 3` (seeds 1..=N; the
+//! Flags: `--agents 4,8` (agent counts), `--seeds 3` (seeds 1..=N, or `2-3`; the
 //! summary gives medians), `--tasks 10` (per agent), `--time-scale 1.0`
 //! (multiplies the think and turn times: 0.1 runs ten times faster),
 //! `--modes writ,writ-modern,writ-noclaims,writ-strict,writ-reread,blind,worktree`
@@ -37,7 +37,7 @@ use workload::{MIN_CALLS, Mode, Params, RegistryEdit, Report};
 
 struct Args {
     agents: Vec<usize>,
-    seeds: u64,
+    seeds: std::ops::RangeInclusive<u64>,
     tasks: usize,
     time_scale: f64,
     modes: Vec<Mode>,
@@ -47,7 +47,7 @@ struct Args {
 fn parse() -> Result<Args, String> {
     let mut args = Args {
         agents: vec![4, 8],
-        seeds: 3,
+        seeds: 1..=3,
         tasks: 10,
         time_scale: 1.0,
         modes: Mode::ALL.to_vec(),
@@ -64,7 +64,13 @@ fn parse() -> Result<Args, String> {
                     .map(|n| n.trim().parse::<usize>().map_err(|e| bad(&e)))
                     .collect::<Result<_, _>>()?;
             }
-            "--seeds" => args.seeds = value.parse().map_err(|e| bad(&e))?,
+            // `3` (seeds 1 to 3) or `2-3` (seeds 2 and 3).
+            "--seeds" => {
+                let (from, to) = value.split_once('-').unwrap_or(("1", &value));
+                let from: u64 = from.parse().map_err(|e| bad(&e))?;
+                let to: u64 = to.parse().map_err(|e| bad(&e))?;
+                args.seeds = from..=to;
+            }
             "--tasks" => args.tasks = value.parse().map_err(|e| bad(&e))?,
             "--time-scale" => args.time_scale = value.parse().map_err(|e| bad(&e))?,
             "--modes" => {
@@ -82,7 +88,15 @@ fn parse() -> Result<Args, String> {
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
-    if args.agents.contains(&0) || args.tasks == 0 || args.seeds == 0 || args.registry.is_empty() {
+    if !(args.time_scale.is_finite() && args.time_scale >= 0.0) {
+        return Err("--time-scale must be a number, 0 or more".into());
+    }
+    if args.agents.contains(&0)
+        || args.tasks == 0
+        || *args.seeds.start() == 0
+        || args.seeds.is_empty()
+        || args.registry.is_empty()
+    {
         return Err("agents, tasks and seeds must be at least 1".into());
     }
     Ok(args)
@@ -134,7 +148,7 @@ fn main() {
     let mut reports: Vec<Report> = Vec::new();
     for &registry in &args.registry {
         for &agents in &args.agents {
-            for seed in 1..=args.seeds {
+            for seed in args.seeds.clone() {
                 let params = Params::new(agents, args.tasks, seed, args.time_scale)
                     .registry(registry)
                     .scale_waits(true);
@@ -224,7 +238,7 @@ fn summary(args: &Args, reports: &[Report]) {
         "medians over {} seed(s); calls per landed task against the minimum of {MIN_CALLS}; \
          wall time (the agents' work; a worktree's merge is not in it) over blind \
          overwrite's in the same seed",
-        args.seeds
+        args.seeds.clone().count()
     );
     println!(
         "| agents | mode | lost updates (of {} changes per agent) | calls per landed task | \

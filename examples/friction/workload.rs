@@ -192,7 +192,10 @@ impl Params {
     /// scheduling jitter is not a turn).
     pub fn waits(&self) -> (Duration, Duration) {
         let (wait, ttl) = (Duration::from_secs(3), writ::DEFAULT_CLAIM_TTL);
-        if !self.scale_waits || !(self.time_scale < 1.0) {
+        // Also for a scale that is not a number (the times are then
+        // refused where they are drawn, not here).
+        if !self.scale_waits || self.time_scale.partial_cmp(&1.0) != Some(std::cmp::Ordering::Less)
+        {
             return (wait, ttl);
         }
         (
@@ -450,6 +453,9 @@ fn refusal_kind(text: &str) -> &'static str {
     } else if text.contains("you have not read it") {
         "not_read"
     } else if text.contains("being written by")
+        || text.contains("being read by")
+        || text.contains("queued to be")
+        || text.contains("fenced")
         || text.contains("reserved")
         || text.contains("claimed by")
     {
