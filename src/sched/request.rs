@@ -780,7 +780,8 @@ fn block_on<T: seal::Granted>(mut acquire: Acquire<T>, deadline: Option<Instant>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Config, Grant};
+    use crate::sched::actor::Grant;
+    use crate::sched::config::Config;
 
     /// A write told `Busy` behind a hot file's claim queues next time
     /// ahead of a writer never refused there, as one refused `Stale` does
