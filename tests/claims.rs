@@ -75,6 +75,58 @@ fn a_claim_holds_back_other_writers_not_readers_until_its_holder_writes() {
     assert!(s.dump().is_idle());
 }
 
+/// Reads never wait for a claim, not even through the writers queued
+/// behind it: those cannot go before the claim ends, so a read passes
+/// them (as the fence owner's line passes the waiters its fence blocks).
+/// Otherwise every read of a hot file waits out the claimer's model turn
+/// and, behind a few claims in a row, is told `Busy`.
+#[test]
+fn a_read_passes_the_writers_queued_behind_a_claim() {
+    let (_dir, root) = workspace();
+    let s = Scheduler::new(Config::default());
+    let a = s.actor("a", Grant::workspace(&root)).unwrap();
+    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let c = s.actor("c", Grant::workspace(&root)).unwrap();
+    let d = s.actor("d", Grant::workspace(&root)).unwrap();
+    // a's write is live; b's write and then c's read queue behind it.
+    let refused = a.try_admit(["hot.rs"]).unwrap();
+    let mut b_waits = Box::pin(b.request(["hot.rs"]).admit());
+    assert!(poll_once(b_waits.as_mut()).is_pending());
+    let mut c_reads = Box::pin(c.request([Target::file("hot.rs").shared()]).admit());
+    assert!(poll_once(c_reads.as_mut()).is_pending());
+    // a's write is refused and claims the file: b waits on, c reads.
+    refused.claim(TTL);
+    drop(refused);
+    assert!(poll_once(b_waits.as_mut()).is_pending());
+    let Poll::Ready(Ok(c_read)) = poll_once(c_reads.as_mut()) else {
+        panic!("a read queued behind a writer waited for the claim");
+    };
+    // A read that comes later passes b too; a write does not.
+    let d_read = d
+        .request([Target::file("hot.rs").shared()])
+        .try_admit()
+        .unwrap_or_else(|e| panic!("a read waited behind a claim's queue: {e}"));
+    match d.try_admit(["hot.rs"]) {
+        Err(Error::Busy(busy)) => assert_eq!(busy.holder, "a"),
+        other => panic!("d's write passed a's claim: {:?}", other.map(|_| ())),
+    }
+    drop((c_read, d_read));
+    s.assert_invariants();
+    // a writes: its claim ends, and b goes.
+    drop(a.try_admit(["hot.rs"]).unwrap());
+    let Poll::Ready(Ok(b_write)) = poll_once(b_waits.as_mut()) else {
+        panic!("b did not go once the claim ended");
+    };
+    // b's write is live: a read waits for it, as for any write.
+    assert!(matches!(
+        d.request([Target::file("hot.rs").shared()]).try_admit(),
+        Err(Error::Busy(_))
+    ));
+    drop(b_write);
+    s.assert_invariants();
+    assert!(s.dump().is_idle());
+}
+
 #[test]
 fn a_write_refused_again_renews_the_claim_instead_of_ending_it() {
     let (_dir, root) = workspace();

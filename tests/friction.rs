@@ -13,7 +13,7 @@ mod mcp_http_client;
 #[path = "../examples/friction/workload.rs"]
 mod workload;
 
-use workload::{MIN_CALLS, Mode, Params};
+use workload::{MIN_CALLS, Mode, Params, RegistryEdit};
 
 #[test]
 fn the_short_form_loses_nothing_through_writ_and_accounts_for_every_call() {
@@ -24,14 +24,19 @@ fn the_short_form_loses_nothing_through_writ_and_accounts_for_every_call() {
         .unwrap_or_else(|e| panic!("runtime: {e}"));
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let (agents, tasks) = (4, 3);
-    let params = Params::new(agents, tasks, 1, 0.02);
     let all = agents * tasks;
-    for mode in Mode::ALL {
+    // The natural registry edit (the last entry and the bracket) as well
+    // as the end-marker one: neither is ever refused when anchored.
+    let runs = [RegistryEdit::Marker, RegistryEdit::Natural]
+        .into_iter()
+        .flat_map(|registry| Mode::ALL.map(|mode| (registry, mode)));
+    for (registry, mode) in runs {
+        let params = Params::new(agents, tasks, 1, 0.02).registry(registry);
         let r = runtime
             .block_on(workload::run(mode, &params, dir.path()))
             .unwrap_or_else(|e| panic!("{}: {e}", mode.name()));
         let refusals: usize = r.refusals.values().sum();
-        let what = format!("{}: {r:?}", mode.name());
+        let what = format!("{} {}: {r:?}", mode.name(), registry.name());
         assert_eq!(r.intended, all * 4, "{what}");
         match mode {
             Mode::Writ

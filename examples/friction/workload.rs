@@ -104,6 +104,37 @@ impl Mode {
     }
 }
 
+/// How an agent adds its line to `registry.py`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RegistryEdit {
+    /// The list ends in a marker comment, and the agent inserts its line
+    /// before it: `old` is the marker line, `new` its line and the marker.
+    Marker,
+    /// The list has no marker, and the agent writes the edit a model
+    /// writes: `old` is the last entry and the closing bracket, `new` the
+    /// last entry, its own line and the bracket. Two agents that read the
+    /// same last entry insert at one point (SPEC §6, "insertions at one
+    /// point are kept both").
+    Natural,
+}
+
+impl RegistryEdit {
+    /// The name used on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            RegistryEdit::Marker => "marker",
+            RegistryEdit::Natural => "natural",
+        }
+    }
+
+    /// The style of a command-line name.
+    pub fn parse(name: &str) -> Option<RegistryEdit> {
+        [RegistryEdit::Marker, RegistryEdit::Natural]
+            .into_iter()
+            .find(|r| r.name() == name)
+    }
+}
+
 /// One run's shape.
 #[derive(Debug, Clone)]
 pub struct Params {
@@ -119,6 +150,11 @@ pub struct Params {
     pub think: (f64, f64),
     /// Seconds a model takes before each tool call (uniform).
     pub turn: (f64, f64),
+    /// How the agents add their registry line.
+    pub registry: RegistryEdit,
+    /// Whether the server's call-wait and claim TTL are scaled with the
+    /// times (see [`Params::waits`]).
+    pub scale_waits: bool,
 }
 
 impl Params {
@@ -131,7 +167,42 @@ impl Params {
             time_scale,
             think: (0.2, 7.0),
             turn: (0.2, 1.5),
+            registry: RegistryEdit::Marker,
+            scale_waits: false,
         }
+    }
+
+    /// The same, with the registry line added as `registry` says.
+    pub fn registry(mut self, registry: RegistryEdit) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// The same, with the server's call-wait and claim TTL scaled.
+    pub fn scale_waits(mut self, scale: bool) -> Self {
+        self.scale_waits = scale;
+        self
+    }
+
+    /// The server's call-wait and claim TTL: `writ serve`'s defaults (3 s,
+    /// 10 s), or with [`Params::scale_waits`] and a time scale below 1
+    /// those times scaled as the think and turn times are, so that a
+    /// writer waits behind as many model turns before it is told `Busy`
+    /// as at full times (floors of 0.25 s and 0.5 s: a scaled run's own
+    /// scheduling jitter is not a turn).
+    pub fn waits(&self) -> (Duration, Duration) {
+        let (wait, ttl) = (Duration::from_secs(3), writ::DEFAULT_CLAIM_TTL);
+        // Also for a scale that is not a number (the times are then
+        // refused where they are drawn, not here).
+        if !self.scale_waits || self.time_scale.partial_cmp(&1.0) != Some(std::cmp::Ordering::Less)
+        {
+            return (wait, ttl);
+        }
+        (
+            wait.mul_f64(self.time_scale)
+                .max(Duration::from_millis(250)),
+            ttl.mul_f64(self.time_scale).max(Duration::from_millis(500)),
+        )
     }
 }
 
@@ -144,6 +215,8 @@ pub struct Report {
     pub agents: usize,
     /// The seed.
     pub seed: u64,
+    /// How the agents added their registry line.
+    pub registry: RegistryEdit,
     /// Changes the agents set out to make (four a task).
     pub intended: usize,
     /// Changes a tool accepted.
@@ -162,6 +235,14 @@ pub struct Report {
     pub retries: usize,
     /// Of those, the ones refused again.
     pub retries_refused: usize,
+    /// How many changes were refused `n` times in a row before they landed
+    /// (or the agent gave up), by `n` (0 is left out).
+    pub streaks: BTreeMap<usize, usize>,
+    /// Why agents gave up a task (the file and the refusal's first line).
+    pub gave_up: Vec<String>,
+    /// The longest of those runs, with the file and the refusals' kinds
+    /// in order (`version.py: stale, busy`).
+    pub longest: (usize, String),
     /// Changes applied on top of others' changes since the agent's read
     /// (anchored edits).
     pub anchored: usize,
@@ -191,6 +272,7 @@ const REGISTRY: &str = "registry.py";
 const CHANGELOG: &str = "CHANGELOG.md";
 const VERSION: &str = "version.py";
 const REGISTRY_END: &str = "    # end of registry\n";
+const REGISTRY_CLOSE: &str = "]\n";
 
 /// splitmix64: a small, seeded, portable generator.
 struct Rng(u64);
@@ -234,8 +316,14 @@ fn changelog_line(a: usize, t: usize) -> String {
     format!("- a{a}-t{t}: task_{a}_{t} returns {}\n", 1000 * a + t + 1)
 }
 
-/// Writes the starting tree into `root`.
-pub fn seed_tree(root: &Path, agents: usize, tasks: usize) -> std::io::Result<()> {
+/// Writes the starting tree into `root`; the registry ends in its marker
+/// line only for [`RegistryEdit::Marker`].
+pub fn seed_tree(
+    root: &Path,
+    agents: usize,
+    tasks: usize,
+    registry: RegistryEdit,
+) -> std::io::Result<()> {
     std::fs::create_dir_all(root.join("pkg"))?;
     let mut modules: BTreeMap<String, String> = BTreeMap::new();
     for a in 0..agents {
@@ -249,9 +337,13 @@ pub fn seed_tree(root: &Path, agents: usize, tasks: usize) -> std::io::Result<()
     for (path, text) in modules {
         std::fs::write(root.join(path), text)?;
     }
+    let marker = match registry {
+        RegistryEdit::Marker => REGISTRY_END,
+        RegistryEdit::Natural => "",
+    };
     std::fs::write(
         root.join(REGISTRY),
-        format!("REGISTRY = [\n{REGISTRY_END}]\n"),
+        format!("REGISTRY = [\n{marker}{REGISTRY_CLOSE}"),
     )?;
     std::fs::write(root.join(CHANGELOG), "# Changelog\n\n")?;
     std::fs::write(root.join(VERSION), "__version__ = \"1.0.0\"\n")?;
@@ -291,7 +383,7 @@ impl Step {
     }
 
     /// The change, made from `seen` (the file as the agent last saw it).
-    fn change(self, a: usize, t: usize, seen: &str) -> Option<Change> {
+    fn change(self, a: usize, t: usize, seen: &str, registry: RegistryEdit) -> Option<Change> {
         match self {
             Step::Function => {
                 let head = function(a, t);
@@ -299,6 +391,20 @@ impl Step {
                 seen.contains(&old).then(|| Change::Replace {
                     new: format!("{head}{}", returned(a, t)),
                     old,
+                })
+            }
+            Step::Registry if registry == RegistryEdit::Natural => {
+                // The last line before the closing bracket (an entry, or
+                // the list's opening line), with the bracket.
+                let close = seen.rfind(&format!("\n{REGISTRY_CLOSE}"))? + 1;
+                let last = seen[..close - 1].rfind('\n').map_or(0, |i| i + 1);
+                Some(Change::Replace {
+                    old: seen[last..close + REGISTRY_CLOSE.len()].to_string(),
+                    new: format!(
+                        "{}{}{REGISTRY_CLOSE}",
+                        &seen[last..close],
+                        registry_line(a, t)
+                    ),
                 })
             }
             Step::Registry => seen.contains(REGISTRY_END).then(|| Change::Replace {
@@ -347,6 +453,9 @@ fn refusal_kind(text: &str) -> &'static str {
     } else if text.contains("you have not read it") {
         "not_read"
     } else if text.contains("being written by")
+        || text.contains("being read by")
+        || text.contains("queued to be")
+        || text.contains("fenced")
         || text.contains("reserved")
         || text.contains("claimed by")
     {
@@ -378,6 +487,13 @@ struct Agent {
     refusals: BTreeMap<(String, String), usize>,
     retries: usize,
     retries_refused: usize,
+    /// Changes by how many times in a row they were refused.
+    streaks: BTreeMap<usize, usize>,
+    longest: (usize, String),
+    /// The kinds of the refusals of the change being made, in order.
+    kinds: Vec<&'static str>,
+    /// Why it gave up a task, each time it did.
+    gave_up: Vec<String>,
     anchored: usize,
     /// Which changes a tool accepted.
     accepted: Vec<(usize, Step)>,
@@ -390,38 +506,78 @@ impl Agent {
         tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     }
 
-    /// Reads `file` (after a turn); false when the read failed.
+    /// Reads `file` (after a turn; told the file is busy, again after
+    /// another, as a model does); false when the read failed.
     async fn read(&mut self, file: &str) -> bool {
+        for _ in 0..MAX_ATTEMPTS {
+            match self.read_once(file).await {
+                Some(true) => return true,
+                Some(false) => return false,
+                None => {}
+            }
+        }
+        self.gave_up
+            .push(format!("{file}: read busy {MAX_ATTEMPTS} times"));
+        false
+    }
+
+    /// One read; `None` when it was refused `Busy` (counted as a refusal).
+    async fn read_once(&mut self, file: &str) -> Option<bool> {
         self.pause(self.params.turn).await;
         self.calls += 1;
         let text = match &mut self.tools {
             Tools::Mcp { client, .. } => {
                 let (error, text) = client.call("read_file", json!({ "path": file })).await;
-                if error {
-                    return false;
-                }
-                match unnumbered(&text) {
+                let shown = if error { None } else { unnumbered(&text) };
+                match shown {
                     Some(text) => text,
-                    None => return false,
+                    None if error && refusal_kind(&text) == "busy" => {
+                        *self
+                            .refusals
+                            .entry(("busy read".to_string(), file.to_string()))
+                            .or_default() += 1;
+                        return None;
+                    }
+                    None => {
+                        let first = text.lines().next().unwrap_or_default();
+                        self.gave_up.push(format!("{file}: read: {first}"));
+                        return Some(false);
+                    }
                 }
             }
             Tools::Disk { root } => match std::fs::read_to_string(root.join(file)) {
                 Ok(text) => text,
-                Err(_) => return false,
+                Err(_) => return Some(false),
             },
         };
         self.seen.insert(file.to_string(), text);
-        true
+        Some(true)
     }
 
     /// Makes one change (after a turn), retrying as a model would after a
-    /// refusal; true when a tool accepted it.
+    /// refusal; true when a tool accepted it. Counts its run of refusals.
     async fn change(&mut self, t: usize, step: Step, file: &str, a: usize) -> bool {
+        let before = self.refusals.values().sum::<usize>();
+        let landed = self.attempt(t, step, file, a).await;
+        let streak = self.refusals.values().sum::<usize>() - before;
+        if streak > 0 {
+            *self.streaks.entry(streak).or_default() += 1;
+        }
+        let kinds = std::mem::take(&mut self.kinds);
+        if streak > self.longest.0 {
+            self.longest = (streak, format!("{file}: {}", kinds.join(", ")));
+        }
+        landed
+    }
+
+    async fn attempt(&mut self, t: usize, step: Step, file: &str, a: usize) -> bool {
         for attempt in 0..MAX_ATTEMPTS {
             let retry = attempt > 0;
             self.pause(self.params.turn).await;
             let seen = self.seen.get(file).cloned().unwrap_or_default();
-            let Some(change) = step.change(a, t, &seen) else {
+            let Some(change) = step.change(a, t, &seen, self.params.registry) else {
+                self.gave_up
+                    .push(format!("{file}: no change to make on what was seen"));
                 return false;
             };
             self.calls += 1;
@@ -460,6 +616,7 @@ impl Agent {
                     }
                     self.retries_refused += usize::from(retry);
                     let kind = refusal_kind(&text);
+                    self.kinds.push(kind);
                     *self
                         .refusals
                         .entry((kind.to_string(), file.to_string()))
@@ -481,11 +638,17 @@ impl Agent {
                             }
                         }
                         ("busy", _) => {}
-                        _ => return false,
+                        _ => {
+                            let first = text.lines().next().unwrap_or_default();
+                            self.gave_up.push(format!("{file}: {first}"));
+                            return false;
+                        }
                     }
                 }
             }
         }
+        self.gave_up
+            .push(format!("{file}: refused {MAX_ATTEMPTS} times"));
         false
     }
 
@@ -547,9 +710,16 @@ fn must(ok: std::io::Result<bool>, what: &str) -> Result<(), String> {
 
 /// Runs one mode in a fresh folder under `base` and checks the result.
 pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, String> {
-    let root = base.join(format!("{}-{}-{}", mode.name(), params.agents, params.seed));
+    let root = base.join(format!(
+        "{}-{}-{}-{}",
+        mode.name(),
+        params.registry.name(),
+        params.agents,
+        params.seed
+    ));
     let main = root.join("main");
-    seed_tree(&main, params.agents, params.tasks).map_err(|e| format!("seed: {e}"))?;
+    seed_tree(&main, params.agents, params.tasks, params.registry)
+        .map_err(|e| format!("seed: {e}"))?;
     let mut server = None;
     let mut folders: Vec<PathBuf> = vec![main.clone(); params.agents];
     if mode == Mode::Worktree {
@@ -569,6 +739,7 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
     if mode.is_writ() {
         let history = root.join("history");
         std::fs::create_dir_all(&history).map_err(|e| format!("history: {e}"))?;
+        let (call_wait, claim_ttl) = params.waits();
         let config = writ::Config::default()
             .history_dir(history)
             .anchored_edits(matches!(
@@ -578,10 +749,11 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
             .claim_ttl(if mode == Mode::WritNoClaims {
                 Duration::ZERO
             } else {
-                writ::DEFAULT_CLAIM_TTL
+                claim_ttl
             });
         let options = writ::server::Options::new(&main)
             .config(config)
+            .call_wait(call_wait)
             .lease_ttl(Duration::from_secs(60));
         server = Some(
             writ::server::Server::start(options)
@@ -624,6 +796,10 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
             refusals: BTreeMap::new(),
             retries: 0,
             retries_refused: 0,
+            streaks: BTreeMap::new(),
+            longest: (0, String::new()),
+            kinds: Vec::new(),
+            gave_up: Vec::new(),
             anchored: 0,
             accepted: Vec::new(),
         });
@@ -673,6 +849,15 @@ pub async fn run(mode: Mode, params: &Params, base: &Path) -> Result<Report, Str
     report.retries = done.iter().map(|a| a.retries).sum();
     report.retries_refused = done.iter().map(|a| a.retries_refused).sum();
     report.anchored = done.iter().map(|a| a.anchored).sum();
+    for agent in &done {
+        for (n, count) in &agent.streaks {
+            *report.streaks.entry(*n).or_default() += count;
+        }
+        report.gave_up.extend(agent.gave_up.iter().cloned());
+        if agent.longest.0 > report.longest.0 {
+            report.longest = agent.longest.clone();
+        }
+    }
     for agent in &done {
         for (key, n) in &agent.refusals {
             *report.refusals.entry(key.clone()).or_default() += n;
@@ -732,6 +917,7 @@ fn check(mode: Mode, params: &Params, main: &Path, agents: &[Vec<(usize, Step)>]
         mode,
         agents: params.agents,
         seed: params.seed,
+        registry: params.registry,
         intended: params.agents * params.tasks * STEPS.len(),
         accepted,
         landed_tasks,
@@ -741,6 +927,9 @@ fn check(mode: Mode, params: &Params, main: &Path, agents: &[Vec<(usize, Step)>]
         refusals: BTreeMap::new(),
         retries: 0,
         retries_refused: 0,
+        streaks: BTreeMap::new(),
+        longest: (0, String::new()),
+        gave_up: Vec::new(),
         anchored: 0,
         conflicts: 0,
         wall: Duration::ZERO,
@@ -756,16 +945,22 @@ mod tests {
     /// bump lost, each in the final files alone.
     #[test]
     fn the_oracle_counts_lost_and_extra_changes_from_the_files() {
+        for registry in [RegistryEdit::Marker, RegistryEdit::Natural] {
+            the_oracle_counts(registry);
+        }
+    }
+
+    fn the_oracle_counts(registry: RegistryEdit) {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let root = dir.path();
-        seed_tree(root, 2, 2).unwrap_or_else(|e| panic!("{e}"));
-        let params = Params::new(2, 2, 1, 0.0);
+        seed_tree(root, 2, 2, registry).unwrap_or_else(|e| panic!("{e}"));
+        let params = Params::new(2, 2, 1, 0.0).registry(registry);
         let mut accepted = vec![Vec::new(), Vec::new()];
         // Agent 0 made its whole task 0 (as a tool would have written it).
         for step in STEPS {
             let file = root.join(step.file(2, 0, 0));
             let seen = std::fs::read_to_string(&file).unwrap_or_default();
-            let new = match step.change(0, 0, &seen) {
+            let new = match step.change(0, 0, &seen, registry) {
                 Some(Change::Replace { old, new }) => seen.replacen(&old, &new, 1),
                 Some(Change::Append(line)) => seen + &line,
                 None => panic!("{step:?} could not be made"),
@@ -789,5 +984,33 @@ mod tests {
         std::fs::write(&changelog, text).unwrap_or_else(|e| panic!("{e}"));
         let report = check(Mode::Blind, &params, root, &accepted);
         assert_eq!((report.lost, report.extra), (2, 1));
+    }
+
+    /// The natural registry edit: the last line before the bracket (the
+    /// list's opening line while it is empty), then the bracket; the new
+    /// text is that line, the agent's own and the bracket.
+    #[test]
+    fn the_natural_registry_edit_spans_the_last_entry_and_the_bracket() {
+        let empty = "REGISTRY = [\n]\n";
+        let Some(Change::Replace { old, new }) =
+            Step::Registry.change(1, 2, empty, RegistryEdit::Natural)
+        else {
+            panic!("no registry edit");
+        };
+        assert_eq!(old, empty);
+        assert_eq!(new, "REGISTRY = [\n    \"a1-t2\",\n]\n");
+        let one = "REGISTRY = [\n    \"a0-t0\",\n]\n";
+        let Some(Change::Replace { old, new }) =
+            Step::Registry.change(1, 2, one, RegistryEdit::Natural)
+        else {
+            panic!("no registry edit");
+        };
+        assert_eq!(old, "    \"a0-t0\",\n]\n");
+        assert_eq!(new, "    \"a0-t0\",\n    \"a1-t2\",\n]\n");
+        assert!(
+            Step::Registry
+                .change(1, 2, "x\n", RegistryEdit::Natural)
+                .is_none()
+        );
     }
 }

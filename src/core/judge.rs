@@ -14,7 +14,8 @@
 //!   wait-for edges, with the fences whose precedence let it pass;
 //! - [`reserved_ahead`] and [`slot_wait`]: a `child_wait` whose paths are
 //!   free reserves its slot ahead of later children (SPEC §11);
-//! - [`passing_fence`]: the fence owner's precedence (SPEC §4).
+//! - [`passing_fence`]: the fence owner's precedence (SPEC §4), and a
+//!   claim's leaving reads alone (SPEC §6).
 //!
 //! Nothing here reads or writes: what a table does with a judgement (queue,
 //! grant, commit with compares on what was read) stays with the table.
@@ -22,7 +23,7 @@
 use std::ops::ControlFlow;
 
 use crate::core::key::{Key, Mode, overlaps};
-use crate::core::table::{ActorId, Claim, HoldKind, covers};
+use crate::core::table::{ActorId, Claim, HoldKind, conflict, covers};
 use crate::error::SlotLimit;
 
 /// The slots of SPEC §11 a new child takes.
@@ -105,9 +106,16 @@ pub(crate) enum Blocker<H, W> {
 /// earlier waiting request `earlier` when a live fence that blocks
 /// `earlier` covers `claim`, since `earlier` cannot be granted before that
 /// fence goes anyway. Returns the fence.
+///
+/// A claim (SPEC §6) holds back writes, never reads: a request that a live
+/// claim blocking `earlier` does not conflict with (a read) passes
+/// `earlier` as well, for the same reason. Without it a read would queue
+/// behind the writers waiting for a hot file's claim, and so wait for the
+/// claim after all.
 pub(crate) fn passing_fence<V: View>(view: &V, earlier: &Claim, claim: &Claim) -> Option<V::Hold> {
     match view.visit_holds(earlier, |hold, fence, _| {
-        if covers(fence, claim) {
+        let clear_of_claim = fence.kind == HoldKind::Claim && conflict(fence, claim).is_none();
+        if covers(fence, claim) || clear_of_claim {
             ControlFlow::Break(hold)
         } else {
             ControlFlow::Continue(())

@@ -65,9 +65,10 @@ pub(crate) struct Waiter {
     pub(crate) claim: Claim,
     pub(crate) need: Need,
     pub(crate) priority: i32,
-    /// How often its actor's writes to these paths were refused `Stale`
-    /// since one landed (SPEC §6): within a priority, the most refused
-    /// queue first, so the next claim of a hot file goes to them.
+    /// How often its actor's writes to these paths were refused (`Stale`,
+    /// or `Busy` after a tool call's wait) since one landed (SPEC §6):
+    /// within a priority, the most refused queue first, so the next claim
+    /// of a hot file goes to them.
     pub(crate) refusals: u32,
     pub(crate) label: Option<Arc<str>>,
     pub(crate) since: Instant,

@@ -1216,10 +1216,14 @@ pub(crate) mod model {
                     });
                 }
             }
-            // The precedence rule (§4), by brute force.
+            // The precedence rule (§4), and a claim's leaving alone what it
+            // does not block (§6), by brute force.
             let passes = |earlier: &Claim| {
                 state.table.iter().any(|(_, h)| {
-                    conflict(earlier, &h.claim).is_some() && covers(&h.claim, &w.claim)
+                    let clear_of_claim =
+                        h.claim.kind == HoldKind::Claim && conflict(&h.claim, &w.claim).is_none();
+                    conflict(earlier, &h.claim).is_some()
+                        && (covers(&h.claim, &w.claim) || clear_of_claim)
                 })
             };
             for ahead in &waiting[..i] {

@@ -129,8 +129,9 @@ pub(crate) struct ActorMeta {
     /// The user turn this actor's writes are recorded under.
     pub(crate) turn: parking_lot::Mutex<Option<StdArc<str>>>,
     /// How often this actor's writes to a file (by folded path) were
-    /// refused `Stale` since one landed there: its place in the queue for
-    /// the file's next claim (SPEC §6). A leaf lock.
+    /// refused since one landed there (`Stale`, or `Busy` at the end of a
+    /// tool call's wait): its place in the queue for the file's next claim
+    /// (SPEC §6). A leaf lock.
     pub(crate) refusals: parking_lot::Mutex<std::collections::HashMap<PathBuf, u32>>,
 }
 
@@ -149,7 +150,7 @@ impl ActorMeta {
             .unwrap_or(0)
     }
 
-    /// Counts one more `Stale` refusal of a write to `norm`.
+    /// Counts one more refusal of a write to `norm`.
     pub(crate) fn note_refusal(&self, norm: &Path) {
         let mut counts = self.refusals.lock();
         let n = counts.entry(norm.to_path_buf()).or_insert(0);

@@ -206,6 +206,12 @@ impl Actor {
     /// caller may go on without a reservation. The MCP tools and `/rpc`'s
     /// file methods with `timeout_ms` wait this way, so a contested call
     /// is one wait, never a refusal, a wait and another refusal.
+    ///
+    /// A write told `Busy` so counts as refused on the files it would have
+    /// written (with claims on, SPEC §6): writers queue for a hot file by
+    /// how often they were refused, and one that only ever waited out the
+    /// claims ahead of it would otherwise stay behind every writer refused
+    /// `Stale` once, each of which goes first and claims the file again.
     #[cfg_attr(not(any(feature = "server", feature = "mcp")), allow(dead_code))]
     pub(crate) async fn wait_call(
         &self,
@@ -221,9 +227,29 @@ impl Actor {
         {
             Ok(call) => Ok(Some(call)),
             Err(Error::Timeout { .. }) => {
-                self.request(targets).probe(HoldKind::Call).map(|()| None)
+                let probed = self.request(targets.clone()).probe(HoldKind::Call);
+                if matches!(probed, Err(Error::Busy(_))) {
+                    self.busy_writes(targets);
+                }
+                probed.map(|()| None)
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Counts a `Busy` answer to a call on `targets` as a refusal of its
+    /// writes: one on each file it would have held exclusively.
+    fn busy_writes(&self, targets: Vec<Target>) {
+        if self.sched.shared.config.claim_ttl.is_zero() {
+            return;
+        }
+        let Ok(claim) = self.meta.claim(targets, HoldKind::Call) else {
+            return;
+        };
+        for (key, mode) in &claim.keys {
+            if *mode == crate::core::key::Mode::Exclusive && !key.tree {
+                self.meta.note_refusal(&key.norm);
+            }
         }
     }
 }
@@ -747,6 +773,75 @@ fn block_on<T: seal::Granted>(mut acquire: Acquire<T>, deadline: Option<Instant>
                 }
                 std::thread::park_timeout(deadline - now);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::actor::Grant;
+    use crate::sched::config::Config;
+
+    /// A write told `Busy` behind a hot file's claim queues next time
+    /// ahead of a writer never refused there, as one refused `Stale` does
+    /// (SPEC §6); a read told `Busy` counts for nothing, nor does a write
+    /// with claims off.
+    #[test]
+    fn a_write_told_busy_queues_as_refused() {
+        for (ttl, counted) in [(Duration::from_secs(600), true), (Duration::ZERO, false)] {
+            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+            let root = std::fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+            let sched = Scheduler::new(Config::default().claim_ttl(ttl));
+            let actor = |name: &str| {
+                sched
+                    .actor(name, Grant::workspace(&root))
+                    .unwrap_or_else(|e| panic!("{e}"))
+            };
+            let (a, b, c) = (actor("a"), actor("b"), actor("c"));
+            // a holds the file (a claim, or a long write with claims off).
+            let held = a.try_admit(["hot.rs"]).unwrap_or_else(|e| panic!("{e}"));
+            let claim = if ttl.is_zero() {
+                Some(held)
+            } else {
+                held.claim(ttl);
+                drop(held);
+                None
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"));
+            let wait = |actor: &Actor, target: Target| {
+                rt.block_on(actor.wait_call(vec![target], "hot".into(), Duration::from_millis(1)))
+            };
+            assert!(matches!(
+                wait(&b, Target::file("hot.rs")),
+                Err(Error::Busy(_))
+            ));
+            assert!(matches!(
+                wait(&c, Target::file("hot.rs").shared()),
+                Err(Error::Busy(_)) | Ok(Some(_))
+            ));
+            // c (never refused a write) queues first, b after it.
+            let mut c_waits = Box::pin(c.request(["hot.rs"]).admit());
+            let mut b_waits = Box::pin(b.request(["hot.rs"]).admit());
+            let noop = &mut Context::from_waker(Waker::noop());
+            assert!(c_waits.as_mut().poll(noop).is_pending());
+            assert!(b_waits.as_mut().poll(noop).is_pending());
+            let order: Vec<(String, u32)> = sched
+                .dump()
+                .waiters
+                .iter()
+                .map(|w| (w.actor.clone(), w.refusals))
+                .collect();
+            let expected = if counted {
+                [("b".to_string(), 1), ("c".to_string(), 0)]
+            } else {
+                [("c".to_string(), 0), ("b".to_string(), 0)]
+            };
+            assert_eq!(order, expected, "claim TTL {ttl:?}");
+            drop(claim);
         }
     }
 }
