@@ -4900,6 +4900,62 @@ async fn writers_queue_for_a_claimed_file_by_refusals_then_age_across_servers() 
     }
 }
 
+/// SPEC §6's queue on etcd, as in process (`Actor::wait_call`): a write
+/// told `Busy` after its wait counts as refused there, so dave, who only
+/// ever waited out alice's claim, queues ahead of carol, who came first
+/// but was never refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_told_busy_on_a_claimed_file_queues_as_refused_across_servers() {
+    let etcd = Etcd::start();
+    let (_dir, root) = workspace_root();
+    let ttl = Duration::from_secs(60);
+    let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-busy", ttl).await;
+    std::fs::write(root.join("hot.md"), "one\n").unwrap();
+    let mut actors = Vec::new();
+    for name in ["alice", "bob", "carol", "dave"] {
+        let actor = one
+            .actor(name, writ::Grant::workspace(&root))
+            .await
+            .unwrap();
+        read_through(&one, actor.handle(), "hot.md").await;
+        actors.push(actor);
+    }
+    let [alice, bob, carol, dave] = <[_; 4]>::try_from(actors).unwrap_or_else(|_| panic!("four"));
+    agent_write(&two, bob.handle(), "hot.md", "bob\n", 0)
+        .await
+        .unwrap();
+    let refused = agent_write(&two, alice.handle(), "hot.md", "alice\n", 0).await;
+    assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
+    let busy = agent_write(&one, dave.handle(), "hot.md", "dave\n", 200).await;
+    assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
+    let write_later = |via: &writ::remote::Session, who: &writ::remote::Actor, content: &str| {
+        let (via, who, content) = (via.clone(), who.handle().to_string(), content.to_string());
+        tokio::spawn(async move { agent_write(&via, &who, "hot.md", &content, 30_000).await })
+    };
+    let carol_writes = write_later(&two, &carol, "carol\n");
+    poll_until(Duration::from_secs(5), "carol queued", || {
+        let one = one.clone();
+        async move { queued_in(&one).await.len() == 1 }
+    })
+    .await;
+    let dave_writes = write_later(&one, &dave, "dave\n");
+    poll_until(Duration::from_secs(5), "dave queued", || {
+        let two = two.clone();
+        async move { queued_in(&two).await.len() == 2 }
+    })
+    .await;
+    assert_eq!(
+        queued_in(&two).await,
+        [("dave".to_string(), 1), ("carol".to_string(), 0)],
+        "a Busy write counts as refused: dave first"
+    );
+    carol_writes.abort();
+    dave_writes.abort();
+    for server in servers {
+        server.shutdown().await;
+    }
+}
+
 /// SPEC §6 and §4 on etcd: a claimer's wait on another claim is a hard
 /// wait-for edge, so two claimers each waiting for the other's file,
 /// through different servers, is a deadlock: the wait that closed the

@@ -477,6 +477,56 @@ impl Table {
             .unwrap_or(0))
     }
 
+    /// Counts a write of `actor`'s told `Busy` (its wait for a claimed or
+    /// held file ran out) as one more refusal on each file `keys` hold
+    /// exclusively (SPEC §6's queue, as `Actor::wait_call` counts it in
+    /// process): a writer that only ever waited would otherwise stay
+    /// behind every writer refused `Stale` once. The count orders a queue
+    /// and nothing else, so one lost to a race with another server is
+    /// harmless: no compare on it.
+    pub(crate) async fn count_busy_write(
+        &self,
+        actor: &ActorRef,
+        keys: &[(Key, Mode)],
+    ) -> Result<()> {
+        let layout = self.layout();
+        let norms: Vec<&Path> = keys
+            .iter()
+            .filter(|(k, m)| *m == Mode::Exclusive && !k.tree)
+            .map(|(k, _)| k.norm.as_path())
+            .collect();
+        if norms.is_empty() {
+            return Ok(());
+        }
+        for norm in &norms {
+            utf8(norm)?;
+        }
+        let reads: Vec<TxnOp> = norms
+            .iter()
+            .map(|n| TxnOp::get(layout.refusals(actor.id.0, n), None))
+            .collect();
+        let read = self.read(reads).await.map_err(unavailable)?;
+        let puts: Vec<TxnOp> = norms
+            .iter()
+            .zip(ranges_of(&read))
+            .map(|(norm, kvs)| {
+                TxnOp::put(
+                    layout.refusals(actor.id.0, norm),
+                    count_of(kvs.first()).saturating_add(1).to_string(),
+                    with_lease(actor.lease),
+                )
+            })
+            .collect();
+        // Only while the actor lives: a count on no lease would outlive it.
+        let txn = Txn::new()
+            .when([still(layout.actor(actor.id.0), actor.revision)])
+            .and_then(puts);
+        self.txn(txn)
+            .await
+            .map_err(|e| etcd_error(e, Some(actor.lease), 1, 1))?;
+        Ok(())
+    }
+
     /// Keeps the snapshot of `actor`'s outside write to `norm` (encoded by
     /// the history) for the write's record through any server, on the
     /// actor's lease, while the actor lives.

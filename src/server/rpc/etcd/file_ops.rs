@@ -84,6 +84,9 @@ struct EtcdAdmission {
     runtime: tokio::runtime::Handle,
     /// How a contested op waits in etcd.
     wait: OpWait,
+    /// A write told `Busy` after its wait counts as refused there (the
+    /// agent tools, claims on: SPEC §6's queue).
+    counts_busy: bool,
     /// Folds keys as the session does, to compare them with the grant fence.
     keys: Resolver,
     /// Each admission etcd granted (before anything else can fail), in
@@ -95,12 +98,13 @@ impl OuterAdmission for EtcdAdmission {
     fn admit(&self, keys: &[(Key, Mode)], label: &str) -> Result<Vec<Known>> {
         // A fenced actor writes only within its grant fence (SPEC §3), on
         // every server: its record carries the fence, the core judges.
-        let wanted = keys
+        let folded: Vec<(Key, Mode)> = keys
             .iter()
-            .map(|(key, mode)| {
-                let key = self.keys.key_for(key.path.clone(), key.tree);
-                Wanted::Key(key, *mode, Area::Writable)
-            })
+            .map(|(key, mode)| (self.keys.key_for(key.path.clone(), key.tree), *mode))
+            .collect();
+        let wanted = folded
+            .iter()
+            .map(|(key, mode)| Wanted::Key(key.clone(), *mode, Area::Writable))
             .collect();
         let root = self.keys.key_for(self.actor.root().to_path_buf(), true);
         super::actor_scope(&self.keys, &self.actor).claim_keys(
@@ -122,7 +126,14 @@ impl OuterAdmission for EtcdAdmission {
             match self.wait {
                 OpWait::Never => table.admit(actor, request).await,
                 OpWait::For(limit) => table.admit(actor, request.wait_timeout(limit)).await,
-                OpWait::Call(limit) => table.wait_call(actor, request, limit).await,
+                OpWait::Call(limit) => {
+                    let answer = table.wait_call(actor, request, limit).await;
+                    if self.counts_busy && matches!(answer, Err(crate::Error::Busy(_))) {
+                        // Not counted is only a place lost in the queue.
+                        let _ = table.count_busy_write(actor, &folded).await;
+                    }
+                    answer
+                }
             }
         })?;
         let norms: Vec<PathBuf> = keys.iter().map(|(k, _)| k.norm.clone()).collect();
@@ -288,6 +299,7 @@ impl FileRunner {
             actor: actor.clone(),
             runtime: tokio::runtime::Handle::current(),
             wait,
+            counts_busy: claiming && !self.files.shared.config.claim_ttl.is_zero(),
             keys: self.keys.clone(),
             admitted: Mutex::new(Vec::new()),
         });
@@ -361,6 +373,7 @@ impl FileRunner {
             actor: actor.clone(),
             runtime: tokio::runtime::Handle::current(),
             wait: OpWait::For(cmd.commit_wait_limit()),
+            counts_busy: false,
             keys: self.keys.clone(),
             admitted: Mutex::new(Vec::new()),
         });
