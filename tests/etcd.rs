@@ -4445,9 +4445,10 @@ async fn files_run_commits_through_the_etcd_tables_admission() {
 }
 
 /// tests/run.rs's race cases on a session in etcd, the other agent writing
-/// through the other server while the command runs: a `sed -i` of other
-/// lines merges with that edit, and a run touching two files of which one
-/// conflicts applies nothing.
+/// through the other server while the command runs: the run's writes are
+/// not in the real tree until it commits (its build output is), a `sed -i`
+/// of other lines merges with that edit, and a run touching two files of
+/// which one conflicts applies nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_run_on_etcd_merges_other_lines_and_refuses_a_conflict_whole() {
     let etcd = Etcd::start();
@@ -4476,13 +4477,19 @@ async fn files_run_on_etcd_merges_other_lines_and_refuses_a_conflict_whole() {
             .status();
         assert!(made.is_ok_and(|s| s.success()), "mkfifo");
     }
-    let race = |before: &str, path: &'static str, old: &'static str, new: &'static str| {
+    // What the real tree shows while the command runs: `during` checks it.
+    let race = |before: &str,
+                during: fn(&Path),
+                path: &'static str,
+                old: &'static str,
+                new: &'static str| {
         let command = format!(
             "{before}\necho ready > {s}/ready\nread go < {s}/go",
             s = sig.path().display()
         );
         let (one, two, a, b) = (one.clone(), two.clone(), a.clone(), b.clone());
         let sig = sig.path().to_path_buf();
+        let root = root.clone();
         async move {
             let params = serde_json::json!({ "command": command });
             let run = tokio::spawn(async move { file_op(&one, "files.run", &a, params).await });
@@ -4490,6 +4497,7 @@ async fn files_run_on_etcd_merges_other_lines_and_refuses_a_conflict_whole() {
             tokio::task::spawn_blocking(move || std::fs::read(ready).unwrap())
                 .await
                 .unwrap();
+            during(&root);
             let edit = serde_json::json!({ "path": path, "old": old, "new": new });
             file_op(&two, "files.replace", &b, edit).await.unwrap();
             let go = sig.join("go");
@@ -4499,7 +4507,26 @@ async fn files_run_on_etcd_merges_other_lines_and_refuses_a_conflict_whole() {
             run.await.unwrap().unwrap()
         }
     };
-    let merged = race("sed -i s/one/ONE/ list.txt", "list.txt", "four\n", "FOUR\n").await;
+    std::fs::write(root.join(".gitignore"), "/target\n").unwrap();
+    let merged = race(
+        "sed -i s/one/ONE/ list.txt\nmkdir -p target && echo obj > target/out.o",
+        |root| {
+            // The run's own write is not in the real tree until it
+            // commits; its build output passes straight through.
+            assert_eq!(
+                std::fs::read_to_string(root.join("list.txt")).unwrap(),
+                "one\ntwo\nthree\nfour\n"
+            );
+            assert_eq!(
+                std::fs::read_to_string(root.join("target/out.o")).unwrap(),
+                "obj\n"
+            );
+        },
+        "list.txt",
+        "four\n",
+        "FOUR\n",
+    )
+    .await;
     assert_eq!(merged["mode"], "overlay", "{merged}");
     assert_eq!(merged["committed"], true, "{merged}");
     assert_eq!(merged["artifacts"][0]["merged"], true, "{merged}");
@@ -4509,6 +4536,7 @@ async fn files_run_on_etcd_merges_other_lines_and_refuses_a_conflict_whole() {
     );
     let refused = race(
         "sed -i s/two/TWO/ list.txt\nsed -i s/three/RUN/ b.txt",
+        |_| {},
         "b.txt",
         "three\n",
         "B\n",
