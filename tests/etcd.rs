@@ -4855,6 +4855,33 @@ async fn queued_in(via: &writ::remote::Session) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// `hot.md`, and alice, bob, carol and dave made through `via`, each of
+/// whom has read it.
+async fn four_readers_of_a_hot_file(
+    via: &writ::remote::Session,
+    root: &Path,
+) -> [writ::remote::Actor; 4] {
+    std::fs::write(root.join("hot.md"), "one\n").unwrap();
+    let mut actors = Vec::new();
+    for name in ["alice", "bob", "carol", "dave"] {
+        let actor = via.actor(name, writ::Grant::workspace(root)).await.unwrap();
+        read_through(via, actor.handle(), "hot.md").await;
+        actors.push(actor);
+    }
+    <[_; 4]>::try_from(actors).unwrap_or_else(|_| panic!("four"))
+}
+
+/// `who` writes `content` to `hot.md` through `via` in a task of its own,
+/// waiting up to 30 s for the file.
+fn write_later(
+    via: &writ::remote::Session,
+    who: &writ::remote::Actor,
+    content: &str,
+) -> tokio::task::JoinHandle<Result<serde_json::Value, Error>> {
+    let (via, who, content) = (via.clone(), who.handle().to_string(), content.to_string());
+    tokio::spawn(async move { agent_write(&via, &who, "hot.md", &content, 30_000).await })
+}
+
 /// SPEC §6 on etcd: writers waiting for a claimed file queue by how often
 /// their writes there were refused (most first), then by age, whichever
 /// server they wait through: carol, refused once (her claim lapsed),
@@ -4866,17 +4893,7 @@ async fn writers_queue_for_a_claimed_file_by_refusals_then_age_across_servers() 
     let (_dir, root) = workspace_root();
     let ttl = Duration::from_secs(3);
     let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-queue", ttl).await;
-    std::fs::write(root.join("hot.md"), "one\n").unwrap();
-    let mut actors = Vec::new();
-    for name in ["alice", "bob", "carol", "dave"] {
-        let actor = one
-            .actor(name, writ::Grant::workspace(&root))
-            .await
-            .unwrap();
-        read_through(&one, actor.handle(), "hot.md").await;
-        actors.push(actor);
-    }
-    let [alice, bob, carol, dave] = <[_; 4]>::try_from(actors).unwrap_or_else(|_| panic!("four"));
+    let [alice, bob, carol, dave] = four_readers_of_a_hot_file(&one, &root).await;
     agent_write(&two, bob.handle(), "hot.md", "bob\n", 0)
         .await
         .unwrap();
@@ -4890,10 +4907,6 @@ async fn writers_queue_for_a_claimed_file_by_refusals_then_age_across_servers() 
     .await;
     let refused = agent_write(&two, alice.handle(), "hot.md", "alice\n", 0).await;
     assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
-    let write_later = |via: &writ::remote::Session, who: &writ::remote::Actor, content: &str| {
-        let (via, who, content) = (via.clone(), who.handle().to_string(), content.to_string());
-        tokio::spawn(async move { agent_write(&via, &who, "hot.md", &content, 20_000).await })
-    };
     let dave_writes = write_later(&one, &dave, "dave\n");
     poll_until(Duration::from_secs(2), "dave queued", || {
         let two = two.clone();
@@ -4938,17 +4951,7 @@ async fn a_write_told_busy_on_a_claimed_file_queues_as_refused_across_servers() 
     let (_dir, root) = workspace_root();
     let ttl = Duration::from_secs(60);
     let (servers, [one, two]) = claim_servers(&etcd, &root, "claim-busy", ttl).await;
-    std::fs::write(root.join("hot.md"), "one\n").unwrap();
-    let mut actors = Vec::new();
-    for name in ["alice", "bob", "carol", "dave"] {
-        let actor = one
-            .actor(name, writ::Grant::workspace(&root))
-            .await
-            .unwrap();
-        read_through(&one, actor.handle(), "hot.md").await;
-        actors.push(actor);
-    }
-    let [alice, bob, carol, dave] = <[_; 4]>::try_from(actors).unwrap_or_else(|_| panic!("four"));
+    let [alice, bob, carol, dave] = four_readers_of_a_hot_file(&one, &root).await;
     agent_write(&two, bob.handle(), "hot.md", "bob\n", 0)
         .await
         .unwrap();
@@ -4956,10 +4959,6 @@ async fn a_write_told_busy_on_a_claimed_file_queues_as_refused_across_servers() 
     assert_eq!(stale_writer(refused).as_deref(), Some("bob"));
     let busy = agent_write(&one, dave.handle(), "hot.md", "dave\n", 200).await;
     assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
-    let write_later = |via: &writ::remote::Session, who: &writ::remote::Actor, content: &str| {
-        let (via, who, content) = (via.clone(), who.handle().to_string(), content.to_string());
-        tokio::spawn(async move { agent_write(&via, &who, "hot.md", &content, 30_000).await })
-    };
     let carol_writes = write_later(&two, &carol, "carol\n");
     poll_until(Duration::from_secs(5), "carol queued", || {
         let one = one.clone();
