@@ -56,6 +56,8 @@ pub(crate) struct Busy {
 impl Conns {
     /// A connection was accepted: its id, and what tells it to close.
     pub(crate) fn opened(&self) -> (u64, Arc<Notify>) {
+        // An id only has to differ from every other: no ordering with
+        // other memory is needed.
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let close = Arc::new(Notify::new());
         self.open.lock().insert(
@@ -94,24 +96,36 @@ impl Conns {
     /// Tells the connection idle the longest to close; false when every
     /// connection is busy (or already closing).
     pub(crate) fn close_longest_idle(&self) -> bool {
-        let mut open = self.open.lock();
-        let Some(conn) = open
-            .values_mut()
-            .filter(|c| c.busy == 0 && !c.closing)
-            .min_by_key(|c| c.idle_since)
-        else {
-            return false;
+        let close = {
+            let mut open = self.open.lock();
+            let Some(conn) = open
+                .values_mut()
+                .filter(|c| c.busy == 0 && !c.closing)
+                .min_by_key(|c| c.idle_since)
+            else {
+                return false;
+            };
+            conn.closing = true;
+            conn.close.clone()
         };
-        conn.closing = true;
-        conn.close.notify_one();
+        // Told with the lock released: the woken task takes it at once.
+        close.notify_one();
         true
     }
 
     /// Tells every connection to close (shutdown).
     pub(crate) fn close_all(&self) {
-        for conn in self.open.lock().values_mut() {
-            conn.closing = true;
-            conn.close.notify_one();
+        let closes: Vec<Arc<Notify>> = self
+            .open
+            .lock()
+            .values_mut()
+            .map(|conn| {
+                conn.closing = true;
+                conn.close.clone()
+            })
+            .collect();
+        for close in closes {
+            close.notify_one();
         }
     }
 

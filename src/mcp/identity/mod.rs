@@ -131,7 +131,12 @@ impl fmt::Debug for Agent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Agent")
             .field("actor", &self.actor().map(|a| a.name().to_string()))
-            .field("reservations", &self.reservations.lock().len())
+            // Never waits: a Debug taken while the list is locked would
+            // otherwise wait on itself.
+            .field(
+                "reservations",
+                &self.reservations.try_lock().map(|r| r.len()),
+            )
             .finish()
     }
 }
