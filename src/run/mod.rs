@@ -450,29 +450,32 @@ impl Actor {
                 key.path
             }
         };
-        let overlay = if command.view == View::Fenced {
-            Err("the run asked for the fenced mode".to_string())
-        } else {
-            overlay::available(&root)
-        };
         let read_only = match command.view {
             View::ReadOnly => true,
             View::Auto => readonly::looks_read_only(&command.argv),
             View::CopyOnWrite | View::Fenced => false,
         };
-        match overlay {
-            Ok(()) if read_only => {
-                let report = self.run_read_only(&command, &root, &cwd).await?;
-                if command.view == View::Auto && report.failed_to_write() {
-                    let mut again = self.run_overlay(command, root, cwd).await?;
-                    again.notes.insert(
-                        0,
-                        "the command looked read-only and ran with the workspace read-only, but it writes: it ran again through the overlay, and this is that run".into(),
-                    );
-                    return Ok(again);
+        // The read-only view needs namespaces, not overlayfs: it is tried
+        // before the overlay's probe (a scratch overlay mounted and torn
+        // down, several ms), which a `writ run` without a server would
+        // otherwise pay for every `git status`. Where the namespaces are
+        // refused the spawn fails, and the run takes the way below.
+        let mut again = false;
+        if read_only && cfg!(target_os = "linux") {
+            match self.run_read_only(&command, &root, &cwd).await {
+                Ok(report) if command.view == View::Auto && report.failed_to_write() => {
+                    again = true;
                 }
-                Ok(report)
+                Err(Error::Spawn { .. }) => {}
+                done => return done,
             }
+        }
+        let overlay = if command.view == View::Fenced {
+            Err("the run asked for the fenced mode".to_string())
+        } else {
+            overlay::available(&root)
+        };
+        let mut report = match overlay {
             Ok(()) => self.run_overlay(command, root, cwd).await,
             // The fallback's fence is this scheduler's: another server's
             // writes would not wait for it.
@@ -483,7 +486,14 @@ impl Actor {
                 ),
             )),
             Err(why) => self.run_fenced(command, root, cwd, why).await,
+        }?;
+        if again {
+            report.notes.insert(
+                0,
+                "the command looked read-only and ran with the workspace read-only, but it writes: it ran again, and this is that run".into(),
+            );
         }
+        Ok(report)
     }
 
     async fn run_overlay(
