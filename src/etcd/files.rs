@@ -460,21 +460,8 @@ impl Table {
     /// The most refusals of `actor`'s writes on any file `keys` hold
     /// exclusively (SPEC §6), read when a file op's write queues.
     pub(crate) async fn refusals_on(&self, actor: &ActorRef, keys: &[(Key, Mode)]) -> Result<u32> {
-        let layout = self.layout();
-        let reads: Vec<TxnOp> = keys
-            .iter()
-            .filter(|(k, m)| *m == Mode::Exclusive && !k.tree)
-            .map(|(k, _)| TxnOp::get(layout.refusals(actor.id.0, &k.norm), None))
-            .collect();
-        if reads.is_empty() {
-            return Ok(0);
-        }
-        let read = self.read(reads).await.map_err(unavailable)?;
-        Ok(ranges_of(&read)
-            .iter()
-            .map(|kvs| count_of(kvs.first()))
-            .max()
-            .unwrap_or(0))
+        let counted = self.refusal_counts(actor, keys).await?;
+        Ok(counted.iter().map(|(_, n)| *n).max().unwrap_or(0))
     }
 
     /// Counts a write of `actor`'s told `Busy` (its wait for a claimed or
@@ -489,30 +476,20 @@ impl Table {
         actor: &ActorRef,
         keys: &[(Key, Mode)],
     ) -> Result<()> {
-        let layout = self.layout();
-        let norms: Vec<&Path> = keys
-            .iter()
-            .filter(|(k, m)| *m == Mode::Exclusive && !k.tree)
-            .map(|(k, _)| k.norm.as_path())
-            .collect();
-        if norms.is_empty() {
-            return Ok(());
-        }
-        for norm in &norms {
+        let counted = self.refusal_counts(actor, keys).await?;
+        for (norm, _) in &counted {
             utf8(norm)?;
         }
-        let reads: Vec<TxnOp> = norms
+        let layout = self.layout();
+        if counted.is_empty() {
+            return Ok(());
+        }
+        let puts: Vec<TxnOp> = counted
             .iter()
-            .map(|n| TxnOp::get(layout.refusals(actor.id.0, n), None))
-            .collect();
-        let read = self.read(reads).await.map_err(unavailable)?;
-        let puts: Vec<TxnOp> = norms
-            .iter()
-            .zip(ranges_of(&read))
-            .map(|(norm, kvs)| {
+            .map(|(norm, n)| {
                 TxnOp::put(
                     layout.refusals(actor.id.0, norm),
-                    count_of(kvs.first()).saturating_add(1).to_string(),
+                    n.saturating_add(1).to_string(),
                     with_lease(actor.lease),
                 )
             })
@@ -525,6 +502,34 @@ impl Table {
             .await
             .map_err(|e| etcd_error(e, Some(actor.lease), 1, 1))?;
         Ok(())
+    }
+
+    /// `actor`'s refusal count on each file `keys` hold exclusively, in
+    /// one read (none for keys that hold no file exclusively).
+    async fn refusal_counts<'k>(
+        &self,
+        actor: &ActorRef,
+        keys: &'k [(Key, Mode)],
+    ) -> Result<Vec<(&'k Path, u32)>> {
+        let norms: Vec<&Path> = keys
+            .iter()
+            .filter(|(k, m)| *m == Mode::Exclusive && !k.tree)
+            .map(|(k, _)| k.norm.as_path())
+            .collect();
+        if norms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let layout = self.layout();
+        let reads: Vec<TxnOp> = norms
+            .iter()
+            .map(|n| TxnOp::get(layout.refusals(actor.id.0, n), None))
+            .collect();
+        let read = self.read(reads).await.map_err(unavailable)?;
+        Ok(norms
+            .into_iter()
+            .zip(ranges_of(&read))
+            .map(|(norm, kvs)| (norm, count_of(kvs.first())))
+            .collect())
     }
 
     /// Keeps the snapshot of `actor`'s outside write to `norm` (encoded by
