@@ -20,7 +20,8 @@
 //! refusal; `writ-strict`: `--strict-gate`), `--registry marker,natural`
 //! (how the agents add their registry line: before an end-marker line, or
 //! the natural edit, the last entry and the closing bracket replaced by
-//! the last entry, their own and the bracket; default `marker`). Below
+//! the last entry, their own and the bracket; default `marker`),
+//! `--call-wait 3` (the server's call-wait in seconds at full times). Below
 //! 1.0, `--time-scale` scales the server's call-wait and claim TTL too
 //! (floors 0.25 s and 0.5 s).
 //! The workload and the modes are described in `workload.rs`;
@@ -42,6 +43,7 @@ struct Args {
     time_scale: f64,
     modes: Vec<Mode>,
     registry: Vec<RegistryEdit>,
+    call_wait: Duration,
 }
 
 fn parse() -> Result<Args, String> {
@@ -52,6 +54,7 @@ fn parse() -> Result<Args, String> {
         time_scale: 1.0,
         modes: Mode::ALL.to_vec(),
         registry: vec![RegistryEdit::Marker],
+        call_wait: Duration::from_secs(3),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -70,6 +73,10 @@ fn parse() -> Result<Args, String> {
                 let from: u64 = from.parse().map_err(|e| bad(&e))?;
                 let to: u64 = to.parse().map_err(|e| bad(&e))?;
                 args.seeds = from..=to;
+            }
+            "--call-wait" => {
+                let secs: f64 = value.parse().map_err(|e| bad(&e))?;
+                args.call_wait = Duration::try_from_secs_f64(secs).map_err(|e| bad(&e))?;
             }
             "--tasks" => args.tasks = value.parse().map_err(|e| bad(&e))?,
             "--time-scale" => args.time_scale = value.parse().map_err(|e| bad(&e))?,
@@ -139,6 +146,7 @@ fn main() {
     };
     let (call_wait, claim_ttl) = Params::new(1, 1, 1, args.time_scale)
         .scale_waits(true)
+        .call_wait(args.call_wait)
         .waits();
     println!(
         "friction: {} tasks per agent, think 0.2-7 s and a turn of 0.2-1.5 s before each call, \
@@ -151,7 +159,8 @@ fn main() {
             for seed in args.seeds.clone() {
                 let params = Params::new(agents, args.tasks, seed, args.time_scale)
                     .registry(registry)
-                    .scale_waits(true);
+                    .scale_waits(true)
+                    .call_wait(args.call_wait);
                 // The modes of one seed run side by side: their agents mostly
                 // wait (the model's turns), and each wall time is then taken
                 // under the same load as the others'.

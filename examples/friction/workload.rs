@@ -155,6 +155,8 @@ pub struct Params {
     /// Whether the server's call-wait and claim TTL are scaled with the
     /// times (see [`Params::waits`]).
     pub scale_waits: bool,
+    /// The server's call-wait at full times (`writ serve`'s default, 3 s).
+    pub call_wait: Duration,
 }
 
 impl Params {
@@ -169,6 +171,7 @@ impl Params {
             turn: (0.2, 1.5),
             registry: RegistryEdit::Marker,
             scale_waits: false,
+            call_wait: Duration::from_secs(3),
         }
     }
 
@@ -184,14 +187,22 @@ impl Params {
         self
     }
 
-    /// The server's call-wait and claim TTL: `writ serve`'s defaults (3 s,
-    /// 10 s), or with [`Params::scale_waits`] and a time scale below 1
+    /// The same, with the server's call-wait at full times `wait`: clients
+    /// whose tool-call timeout is longer than the Agents SDK's 5 s can be
+    /// served with a longer one (`writ serve --call-wait`).
+    pub fn call_wait(mut self, wait: Duration) -> Self {
+        self.call_wait = wait;
+        self
+    }
+
+    /// The server's call-wait and claim TTL: [`Params::call_wait`] (default
+    /// 3 s, `writ serve`'s) and `writ serve`'s claim TTL (10 s), or with [`Params::scale_waits`] and a time scale below 1
     /// those times scaled as the think and turn times are, so that a
     /// writer waits behind as many model turns before it is told `Busy`
     /// as at full times (floors of 0.25 s and 0.5 s: a scaled run's own
     /// scheduling jitter is not a turn).
     pub fn waits(&self) -> (Duration, Duration) {
-        let (wait, ttl) = (Duration::from_secs(3), writ::DEFAULT_CLAIM_TTL);
+        let (wait, ttl) = (self.call_wait, writ::DEFAULT_CLAIM_TTL);
         // Also for a scale that is not a number (the times are then
         // refused where they are drawn, not here).
         if !self.scale_waits || self.time_scale.partial_cmp(&1.0) != Some(std::cmp::Ordering::Less)
