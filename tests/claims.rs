@@ -11,12 +11,12 @@
 
 use std::fs;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use writ::{Config, Error, Grant, HoldKind, Scheduler, Target};
+use writ::{Actor, Config, Error, Grant, HoldKind, Scheduler, Target};
 
 const TTL: Duration = Duration::from_secs(600);
 
@@ -24,6 +24,14 @@ fn workspace() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let root = fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     (dir, root)
+}
+
+/// Actors of the whole workspace, named so.
+fn actors<const N: usize>(s: &Scheduler, root: &Path, names: [&str; N]) -> [Actor; N] {
+    names.map(|name| {
+        s.actor(name, Grant::workspace(root))
+            .unwrap_or_else(|e| panic!("actor {name}: {e}"))
+    })
 }
 
 /// Polls a future once with a no-op waker.
@@ -44,8 +52,7 @@ fn claims(s: &Scheduler) -> Vec<String> {
 fn a_claim_holds_back_other_writers_not_readers_until_its_holder_writes() {
     let (_dir, root) = workspace();
     let s = Scheduler::new(Config::default());
-    let a = s.actor("a", Grant::workspace(&root)).unwrap();
-    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let [a, b] = actors(&s, &root, ["a", "b"]);
     let refused = a.try_admit(["hot.rs"]).unwrap();
     assert_eq!(refused.claim(TTL).len(), 1);
     drop(refused);
@@ -84,10 +91,7 @@ fn a_claim_holds_back_other_writers_not_readers_until_its_holder_writes() {
 fn a_read_passes_the_writers_queued_behind_a_claim() {
     let (_dir, root) = workspace();
     let s = Scheduler::new(Config::default());
-    let a = s.actor("a", Grant::workspace(&root)).unwrap();
-    let b = s.actor("b", Grant::workspace(&root)).unwrap();
-    let c = s.actor("c", Grant::workspace(&root)).unwrap();
-    let d = s.actor("d", Grant::workspace(&root)).unwrap();
+    let [a, b, c, d] = actors(&s, &root, ["a", "b", "c", "d"]);
     // a's write is live; b's write and then c's read queue behind it.
     let refused = a.try_admit(["hot.rs"]).unwrap();
     let mut b_waits = Box::pin(b.request(["hot.rs"]).admit());
@@ -131,8 +135,7 @@ fn a_read_passes_the_writers_queued_behind_a_claim() {
 fn a_write_refused_again_renews_the_claim_instead_of_ending_it() {
     let (_dir, root) = workspace();
     let s = Scheduler::new(Config::default());
-    let a = s.actor("a", Grant::workspace(&root)).unwrap();
-    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let [a, b] = actors(&s, &root, ["a", "b"]);
     let first = a.try_admit(["hot.rs"]).unwrap();
     let old = first.claim(TTL);
     drop(first);
@@ -149,8 +152,7 @@ fn a_write_refused_again_renews_the_claim_instead_of_ending_it() {
 fn a_claimer_that_dies_frees_the_file_for_the_writer_waiting() {
     let (_dir, root) = workspace();
     let s = Scheduler::new(Config::default());
-    let a = s.actor("a", Grant::workspace(&root)).unwrap();
-    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let [a, b] = actors(&s, &root, ["a", "b"]);
     let refused = a.try_admit(["hot.rs"]).unwrap();
     refused.claim(TTL);
     drop(refused);
@@ -172,8 +174,7 @@ fn a_claimer_that_dies_frees_the_file_for_the_writer_waiting() {
 fn a_claim_that_expires_while_its_holder_writes_leaves_the_write_alone() {
     let (_dir, root) = workspace();
     let s = Scheduler::new(Config::default());
-    let a = s.actor("a", Grant::workspace(&root)).unwrap();
-    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let [a, b] = actors(&s, &root, ["a", "b"]);
     let refused = a.try_admit(["hot.rs"]).unwrap();
     refused.claim(Duration::from_nanos(1));
     drop(refused);
@@ -198,8 +199,7 @@ fn a_claim_that_expires_while_its_holder_writes_leaves_the_write_alone() {
 fn a_claim_ends_at_its_ttl_and_the_writer_waiting_goes_on() {
     let (_dir, root) = workspace();
     let s = Scheduler::new(Config::default());
-    let a = s.actor("a", Grant::workspace(&root)).unwrap();
-    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let [a, b] = actors(&s, &root, ["a", "b"]);
     let refused = a.try_admit(["hot.rs"]).unwrap();
     refused.claim(Duration::from_millis(200));
     drop(refused);
@@ -222,8 +222,7 @@ fn a_claim_ends_at_its_ttl_and_the_writer_waiting_goes_on() {
 fn two_claimers_waiting_on_each_other_is_a_deadlock() {
     let (_dir, root) = workspace();
     let s = Scheduler::new(Config::default());
-    let a = s.actor("a", Grant::workspace(&root)).unwrap();
-    let b = s.actor("b", Grant::workspace(&root)).unwrap();
+    let [a, b] = actors(&s, &root, ["a", "b"]);
     let ca = a.try_admit(["f.rs"]).unwrap();
     ca.claim(TTL);
     drop(ca);
@@ -258,10 +257,7 @@ fn two_claimers_waiting_on_each_other_is_a_deadlock() {
 fn writers_queue_for_a_claimed_file_by_refusals_then_age() {
     let (_dir, root) = workspace();
     let s = Scheduler::new(Config::default());
-    let a = s.actor("a", Grant::workspace(&root)).unwrap();
-    let b = s.actor("b", Grant::workspace(&root)).unwrap();
-    let c = s.actor("c", Grant::workspace(&root)).unwrap();
-    let d = s.actor("d", Grant::workspace(&root)).unwrap();
+    let [a, b, c, d] = actors(&s, &root, ["a", "b", "c", "d"]);
     let refused = a.try_admit(["hot.rs"]).unwrap();
     refused.claim(TTL);
     drop(refused);
@@ -301,9 +297,7 @@ fn a_stale_refusal_of_the_agent_tools_claims_the_file() {
         let (_dir, root) = workspace();
         fs::write(root.join("hot.md"), "one\n").unwrap_or_else(|e| panic!("{e}"));
         let s = Scheduler::new(Config::default().anchored_edits(false).claim_ttl(ttl));
-        let a = s.actor("a", Grant::workspace(&root)).unwrap();
-        let b = s.actor("b", Grant::workspace(&root)).unwrap();
-        let c = s.actor("c", Grant::workspace(&root)).unwrap();
+        let [a, b, c] = actors(&s, &root, ["a", "b", "c"]);
         // Never read: NotRead claims nothing.
         assert!(matches!(
             c.files().claiming().write("hot.md", "c\n"),

@@ -342,6 +342,15 @@ pub(crate) fn inside(key: &Key, fence: &Key) -> bool {
     }
 }
 
+/// The files among `keys` a hold would write: held exclusively, and not
+/// a whole tree. A claim and a refusal count (SPEC §6) are kept on these,
+/// by every table.
+pub(crate) fn written_files(keys: &[(Key, Mode)]) -> impl Iterator<Item = &Key> {
+    keys.iter()
+        .filter(|(key, mode)| *mode == Mode::Exclusive && !key.tree)
+        .map(|(key, _)| key)
+}
+
 /// Merges the keys of one request: equal keys take the stronger mode, and a
 /// tree absorbs a key beneath it only when the tree's mode is at least as
 /// strong. The result is sorted, so equal requests produce equal key lists.

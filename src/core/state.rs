@@ -1161,11 +1161,7 @@ pub(crate) mod model {
                     .iter()
                     .filter(|(_, h)| h.claim.kind == HoldKind::Call)
                     .filter_map(|(_, h)| {
-                        let (key, _) = h
-                            .claim
-                            .keys
-                            .iter()
-                            .find(|(k, m)| *m == Mode::Exclusive && !k.tree)?;
+                        let key = crate::core::key::written_files(&h.claim.keys).next()?;
                         Some((h.claim.owner, h.claim.lineage.clone(), key.clone()))
                     })
                     .collect();

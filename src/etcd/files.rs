@@ -42,7 +42,7 @@ use super::layout::Owner;
 use super::store::{
     LeaseId, Table, etcd_error, id_in, now_ms, ranges_of, still, to_json, unavailable, with_lease,
 };
-use crate::core::key::Key;
+use crate::core::key::{Key, written_files};
 use crate::core::table::HoldId;
 use crate::error::{Error, Result};
 use crate::files::Known;
@@ -379,12 +379,7 @@ impl Table {
                 (record, still(key.clone(), created))
             }
         };
-        let files: Vec<Key> = record
-            .keys()
-            .into_iter()
-            .filter(|(k, m)| *m == Mode::Exclusive && !k.tree)
-            .map(|(k, _)| k)
-            .collect();
+        let files: Vec<Key> = written_files(&record.keys()).cloned().collect();
         if HoldKind::from(record.meta.kind) != HoldKind::Call || files.is_empty() {
             return self.release(hold).await;
         }
@@ -477,13 +472,13 @@ impl Table {
         keys: &[(Key, Mode)],
     ) -> Result<()> {
         let counted = self.refusal_counts(actor, keys).await?;
+        if counted.is_empty() {
+            return Ok(());
+        }
         for (norm, _) in &counted {
             utf8(norm)?;
         }
         let layout = self.layout();
-        if counted.is_empty() {
-            return Ok(());
-        }
         let puts: Vec<TxnOp> = counted
             .iter()
             .map(|(norm, n)| {
@@ -511,11 +506,7 @@ impl Table {
         actor: &ActorRef,
         keys: &'k [(Key, Mode)],
     ) -> Result<Vec<(&'k Path, u32)>> {
-        let norms: Vec<&Path> = keys
-            .iter()
-            .filter(|(k, m)| *m == Mode::Exclusive && !k.tree)
-            .map(|(k, _)| k.norm.as_path())
-            .collect();
+        let norms: Vec<&Path> = written_files(keys).map(|k| k.norm.as_path()).collect();
         if norms.is_empty() {
             return Ok(Vec::new());
         }

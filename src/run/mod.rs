@@ -523,14 +523,13 @@ impl Actor {
                 return Err(Error::io("stamp the run's start in", &layer.dir, e));
             }
         };
-        let ran = match supervise(&cwd, &layer.dir, &command, Some(plan)).await {
+        let mut ran = match supervise(&cwd, &layer.dir, &command, Some(plan)).await {
             Ok(ran) => ran,
             Err(e) => {
                 layer.remove();
                 return Err(e);
             }
         };
-        let mut ran = ran;
         let mut notes = std::mem::take(&mut ran.notes);
         let namespace = ran.namespace.take();
         let label = format!("writ run: {}", overlay::describe(&command.argv));
@@ -602,14 +601,13 @@ impl Actor {
             Ok(plan) => supervise(cwd, &layer.dir, command, Some(std::sync::Arc::new(plan))).await,
             Err(e) => Err(Error::invalid(root, e.to_string())),
         };
-        let ran = match ran {
+        let mut ran = match ran {
             Ok(ran) => ran,
             Err(e) => {
                 layer.remove();
                 return Err(e);
             }
         };
-        let mut ran = ran;
         clean_up_later(ran.namespace.take(), Some(layer));
         Ok(ran.report(id, RunMode::ReadOnly))
     }
@@ -670,7 +668,7 @@ impl Actor {
             .map_err(|e| Error::io("scan", &root, std::io::Error::other(e.to_string())))?;
         let ran = supervise(&cwd, &dir, &command, None).await;
         let _ = std::fs::remove_dir_all(&dir);
-        let ran = ran?;
+        let mut ran = ran?;
         let changes = tokio::task::spawn_blocking(move || walk2(Some(before)).1)
             .await
             .ok()
@@ -678,7 +676,6 @@ impl Actor {
             .unwrap_or_default();
         drop(fence);
         let rules = passthrough::Rules::load(&root);
-        let mut ran = ran;
         let mut notes = std::mem::take(&mut ran.notes);
         notes.push(format!(
             "no overlay ({why}): the command ran under an exclusive fence on the workspace, writing the real tree; its changes are not in history"

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
-use crate::core::key::{Area, Key, Mode, Resolved, Target};
+use crate::core::key::{Area, Key, Mode, Resolved, Target, written_files};
 use crate::core::queue::Need;
 use crate::core::scope::{Scope, Wanted};
 use crate::core::state::{Blocker, State};
@@ -143,9 +143,8 @@ impl ActorMeta {
         if counts.is_empty() {
             return 0;
         }
-        keys.iter()
-            .filter(|(_, mode)| *mode == Mode::Exclusive)
-            .filter_map(|(key, _)| counts.get(&key.norm).copied())
+        written_files(keys)
+            .filter_map(|key| counts.get(&key.norm).copied())
             .max()
             .unwrap_or(0)
     }

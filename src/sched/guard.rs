@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc as StdArc;
 
-use crate::core::key::{self, Key, Mode, Target};
+use crate::core::key::{self, Key, Mode, Target, written_files};
 use crate::core::queue::Need;
 use crate::core::scope;
 use crate::core::table::{Claim, HoldId, HoldKind};
@@ -212,14 +212,7 @@ impl Reservation {
             state
                 .table
                 .get(self.hold)
-                .map(|h| {
-                    h.claim
-                        .keys
-                        .iter()
-                        .filter(|(k, m)| *m == Mode::Exclusive && !k.tree)
-                        .map(|(k, _)| k.clone())
-                        .collect()
-                })
+                .map(|h| written_files(&h.claim.keys).cloned().collect())
                 .unwrap_or_default()
         };
         keys.into_iter()

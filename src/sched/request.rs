@@ -246,10 +246,8 @@ impl Actor {
         let Ok(claim) = self.meta.claim(targets, HoldKind::Call) else {
             return;
         };
-        for (key, mode) in &claim.keys {
-            if *mode == crate::core::key::Mode::Exclusive && !key.tree {
-                self.meta.note_refusal(&key.norm);
-            }
+        for key in crate::core::key::written_files(&claim.keys) {
+            self.meta.note_refusal(&key.norm);
         }
     }
 }

@@ -494,7 +494,7 @@ impl Seats {
     /// counted). They are dropped after the agents' lock is released: a dropped
     /// agent's guards take that lock again.
     pub(crate) fn drop_agents(&self, gone: impl Fn(&Owner, &str, bool, Instant) -> bool) -> usize {
-        let dropped: (usize, Vec<AgentSlot>) = {
+        let (count, dropped) = {
             let mut agents = self.agents.lock();
             let keys: Vec<AgentKey> = agents
                 .iter()
@@ -503,7 +503,6 @@ impl Seats {
                 .collect();
             (keys.len(), take_agents(&mut agents, keys))
         };
-        let (count, dropped) = dropped;
         drop(dropped);
         count
     }

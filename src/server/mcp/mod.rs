@@ -806,6 +806,14 @@ fn owner(caller: &Caller) -> Owner {
     }
 }
 
+/// The caller an owner of the MCP identity table is ([`owner`] undone).
+fn caller(owner: &Owner) -> Caller {
+    match owner {
+        Owner::Session => Caller::Session,
+        Owner::Actor(n) => Caller::Actor(*n),
+    }
+}
+
 impl Claimed for super::mcp_cap::Claim {
     fn keep(self: Box<Self>) {
         super::mcp_cap::Claim::keep(*self);
@@ -827,11 +835,7 @@ impl Host for App {
     }
 
     fn claim(&self, owner: &Owner) -> std::result::Result<Box<dyn Claimed>, String> {
-        let caller = match owner {
-            Owner::Session => Caller::Session,
-            Owner::Actor(n) => Caller::Actor(*n),
-        };
-        Ok(Box::new(self.mcp_sessions.claim(&caller)?))
+        Ok(Box::new(self.mcp_sessions.claim(&caller(owner))?))
     }
 
     fn cap(&self) -> usize {

@@ -98,13 +98,12 @@ impl OuterAdmission for EtcdAdmission {
     fn admit(&self, keys: &[(Key, Mode)], label: &str) -> Result<Vec<Known>> {
         // A fenced actor writes only within its grant fence (SPEC §3), on
         // every server: its record carries the fence, the core judges.
-        let folded: Vec<(Key, Mode)> = keys
+        let fold =
+            |(key, mode): &(Key, Mode)| (self.keys.key_for(key.path.clone(), key.tree), *mode);
+        let wanted = keys
             .iter()
-            .map(|(key, mode)| (self.keys.key_for(key.path.clone(), key.tree), *mode))
-            .collect();
-        let wanted = folded
-            .iter()
-            .map(|(key, mode)| Wanted::Key(key.clone(), *mode, Area::Writable))
+            .map(fold)
+            .map(|(key, mode)| Wanted::Key(key, mode, Area::Writable))
             .collect();
         let root = self.keys.key_for(self.actor.root().to_path_buf(), true);
         super::actor_scope(&self.keys, &self.actor).claim_keys(
@@ -129,6 +128,9 @@ impl OuterAdmission for EtcdAdmission {
                 OpWait::Call(limit) => {
                     let answer = table.wait_call(actor, request, limit).await;
                     if self.counts_busy && matches!(answer, Err(crate::Error::Busy(_))) {
+                        // The keys as the table holds them, folded again
+                        // only here: a busy answer is the rare way out.
+                        let folded: Vec<(Key, Mode)> = keys.iter().map(fold).collect();
                         // Not counted is only a place lost in the queue.
                         let _ = table.count_busy_write(actor, &folded).await;
                     }
