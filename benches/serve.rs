@@ -380,7 +380,7 @@ fn load() {
     let root = std::fs::canonicalize(dir.path()).unwrap();
     const CLIENTS: usize = 64;
     const FILES: usize = 256;
-    // The figure is for 10 s; `WRIT_SERVE_LOAD_SECS` shortens it
+    // The target figure is for 10 s; `WRIT_SERVE_LOAD_SECS` shortens it
     // for a quick look.
     let secs: f64 = std::env::var("WRIT_SERVE_LOAD_SECS")
         .ok()

@@ -150,7 +150,7 @@ fn kind(event: &Value) -> &str {
     event["kind"].as_str().unwrap()
 }
 
-/// How long the load runs: the 10 s. `WRIT_EVENTS_LOAD_SECS` only
+/// How long the load runs: the target's 10 s. `WRIT_EVENTS_LOAD_SECS` only
 /// shortens it for a quick look while working on the stream.
 fn load_duration() -> Duration {
     let secs = std::env::var("WRIT_EVENTS_LOAD_SECS")

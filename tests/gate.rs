@@ -617,7 +617,7 @@ fn an_old_text_that_overlaps_itself_twice_is_ambiguous() {
         other => panic!("expected AmbiguousMatch, got {other:?}"),
     }
     assert_eq!(env.get("f.txt"), "A\nB\nA\nB\nA\n");
-    // The case, anchored: bob turns `Z` into `A`, and alice's edit
+    // The same case, anchored: bob turns `Z` into `A`, and alice's edit
     // of `A B A` (once in what she read) must not land on bob's line.
     let history = tempfile::tempdir().unwrap();
     let env = Env::new(config().history_dir(history.path()));

@@ -435,7 +435,7 @@ fn the_log_escapes_what_agents_choose_and_tells_policy_refusals() {
     );
 }
 
-/// SPEC §13 for the operator (issue 48, finding 8): the live page's
+/// SPEC §13 for the operator: the live page's
 /// refusal count is the log's (a policy or gate refusal, logged, is
 /// counted on the page, not only the table's admission refusals); a named
 /// agent whose sessions ended is marked on the page with its idle time,

@@ -340,8 +340,8 @@ fn summary(args: &Args, reports: &[Report]) {
     }
 }
 
-/// The marks of issue 51's "Done when", each through writ mode, met or
-/// missed: 0 lost at every size, calls per landed task at 8 and 16
+/// The hot-file targets (docs/PERFORMANCE.md), each through writ mode,
+/// met or missed: 0 lost at every size, calls per landed task at 8 and 16
 /// agents, wall ÷ blind at 16, no retry refused more than twice in a row
 /// (three refusals of one change in a row at most: the first attempt's
 /// and two retries'), and every task landed at 64 agents.
@@ -365,7 +365,7 @@ fn targets(args: &Args, reports: &[Report]) {
     };
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     println!();
-    println!("targets (issue 51):");
+    println!("targets (hot files):");
     for &mode in args.modes.iter().filter(|m| m.is_writ()) {
         let runs: Vec<&Report> = reports.iter().filter(|r| r.mode == mode).collect();
         let lost: usize = runs.iter().map(|r| r.lost + r.extra).sum();

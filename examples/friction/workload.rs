@@ -160,7 +160,7 @@ pub struct Params {
 }
 
 impl Params {
-    /// The workload of the issue: think 0.2–7 s, a turn of 0.2–1.5 s.
+    /// The hot-file workload: think 0.2–7 s, a turn of 0.2–1.5 s.
     pub fn new(agents: usize, tasks: usize, seed: u64, time_scale: f64) -> Self {
         Params {
             agents,
@@ -196,8 +196,9 @@ impl Params {
     }
 
     /// The server's call-wait and claim TTL: [`Params::call_wait`] (default
-    /// 3 s, `writ serve`'s) and `writ serve`'s claim TTL (10 s), or with [`Params::scale_waits`] and a time scale below 1
-    /// those times scaled as the think and turn times are, so that a
+    /// 3 s, `writ serve`'s) and `writ serve`'s claim TTL (10 s), or, with
+    /// [`Params::scale_waits`] and a time scale below 1, those times
+    /// scaled as the think and turn times are, so that a
     /// writer waits behind as many model turns before it is told `Busy`
     /// as at full times (floors of 0.25 s and 0.5 s: a scaled run's own
     /// scheduling jitter is not a turn).

@@ -464,7 +464,7 @@ mod tests {
         assert_eq!(occurrences(b"xy", b""), (None, 0));
         // `A B A` in `A B A B A`: twice, sharing the middle `A`.
         assert_eq!(occurrences(b"A\nB\nA\nB\nA\n", b"A\nB\nA"), (Some(0), 2));
-        // The case: bob turned `Z` into `A`, so `A B A` is
+        // The case the rule is for: bob turned `Z` into `A`, so `A B A` is
         // ambiguous now, and alice's stale edit must not pick bob's line.
         assert_eq!(
             replace("Z\nB\nA\nB\nA\nY\n", "A\nB\nA\nB\nA\nY\n", "A\nB\nA"),
